@@ -1,0 +1,50 @@
+# Thin wrapper over CMake + CTest. The two commands a user needs:
+#   make demo    install deps, build, generate a synthetic cluster and workload,
+#                compare the scheduling policies on it (table + SVG plot)
+#   make check   install deps, build with -Werror, run unit + black-box tests,
+#                then again under ASan + UBSan, then the fuzzers briefly
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS ?= $(shell nproc)
+DEMO_DIR ?= $(BUILD)/demo
+
+.PHONY: all deps build demo check test asan fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/deps
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@mkdir -p $(DEMO_DIR)
+	$(BUILD)/gpusched gen-trace --out $(DEMO_DIR) --seed 1
+	$(BUILD)/gpusched simulate --nodes $(DEMO_DIR)/nodes.csv --pods $(DEMO_DIR)/pods.csv \
+	    --seeds 42-46 --plot $(DEMO_DIR)/unallocated.svg --json $(DEMO_DIR)/results.json
+	@echo "plot: $(DEMO_DIR)/unallocated.svg  results: $(DEMO_DIR)/results.json"
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan: deps
+	CC=clang cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGPUSCHED_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DGPUSCHED_SANITIZE=ON -DGPUSCHED_FUZZ=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	scripts/run-fuzzers $(FUZZ_BUILD) $${FUZZ_SECONDS:-20}
+
+check: test asan fuzz
+
+bench: build
+	scripts/run-bench $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

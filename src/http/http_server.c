@@ -1,0 +1,298 @@
+/* http/http_server.c - see http_server.h. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "http/http_server.h"
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    struct http_server_opts opts;
+    char *cert, *key; /* PEM contents, kept alive for the daemon */
+    int port;
+};
+
+/* Per-connection state while the body arrives. */
+struct conn_ctx {
+    char *buf;
+    size_t len, cap;
+    int too_big;
+};
+
+static char *read_file(const char *path, struct gs_err *e)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (!f) {
+        gs_errf(e, GS_EIO, "cannot open '%s': %m", path);
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || n > (1L << 20) ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        gs_errf(e, GS_EINVAL, "'%s': not a readable PEM file of at most 1 MiB", path);
+        return NULL;
+    }
+    buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        gs_errf(e, GS_EIO, "cannot read '%s'", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static enum MHD_Result send_resp(struct MHD_Connection *c, struct http_response *r)
+{
+    struct MHD_Response *mr = MHD_create_response_from_buffer(
+        r->body_len, r->body ? r->body : (char *)"",
+        r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret;
+
+    if (!mr) {
+        free(r->body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(mr, "Content-Type",
+                            r->content_type ? r->content_type : "application/json");
+    ret = MHD_queue_response(c, (unsigned)(r->status ? r->status : 200), mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+    struct http_server *s = cls;
+    struct conn_ctx *ctx = *con_cls;
+    (void)version;
+
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+            return MHD_NO;
+        *con_cls = ctx;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!ctx->too_big) {
+            if (ctx->len + *upload_size > s->opts.max_body) {
+                ctx->too_big = 1;
+            } else {
+                if (ctx->len + *upload_size + 1 > ctx->cap) {
+                    size_t cap = ctx->cap ? ctx->cap : 4096;
+                    while (cap < ctx->len + *upload_size + 1)
+                        cap *= 2;
+                    char *nb = realloc(ctx->buf, cap);
+                    if (!nb)
+                        return MHD_NO;
+                    ctx->buf = nb;
+                    ctx->cap = cap;
+                }
+                memcpy(ctx->buf + ctx->len, upload, *upload_size);
+                ctx->len += *upload_size;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+
+    struct http_response resp = {200, NULL, NULL, 0};
+    if (ctx->too_big) {
+        http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
+    } else {
+        struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c};
+        if (ctx->buf)
+            ctx->buf[ctx->len] = '\0';
+        s->opts.handler(s->opts.ud, &req, &resp);
+    }
+    return send_resp(c, &resp);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct conn_ctx *ctx = *con_cls;
+    (void)cls, (void)c, (void)toe;
+    if (ctx) {
+        free(ctx->buf);
+        free(ctx);
+        *con_cls = NULL;
+    }
+}
+
+int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e)
+{
+    const char *colon = strrchr(listen, ':');
+    const char *host = listen;
+    size_t hlen;
+    char *end;
+    long p;
+
+    if (!colon)
+        return gs_errf(e, GS_EINVAL, "listen address '%s': expected HOST:PORT", listen);
+    hlen = (size_t)(colon - listen);
+    if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+        host++;
+        hlen -= 2;
+    }
+    p = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || p < 0 || p > 65535)
+        return gs_errf(e, GS_EINVAL, "listen address '%s': bad port", listen);
+    if (hlen == 0)
+        host = "0.0.0.0", hlen = 7;
+    if (hlen >= cap)
+        return gs_errf(e, GS_EINVAL, "listen address '%s': host too long", listen);
+    memcpy(buf, host, hlen);
+    buf[hlen] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+int http_server_start(const struct http_server_opts *opts, struct http_server **out,
+                      struct gs_err *e)
+{
+    struct http_server *s = calloc(1, sizeof *s);
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+
+    if (!s)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    s->opts = *opts;
+    if (!s->opts.max_body)
+        s->opts.max_body = 4u << 20;
+    if (!s->opts.threads)
+        s->opts.threads = 4;
+
+    memset(&ss, 0, sizeof ss);
+    const char *addr = opts->addr ? opts->addr : "127.0.0.1";
+    if (strchr(addr, ':')) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)opts->port);
+        if (inet_pton(AF_INET6, addr, &a6->sin6_addr) != 1)
+            goto bad_addr;
+        sl = sizeof *a6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)opts->port);
+        if (strcmp(addr, "localhost") == 0)
+            addr = "127.0.0.1";
+        if (inet_pton(AF_INET, addr, &a4->sin_addr) != 1)
+            goto bad_addr;
+        sl = sizeof *a4;
+    }
+    (void)sl;
+
+    if ((opts->tls_cert_file == NULL) != (opts->tls_key_file == NULL)) {
+        free(s);
+        return gs_errf(e, GS_EINVAL, "TLS needs both a certificate and a key file");
+    }
+    if (opts->tls_cert_file) {
+        if (!(s->cert = read_file(opts->tls_cert_file, e)) ||
+            !(s->key = read_file(opts->tls_key_file, e))) {
+            free(s->cert);
+            free(s);
+            return -GS_EIO;
+        }
+        flags |= MHD_USE_TLS;
+    }
+
+    if (s->cert)
+        s->daemon = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+            MHD_OPTION_HTTPS_MEM_CERT, s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key,
+            MHD_OPTION_END);
+    else
+        s->daemon = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (!s->daemon) {
+        free(s->cert);
+        free(s->key);
+        free(s);
+        return gs_errf(e, GS_EIO, "cannot listen on %s:%d%s (address in use, or bad TLS files?)",
+                       addr, opts->port, opts->tls_cert_file ? " with TLS" : "");
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : opts->port;
+    *out = s;
+    return 0;
+
+bad_addr:
+    free(s);
+    return gs_errf(e, GS_EINVAL, "listen address '%s' is not an IP address", addr);
+}
+
+int http_server_port(const struct http_server *s) { return s->port; }
+
+void http_server_stop(struct http_server *s)
+{
+    if (!s)
+        return;
+    MHD_stop_daemon(s->daemon);
+    free(s->cert);
+    free(s->key);
+    free(s);
+}
+
+const char *http_req_header(const struct http_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *http_req_arg(const struct http_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+void http_resp_json(struct http_response *resp, int status, json_t *obj)
+{
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    resp->status = status;
+    resp->content_type = "application/json";
+    if (!s) {
+        resp->status = 500;
+        s = strdup("{\"error\":\"cannot encode the response\"}");
+    }
+    resp->body = s;
+    resp->body_len = s ? strlen(s) : 0;
+}
+
+void http_resp_text(struct http_response *resp, int status, const char *ctype, const char *text)
+{
+    resp->status = status;
+    resp->content_type = ctype;
+    resp->body = strdup(text);
+    resp->body_len = resp->body ? strlen(resp->body) : 0;
+}
+
+void http_resp_error(struct http_response *resp, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    http_resp_json(resp, status, json_pack("{s:s}", "error", msg));
+    resp->status = status;
+}

@@ -1,0 +1,76 @@
+/*
+ * http/http_server.h - the HTTP(S) server every gpusched service sits on.
+ *
+ * A thin layer over libmicrohttpd: it owns the daemon, gathers a bounded
+ * request body, hands the whole request to one handler function, and sends
+ * back what the handler filled in. Routing is the handler's job (a table in
+ * the service). Bodies larger than max_body are refused with 413 and a JSON
+ * error before the handler runs, so no service parses unbounded input.
+ *
+ * Threads: a pool of `threads` workers calls the handler concurrently; the
+ * handler must be thread-safe.
+ *
+ * Ownership: http_server_start() returns a server freed by http_server_stop().
+ * resp->body is malloc'd by the handler (or the http_resp_* helpers) and
+ * freed by the server.
+ */
+#ifndef GPUSCHED_HTTP_SERVER_H
+#define GPUSCHED_HTTP_SERVER_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "util/err.h"
+
+struct MHD_Connection;
+
+struct http_request {
+    const char *method;  /* "GET", "POST", ... */
+    const char *path;    /* "/filter", without the query string */
+    const char *body;    /* NUL-terminated, may be "" */
+    size_t body_len;
+    struct MHD_Connection *conn; /* for http_req_header / http_req_arg */
+};
+
+struct http_response {
+    int status;               /* 200 unless set */
+    const char *content_type; /* static string; "application/json" unless set */
+    char *body;               /* malloc'd, freed by the server; NULL = empty */
+    size_t body_len;
+};
+
+typedef void (*http_handler)(void *ud, const struct http_request *req,
+                             struct http_response *resp);
+
+struct http_server_opts {
+    const char *addr;          /* "127.0.0.1", "0.0.0.0", "::" ... */
+    int port;                  /* 0 = pick a free port (see http_server_port) */
+    const char *tls_cert_file; /* both set: HTTPS; both NULL: plain HTTP */
+    const char *tls_key_file;
+    size_t max_body;           /* bytes; 0 = 4 MiB */
+    unsigned threads;          /* worker threads; 0 = 4 */
+    http_handler handler;
+    void *ud;
+};
+
+struct http_server;
+
+int http_server_start(const struct http_server_opts *opts, struct http_server **out,
+                      struct gs_err *e);
+int http_server_port(const struct http_server *s);
+void http_server_stop(struct http_server *s);
+
+/* Splits "HOST:PORT" or "[V6]:PORT" into opts->addr (copied into buf) and
+ * opts->port. */
+int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e);
+
+const char *http_req_header(const struct http_request *req, const char *name);
+const char *http_req_arg(const struct http_request *req, const char *name);
+
+/* Response helpers: take ownership of nothing the caller still uses. */
+void http_resp_json(struct http_response *resp, int status, json_t *obj); /* steals obj */
+void http_resp_text(struct http_response *resp, int status, const char *ctype, const char *text);
+void http_resp_error(struct http_response *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4))); /* {"error": "..."} */
+
+#endif
