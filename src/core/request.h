@@ -1,0 +1,136 @@
+/*
+ * core/request.h - what a pod asks for, in one canonical form.
+ *
+ * Kubernetes spells a GPU request five ways (DESIGN.md's resource table:
+ * whole GPUs, shared memory + cores, the tkestack vcuda form, MIG profiles)
+ * plus CPU and memory, node selectors, required node affinity, tolerations
+ * and the gpusched.io/gpu-type annotations. The extender, the webhook, the
+ * simulator and the policies must all see the same thing, so every form is
+ * parsed here into struct core_request / struct core_pod, and every check
+ * that makes a request impossible lives here too, with an error message that
+ * names the container and the field:
+ *   "containers[0].limits[nvidia.com/gpu-cores]: '150' is out of range 1..100"
+ *
+ * No I/O: input is a parsed JSON Pod (jansson), output is plain structs.
+ *
+ * Ownership: core_pod_parse() fills a caller-provided struct core_pod whose
+ * dynamic parts (selectors, affinity, tolerations) are released by
+ * core_pod_clear(). Quantities are integers in the unit named by the field.
+ */
+#ifndef GPUSCHED_CORE_REQUEST_H
+#define GPUSCHED_CORE_REQUEST_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define CORE_MAX_GPUS 16       /* GPUs on one node, and per request */
+#define CORE_MILLI 1000        /* one whole GPU's compute, in thousandths */
+#define CORE_NAME_MAX 254      /* Kubernetes object names are <= 253 */
+#define CORE_MODEL_MAX 64
+#define CORE_MIG_PROFILE_MAX 32
+#define CORE_MAX_TYPES 8       /* gpu-type include / exclude substrings */
+
+enum core_req_kind {
+    CORE_REQ_NONE = 0, /* no GPU: CPU/memory only */
+    CORE_REQ_WHOLE,    /* num_gpu whole, exclusive GPUs */
+    CORE_REQ_SHARED,   /* num_gpu GPUs, each shared: mem_mib + milli per GPU */
+    CORE_REQ_MIG,      /* mig_count instances of mig_profile */
+};
+
+/* Resource and annotation names; defaults from core_names_default(),
+ * configurable in the extender/webhook config. */
+struct core_names {
+    const char *gpu;          /* "nvidia.com/gpu" */
+    const char *gpu_memory;   /* "nvidia.com/gpu-memory" */
+    const char *gpu_cores;    /* "nvidia.com/gpu-cores" */
+    const char *vcuda_core;   /* "nvidia.com/vcuda-core" */
+    const char *vcuda_memory; /* "nvidia.com/vcuda-memory" */
+    const char *mig_prefix;   /* "nvidia.com/mig-" */
+    const char *annot_prefix; /* "gpusched.io/" */
+};
+const struct core_names *core_names_default(void);
+
+/* One GPU request, summed over the pod's containers as Kubernetes sums them
+ * (max of the init containers' and the sum of the app containers'). */
+struct core_request {
+    enum core_req_kind kind;
+    int num_gpu;              /* GPUs (WHOLE, SHARED); 0 for NONE and MIG */
+    int64_t mem_mib;          /* per GPU, SHARED only (0 = no memory limit) */
+    int milli;                /* per GPU compute in thousandths: 1000 for WHOLE;
+                                 SHARED: gpu-cores*10, or 0 when not given */
+    char mig_profile[CORE_MIG_PROFILE_MAX]; /* "1g.10gb", MIG only */
+    int mig_count;
+    int64_t cpu_milli;        /* host CPU request, millicores */
+    int64_t mem_bytes;        /* host memory request, bytes */
+    /* gpusched.io/gpu-type and gpu-type-exclude: model substrings */
+    int n_types, n_types_exclude;
+    char types[CORE_MAX_TYPES][CORE_MODEL_MAX];
+    char types_exclude[CORE_MAX_TYPES][CORE_MODEL_MAX];
+};
+
+enum core_sel_op { CORE_OP_IN, CORE_OP_NOT_IN, CORE_OP_EXISTS, CORE_OP_DOES_NOT_EXIST,
+                   CORE_OP_GT, CORE_OP_LT };
+
+struct core_requirement {      /* one matchExpression */
+    char *key;
+    enum core_sel_op op;
+    int n_values;
+    char **values;
+};
+
+struct core_term {             /* one nodeSelectorTerm: all requirements (AND) */
+    int n_reqs;
+    struct core_requirement *reqs;
+};
+
+struct core_toleration {
+    char *key;                 /* NULL/"" with Exists = tolerate everything */
+    char *value;
+    int op_exists;             /* operator Exists (else Equal) */
+    char *effect;              /* NULL/"" = all effects */
+};
+
+struct core_pod {
+    char ns[CORE_NAME_MAX], name[CORE_NAME_MAX], uid[64];
+    int32_t priority;
+    struct core_request req;
+    int n_selector;            /* spec.nodeSelector: key=value, all must match */
+    char **selector_keys, **selector_values;
+    int n_terms;               /* required node affinity: any term (OR) */
+    struct core_term *terms;
+    int n_tolerations;
+    struct core_toleration *tolerations;
+    char policy[32];           /* gpusched.io/policy annotation, "" = default */
+};
+
+/* Parses a Kubernetes quantity ("16Gi", "500m", "1.5", "2e3") and returns it
+ * multiplied by `scale` (1 for bytes/counts, 1000 for milli-units), rounded
+ * up as Kubernetes does. Errors name `field`. Rejects negatives, junk,
+ * overflow and strings over 64 bytes. */
+int core_quantity_parse(const char *s, int64_t scale, int64_t *out, const char *field,
+                        struct gs_err *e);
+
+/* Parses a Pod object (the JSON of `kubectl get pod -o json`). Fills *pod;
+ * on error returns -GS_EINVAL with e->msg naming the container and field,
+ * and leaves *pod cleared. Impossible requests (cores > 100, vcuda-core 150,
+ * MIG mixed with whole GPUs in one container, memory without gpu, ...) are
+ * errors here. */
+int core_pod_parse(const json_t *pod, const struct core_names *names, struct core_pod *pod_out,
+                   struct gs_err *e);
+void core_pod_clear(struct core_pod *pod);
+
+/* Does a node with these labels pass the pod's nodeSelector and required
+ * affinity? Labels are parallel arrays. */
+int core_pod_matches_labels(const struct core_pod *pod, int n, char *const *keys,
+                            char *const *values);
+
+/* Does the pod tolerate a taint (effect NoSchedule / NoExecute matter)? */
+int core_pod_tolerates(const struct core_pod *pod, const char *key, const char *value,
+                       const char *effect);
+
+/* Does a GPU model pass the request's gpu-type include/exclude lists? */
+int core_request_model_ok(const struct core_request *req, const char *model);
+
+#endif
