@@ -763,9 +763,8 @@ const struct core_alloc *core_cluster_alloc(const struct core_cluster *c, int i)
     return i >= 0 && i < c->n_allocs ? c->allocs[i] : NULL;
 }
 
-void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
+double core_cluster_frag(struct core_cluster *c)
 {
-    memset(st, 0, sizeof *st);
     if (c->wdirty)
         core_workload_prepare(c);
     if (c->frag_sum_wver != c->wver) {
@@ -774,6 +773,13 @@ void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
             c->frag_sum += core_node_frag(c, c->nodes[i]);
         c->frag_sum_wver = c->wver;
     }
+    return c->frag_sum;
+}
+
+void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->frag_milli = core_cluster_frag(c);
     st->nodes = c->n_nodes;
     for (int i = 0; i < c->n_nodes; i++) {
         const struct core_node *n = c->nodes[i];
@@ -783,6 +789,5 @@ void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
                 st->milli_total += CORE_MILLI;
     }
     st->milli_alloc = c->milli_alloc;
-    st->frag_milli = c->frag_sum;
     st->pods = c->n_allocs;
 }
