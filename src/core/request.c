@@ -501,6 +501,28 @@ static int parse_container(const struct ctx *c0, const struct core_names *nm, js
     return 0;
 }
 
+int core_container_parse(const json_t *ctr, const struct core_names *names, const char *list,
+                         size_t idx, struct core_request *out, struct gs_err *e)
+{
+    struct ctx c = {list, idx, "", e};
+    struct ctr_req r;
+    int restartable;
+
+    memset(out, 0, sizeof *out);
+    if (parse_container(&c, names ? names : core_names_default(), (json_t *)ctr, &r,
+                        &restartable) < 0)
+        return -GS_EINVAL;
+    out->kind = r.kind;
+    out->num_gpu = r.kind == CORE_REQ_MIG ? 0 : r.num_gpu;
+    out->mem_mib = r.mem_mib;
+    out->milli = r.milli;
+    memcpy(out->mig_profile, r.mig_profile, sizeof out->mig_profile);
+    out->mig_count = r.mig_count;
+    out->cpu_milli = r.cpu_milli;
+    out->mem_bytes = r.mem_bytes;
+    return 0;
+}
+
 /* ---- summing containers as Kubernetes does --------------------------------- */
 
 static const char *kind_name(enum core_req_kind k)

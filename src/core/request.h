@@ -124,6 +124,12 @@ int core_pod_parse(const json_t *pod, const struct core_names *names, struct cor
                    struct gs_err *e);
 void core_pod_clear(struct core_pod *pod);
 
+/* One container's own request, checked as core_pod_parse() checks it; `list`
+ * ("containers" / "initContainers") and `idx` only name it in messages. For
+ * callers that must say which container breaks a cluster-wide limit. */
+int core_container_parse(const json_t *ctr, const struct core_names *names, const char *list,
+                         size_t idx, struct core_request *out, struct gs_err *e);
+
 /* Does a node with these labels pass the pod's nodeSelector and required
  * affinity? Labels are parallel arrays. */
 int core_pod_matches_labels(const struct core_pod *pod, int n, char *const *keys,

@@ -545,8 +545,27 @@ static void names_tests(void)
     json_decref(j);
 }
 
+static void container_tests(void)
+{
+    struct core_request r;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *c = json_loads("{\"name\":\"x\",\"resources\":{\"limits\":{\"nvidia.com/vcuda-core\":"
+                           "\"30\",\"nvidia.com/vcuda-memory\":\"4\"}}}", 0, NULL);
+    ASSERT_EQ(core_container_parse(c, NULL, "initContainers", 2, &r, &e), 0);
+    ASSERT_EQ(r.kind, CORE_REQ_SHARED);
+    ASSERT_EQ(r.mem_mib, 1024);
+    ASSERT_EQ(r.milli, 300);
+    json_object_set_new(json_object_get(json_object_get(c, "resources"), "limits"),
+                        "nvidia.com/vcuda-core", json_string("101"));
+    ASSERT_EQ(core_container_parse(c, NULL, "initContainers", 2, &r, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "initContainers[2].limits[nvidia.com/vcuda-core]: '101'");
+    ASSERT_CONTAINS(e.msg, "(container 'x')");
+    json_decref(c);
+}
+
 int test_request(void)
 {
+    container_tests();
     quantity_tests();
     forms_tests();
     impossible_tests();
