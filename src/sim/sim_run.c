@@ -116,7 +116,7 @@ static int build_cluster(struct core_cluster *c, const struct sim_trace *t, stru
         for (int g = 0; g < n->gpus; g++) {
             struct core_gpu_spec *gs = &spec->gpus[g];
             gs->index = g;
-            snprintf(gs->uuid, sizeof gs->uuid, "GPU-%s-%d", n->name, g);
+            snprintf(gs->uuid, sizeof gs->uuid, "GPU-%d-%d", i, g);
             snprintf(gs->model, sizeof gs->model, "%s", n->model);
             gs->healthy = 1;
             gs->numa = -1;
