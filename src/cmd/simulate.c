@@ -177,12 +177,16 @@ int cmd_simulate(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct sim_trace trace = {0};
     struct sim_config cfg;
-    if (sim_trace_load(&trace, nodes, pods, &e) < 0 ||
+    int n_unfit = 0;
+    if (sim_trace_load(&trace, nodes, pods, &n_unfit, &e) < 0 ||
         sim_config_init(&cfg, &trace, tune, &e) < 0) {
         fprintf(stderr, "gpusched simulate: %s\n", e.msg);
         sim_trace_clear(&trace);
         return 2;
     }
+    if (n_unfit)
+        fprintf(stderr, "gpusched simulate: note: %d pods fit no node of their gpu_spec models; "
+                "they fail in every run\n", n_unfit);
     struct sim_run_result *runs = calloc((size_t)n_pols * n_seeds, sizeof *runs);
     struct sim_summary *sum = calloc((size_t)n_pols, sizeof *sum);
     int status = 0;

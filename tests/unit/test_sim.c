@@ -49,7 +49,12 @@ static void test_parse(void)
     ASSERT_EQ(t.pods[0].gpu_milli, 460);
     ASSERT_EQ(t.pods[1].num_gpu, 8);
     ASSERT_STREQ(t.pods[0].gpu_spec, "");
-    ASSERT_EQ(sim_trace_check(&t, "pods.csv", &e), 0);
+    ASSERT_EQ(sim_trace_check(&t, "pods.csv", NULL, &e), 0);
+    /* 8 GPUs of P100: only the G2 node is big enough, so it fails by model */
+    int unfit = 0;
+    snprintf(t.pods[1].gpu_spec, sizeof t.pods[1].gpu_spec, "P100");
+    ASSERT_EQ(sim_trace_check(&t, "pods.csv", &unfit, &e), 0);
+    ASSERT_EQ(unfit, 1);
     sim_trace_clear(&t);
 
     /* every error names file, line, column and field */
@@ -103,19 +108,28 @@ static void test_parse(void)
                      "ok,1000,1024,1,500,T4\nbad,1000,1024,1,500,A100|T4\n";
     ASSERT_EQ(sim_trace_parse_nodes(&u, n2, strlen(n2), "n.csv", &e), 0);
     ASSERT_EQ(sim_trace_parse_pods(&u, p2, strlen(p2), "p.csv", &e), 0);
-    ASSERT_EQ(sim_trace_check(&u, "p.csv", &e), -GS_EINVAL);
+    ASSERT_EQ(sim_trace_check(&u, "p.csv", NULL, &e), -GS_EINVAL);
     ASSERT_STREQ(e.msg, "p.csv:3: column gpu_spec: unknown GPU model 'A100' (no node has it)");
     sim_trace_clear(&u);
     const char *p3 = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
                      "ok,1000,1024,2,1000\nhuge,1000,1024,4,1000\n";
     ASSERT_EQ(sim_trace_parse_nodes(&u, n2, strlen(n2), "n.csv", &e), 0);
     ASSERT_EQ(sim_trace_parse_pods(&u, p3, strlen(p3), "p.csv", &e), 0);
-    ASSERT_EQ(sim_trace_check(&u, "p.csv", &e), -GS_EINVAL);
+    ASSERT_EQ(sim_trace_check(&u, "p.csv", NULL, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "p.csv:3: column num_gpu: pod huge");
     ASSERT_CONTAINS(e.msg, "bigger than every node");
+    int unfit = -1;
+    u.pods[1].num_gpu = 2;
+    snprintf(u.pods[1].gpu_spec, sizeof u.pods[1].gpu_spec, "V100");
+    snprintf(u.nodes[0].model, sizeof u.nodes[0].model, "V100");
+    snprintf(u.pods[0].gpu_spec, sizeof u.pods[0].gpu_spec, "T4");
+    ASSERT_EQ(sim_trace_check(&u, "p.csv", &unfit, &e), -GS_EINVAL); /* no T4 left */
+    snprintf(u.pods[0].gpu_spec, sizeof u.pods[0].gpu_spec, "V100");
+    ASSERT_EQ(sim_trace_check(&u, "p.csv", &unfit, &e), 0);
+    ASSERT_EQ(unfit, 0);
     u.pods[1].num_gpu = 1;
     u.pods[1].cpu_milli = 9000;
-    ASSERT_EQ(sim_trace_check(&u, "p.csv", &e), -GS_EINVAL);
+    ASSERT_EQ(sim_trace_check(&u, "p.csv", NULL, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "column cpu_milli: pod huge needs 9000m CPU, the largest node has 8000m");
     sim_trace_clear(&u);
 }
@@ -141,7 +155,7 @@ static void test_gen_and_run(void)
     ASSERT_EQ(sim_gen(&t, 60, 500, 3, &e), 0);
     ASSERT_EQ(t.n_nodes, 60);
     ASSERT_EQ(t.n_pods, 500);
-    ASSERT_EQ(sim_trace_check(&t, "gen", &e), 0);
+    ASSERT_EQ(sim_trace_check(&t, "gen", NULL, &e), 0);
     int kinds[3] = {0};
     for (int i = 0; i < t.n_pods; i++)
         kinds[t.pods[i].num_gpu == 0 ? 0 : t.pods[i].gpu_milli < 1000 ? 1 : 2]++;
@@ -217,7 +231,7 @@ static void test_openb_default(void)
     snprintf(pods, sizeof pods, "%s/openb_pod_list_default.csv", dir);
     struct sim_trace t = {0};
     struct gs_err e = GS_ERR_INIT;
-    ASSERT_EQ(sim_trace_load(&t, nodes, pods, &e), 0);
+    ASSERT_EQ(sim_trace_load(&t, nodes, pods, NULL, &e), 0);
     ASSERT_EQ(t.n_nodes, 1213);
     ASSERT_EQ(t.total_gpus, 6212);
     ASSERT_EQ(t.n_pods, 8152);
