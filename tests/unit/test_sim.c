@@ -118,7 +118,7 @@ static void test_parse(void)
     ASSERT_EQ(sim_trace_check(&u, "p.csv", NULL, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "p.csv:3: column num_gpu: pod huge");
     ASSERT_CONTAINS(e.msg, "bigger than every node");
-    int unfit = -1;
+    unfit = -1;
     u.pods[1].num_gpu = 2;
     snprintf(u.pods[1].gpu_spec, sizeof u.pods[1].gpu_spec, "V100");
     snprintf(u.nodes[0].model, sizeof u.nodes[0].model, "V100");
