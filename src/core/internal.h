@@ -48,6 +48,11 @@ struct core_node_priv {
     uint64_t key_hash;
     double frag;               /* F_n(M), valid when frag_wver == cluster wver */
     uint64_t frag_wver;
+    /* per class m of M, with the frag: usable GPUs of an allowed model with
+     * share >= m's milli (cnt), and the share of all other usable GPUs
+     * (small); lets fgd price a placement in O(|M|) per changed GPU */
+    int *fc_cnt, *fc_small;
+    int fc_cap;
     /* per-decision memo of NODE_STATE scores */
     uint64_t memo_epoch;
 };
@@ -123,8 +128,10 @@ int core_model_id(struct core_cluster *c, const char *model, int add);
 
 /* frag.c */
 void core_workload_prepare(struct core_cluster *c);
-double core_frag_eval(const struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
-                      const int *share);
+/* F_n(M) after taking take[j] from the share of GPU pos[j] (j < k) and
+ * leaving free_cpu; needs core_node_frag(c, n) to be current. */
+double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
+                       const int *pos, const int *take, int k);
 void core_workload_seen(struct core_cluster *c, const struct core_alloc *a);
 void core_workload_free(struct core_cluster *c);
 

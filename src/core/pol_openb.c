@@ -75,7 +75,7 @@ static int dotprod_score(const struct core_cycle *cy, const struct core_node *n)
 
 const struct core_policy core_policy_dotprod = {
     "dotprod", "smallest dot product of free resources and request (openb baseline)",
-    CORE_POLICY_NODE_STATE, dotprod_score, NULL, NULL,
+    0, dotprod_score, NULL, NULL,
 };
 
 /* ---- clustering ------------------------------------------------------- */
@@ -103,7 +103,7 @@ static int clustering_score(const struct core_cycle *cy, const struct core_node 
 
 const struct core_policy core_policy_clustering = {
     "clustering", "pods of the same GPU shape together (openb GpuClustering baseline)",
-    CORE_POLICY_NODE_STATE, clustering_score, NULL, NULL,
+    0, clustering_score, NULL, NULL,
 };
 
 /* ---- packing ---------------------------------------------------------- */
@@ -174,5 +174,5 @@ void pol_minmax(const struct core_cycle *cy, int *s, int n)
 
 const struct core_policy core_policy_bestfit = {
     "bestfit", "least free CPU and GPU left after placement (openb BestFit)",
-    CORE_POLICY_NODE_STATE, bestfit_score, pol_minmax, NULL,
+    0, bestfit_score, pol_minmax, NULL,
 };
