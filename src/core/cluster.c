@@ -271,11 +271,14 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
         const struct core_gpu *g = &n->gpus[i];
         p->usable[i] = g->healthy && !g->mig_enabled;
         p->share[i] = p->usable[i] ? core_gpu_free_share(g) : 0;
+        p->gfree[i] = (int16_t)g->free_milli;
+        p->gwhole[i] = g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+        p->gmodel[i] = (uint8_t)g->model_id;
         if (!p->usable[i])
             continue;
         p->free_share += p->share[i];
         p->n_usable++;
-        p->n_whole += g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+        p->n_whole += p->gwhole[i];
         if (g->free_milli > p->max_free_milli)
             p->max_free_milli = g->free_milli;
         p->model_mask |= 1ULL << g->model_id;

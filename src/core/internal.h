@@ -39,6 +39,10 @@ struct core_node_priv {
     uint64_t model_mask;
     int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
     int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
+    /* per position, so fit checks need not touch struct core_gpu */
+    int16_t gfree[CORE_MAX_GPUS];  /* free_milli */
+    uint8_t gwhole[CORE_MAX_GPUS]; /* entirely free: a whole-GPU pod fits */
+    uint8_t gmodel[CORE_MAX_GPUS]; /* model_id */
     int free_share;            /* sum of share[] */
     int n_usable;              /* healthy GPUs not in MIG mode */
     int n_whole;               /* usable GPUs entirely free (no pod at all) */
@@ -159,5 +163,20 @@ static inline uint64_t core_mix64(uint64_t x)
 }
 
 uint64_t core_hash_str(const char *s);
+
+/* core_gpu_fits() for the GPU at position i, from the node's cache. */
+static inline int core_fits_pos(const struct core_cycle *cy, const struct core_node *n, int i)
+{
+    const struct core_node_priv *p = n->priv;
+    if (!p->usable[i] || !((cy->model_mask >> p->gmodel[i]) & 1))
+        return 0;
+    if (cy->req->kind == CORE_REQ_WHOLE)
+        return p->gwhole[i];
+    if (cy->req->kind != CORE_REQ_SHARED)
+        return 0;
+    if (cy->req->mem_mib > 0)
+        return core_gpu_fits(cy, &n->gpus[i]);
+    return p->gfree[i] >= cy->req->milli;
+}
 
 #endif

@@ -38,7 +38,7 @@ static int fgd_eval(const struct core_cycle *cy, const struct core_node *n, int 
     if (sharing(cy->req)) {
         int best = -1, tried[CORE_MAX_GPUS], n_tried = 0, tried_score[CORE_MAX_GPUS];
         for (int i = 0; i < n->n_gpus; i++) {
-            if (!core_gpu_fits(cy, &n->gpus[i]))
+            if (!core_fits_pos(cy, n, i))
                 continue;
             int s = -1;
             /* on a one-model node, GPUs with equal free shares score alike */
@@ -60,7 +60,7 @@ static int fgd_eval(const struct core_cycle *cy, const struct core_node *n, int 
     }
     if (cy->req->kind == CORE_REQ_WHOLE || cy->req->kind == CORE_REQ_SHARED) {
         for (int i = 0; i < n->n_gpus; i++)
-            if (core_gpu_fits(cy, &n->gpus[i]))
+            if (core_fits_pos(cy, n, i))
                 pos[k++] = i;
         /* the num_gpu fitting GPUs with the least free share */
         for (int i = 1; i < k; i++)

@@ -65,7 +65,7 @@ static uint32_t fitting_mask(const struct core_cycle *cy, const struct core_node
 {
     uint32_t m = 0;
     for (int i = 0; i < n->n_gpus; i++)
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             m |= 1u << i;
     return m;
 }

@@ -44,7 +44,7 @@ static int random_pick(const struct core_cycle *cy, const struct core_node *n,
         return core_pick_order(cy, n, a, 0);
     int pos[CORE_MAX_GPUS], k = 0;
     for (int i = 0; i < n->n_gpus; i++)
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             pos[k++] = i;
     if (k < cy->req->num_gpu)
         return -GS_ENOFIT;
@@ -121,7 +121,7 @@ static int packing_score(const struct core_cycle *cy, const struct core_node *n)
             continue;
         usable++;
         all_free &= p->share[i] == CORE_MILLI;
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             pos[k++] = i;
     }
     if (all_free)
