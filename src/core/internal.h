@@ -34,23 +34,24 @@ struct core_node_hot {
 };
 
 struct core_node_priv {
-    int pos;                   /* position in cluster->nodes and ->hot */
-    uint32_t rank;             /* seeded tie-break order, lower wins */
+    /* first: what scoring reads for every feasible node */
+    int free_share;            /* sum of share[] */
+    int n_usable;              /* healthy GPUs not in MIG mode */
     int homogeneous;           /* every usable GPU has the same model */
+    uint32_t rank;             /* seeded tie-break order, lower wins */
+    uint64_t key_hash;
     uint64_t model_mask;
+    int n_whole;               /* usable GPUs entirely free (no pod at all) */
+    int max_free_milli;        /* largest free compute on a usable GPU */
+    int pos;                   /* position in cluster->nodes and ->hot */
     int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
     int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
     /* per position, so fit checks need not touch struct core_gpu */
     int16_t gfree[CORE_MAX_GPUS];  /* free_milli */
     uint8_t gwhole[CORE_MAX_GPUS]; /* entirely free: a whole-GPU pod fits */
     uint8_t gmodel[CORE_MAX_GPUS]; /* model_id */
-    int free_share;            /* sum of share[] */
-    int n_usable;              /* healthy GPUs not in MIG mode */
-    int n_whole;               /* usable GPUs entirely free (no pod at all) */
-    int max_free_milli;        /* largest free compute on a usable GPU */
     int tag_count[CORE_NTAGS];
     struct core_node_key key;
-    uint64_t key_hash;
     double frag;               /* F_n(M), valid when frag_wver == cluster wver */
     uint64_t frag_wver;
     /* per class m of M, with the frag: usable GPUs of an allowed model with
