@@ -14,6 +14,7 @@ struct cmd {
 
 static const struct cmd cmds[] = {
     {"version", cmd_version, "print the version"},
+    {"webhook", cmd_webhook, "admission webhook: validate and normalise GPU pods, quotas"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},
 };

@@ -13,5 +13,6 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_webhook(int argc, char **argv);
 
 #endif
