@@ -1,4 +1,5 @@
 /* wh/wh_admit.c - see wh_admit.h. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +89,13 @@ int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names
         json_t *cap = json_object_get(json_object_get(json_object_get(node, "status"),
                                                       "capacity"), names->gpu);
         int64_t mib = 0, count = 0;
-        if (mem && core_quantity_parse(mem, 1, &mib, "nvidia.com/gpu.memory", e) < 0) {
-            gs_err_prefix(e, "items[%zu].metadata.labels", i);
-            return -GS_EINVAL;
+        if (mem) { /* MiB, a plain number (docs/annotations.md) */
+            char *end;
+            errno = 0;
+            mib = strtoll(mem, &end, 10);
+            if (errno || end == mem || *end || mib < 0)
+                return gs_errf(e, GS_EINVAL, "items[%zu].metadata.labels[nvidia.com/gpu.memory]: "
+                                             "'%.32s' is not a number of MiB", i, mem);
         }
         if (json_is_string(cap) &&
             core_quantity_parse(json_string_value(cap), 1, &count, names->gpu, e) < 0) {
