@@ -107,7 +107,7 @@ struct core_gpu {
     int numa;
     uint8_t link[CORE_MAX_GPUS]; /* enum core_link to the GPU at *position* j of node->gpus */
     int mig_enabled, n_mig;
-    struct core_mig mig[CORE_MAX_MIG];
+    struct core_mig *mig;      /* n_mig entries, owned by the node */
     /* kept exact by reserve/unreserve */
     int64_t free_mem_mib;
     int free_milli;            /* 0..1000 */
@@ -124,7 +124,7 @@ struct core_node {
     int max_pods;
     int available;             /* 0 after core_cluster_set_available(.., 0) */
     int n_gpus;                /* GPUs in NVML index order */
-    struct core_gpu gpus[CORE_MAX_GPUS];
+    struct core_gpu *gpus;     /* n_gpus entries, owned by the node */
     /* kept exact by reserve/unreserve */
     int64_t free_cpu_milli, free_mem_bytes;
     int n_pods;

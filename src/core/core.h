@@ -102,11 +102,13 @@ struct core_decision {
 int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
                       const struct core_pod *pod, struct core_decision *d, struct gs_err *e);
 
-/* Preemption on one node: the smallest set of pods with priority lower than
- * the pod's whose removal lets it fit (fewest victims, then lowest
- * priorities). Fills victims[0..*n_victims-1] with borrowed pod UIDs (valid
- * until the cluster changes). Returns 0, or -GS_ENOFIT if even removing
- * every lower-priority pod would not do (or more than max victims needed). */
+/* Preemption on one node: a minimal set of pods with priority lower than
+ * the pod's whose eviction lets it fit (lowest priorities taken first, then
+ * every victim whose return still leaves room is spared). Fills
+ * victims[0..*n_victims-1] with borrowed pod UIDs (valid until the cluster
+ * changes); the cluster is left unchanged. 0 victims if the pod fits now.
+ * Returns 0, or -GS_ENOFIT if even evicting every lower-priority pod would
+ * not do (or more than max victims are needed). */
 int core_preempt(struct core_cluster *c, const struct core_node *n, const struct core_pod *pod,
                  const char **victims, int max, int *n_victims, struct gs_err *e);
 
