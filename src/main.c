@@ -14,6 +14,7 @@ struct cmd {
 
 static const struct cmd cmds[] = {
     {"version", cmd_version, "print the version"},
+    {"extender", cmd_extender, "kube-scheduler extender: filter, prioritize, bind, preempt"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},
 };

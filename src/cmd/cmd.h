@@ -13,5 +13,6 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_extender(int argc, char **argv);
 
 #endif
