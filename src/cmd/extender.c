@@ -29,6 +29,7 @@ static int release(const struct ext_config *cfg, const char *who)
     struct gs_err e = GS_ERR_INIT;
     struct kube_config kc = {0};
     struct kube_client *c = NULL;
+    json_t *reply = NULL;
     char server[300], path[600];
     const char *host = cfg->listen;
     int rc;
@@ -45,11 +46,15 @@ static int release(const struct ext_config *cfg, const char *who)
     kc.server = server;
     kc.insecure = 1; /* our own server on this host; its certificate may be self-signed */
     if (kube_client_new(&kc, NULL, &c, &e) < 0 ||
-        (rc = kube_request(c, "DELETE", path, NULL, NULL, NULL, NULL, &e)) < 0) {
-        fprintf(stderr, "gpusched extender release: %s\n", e.msg);
+        (rc = kube_request(c, "DELETE", path, NULL, NULL, &reply, NULL, &e)) < 0) {
+        const json_t *msg = json_object_get(reply, "error");
+        fprintf(stderr, "gpusched extender release: %s\n",
+                json_is_string(msg) ? json_string_value(msg) : e.msg);
+        json_decref(reply);
         kube_client_free(c);
-        return e.code == GS_ENOENT ? 1 : 1;
+        return 1;
     }
+    json_decref(reply);
     kube_client_free(c);
     printf("released %s\n", who);
     return 0;
