@@ -60,7 +60,18 @@ static int release(const struct ext_config *cfg, const char *who)
     return 0;
 }
 
-static void collect(void *ud, struct metrics *m) { ext_sched_collect(ud, m); }
+struct running {
+    struct ext_sched *s;
+    struct ext_cluster *cl;
+};
+
+static void collect(void *ud, struct metrics *m)
+{
+    struct running *r = ud;
+    ext_sched_collect(r->s, m);
+    if (r->cl)
+        ext_cluster_collect(r->cl);
+}
 
 int cmd_extender(int argc, char **argv)
 {
@@ -139,7 +150,8 @@ int cmd_extender(int argc, char **argv)
         status = 2;
         goto out;
     }
-    metrics_on_collect(m, collect, s);
+    struct running running = {s, NULL};
+    metrics_on_collect(m, collect, &running);
     struct ext_server_opts so = {.listen = cfg.listen, .tls_cert = cfg.tls_cert,
                                  .tls_key = cfg.tls_key, .threads = (unsigned)cfg.threads,
                                  .max_body = (size_t)cfg.max_body, .sched = s, .metrics = m};
@@ -161,6 +173,7 @@ int cmd_extender(int argc, char **argv)
             status = 2;
             goto out;
         }
+        running.cl = cl;
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
     }

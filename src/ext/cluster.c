@@ -217,7 +217,7 @@ static void post_events(struct ext_cluster *cl)
     }
 }
 
-static void update_metrics(struct ext_cluster *cl)
+void ext_cluster_collect(struct ext_cluster *cl)
 {
     struct kube_watch_stats a = {0}, b = {0};
     kube_watch_get_stats(cl->nodes, &a);
@@ -252,7 +252,6 @@ static void *house_main(void *arg)
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
             if (cl->cfg->events && leading)
                 post_events(cl);
-            update_metrics(cl);
         }
     }
     return NULL;

@@ -30,6 +30,9 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                       struct metrics *m, struct ext_cluster **out, struct gs_err *e);
 /* Ready once nodes and pods have been listed and the state rebuilt. */
 int ext_cluster_ready(void *cluster);
+/* Refreshes the watch, rebuild and leader metrics (from the metrics
+ * collect callback). */
+void ext_cluster_collect(struct ext_cluster *cl);
 void ext_cluster_stop(struct ext_cluster *cl);
 
 #endif
