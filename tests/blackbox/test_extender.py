@@ -502,3 +502,55 @@ def test_debug_explains_every_node(ext):
     assert not by["a100-1"]["fits"] and "MiB" in by["a100-1"]["reason"]
     assert by["a100-1"]["gpus"][0]["free_memory_mib"] == 81920
     assert ext.debug(pod("never-seen")).status_code == 404
+
+
+# ---- the deploy/ example ------------------------------------------------------------
+
+def _deploy(name):
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
+    with open(os.path.join(root, name)) as f:
+        return list(yaml.safe_load_all(f))
+
+
+def test_deploy_scheduler_config_is_consistent():
+    import yaml
+    cfg = _deploy("scheduler-config.yaml")[0]
+    cm = [d for d in _deploy("scheduler-deployment.yaml") if d["kind"] == "ConfigMap"][0]
+    for c in (cfg, yaml.safe_load(cm["data"]["config.yaml"])):
+        assert c["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+        assert c["profiles"][0]["schedulerName"] == "gpu-scheduler"
+        ext = c["extenders"][0]
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            assert ext[verb + "Verb"] == verb
+        assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
+        names = [r["name"] for r in ext["managedResources"]]
+        assert len(names) == len(set(names))
+        for r in ("nvidia.com/gpu", "nvidia.com/gpu-memory", "nvidia.com/gpu-cores",
+                  "nvidia.com/vcuda-core", "nvidia.com/vcuda-memory", "nvidia.com/mig-1g.10gb"):
+            assert r in names
+        assert ext["urlPrefix"].endswith(":8888")
+
+
+def test_deploy_extender_config_is_accepted(gpusched_bin, tmp_path):
+    import yaml
+    docs = _deploy("extender.yaml")
+    cm = [d for d in docs if d["kind"] == "ConfigMap"][0]
+    dep = [d for d in docs if d["kind"] == "Deployment"][0]
+    assert dep["spec"]["replicas"] == 2
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["limits"]
+    cfg = tmp_path / "extender.yaml"
+    cfg.write_text(cm["data"]["extender.yaml"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    r = subprocess.run([gpusched_bin, "extender", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=10, env=env)
+    # every key is accepted; it stops only because this is not a cluster
+    assert r.returncode == 2 and "KUBERNETES_SERVICE_HOST" in r.stderr, r.stderr
+    rules = [d for d in _deploy("rbac-extender.yaml") if d["kind"] == "ClusterRole"][0]["rules"]
+    verbs = {(g, res): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"]
+             for res in rule["resources"]}
+    assert verbs[("", "pods/binding")] == {"create"}
+    assert "delete" not in verbs[("", "pods")] and "update" not in verbs[("", "nodes")]
+    assert yaml  # the manifests parsed
