@@ -17,6 +17,7 @@ static const struct cmd cmds[] = {
     {"gen-trace", cmd_gen_trace, "generate a synthetic cluster and workload (openb CSV schema)"},
     {"version", cmd_version, "print the version"},
     {"webhook", cmd_webhook, "admission webhook: validate and normalise GPU pods, quotas"},
+    {"extender", cmd_extender, "kube-scheduler extender: filter, prioritize, bind, preempt"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},
 };
