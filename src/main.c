@@ -14,6 +14,7 @@ struct cmd {
 
 static const struct cmd cmds[] = {
     {"version", cmd_version, "print the version"},
+    {"device-plugin", cmd_device_plugin, "node agent: kubelet device plugin for NVIDIA GPUs"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},
 };

@@ -13,5 +13,6 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_device_plugin(int argc, char **argv);
 
 #endif

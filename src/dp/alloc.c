@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "deviceplugin.pb-c.h"
 #include "dp/alloc.h"
@@ -158,9 +159,12 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             if (!cname)
                 return gs_errf(e, GS_EINVAL, "pod %s/%s: %s[%zu].name: missing", out->ns, out->pod,
                                lists[l], i);
+            char ukey[DP_KEY_MAX];
             snprintf(out->container, sizeof out->container, "%s", cname);
             dp_assign_key(out, key, sizeof key);
-            int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key);
+            snprintf(ukey, sizeof ukey, "uid:%s/%.700s", out->uid, cname);
+            int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key) &&
+                       !is_claimed(claimed, n_claimed, ukey);
             if (!mine) {
                 off += (int)cnt;
                 continue;
@@ -251,7 +255,7 @@ struct kvs {
     V1beta1__DeviceSpec dev[DP_MAX_GPUS + 3];
     V1beta1__DeviceSpec *devp[DP_MAX_GPUS + 3];
     int n_dev;
-    char strs[24][2048];
+    char strs[64][1600]; /* up to 16 UUIDs joined */
     int n_str;
 };
 
@@ -288,12 +292,20 @@ static void ann(struct kvs *k, char *key, char *val)
     k->n_ann++;
 }
 
-static void devspec(struct kvs *k, char *path)
+/* Adds /dev/<name> when <dev_dir>/<name> exists on the host. */
+static void devspec(struct kvs *k, const char *dev_dir, const char *name)
 {
+    struct stat st;
+    char *host = keep_s(k, dev_dir, "/");
+    size_t hl = strlen(host);
+
+    snprintf(host + hl, sizeof k->strs[0] - hl, "%s", name);
+    if (stat(host, &st) != 0)
+        return;
     V1beta1__DeviceSpec *d = &k->dev[k->n_dev];
     v1beta1__device_spec__init(d);
-    d->container_path = path;
-    d->host_path = path;
+    d->container_path = keep_s(k, "/dev/", name);
+    d->host_path = host;
     d->permissions = (char *)"rw";
     k->devp[k->n_dev++] = d;
 }
@@ -302,7 +314,7 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
                 const struct dp_alloc_opts *o, struct kvs *k,
                 V1beta1__ContainerAllocateResponse *cr, struct gs_err *e)
 {
-    char list[2048] = "";
+    char list[1600] = "";
     int minors[DP_MAX_GPUS], n_minor = 0;
 
     memset(k, 0, sizeof *k);
@@ -340,15 +352,14 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
         ann(k, keep_s(k, o->annot_prefix, "pod"), who);
     }
     ann(k, keep_s(k, o->annot_prefix, "gpu-uuids"), l);
-    if (o->device_specs) {
-        devspec(k, (char *)"/dev/nvidiactl");
-        devspec(k, (char *)"/dev/nvidia-uvm");
-        devspec(k, (char *)"/dev/nvidia-uvm-tools");
-        for (int m = 0; m < n_minor; m++)
-            {
-            char *d = keep_s(k, "/dev/nvidia", "");
-            snprintf(d + 11, sizeof k->strs[0] - 11, "%d", minors[m]);
-            devspec(k, d);
+    if (o->dev_dir) {
+        devspec(k, o->dev_dir, "nvidiactl");
+        devspec(k, o->dev_dir, "nvidia-uvm");
+        devspec(k, o->dev_dir, "nvidia-uvm-tools");
+        for (int m = 0; m < n_minor; m++) {
+            char name[32];
+            snprintf(name, sizeof name, "nvidia%d", minors[m]);
+            devspec(k, o->dev_dir, name);
         }
     }
     v1beta1__container_allocate_response__init(cr);

@@ -42,7 +42,8 @@ void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap);
 
 /* Picks the container being admitted. `pods` is a PodList (or an array of
  * Pods); `claimed` holds "ns/pod/container" keys of containers that already
- * have devices of this resource. annot_prefix is "gpusched.io/". Returns 0
+ * have devices of this resource (or "uid:<pod uid>/container" keys, which
+ * tell apart a pod recreated under the same name). annot_prefix is "gpusched.io/". Returns 0
  * with *out, -GS_ENOENT when nothing matches, -GS_EINVAL when the matching
  * pod's annotations are broken (the message names the pod and field). */
 int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
@@ -51,7 +52,9 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
 
 /* Options of the Allocate answer. */
 struct dp_alloc_opts {
-    int device_specs;         /* add /dev/nvidia* DeviceSpecs */
+    const char *dev_dir;      /* host directory of the NVIDIA device nodes
+                                 ("/dev"); DeviceSpecs are added for those
+                                 that exist there. NULL = none. */
     const char *annot_prefix; /* "gpusched.io/" */
 };
 

@@ -28,6 +28,8 @@ int dp_devices_build(const struct dp_inventory *inv, const struct dp_devices_cfg
     int reps = cfg->replicas < 1 ? 1 : cfg->replicas > DP_MAX_REPLICAS ? DP_MAX_REPLICAS
                                                                         : cfg->replicas;
 
+    if (inv->n == 0)
+        return 0;
     snprintf(name, sizeof name, "%sgpu", cfg->prefix);
     struct dp_resource *gpu = resource_for(out, &n, max, name);
     for (int i = 0; gpu && i < inv->n; i++) {

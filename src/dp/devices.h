@@ -48,9 +48,10 @@ struct dp_devices_cfg {
     int replicas;           /* 1..DP_MAX_REPLICAS */
 };
 
-/* Builds the resources for an inventory: nvidia.com/gpu first (always, even
- * with no GPU, so kubelet learns the count is 0), then one per MIG profile
- * in order of first appearance. Returns the number of resources. */
+/* Builds the resources for an inventory: nvidia.com/gpu first, then one per
+ * MIG profile in order of first appearance. No GPU, no resource: like
+ * NVIDIA's plugin, a node without GPUs advertises and registers nothing.
+ * Returns the number of resources. */
 int dp_devices_build(const struct dp_inventory *inv, const struct dp_devices_cfg *cfg,
                      struct dp_resource *out, int max);
 

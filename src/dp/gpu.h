@@ -97,6 +97,9 @@ struct dp_backend {
  * -GS_EUNAVAIL when the library or the driver is missing. */
 int dp_backend_open_nvml(const char *lib, struct dp_backend **out, struct gs_err *e);
 
+/* No GPUs and no events (dp/none.c): where NVML cannot be used. */
+int dp_backend_open_none(struct dp_backend **out, struct gs_err *e);
+
 /* The fake backend: GPUs described in a JSON file (docs/device-plugin.md),
  * re-read whenever it changes, so tests inject XIDs and vanished GPUs. */
 int dp_backend_open_fake(const char *path, struct dp_backend **out, struct gs_err *e);

@@ -132,7 +132,7 @@ static int read_payload(grpc_byte_buffer *bb, uint8_t **out, size_t *len)
 
 static grpc_byte_buffer *make_buffer(const uint8_t *buf, size_t len)
 {
-    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    grpc_slice s = len ? grpc_slice_from_copied_buffer((const char *)buf, len) : grpc_empty_slice();
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     return bb;
