@@ -20,7 +20,14 @@
 
 /* ---- completion-queue tags ------------------------------------------------ */
 
-enum tag_kind { TAG_NEW_CALL, TAG_UNARY_DONE, TAG_STREAM_SEND, TAG_STREAM_CLOSE, TAG_SHUTDOWN };
+enum tag_kind {
+    TAG_NEW_CALL,
+    TAG_UNKNOWN_CALL,
+    TAG_UNARY_DONE,
+    TAG_STREAM_SEND,
+    TAG_STREAM_CLOSE,
+    TAG_SHUTDOWN
+};
 
 struct tag {
     enum tag_kind kind;
@@ -35,6 +42,15 @@ struct slot { /* one outstanding grpc_server_request_registered_call per method 
     gpr_timespec deadline;
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
+    struct tag tag;
+};
+
+/* Calls to methods not in the table arrive here and get UNIMPLEMENTED
+ * (grpc core would otherwise hold them until their deadline). */
+struct unknown_slot {
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
     struct tag tag;
 };
 
@@ -74,6 +90,7 @@ struct dp_grpc_server {
     int active;         /* unary + stream contexts not yet freed */
     int shutdown_done;
     struct stream_ctx *streams;
+    struct unknown_slot unknown;
     struct tag shutdown_tag;
 };
 
@@ -150,6 +167,35 @@ static void request_call(struct slot *sl)
         sl->srv->cq, sl->srv->cq, &sl->tag);
     if (ce != GRPC_CALL_OK)
         log_error("grpc", "cannot request calls for %s: error %d", sl->m->path, (int)ce);
+}
+
+static void request_unknown(struct dp_grpc_server *s)
+{
+    struct unknown_slot *u = &s->unknown;
+
+    u->call = NULL;
+    grpc_call_details_init(&u->details);
+    grpc_metadata_array_init(&u->md);
+    if (grpc_server_request_call(s->server, &u->call, &u->details, &u->md, s->cq, s->cq, &u->tag) !=
+        GRPC_CALL_OK)
+        log_error("grpc", "cannot request calls for unknown methods");
+}
+
+static void unknown_call(struct dp_grpc_server *s, int ok)
+{
+    struct unknown_slot *u = &s->unknown;
+
+    if (ok) {
+        char *m = grpc_slice_to_c_string(u->details.method);
+        log_warn("grpc", "call to unknown method %.200s", m);
+        gpr_free(m);
+        grpc_call_cancel_with_status(u->call, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL);
+        grpc_call_unref(u->call);
+    }
+    grpc_call_details_destroy(&u->details);
+    grpc_metadata_array_destroy(&u->md);
+    if (ok)
+        request_unknown(s);
 }
 
 static void *unary_thread(void *arg)
@@ -424,6 +470,9 @@ static void *cq_thread(void *arg)
             request_call(sl);
             break;
         }
+        case TAG_UNKNOWN_CALL:
+            unknown_call(s, ev.success);
+            break;
         case TAG_UNARY_DONE:
             unary_done(t->obj);
             break;
@@ -513,6 +562,9 @@ int dp_grpc_server_start(const char *sock_path, const struct dp_grpc_method *met
     grpc_server_start(s->server);
     for (int i = 0; i < s->n_methods; i++)
         request_call(&s->slots[i]);
+    s->unknown.tag.kind = TAG_UNKNOWN_CALL;
+    s->unknown.tag.obj = s;
+    request_unknown(s);
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     s->shutdown_tag.obj = s;
     if (pthread_create(&s->thread, NULL, cq_thread, s) != 0) {

@@ -305,7 +305,10 @@ def test_vanished_gpu(kubelet, plugin_factory, gpus_file):
     assert health(p.devices())[GPU[3]] == "Unhealthy"  # a lost GPU fails its re-probe
     assert "GPU is lost" in pl.get("/inventory").json()["gpus"][3]["reason"]
     # Gone from the file altogether: the list shrinks, the stream stays.
-    edit(gpus_file, lambda d: d["gpus"].pop(3))
+    def drop(d):
+        d["gpus"].pop(3)
+        d["gpus"][2].pop("links")
+    edit(gpus_file, drop)
     devs = p.wait(lambda d: len(d) == 3)
     assert GPU[3] not in health(devs)
 
