@@ -73,8 +73,9 @@ struct core_request {
 enum core_sel_op { CORE_OP_IN, CORE_OP_NOT_IN, CORE_OP_EXISTS, CORE_OP_DOES_NOT_EXIST,
                    CORE_OP_GT, CORE_OP_LT };
 
-struct core_requirement {      /* one matchExpression */
+struct core_requirement {      /* one matchExpression (or matchFields entry) */
     char *key;
+    int field;                 /* 1: matchFields, key is the node field metadata.name */
     enum core_sel_op op;
     int n_values;
     char **values;
@@ -113,6 +114,8 @@ int core_quantity_parse(const char *s, int64_t scale, int64_t *out, const char *
                         struct gs_err *e);
 
 /* Parses a Pod object (the JSON of `kubectl get pod -o json`). Fills *pod;
+ * a missing namespace reads as "default". For GPU resources limits win;
+ * requests alone are accepted, and when both are given they must be equal.
  * on error returns -GS_EINVAL with e->msg naming the container and field,
  * and leaves *pod cleared. Impossible requests (cores > 100, vcuda-core 150,
  * MIG mixed with whole GPUs in one container, memory without gpu, ...) are
@@ -121,16 +124,29 @@ int core_pod_parse(const json_t *pod, const struct core_names *names, struct cor
                    struct gs_err *e);
 void core_pod_clear(struct core_pod *pod);
 
+/* One container's own request, checked as core_pod_parse() checks it; `list`
+ * ("containers" / "initContainers") and `idx` only name it in messages. For
+ * callers that must say which container breaks a cluster-wide limit. */
+int core_container_parse(const json_t *ctr, const struct core_names *names, const char *list,
+                         size_t idx, struct core_request *out, struct gs_err *e);
+
 /* Does a node with these labels pass the pod's nodeSelector and required
  * affinity? Labels are parallel arrays. */
 int core_pod_matches_labels(const struct core_pod *pod, int n, char *const *keys,
                             char *const *values);
 
+/* The same, knowing the node's name too: matchFields on metadata.name (how
+ * DaemonSet pods pin a node) are evaluated; core_pod_matches_labels() lets
+ * them pass. */
+int core_pod_matches_node(const struct core_pod *pod, const char *node_name, int n,
+                          char *const *keys, char *const *values);
+
 /* Does the pod tolerate a taint (effect NoSchedule / NoExecute matter)? */
 int core_pod_tolerates(const struct core_pod *pod, const char *key, const char *value,
                        const char *effect);
 
-/* Does a GPU model pass the request's gpu-type include/exclude lists? */
+/* Does a GPU model pass the request's gpu-type include/exclude lists?
+ * Substrings match case-insensitively ("h100" matches "NVIDIA-H100-80GB"). */
 int core_request_model_ok(const struct core_request *req, const char *model);
 
 #endif

@@ -1,0 +1,115 @@
+/*
+ * core/core.h - the scheduling decision: filter, score, choose node, choose
+ * GPUs, preempt. The one API the extender, the simulator and the device
+ * plugin call, so that a policy measured in the simulator is, byte for byte,
+ * the policy that runs in the cluster.
+ *
+ * Shaped like the kube-scheduler framework: a table of filter plugins (each
+ * says why a node does not fit), one score policy per decision (scores 0..100
+ * after normalisation), a node-level choice (highest score, ties to the
+ * smallest seeded node rank, see core_cluster_set_seed) and a GPU-level
+ * choice. Policies are looked up by name in a registry (core/policy.h).
+ *
+ * SHARED requests (memory MiB + optional compute thousandths per GPU) fit a
+ * GPU when both its free memory and its free compute suffice. Policies that
+ * reason in compute shares see a GPU's free share as
+ *   min(free_milli, floor(1000 * free_mem_mib / mem_mib))
+ * and a pod's share on that GPU as
+ *   max(milli, ceil(1000 * mem_mib / gpu mem_mib)),
+ * so memory-only requests pack and fragment like compute requests. The
+ * trace simulator's pods have mem_mib = 0, where both reduce to milli.
+ *
+ * Not thread-safe; no I/O. Errors are returned (struct gs_err), never printed.
+ */
+#ifndef GPUSCHED_CORE_CORE_H
+#define GPUSCHED_CORE_CORE_H
+
+#include <stdint.h>
+
+#include "core/cluster.h"
+#include "core/request.h"
+#include "util/err.h"
+
+#define CORE_MAX_SCORE 100
+
+/* Filter outcomes (k8s framework codes), one X-macro so names never drift. */
+#define CORE_CODE_MAP(XX)                                                      \
+    XX(FIT, "fits")                                                            \
+    XX(UNSCHEDULABLE, "does not fit now")                                      \
+    XX(UNRESOLVABLE, "cannot fit even on the empty node")
+
+enum core_code {
+#define XX(name, desc) CORE_##name,
+    CORE_CODE_MAP(XX)
+#undef XX
+};
+const char *core_code_name(enum core_code c);
+
+/* Why a node does or does not fit. `reason` is for a person and names the
+ * resource and the numbers, e.g. "GPU 3 has 2048 MiB free, pod needs 8192
+ * MiB", "no GPU of model A100", "node has 2 free GPUs, pod needs 4". */
+struct core_status {
+    enum core_code code;
+    const char *plugin;        /* filter plugin that rejected, NULL when FIT */
+    char reason[256];
+};
+
+struct core_policy;
+
+/* Does the pod fit on the node now? Runs every filter plugin in order; the
+ * first rejection decides. Returns 1 if it fits, 0 if not; *st (optional)
+ * gets the code and reason. UNRESOLVABLE means the pod would not fit even if
+ * every pod on the node left (wrong model, too few GPUs, taint, labels). */
+int core_filter(struct core_cluster *c, const struct core_node *n, const struct core_pod *pod,
+                struct core_status *st);
+
+/* Scores the given nodes for the pod with a policy: scores[i] in 0..100 for
+ * nodes[i], after the policy's normalisation over the nodes that fit; nodes
+ * that do not fit score 0. Returns 0 or a negative GS_E* code. */
+int core_score(struct core_cluster *c, const struct core_policy *pol, const struct core_pod *pod,
+               struct core_node *const *nodes, int n, int *scores, struct gs_err *e);
+
+/* The policy's GPU-level choice on one node: fills *out (pod identity, node,
+ * kind, GPUs, per-GPU memory and compute, MIG instances) without reserving.
+ * WHOLE: the topology policy picks linked GPUs (core_topology_pick), the
+ * others the lowest-index free GPUs. SHARED: the policy's GPU selector
+ * (bestfit: least free share that fits). MIG: free instances of the profile,
+ * fewest GPUs first. -GS_ENOFIT (reason in *e) if the pod does not fit. */
+int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
+                   const struct core_node *n, const struct core_pod *pod, struct core_alloc *out,
+                   struct gs_err *e);
+
+/* Topology choice shared with the device plugin's GetPreferredAllocation:
+ * among `candidates` (bitmask of positions in n->gpus), choose `count` GPUs
+ * that include `must`, maximising first the weakest link inside the set
+ * (NVLink > one PCIe switch > several switches > host bridge > same NUMA >
+ * across NUMA), then the sum of links, then the lowest positions. Returns 0
+ * with *chosen set, or -GS_ENOFIT if candidates hold fewer than count GPUs
+ * or do not contain must. */
+int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
+                       uint32_t *chosen);
+
+/* One full decision: filter every node, score the feasible ones, choose the
+ * node (highest score, seeded tie-break; `random` picks uniformly), choose
+ * the GPUs. Does not reserve: call core_reserve(c, &d->alloc, e) to commit.
+ * Returns 0, or -GS_ENOFIT when no node fits (d->n_feasible = 0). */
+struct core_decision {
+    struct core_node *node;    /* borrowed */
+    int score;
+    int n_feasible;            /* nodes that passed the filters */
+    struct core_alloc alloc;
+};
+int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
+                      const struct core_pod *pod, struct core_decision *d, struct gs_err *e);
+
+/* Preemption on one node: a minimal set of pods with priority lower than
+ * the pod's whose eviction lets it fit (lowest priorities taken first, then
+ * every victim whose return still leaves room is spared). Fills
+ * victims[0..*n_victims-1] with borrowed pod UIDs (valid until the cluster
+ * changes); the cluster is left unchanged. 0 victims if the pod fits now.
+ * Returns 0, or -GS_ENOFIT if even evicting every lower-priority pod would
+ * not do (or more than max victims are needed). */
+int core_preempt(struct core_cluster *c, const struct core_node *n, const struct core_pod *pod,
+                 const char **victims, int max, int *n_victims, struct gs_err *e);
+
+#endif

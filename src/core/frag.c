@@ -1,0 +1,222 @@
+/*
+ * core/frag.c - the target workload M and a node's expected fragmentation
+ * F_n(M) (Weng et al., "Beware of Fragmentation", USENIX ATC'23, §2 of
+ * docs/benchmark.md).
+ *
+ * F_n(m) is the free GPU share on node n that a pod of class m could not
+ * use: all of it when m asks for no GPU, for a model the node lacks, or for
+ * more than the node has free (GPUs or CPU); otherwise the free share of the
+ * GPUs too small for one of m's GPUs. F_n(M) weights the classes by their
+ * popularity. M is set explicitly (the simulator: the trace's classes) or
+ * learned from the pods reserved so far (the extender).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+#define SEEN_MAX 4096
+
+void core_workload_free(struct core_cluster *c)
+{
+    free(c->wsrc);
+    free(c->wclasses);
+    free(c->seen);
+    c->wsrc = NULL;
+    c->wclasses = NULL;
+    c->seen = NULL;
+    c->n_wsrc = c->n_wclasses = c->n_seen = c->cap_seen = 0;
+}
+
+int core_cluster_set_workload(struct core_cluster *c, const struct core_class *classes, int n,
+                              double coverage, struct gs_err *e)
+{
+    if (n < 0 || (n > 0 && !classes))
+        return gs_errf(e, GS_EINVAL, "workload: bad class array");
+    if (!(coverage > 0 && coverage <= 1))
+        return gs_errf(e, GS_EINVAL, "workload: coverage %g is outside (0, 1]", coverage);
+    for (int i = 0; i < n; i++) {
+        const struct core_class *k = &classes[i];
+        if (k->cpu_milli < 0 || k->num_gpu < 0 || k->num_gpu > CORE_MAX_GPUS ||
+            k->milli < 0 || k->milli > CORE_MILLI || (k->num_gpu > 0 && k->milli == 0) ||
+            !(k->weight >= 0) || !memchr(k->gpu_spec, 0, sizeof k->gpu_spec))
+            return gs_errf(e, GS_EINVAL, "workload: class %d: bad cpu/num_gpu/milli/weight", i);
+    }
+    struct core_class *copy = calloc((size_t)n + 1, sizeof *copy);
+    if (!copy)
+        return gs_errf(e, GS_ENOMEM, "workload: out of memory");
+    if (n)
+        memcpy(copy, classes, (size_t)n * sizeof *copy);
+    free(c->wsrc);
+    c->wsrc = copy;
+    c->n_wsrc = n;
+    c->wcoverage = coverage;
+    c->explicit_workload = 1;
+    c->wdirty = 1;
+    c->wver++;
+    return 0;
+}
+
+int core_cluster_workload_size(const struct core_cluster *c)
+{
+    return c->n_wclasses;
+}
+
+/* "A|B|C" -> mask of the cluster's models named exactly so; "" -> any. */
+static uint64_t spec_mask(const struct core_cluster *c, const char *spec)
+{
+    if (!spec[0])
+        return ~0ULL;
+    uint64_t m = 0;
+    const char *p = spec;
+    while (*p) {
+        size_t len = strcspn(p, "|");
+        for (int i = 0; i < c->n_models; i++)
+            if (strlen(c->models[i]) == len && memcmp(c->models[i], p, len) == 0)
+                m |= 1ULL << i;
+        p += len;
+        if (*p == '|')
+            p++;
+    }
+    return m;
+}
+
+static const struct core_class *sort_src;
+static int cmp_weight_desc(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    double wx = sort_src[x].weight, wy = sort_src[y].weight;
+    if (wx != wy)
+        return wx < wy ? 1 : -1;
+    return (x > y) - (x < y);
+}
+
+/* Rebuilds M from the explicit classes or from the learned histogram. */
+void core_workload_prepare(struct core_cluster *c)
+{
+    struct core_class *learned = NULL;
+    const struct core_class *src = c->wsrc;
+    int n = c->n_wsrc;
+    double coverage = c->wcoverage;
+
+    c->wdirty = 0;
+    c->wver++;
+    c->n_wclasses = 0;
+    if (!c->explicit_workload) {
+        learned = calloc((size_t)c->n_seen + 1, sizeof *learned);
+        if (!learned)
+            return;
+        for (int i = 0; i < c->n_seen; i++) {
+            learned[i].cpu_milli = c->seen[i].cpu_milli;
+            learned[i].num_gpu = c->seen[i].num_gpu;
+            learned[i].milli = c->seen[i].milli;
+            learned[i].weight = (double)c->seen[i].count;
+        }
+        src = learned;
+        n = c->n_seen;
+        coverage = 0.95;
+    }
+    int *order = calloc((size_t)n + 1, sizeof *order);
+    struct core_wclass *w = realloc(c->wclasses, ((size_t)n + 1) * sizeof *w);
+    if (!order || !w) {
+        free(order);
+        free(learned);
+        if (w)
+            c->wclasses = w;
+        return;
+    }
+    c->wclasses = w;
+    double total = 0, kept = 0;
+    for (int i = 0; i < n; i++) {
+        order[i] = i;
+        total += src[i].weight;
+    }
+    sort_src = src;
+    qsort(order, (size_t)n, sizeof *order, cmp_weight_desc);
+    int k = 0;
+    while (k < n && total > 0 && kept < coverage * total - 1e-9) {
+        const struct core_class *s = &src[order[k]];
+        w[k].cpu_milli = s->cpu_milli;
+        w[k].num_gpu = s->num_gpu;
+        w[k].milli = s->milli;
+        w[k].model_mask = spec_mask(c, s->gpu_spec);
+        w[k].p = s->weight;
+        kept += s->weight;
+        k++;
+    }
+    for (int i = 0; i < k; i++)
+        w[i].p /= kept;
+    c->n_wclasses = k;
+    free(order);
+    free(learned);
+}
+
+double core_frag_eval(const struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
+                      const int *share)
+{
+    const struct core_node_priv *p = n->priv;
+    int total = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        total += share[i];
+    if (total == 0)
+        return 0;
+    double f = 0;
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *k = &c->wclasses[m];
+        int fm = total;
+        if (k->num_gpu > 0 && free_cpu >= k->cpu_milli) {
+            int cnt = 0, small = 0;
+            for (int i = 0; i < n->n_gpus; i++) {
+                if (!p->usable[i])
+                    continue;
+                if (((k->model_mask >> n->gpus[i].model_id) & 1) && share[i] >= k->milli)
+                    cnt++;
+                else
+                    small += share[i];
+            }
+            if (cnt >= k->num_gpu)
+                fm = small;
+        }
+        f += k->p * fm;
+    }
+    return f;
+}
+
+void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
+{
+    int milli = 0;
+    if (a->kind == CORE_REQ_MIG)
+        return; /* MIG instances never fragment shares */
+    if (a->n > 0) {
+        milli = a->milli[0];
+        const struct core_node *n = core_cluster_find(c, a->node);
+        if (n && n->gpus[a->gpu[0]].mem_mib > 0) {
+            int64_t gm = n->gpus[a->gpu[0]].mem_mib;
+            int64_t m = (a->mem_mib[0] * CORE_MILLI + gm - 1) / gm;
+            if (m > milli)
+                milli = m > CORE_MILLI ? CORE_MILLI : (int)m;
+        }
+        if (milli == 0)
+            milli = 1;
+    }
+    for (int i = 0; i < c->n_seen; i++) {
+        struct core_seen_class *s = &c->seen[i];
+        if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli) {
+            s->count++;
+            c->wdirty = 1;
+            return;
+        }
+    }
+    if (c->n_seen >= SEEN_MAX)
+        return;
+    if (c->n_seen == c->cap_seen) {
+        int cap = c->cap_seen ? 2 * c->cap_seen : 32;
+        struct core_seen_class *s = realloc(c->seen, (size_t)cap * sizeof *s);
+        if (!s)
+            return;
+        c->seen = s;
+        c->cap_seen = cap;
+    }
+    c->seen[c->n_seen++] = (struct core_seen_class){a->cpu_milli, a->n, milli, 1};
+    c->wdirty = 1;
+}

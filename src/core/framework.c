@@ -1,0 +1,377 @@
+/*
+ * core/framework.c - one scheduling decision: prepare the cycle, filter,
+ * score (with a per-decision memo so identical nodes are scored once),
+ * normalise, choose the node with the seeded tie-break, choose the GPUs.
+ *
+ * No allocation per decision: the scratch arrays live in the cluster and
+ * grow with the node count.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/internal.h"
+
+static int validate_request(const struct core_request *r, struct gs_err *e)
+{
+    switch (r->kind) {
+    case CORE_REQ_NONE:
+        break;
+    case CORE_REQ_WHOLE:
+    case CORE_REQ_SHARED:
+        if (r->num_gpu < 1 || r->num_gpu > CORE_MAX_GPUS)
+            return gs_errf(e, GS_EINVAL, "request: num_gpu: %d is out of range 1..%d", r->num_gpu,
+                           CORE_MAX_GPUS);
+        if (r->milli < 0 || r->milli > CORE_MILLI || r->mem_mib < 0)
+            return gs_errf(e, GS_EINVAL, "request: per-GPU share out of range (%d thousandths, "
+                           "%lld MiB)", r->milli, (long long)r->mem_mib);
+        break;
+    case CORE_REQ_MIG:
+        if (r->mig_count < 1 || r->mig_count > CORE_MAX_GPUS || !r->mig_profile[0])
+            return gs_errf(e, GS_EINVAL, "request: MIG: %d instances of '%s'", r->mig_count,
+                           r->mig_profile);
+        break;
+    default:
+        return gs_errf(e, GS_EINVAL, "request: kind: %d is unknown", (int)r->kind);
+    }
+    if (r->cpu_milli < 0 || r->mem_bytes < 0)
+        return gs_errf(e, GS_EINVAL, "request: negative CPU or memory");
+    return 0;
+}
+
+int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct core_policy *pol,
+                    const struct core_pod *pod, struct gs_err *e)
+{
+    const struct core_request *r = &pod->req;
+    int rc = validate_request(r, e);
+    if (rc < 0)
+        return rc;
+    cy->cluster = c;
+    cy->pod = pod;
+    cy->req = r;
+    cy->pol = pol;
+    cy->rng = &c->rng;
+    cy->model_mask = ~0ULL;
+    if (r->n_types || r->n_types_exclude) {
+        cy->model_mask = 0;
+        for (int i = 0; i < c->n_models; i++)
+            if (core_request_model_ok(r, c->models[i]))
+                cy->model_mask |= 1ULL << i;
+    }
+    switch (r->kind) {
+    case CORE_REQ_NONE: cy->tag = CORE_TAG_NONE; break;
+    case CORE_REQ_MIG: cy->tag = CORE_TAG_MIG; break;
+    case CORE_REQ_SHARED: cy->tag = r->num_gpu == 1 ? CORE_TAG_SHARE : r->num_gpu; break;
+    default: cy->tag = r->num_gpu; break;
+    }
+    return 0;
+}
+
+/* ---- helpers for policies -------------------------------------------- */
+
+int core_pod_share(const struct core_cycle *cy, const struct core_gpu *g)
+{
+    const struct core_request *r = cy->req;
+    if (r->kind == CORE_REQ_WHOLE)
+        return CORE_MILLI;
+    if (r->kind != CORE_REQ_SHARED)
+        return 0;
+    int share = r->milli;
+    if (r->mem_mib > 0 && g->mem_mib > 0) {
+        int64_t m = (r->mem_mib * CORE_MILLI + g->mem_mib - 1) / g->mem_mib;
+        if (m > share)
+            share = m > CORE_MILLI ? CORE_MILLI : (int)m;
+    }
+    return share;
+}
+
+int core_gpu_fits(const struct core_cycle *cy, const struct core_gpu *g)
+{
+    const struct core_request *r = cy->req;
+    if (!g->healthy || g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
+        return 0;
+    if (r->kind == CORE_REQ_WHOLE)
+        return g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+    if (r->kind != CORE_REQ_SHARED)
+        return 0;
+    if (r->mem_mib > 0 && (g->mem_mib <= 0 || g->free_mem_mib < r->mem_mib))
+        return 0;
+    return g->free_milli >= r->milli;
+}
+
+int core_node_free_share(const struct core_node *n)
+{
+    return n->priv->free_share;
+}
+
+uint64_t core_rand(const struct core_cycle *cy, uint64_t n)
+{
+    /* splitmix64 stream; the modulo bias is below 2^-40 for the sizes used */
+    *cy->rng += 0x9e3779b97f4a7c15ULL;
+    uint64_t x = *cy->rng;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return n ? x % n : 0;
+}
+
+void core_alloc_init(const struct core_cycle *cy, const struct core_node *n,
+                     struct core_alloc *a)
+{
+    const struct core_pod *p = cy->pod;
+    memset(a, 0, sizeof *a);
+    snprintf(a->pod_uid, sizeof a->pod_uid, "%s", p->uid);
+    if (p->ns[0])
+        snprintf(a->pod_name, sizeof a->pod_name, "%s/%s", p->ns, p->name);
+    else
+        snprintf(a->pod_name, sizeof a->pod_name, "%s", p->name);
+    snprintf(a->node, sizeof a->node, "%s", n->name);
+    a->kind = cy->req->kind;
+    a->priority = p->priority;
+    a->cpu_milli = cy->req->cpu_milli;
+    a->mem_bytes = cy->req->mem_bytes;
+}
+
+void core_alloc_add_gpu(const struct core_cycle *cy, const struct core_node *n,
+                        struct core_alloc *a, int pos)
+{
+    const struct core_gpu *g = &n->gpus[pos];
+    a->gpu[a->n] = pos;
+    a->mig[a->n] = -1;
+    if (cy->req->kind == CORE_REQ_WHOLE) {
+        a->mem_mib[a->n] = g->mem_mib;
+        a->milli[a->n] = CORE_MILLI;
+    } else {
+        a->mem_mib[a->n] = cy->req->mem_mib;
+        a->milli[a->n] = cy->req->milli;
+    }
+    a->n++;
+}
+
+/* Sorts GPU positions by free share ascending (dir > 0) or descending
+ * (dir < 0), lowest position first on ties; insertion sort, n <= 16. */
+static void sort_by_share(const struct core_node *n, int *pos, int k, int dir)
+{
+    for (int i = 1; i < k; i++) {
+        int v = pos[i], j = i;
+        while (j > 0) {
+            int a = n->priv->share[pos[j - 1]], b = n->priv->share[v];
+            if (dir * (a - b) > 0 || (a == b && pos[j - 1] > v))
+                pos[j] = pos[j - 1], j--;
+            else
+                break;
+        }
+        pos[j] = v;
+    }
+}
+
+/* Fitting GPU positions in index order; returns how many. */
+static int fitting(const struct core_cycle *cy, const struct core_node *n, int *pos)
+{
+    int k = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        if (core_gpu_fits(cy, &n->gpus[i]))
+            pos[k++] = i;
+    return k;
+}
+
+int core_pick_order(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a,
+                    int dir)
+{
+    int pos[CORE_MAX_GPUS];
+    int k = fitting(cy, n, pos);
+    if (k < cy->req->num_gpu)
+        return -GS_ENOFIT;
+    if (dir)
+        sort_by_share(n, pos, k, dir);
+    core_alloc_init(cy, n, a);
+    for (int i = 0; i < cy->req->num_gpu; i++)
+        core_alloc_add_gpu(cy, n, a, pos[i]);
+    return 0;
+}
+
+static int pick_mig(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a)
+{
+    const struct core_request *r = cy->req;
+    int free_on[CORE_MAX_GPUS] = {0}, order[CORE_MAX_GPUS], k = 0;
+
+    core_alloc_init(cy, n, a);
+    for (int i = 0; i < n->n_gpus; i++) {
+        const struct core_gpu *g = &n->gpus[i];
+        if (!g->healthy || !g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
+            continue;
+        for (int m = 0; m < g->n_mig; m++)
+            free_on[i] += !g->mig[m].used && strcmp(g->mig[m].profile, r->mig_profile) == 0;
+        if (free_on[i])
+            order[k++] = i;
+    }
+    /* most free instances first, so the pod spans the fewest GPUs */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && free_on[order[j]] > free_on[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int o = 0; o < k && a->n < r->mig_count; o++) {
+        const struct core_gpu *g = &n->gpus[order[o]];
+        for (int m = 0; m < g->n_mig && a->n < r->mig_count; m++)
+            if (!g->mig[m].used && strcmp(g->mig[m].profile, r->mig_profile) == 0) {
+                a->gpu[a->n] = order[o];
+                a->mig[a->n] = m;
+                a->mem_mib[a->n] = g->mig[m].mem_mib;
+                a->milli[a->n] = 0;
+                a->n++;
+            }
+    }
+    return a->n == r->mig_count ? 0 : -GS_ENOFIT;
+}
+
+int core_pick_default(const struct core_cycle *cy, const struct core_node *n,
+                      struct core_alloc *a)
+{
+    switch (cy->req->kind) {
+    case CORE_REQ_NONE:
+        core_alloc_init(cy, n, a);
+        return 0;
+    case CORE_REQ_MIG:
+        return pick_mig(cy, n, a);
+    case CORE_REQ_WHOLE:
+        return core_pick_order(cy, n, a, 0);
+    default:
+        return core_pick_order(cy, n, a, 1);
+    }
+}
+
+static int pick(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a)
+{
+    if (cy->req->kind == CORE_REQ_NONE || cy->req->kind == CORE_REQ_MIG || !cy->pol->pick_gpus)
+        return core_pick_default(cy, n, a);
+    return cy->pol->pick_gpus(cy, n, a);
+}
+
+/* ---- scoring ---------------------------------------------------------- */
+
+/* Raw score of a feasible node, memoised by node state for NODE_STATE
+ * policies within one decision (epoch). */
+static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
+                     const struct core_node *n)
+{
+    const struct core_policy *pol = cy->pol;
+    if (!(pol->flags & CORE_POLICY_NODE_STATE) || !n->priv->homogeneous)
+        return pol->score(cy, n);
+    const struct core_node_priv *p = n->priv;
+    size_t mask = (size_t)c->memo_cap - 1;
+    size_t s = p->key_hash & mask;
+    for (;;) {
+        struct core_memo_slot *m = &c->memo[s];
+        if (m->epoch != c->memo_epoch) {
+            m->epoch = c->memo_epoch;
+            m->hash = p->key_hash;
+            m->node = n;
+            m->score = pol->score(cy, n);
+            return m->score;
+        }
+        if (m->hash == p->key_hash &&
+            memcmp(&m->node->priv->key, &p->key, sizeof p->key) == 0)
+            return m->score;
+        s = (s + 1) & mask;
+    }
+}
+
+static int clamp_score(int s)
+{
+    return s < 0 ? 0 : s > CORE_MAX_SCORE ? CORE_MAX_SCORE : s;
+}
+
+/* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
+ * leaving the feasible ones in c->feasible and their normalised scores in
+ * c->scores. Returns how many are feasible. */
+static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
+                          struct core_node *const *nodes, int n)
+{
+    int k = 0;
+    int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
+    c->memo_epoch++;
+    for (int i = 0; i < n; i++) {
+        struct core_node *node = nodes ? nodes[i] : c->nodes[i];
+        if (!core_filter_cycle(cy, node, NULL))
+            continue;
+        c->feasible[k] = node;
+        c->scores[k] = random ? 0 : raw_score(c, cy, node);
+        k++;
+    }
+    if (!random && cy->pol->normalize && k > 0)
+        cy->pol->normalize(cy, c->scores, k);
+    for (int i = 0; i < k; i++)
+        c->scores[i] = clamp_score(c->scores[i]);
+    return k;
+}
+
+int core_score(struct core_cluster *c, const struct core_policy *pol, const struct core_pod *pod,
+               struct core_node *const *nodes, int n, int *scores, struct gs_err *e)
+{
+    struct core_cycle cy;
+    int rc = core_cycle_init(&cy, c, pol, pod, e);
+    if (rc < 0)
+        return rc;
+    if (n > c->n_nodes)
+        return gs_errf(e, GS_EINVAL, "score: %d nodes given, the cluster has %d", n, c->n_nodes);
+    int k = score_feasible(c, &cy, nodes, n);
+    for (int i = 0, j = 0; i < n; i++) {
+        if (j < k && c->feasible[j] == nodes[i]) {
+            scores[i] = (pol->flags & CORE_POLICY_RANDOM_NODE)
+                            ? (int)core_rand(&cy, CORE_MAX_SCORE + 1) : c->scores[j];
+            j++;
+        } else {
+            scores[i] = 0;
+        }
+    }
+    return 0;
+}
+
+int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
+                   const struct core_node *n, const struct core_pod *pod, struct core_alloc *out,
+                   struct gs_err *e)
+{
+    struct core_cycle cy;
+    struct core_status st;
+    int rc = core_cycle_init(&cy, c, pol, pod, e);
+    if (rc < 0)
+        return rc;
+    if (!core_filter_cycle(&cy, n, &st))
+        return gs_errf(e, GS_ENOFIT, "node %s: %s", n->name, st.reason);
+    if (pick(&cy, n, out) < 0)
+        return gs_errf(e, GS_ENOFIT, "node %s: no GPU choice fits the pod", n->name);
+    return 0;
+}
+
+int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
+                      const struct core_pod *pod, struct core_decision *d, struct gs_err *e)
+{
+    struct core_cycle cy;
+    int rc = core_cycle_init(&cy, c, pol, pod, e);
+    if (rc < 0)
+        return rc;
+    d->node = NULL;
+    d->score = 0;
+    int k = score_feasible(c, &cy, NULL, c->n_nodes);
+    d->n_feasible = k;
+    if (k == 0)
+        return gs_errf(e, GS_ENOFIT, "pod %s: no node fits (%d nodes)", pod->name, c->n_nodes);
+    int best = 0;
+    if (pol->flags & CORE_POLICY_RANDOM_NODE) {
+        best = (int)core_rand(&cy, (uint64_t)k);
+    } else {
+        for (int i = 1; i < k; i++)
+            if (c->scores[i] > c->scores[best] ||
+                (c->scores[i] == c->scores[best] &&
+                 c->feasible[i]->priv->rank < c->feasible[best]->priv->rank))
+                best = i;
+    }
+    d->node = c->feasible[best];
+    d->score = c->scores[best];
+    if (pick(&cy, d->node, &d->alloc) < 0)
+        return gs_errf(e, GS_ENOFIT, "pod %s: node %s passed the filters but no GPU choice fits",
+                       pod->name, d->node->name);
+    return 0;
+}

@@ -1,0 +1,139 @@
+/*
+ * core/internal.h - private to src/core: the cluster's own bookkeeping
+ * (hash indexes, cached per-node state, the target workload, decision
+ * scratch space). Nothing outside src/core includes this.
+ */
+#ifndef GPUSCHED_CORE_INTERNAL_H
+#define GPUSCHED_CORE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "core/cluster.h"
+#include "core/core.h"
+#include "core/policy.h"
+
+/* A node's state as the NODE_STATE policies see it; equal keys score alike. */
+struct core_node_key {
+    int64_t free_cpu;
+    uint64_t model_mask;       /* models of the node's usable GPUs */
+    uint32_t tags;             /* bit t set: the node holds a pod with tag t */
+    int n_usable;
+    int share[CORE_MAX_GPUS];  /* free shares of usable GPUs, sorted ascending */
+};
+
+struct core_node_priv {
+    uint32_t rank;             /* seeded tie-break order, lower wins */
+    int homogeneous;           /* every usable GPU has the same model */
+    uint64_t model_mask;
+    int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
+    int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
+    int free_share;            /* sum of share[] */
+    int tag_count[CORE_NTAGS];
+    struct core_node_key key;
+    uint64_t key_hash;
+    double frag;               /* F_n(M), valid when frag_wver == cluster wver */
+    uint64_t frag_wver;
+    /* per-decision memo of NODE_STATE scores */
+    uint64_t memo_epoch;
+};
+
+/* One class of the target workload, resolved against the cluster's models. */
+struct core_wclass {
+    int64_t cpu_milli;
+    int num_gpu, milli;
+    uint64_t model_mask;       /* allowed models; all ones = any */
+    double p;                  /* popularity, sums to 1 over kept classes */
+};
+
+/* Learned workload histogram entry (no explicit workload set). */
+struct core_seen_class {
+    int64_t cpu_milli;
+    int num_gpu, milli;
+    long count;
+};
+
+struct core_memo_slot {
+    uint64_t epoch;
+    uint64_t hash;
+    const struct core_node *node; /* representative whose key was scored */
+    int score;
+};
+
+struct core_cluster {
+    struct core_node **nodes;
+    int n_nodes, cap_nodes;
+    int *node_index;           /* open addressing: node position + 1, 0 empty */
+    int node_index_cap;        /* power of two */
+
+    struct core_alloc **allocs;
+    int n_allocs, cap_allocs;
+    int *alloc_index;
+    int alloc_index_cap;
+
+    char models[CORE_MAX_MODELS][CORE_MODEL_MAX];
+    int n_models;
+
+    uint64_t seed, rng;
+
+    /* target workload M */
+    int explicit_workload;
+    struct core_class *wsrc;   /* explicit classes as given (model specs re-resolved) */
+    int n_wsrc;
+    double wcoverage;
+    struct core_wclass *wclasses;
+    int n_wclasses;
+    uint64_t wver;             /* bumped whenever M or the model list changes */
+    int wdirty;                /* M must be rebuilt before use */
+    struct core_seen_class *seen;
+    int n_seen, cap_seen;
+
+    double frag_sum;           /* sum of node frag, valid when frag_sum_wver == wver */
+    uint64_t frag_sum_wver;
+    int64_t milli_alloc;
+
+    /* decision scratch, sized to the node count */
+    struct core_node **feasible;
+    int *scores;
+    struct core_memo_slot *memo;
+    int memo_cap;
+    uint64_t memo_epoch;
+};
+
+/* cluster.c */
+void core_node_refresh(struct core_cluster *c, struct core_node *n);
+int core_alloc_tag(const struct core_alloc *a);
+int core_model_id(struct core_cluster *c, const char *model, int add);
+
+/* frag.c */
+void core_workload_prepare(struct core_cluster *c);
+double core_frag_eval(const struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
+                      const int *share);
+void core_workload_seen(struct core_cluster *c, const struct core_alloc *a);
+void core_workload_free(struct core_cluster *c);
+
+/* framework.c */
+int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct core_policy *pol,
+                    const struct core_pod *pod, struct gs_err *e);
+int core_filter_cycle(const struct core_cycle *cy, const struct core_node *n,
+                      struct core_status *st);
+/* Picks the fitting GPUs in index order (dir 0), least free share first
+ * (dir 1, best fit) or most free first (dir -1, worst fit). */
+int core_pick_order(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a,
+                    int dir);
+/* Takes (sign +1) or gives back (-1) an allocation's resources on a node;
+ * with check set only verifies that taking fits (see core_reserve). */
+int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, int check,
+                     struct gs_err *e);
+
+/* 64-bit mixing (splitmix64 finaliser), for hashes and the seeded stream. */
+static inline uint64_t core_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+uint64_t core_hash_str(const char *s);
+
+#endif

@@ -1,0 +1,107 @@
+/*
+ * core/topology.c - which GPUs of a node belong together: link names and the
+ * topology choice that the `topology` policy and the device plugin's
+ * GetPreferredAllocation share.
+ *
+ * A set is judged by its weakest internal link first (a 4-GPU job is as slow
+ * as its slowest pair), then by the sum of its links, then by the lowest
+ * positions. Sets are enumerated exhaustively: at most C(16, 8) = 12,870
+ * subsets, each scored in O(k^2).
+ */
+#include <string.h>
+
+#include "core/core.h"
+
+static const char *const link_names[] = {
+    [CORE_LINK_UNKNOWN] = "unknown", [CORE_LINK_SYS] = "sys", [CORE_LINK_NODE] = "node",
+    [CORE_LINK_PHB] = "phb",         [CORE_LINK_PXB] = "pxb", [CORE_LINK_PIX] = "pix",
+    [CORE_LINK_NVLINK] = "nvlink",
+};
+
+int core_link_parse(const char *s)
+{
+    for (int i = CORE_LINK_SYS; i <= CORE_LINK_NVLINK; i++)
+        if (s && strcasecmp(s, link_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *core_link_name(enum core_link l)
+{
+    return (unsigned)l <= CORE_LINK_NVLINK ? link_names[l] : "unknown";
+}
+
+/* Lexicographic key: weakest link, then link sum; positions compared by the
+ * caller through enumeration order (lowest masks first). */
+static void set_quality(const struct core_node *n, uint32_t set, int *weakest, int *sum)
+{
+    int w = CORE_LINK_NVLINK, s = 0;
+    for (int a = 0; a < n->n_gpus; a++) {
+        if (!(set & (1u << a)))
+            continue;
+        for (int b = a + 1; b < n->n_gpus; b++) {
+            if (!(set & (1u << b)))
+                continue;
+            int l = n->gpus[a].link[b];
+            if (l < w)
+                w = l;
+            s += l;
+        }
+    }
+    *weakest = w;
+    *sum = s;
+}
+
+/* Is subset x (over the positions listed in pos[]) lower-positioned than y?
+ * Compares the sorted position lists lexicographically. */
+static int lower_positions(uint32_t x, uint32_t y)
+{
+    while (x && y) {
+        int a = __builtin_ctz(x), b = __builtin_ctz(y);
+        if (a != b)
+            return a < b;
+        x &= x - 1;
+        y &= y - 1;
+    }
+    return 0;
+}
+
+int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
+                       uint32_t *chosen)
+{
+    uint32_t valid = n->n_gpus >= 32 ? ~0u : ((1u << n->n_gpus) - 1);
+    candidates &= valid;
+    if ((must & ~candidates) || count < 0 || __builtin_popcount(candidates) < count ||
+        __builtin_popcount(must) > count)
+        return -GS_ENOFIT;
+    int pos[CORE_MAX_GPUS], k = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        if ((candidates & (1u << i)) && !(must & (1u << i)))
+            pos[k++] = i;
+    int need = count - __builtin_popcount(must);
+    if (need == 0) {
+        *chosen = must;
+        return 0;
+    }
+    uint32_t best = 0;
+    int best_w = -1, best_s = -1;
+    /* Gosper's hack over k-bit combinations of the free candidates */
+    for (uint32_t comb = (1u << need) - 1; comb < (1u << k);) {
+        uint32_t set = must;
+        for (int i = 0; i < k; i++)
+            if (comb & (1u << i))
+                set |= 1u << pos[i];
+        int w, s;
+        set_quality(n, set, &w, &s);
+        if (w > best_w || (w == best_w && s > best_s) ||
+            (w == best_w && s == best_s && lower_positions(set, best))) {
+            best = set;
+            best_w = w;
+            best_s = s;
+        }
+        uint32_t c = comb & -comb, r = comb + c;
+        comb = (((r ^ comb) >> 2) / c) | r;
+    }
+    *chosen = best;
+    return 0;
+}
