@@ -150,16 +150,16 @@ static int parse_links(json_t *arr, struct dp_fake_state *st, int gi, int n, con
             return -GS_EINVAL;
         if (peer == gi)
             return gs_errf(e, GS_EINVAL, "%s.gpu: a GPU has no link to itself", w);
-        enum dp_link t = dp_link_parse(type);
-        if (t == DP_LINK_NONE)
+        int t = core_link_parse(type);
+        if (t < 0)
             return gs_errf(e, GS_EINVAL,
                            "%s.type: '%s' is not one of nvlink, pix, pxb, phb, node, sys", w, type);
-        if (t == DP_LINK_NVLINK && nv == 0)
+        if (t == CORE_LINK_NVLINK && nv == 0)
             nv = 1;
         /* Links are symmetric: either side may describe one. */
-        g->link[peer] = t;
+        g->link[peer] = (uint8_t)t;
         g->nvlinks[peer] = (int)nv;
-        st->inv.gpu[peer].link[gi] = t;
+        st->inv.gpu[peer].link[gi] = (uint8_t)t;
         st->inv.gpu[peer].nvlinks[gi] = (int)nv;
     }
     return 0;
@@ -256,7 +256,7 @@ int dp_fake_parse(const char *text, size_t len, struct dp_fake_state *out, struc
     out->inv.n = n;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < n; j++)
-            out->inv.gpu[i].link[j] = DP_LINK_NONE;
+            out->inv.gpu[i].link[j] = CORE_LINK_UNKNOWN;
     }
     for (int i = 0; i < n && !rc; i++)
         rc = parse_gpu(json_array_get(gpus, (size_t)i), out, i, n, e);
@@ -270,9 +270,9 @@ int dp_fake_parse(const char *text, size_t len, struct dp_fake_state *out, struc
         }
         /* Pairs the file leaves out are linked by NUMA distance. */
         for (int j = 0; j < n; j++)
-            if (j != i && g->link[j] == DP_LINK_NONE)
-                g->link[j] = (g->numa_node == out->inv.gpu[j].numa_node) ? DP_LINK_NODE
-                                                                         : DP_LINK_SYS;
+            if (j != i && g->link[j] == CORE_LINK_UNKNOWN)
+                g->link[j] = (g->numa_node == out->inv.gpu[j].numa_node) ? CORE_LINK_NODE
+                                                                         : CORE_LINK_SYS;
     }
 out:
     json_decref(root);

@@ -12,6 +12,9 @@
  * on request; the health policy (which XIDs count, when to re-probe) is in
  * dp/health.c, not here.
  *
+ * Links between GPUs use the scheduling core's enum core_link and names, so
+ * the inventory annotation and the core's topology choice agree.
+ *
  * Ownership: dp_backend_open_*() returns a backend freed by its ->close().
  * struct dp_inventory is plain data, copied by value.
  */
@@ -20,25 +23,13 @@
 
 #include <stdint.h>
 
+#include "core/cluster.h"
 #include "util/err.h"
 
 #define DP_MAX_GPUS 16 /* = CORE_MAX_GPUS */
 #define DP_MAX_MIG 8   /* MIG instances per GPU (7 on H100/A100) */
 #define DP_UUID_MAX 96
 #define DP_NAME_MAX 96
-
-enum dp_link {
-    DP_LINK_NONE = 0, /* unknown, or the GPU itself */
-    DP_LINK_NVLINK,   /* one or more NVLinks between the two GPUs */
-    DP_LINK_PIX,      /* one PCIe switch */
-    DP_LINK_PXB,      /* several PCIe switches */
-    DP_LINK_PHB,      /* same PCIe host bridge */
-    DP_LINK_NODE,     /* same NUMA node */
-    DP_LINK_SYS,      /* across NUMA nodes */
-};
-const char *dp_link_name(enum dp_link l);
-/* Parses a docs/annotations.md link type; returns DP_LINK_NONE if unknown. */
-enum dp_link dp_link_parse(const char *s);
 
 struct dp_mig {
     char uuid[DP_UUID_MAX];
@@ -58,7 +49,7 @@ struct dp_gpu {
     int mig_enabled;
     int n_mig;
     struct dp_mig mig[DP_MAX_MIG];
-    enum dp_link link[DP_MAX_GPUS];  /* by position in the inventory */
+    uint8_t link[DP_MAX_GPUS];       /* enum core_link to the GPU at that position */
     int nvlinks[DP_MAX_GPUS];        /* NVLink count to that GPU */
     int healthy;                     /* set by dp/health.c */
     char reason[128];                /* why unhealthy, "" when healthy */

@@ -13,11 +13,11 @@ json_t *dp_inventory_json(const struct dp_inventory *inv, const char *now)
         const struct dp_gpu *g = &inv->gpu[i];
         json_t *links = json_array(), *mig = json_array();
         for (int j = 0; j < inv->n; j++) {
-            if (j == i || g->link[j] == DP_LINK_NONE)
+            if (j == i || g->link[j] == CORE_LINK_UNKNOWN)
                 continue;
             json_t *l = json_pack("{s:i, s:s}", "gpu", inv->gpu[j].index, "type",
-                                  dp_link_name(g->link[j]));
-            if (g->link[j] == DP_LINK_NVLINK)
+                                  core_link_name((enum core_link)g->link[j]));
+            if (g->link[j] == CORE_LINK_NVLINK)
                 json_object_set_new(l, "nvlinks", json_integer(g->nvlinks[j]));
             json_array_append_new(links, l);
         }

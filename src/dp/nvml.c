@@ -186,15 +186,15 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
     }
 }
 
-static enum dp_link ancestor_link(int level)
+static enum core_link ancestor_link(int level)
 {
     switch (level) {
     case 0:
-    case 10: return DP_LINK_PIX;
-    case 20: return DP_LINK_PXB;
-    case 30: return DP_LINK_PHB;
-    case 40: return DP_LINK_NODE;
-    default: return DP_LINK_SYS;
+    case 10: return CORE_LINK_PIX;
+    case 20: return CORE_LINK_PXB;
+    case 30: return CORE_LINK_PHB;
+    case 40: return CORE_LINK_NODE;
+    default: return CORE_LINK_SYS;
     }
 }
 
@@ -216,7 +216,7 @@ static void discover_links(struct nvml *v, struct dp_inventory *inv)
                     NVML_SUCCESS)
                 g->link[j] = ancestor_link(level);
             else
-                g->link[j] = g->numa_node == inv->gpu[j].numa_node ? DP_LINK_NODE : DP_LINK_SYS;
+                g->link[j] = g->numa_node == inv->gpu[j].numa_node ? CORE_LINK_NODE : CORE_LINK_SYS;
         }
         if (!v->nvmlDeviceGetNvLinkState || !v->nvmlDeviceGetNvLinkRemotePciInfo_v2)
             continue;
@@ -236,7 +236,7 @@ static void discover_links(struct nvml *v, struct dp_inventory *inv)
                 if (j != i && strcasecmp(inv->gpu[j].pci_bus_id, pci.busId) == 0)
                     peer = j;
             if (peer >= 0) {
-                g->link[peer] = DP_LINK_NVLINK;
+                g->link[peer] = CORE_LINK_NVLINK;
                 g->nvlinks[peer]++;
             } else {
                 to_switch[i]++;
@@ -246,7 +246,7 @@ static void discover_links(struct nvml *v, struct dp_inventory *inv)
     for (int i = 0; i < inv->n; i++)
         for (int j = 0; j < inv->n; j++)
             if (i != j && to_switch[i] && to_switch[j] && inv->gpu[i].nvlinks[j] == 0) {
-                inv->gpu[i].link[j] = DP_LINK_NVLINK;
+                inv->gpu[i].link[j] = CORE_LINK_NVLINK;
                 inv->gpu[i].nvlinks[j] = to_switch[i] < to_switch[j] ? to_switch[i] : to_switch[j];
             }
 }
