@@ -30,6 +30,7 @@ struct server {
     char sock[PATH_MAX];
     struct dp_grpc_server *srv; /* guarded by p->srv_mu */
     int registered;             /* control thread only */
+    ino_t kubelet_ino;          /* the kubelet.sock it registered through */
 };
 
 /* A container this plugin answered Allocate for. */
@@ -613,6 +614,8 @@ static int register_one(struct dp_plugin *p, struct server *s, struct gs_err *e)
     size_t resp_len = 0;
 
     snprintf(kubelet, sizeof kubelet, "%s/kubelet.sock", p->cfg.kubelet_dir);
+    struct stat st;
+    s->kubelet_ino = stat(kubelet, &st) == 0 ? st.st_ino : 0;
     o.pre_start_required = p->cfg.api != NULL;
     o.get_preferred_allocation_available = 1;
     r.version = (char *)"v1beta1";
@@ -783,8 +786,19 @@ static int kubelet_restarted(struct dp_plugin *p, int fd)
             if (!ev->len)
                 continue;
             if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(ev->name, "kubelet.sock") == 0) {
-                log_info("dp", "kubelet.sock created: kubelet restarted, registering again");
-                hit = 1;
+                /* Already registered through this very kubelet.sock (we
+                 * noticed our socket go first)? Then nothing to do. */
+                char path[PATH_MAX];
+                struct stat st;
+                int fresh = 0;
+                snprintf(path, sizeof path, "%s/kubelet.sock", p->cfg.kubelet_dir);
+                int ok = stat(path, &st) == 0;
+                for (int i = 0; i < p->n_srv; i++)
+                    fresh |= !p->srv[i].registered || !ok || p->srv[i].kubelet_ino != st.st_ino;
+                if (fresh) {
+                    log_info("dp", "kubelet.sock created: kubelet restarted, registering again");
+                    hit = 1;
+                }
             }
             if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
                 for (int i = 0; i < p->n_srv; i++) {
