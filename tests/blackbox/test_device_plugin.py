@@ -333,8 +333,13 @@ def test_reregisters_within_a_second_after_kubelet_restarts(kubelet, plugin_fact
     for _ in range(2):
         t0 = time.monotonic()
         kubelet.restart()
-        p = kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
-        assert kubelet.registrations[-1][0] - t0 < 1.0
+        kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
+        first = min(t for t, _, _ in kubelet.registrations if t >= t0)
+        assert first - t0 < 1.0
+        # The plugin may race kubelet's clean-up of the directory and register
+        # once more; the latest registration is the one kubelet uses.
+        time.sleep(0.5)
+        p = kubelet.plugins["nvidia.com/gpu"]
         assert len(p.wait(lambda d: len(d) == 4)) == 4
         assert p.allocate([GPU[2]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
     assert os.path.exists(os.path.join(kdir, "DEPRECATION"))  # left alone
