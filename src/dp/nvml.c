@@ -272,18 +272,21 @@ static int nvml_discover(struct dp_backend *b, struct dp_inventory *inv, struct 
         nvmlPciInfo_t pci;
         unsigned idx = i, minor = 0;
 
-        if ((r = v->nvmlDeviceGetHandleByIndex_v2(i, &d)) != NVML_SUCCESS)
-            return gs_errf(e, GS_EIO, "GPU %u: nvmlDeviceGetHandleByIndex_v2: %s", i,
-                           errstr(v, r));
-        if ((r = v->nvmlDeviceGetUUID(d, g->uuid, sizeof g->uuid)) != NVML_SUCCESS)
-            return gs_errf(e, GS_EIO, "GPU %u: nvmlDeviceGetUUID: %s", i, errstr(v, r));
-        if ((r = v->nvmlDeviceGetName(d, g->model, sizeof g->model)) != NVML_SUCCESS)
-            return gs_errf(e, GS_EIO, "GPU %u: nvmlDeviceGetName: %s", i, errstr(v, r));
-        if ((r = v->nvmlDeviceGetMemoryInfo(d, &mem)) != NVML_SUCCESS)
-            return gs_errf(e, GS_EIO, "GPU %u: nvmlDeviceGetMemoryInfo: %s", i, errstr(v, r));
+        /* A GPU we cannot even name is left out; one that fails a later
+         * query is listed, unhealthy, with the reason. */
+        memset(g, 0, sizeof *g);
+        if (v->nvmlDeviceGetHandleByIndex_v2(i, &d) != NVML_SUCCESS ||
+            v->nvmlDeviceGetUUID(d, g->uuid, sizeof g->uuid) != NVML_SUCCESS)
+            continue;
+        g->healthy = 1;
+        memset(&mem, 0, sizeof mem);
         memset(&pci, 0, sizeof pci);
-        if ((r = v->nvmlDeviceGetPciInfo_v3(d, &pci)) != NVML_SUCCESS)
-            return gs_errf(e, GS_EIO, "GPU %u: nvmlDeviceGetPciInfo_v3: %s", i, errstr(v, r));
+        if ((r = v->nvmlDeviceGetName(d, g->model, sizeof g->model)) != NVML_SUCCESS ||
+            (r = v->nvmlDeviceGetMemoryInfo(d, &mem)) != NVML_SUCCESS ||
+            (r = v->nvmlDeviceGetPciInfo_v3(d, &pci)) != NVML_SUCCESS) {
+            g->healthy = 0;
+            snprintf(g->reason, sizeof g->reason, "NVML query failed: %s", errstr(v, r));
+        }
         pci.busId[sizeof pci.busId - 1] = '\0';
         v->nvmlDeviceGetIndex(d, &idx);
         g->index = (int)idx;
@@ -292,7 +295,6 @@ static int nvml_discover(struct dp_backend *b, struct dp_inventory *inv, struct 
         snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", pci.busId);
         g->numa_node = numa_of(g->pci_bus_id);
         discover_mig(v, d, g);
-        g->healthy = 1;
         v->dev[inv->n] = d;
         snprintf(v->uuid[inv->n], sizeof v->uuid[0], "%s", g->uuid);
         inv->n++;
