@@ -18,6 +18,7 @@ static const struct cmd cmds[] = {
     {"version", cmd_version, "print the version"},
     {"webhook", cmd_webhook, "admission webhook: validate and normalise GPU pods, quotas"},
     {"extender", cmd_extender, "kube-scheduler extender: filter, prioritize, bind, preempt"},
+    {"device-plugin", cmd_device_plugin, "node agent: kubelet device plugin for NVIDIA GPUs"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},
 };
