@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -27,9 +26,8 @@
 #include "ext/journal.h"
 #include "ext/nodes.h"
 #include "kube/client.h"
+#include "kube/yaml.h"
 #include "util/opt.h"
-
-#define STATUS_JOURNAL_MAX (256u << 20)
 
 struct status {
     const struct core_names *names;
@@ -171,12 +169,12 @@ static void on_bad_quota(void *ud, int index, const struct gs_err *e)
 }
 
 /* Quotas from a list of GPUQuota objects, charged with every allocation. */
-static int load_quotas(struct status *st, const char *text, size_t len, struct gs_err *e)
+static int load_quotas(struct status *st, const json_t *doc, struct gs_err *e)
 {
     struct core_quota *qs;
     int n;
 
-    if (core_quota_parse_doc(text, len, &qs, &n, on_bad_quota, st, e) < 0)
+    if (core_quota_parse_doc(doc, &qs, &n, on_bad_quota, st, e) < 0)
         return -GS_EINVAL;
     st->q = core_quotas_new();
     for (int i = 0; st->q && i < n; i++)
@@ -184,46 +182,7 @@ static int load_quotas(struct status *st, const char *text, size_t len, struct g
     free(qs);
     if (!st->q)
         return gs_errf(e, GS_ENOMEM, "out of memory");
-    for (int i = 0; i < core_cluster_alloc_count(st->c); i++) {
-        const struct core_alloc *a = core_cluster_alloc(st->c, i);
-        struct core_quota_use u[CORE_MAX_GPUS];
-        char ns[CORE_NAME_MAX];
-        int k = core_quota_use_of_alloc(st->c, a, u);
-        snprintf(ns, sizeof ns, "%.*s", (int)strcspn(a->pod_name, "/"), a->pod_name);
-        if (k > 0)
-            core_quotas_charge(st->q, ns, u, k, 1, e);
-    }
-    return 0;
-}
-
-static char *read_text(const char *path, size_t *len, struct gs_err *e)
-{
-    FILE *f = fopen(path, "rb");
-    struct stat sb;
-    char *buf;
-
-    if (!f || fstat(fileno(f), &sb) < 0) {
-        if (f)
-            fclose(f);
-        gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if ((size_t)sb.st_size > STATUS_JOURNAL_MAX) {
-        fclose(f);
-        gs_errf(e, GS_ETOOBIG, "%s: too large", path);
-        return NULL;
-    }
-    buf = malloc((size_t)sb.st_size + 1);
-    if (!buf || fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-        free(buf);
-        fclose(f);
-        gs_errf(e, GS_EIO, "%s: cannot read", path);
-        return NULL;
-    }
-    buf[sb.st_size] = '\0';
-    *len = (size_t)sb.st_size;
-    fclose(f);
-    return buf;
+    return core_quotas_recount(st->q, st->c, e);
 }
 
 static int from_cluster(struct status *st, const char *kubeconfig, int quotas, struct gs_err *e)
@@ -255,9 +214,7 @@ static int from_cluster(struct status *st, const char *kubeconfig, int quotas, s
         }
         if (rc < 0)
             goto out;
-        char *text = json_dumps(ql, JSON_COMPACT);
-        rc = text ? load_quotas(st, text, strlen(text), e) : gs_errf(e, GS_ENOMEM, "out of memory");
-        free(text);
+        rc = load_quotas(st, ql, e);
     }
 out:
     json_decref(nodes);
@@ -284,17 +241,18 @@ static int from_state_dir(struct status *st, const char *dir, const char *nodes_
     if (read_journal(st, dir, e) < 0)
         return -GS_EINVAL;
     if (quotas) {
-        size_t len = 0;
-        char *text = quota_file ? read_text(quota_file, &len, e) : strdup("[]");
-        int rc;
-        if (!text)
-            return -GS_EIO;
-        rc = load_quotas(st, text, quota_file ? len : 2, e);
-        free(text);
-        if (rc < 0) {
-            gs_err_prefix(e, "%s", quota_file);
+        json_t *doc = NULL;
+        int rc = quota_file ? kube_yaml_load(quota_file, &doc, e) : 0;
+        if (rc < 0)
             return rc;
-        }
+        if (!doc)
+            doc = json_array();
+        rc = load_quotas(st, doc, e);
+        json_decref(doc);
+        if (rc < 0 && quota_file)
+            gs_err_prefix(e, "%s", quota_file);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }

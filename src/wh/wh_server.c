@@ -7,12 +7,12 @@
 #include <sys/stat.h>
 
 #include "http/http_server.h"
+#include "kube/yaml.h"
 #include "util/log.h"
 #include "wh/wh_review.h"
 #include "wh/wh_server.h"
 
 #define WH_DEFAULT_BODY (1u << 20)
-#define QUOTA_FILE_MAX (4u << 20)
 
 enum { EP_VALIDATE, EP_MUTATE, EP_N };
 enum { RES_ALLOWED, RES_DENIED, RES_PATCHED, RES_ERROR, RES_N };
@@ -48,29 +48,18 @@ static void on_bad_quota(void *ud, int index, const struct gs_err *e)
 static int load_quotas(struct wh_server *s, struct gs_err *e)
 {
     struct stat st;
-    FILE *f;
-    char *buf;
+    json_t *doc;
     struct core_quota *qs;
     int n;
     struct bad_ctx bad = {s->o.quota_file, 0};
 
-    if (stat(s->o.quota_file, &st) != 0 || !(f = fopen(s->o.quota_file, "rb")))
+    if (stat(s->o.quota_file, &st) != 0)
         return gs_errf(e, GS_EIO, "cannot open quota file '%s': %m", s->o.quota_file);
-    if (st.st_size > QUOTA_FILE_MAX) {
-        fclose(f);
-        return gs_errf(e, GS_ETOOBIG, "quota file '%s' is larger than %u bytes",
-                       s->o.quota_file, QUOTA_FILE_MAX);
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        free(buf);
-        fclose(f);
-        return gs_errf(e, GS_EIO, "cannot read quota file '%s'", s->o.quota_file);
-    }
-    fclose(f);
-    int rc = core_quota_parse_doc(buf, (size_t)st.st_size, &qs, &n, on_bad_quota, &bad, e);
-    free(buf);
     s->quota_mtime = st.st_mtim;
+    if (kube_yaml_load(s->o.quota_file, &doc, e) < 0)
+        return -GS_EINVAL;
+    int rc = core_quota_parse_doc(doc, &qs, &n, on_bad_quota, &bad, e);
+    json_decref(doc);
     if (rc < 0) {
         gs_err_prefix(e, "%s", s->o.quota_file);
         return rc;

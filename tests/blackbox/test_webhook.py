@@ -450,7 +450,7 @@ def test_start_errors(gpusched_bin, tmp_path):
     bad.write_text("a: [b\n")
     r = start_fails(gpusched_bin, "--tls-cert", str(a / "tls.crt"), "--tls-key",
                     str(a / "tls.key"), "--quotas", str(bad))
-    assert "q.yaml: YAML line" in r.stderr
+    assert "q.yaml: line 2:" in r.stderr
 
 
 def test_gen_certs_names_and_errors(gpusched_bin, tmp_path):
