@@ -66,6 +66,8 @@ struct running {
     struct ext_cluster *cl;
 };
 
+static void set_quotas(void *ud, struct core_quotas *set) { ext_sched_set_quotas(ud, set); }
+
 static void collect(void *ud, struct metrics *m)
 {
     struct running *r = ud;
@@ -179,8 +181,9 @@ int cmd_extender(int argc, char **argv)
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
     }
-    if ((cfg.nodes && cfg.quotas && ext_quotas_from_file(s, cfg.quotas, m, &quotas, &e) < 0) ||
-        (!cfg.nodes && ext_quotas_watch(s, kc, (int)cfg.events, m, &quotas, &e) < 0)) {
+    if ((cfg.nodes && cfg.quotas &&
+         ext_quotas_from_file(cfg.quotas, set_quotas, s, m, &quotas, &e) < 0) ||
+        (!cfg.nodes && ext_quotas_watch(kc, (int)cfg.events, set_quotas, s, m, &quotas, &e) < 0)) {
         fprintf(stderr, "gpusched extender: quotas: %s\n", e.msg);
         status = 2;
         goto out;

@@ -23,10 +23,11 @@ struct qobj {
 };
 
 struct ext_quotas {
-    struct ext_sched *s;
+    ext_quotas_publish publish;
+    void *ud;
     struct kube_client *kc;
     int events;
-    struct metric *m_objects, *m_broken;
+    struct metric *m_objects, *m_broken, *m_reload_errors;
     /* file mode */
     char *path;
     struct timespec mtime;
@@ -50,7 +51,7 @@ static void publish(struct ext_quotas *x, const struct core_quota *qs, int n, in
         return;
     for (int i = 0; i < n; i++)
         core_quotas_put(set, &qs[i], &e);
-    ext_sched_set_quotas(x->s, set);
+    x->publish(x->ud, set);
     metric_set(x->m_objects, NULL, n);
     metric_set(x->m_broken, NULL, broken);
 }
@@ -62,7 +63,10 @@ static int add_metrics(struct ext_quotas *x, struct metrics *m, struct gs_err *e
     x->m_broken = metrics_add(m, METRIC_GAUGE, "gpusched_quota_objects_broken",
                               "GPUQuota objects ignored because they are broken.", NULL, NULL,
                               0, e);
-    return x->m_objects && x->m_broken ? 0 : -GS_EINVAL;
+    x->m_reload_errors = metrics_add(m, METRIC_COUNTER, "gpusched_quota_reload_errors_total",
+                                     "Quota files that could not be read (the quotas in force "
+                                     "stay).", NULL, NULL, 0, e);
+    return x->m_objects && x->m_broken && x->m_reload_errors ? 0 : -GS_EINVAL;
 }
 
 /* ---- a file ------------------------------------------------------------------ */
@@ -76,7 +80,7 @@ static void on_bad(void *ud, int index, const struct gs_err *e)
 {
     struct bad_file *b = ud;
     b->n++;
-    log_warn("extender", "%s: GPUQuota %d ignored: %s", b->path, index, e->msg);
+    log_warn("quota", "%s: GPUQuota %d ignored: %s", b->path, index, e->msg);
 }
 
 static int load_file(struct ext_quotas *x, struct gs_err *e)
@@ -100,7 +104,7 @@ static int load_file(struct ext_quotas *x, struct gs_err *e)
     }
     publish(x, qs, n, bad.n);
     free(qs);
-    log_info("extender", "%s: %d GPUQuota objects in force, %d broken ones ignored", x->path, n,
+    log_info("quota", "%s: %d GPUQuota objects in force, %d broken ones ignored", x->path, n,
              bad.n);
     return 0;
 }
@@ -121,21 +125,25 @@ static void *file_main(void *ud)
                                         st.st_mtim.tv_nsec == x->mtime.tv_nsec))
             continue;
         struct gs_err e = GS_ERR_INIT;
-        if (load_file(x, &e) < 0)
-            log_error("extender", "%s; keeping the quotas in force", e.msg);
+        if (load_file(x, &e) < 0) {
+            metric_inc(x->m_reload_errors, NULL);
+            log_error("quota", "%s; keeping the quotas in force", e.msg);
+        }
     }
     pthread_mutex_unlock(&x->mu);
     return NULL;
 }
 
-static struct ext_quotas *quotas_new(struct ext_sched *s, struct metrics *m, struct gs_err *e)
+static struct ext_quotas *quotas_new(ext_quotas_publish publish, void *ud, struct metrics *m,
+                                     struct gs_err *e)
 {
     struct ext_quotas *x = calloc(1, sizeof *x);
     if (!x) {
         gs_errf(e, GS_ENOMEM, "out of memory");
         return NULL;
     }
-    x->s = s;
+    x->publish = publish;
+    x->ud = ud;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
     if (add_metrics(x, m, e) < 0) {
@@ -145,10 +153,10 @@ static struct ext_quotas *quotas_new(struct ext_sched *s, struct metrics *m, str
     return x;
 }
 
-int ext_quotas_from_file(struct ext_sched *s, const char *path, struct metrics *m,
-                         struct ext_quotas **out, struct gs_err *e)
+int ext_quotas_from_file(const char *path, ext_quotas_publish publish, void *ud,
+                         struct metrics *m, struct ext_quotas **out, struct gs_err *e)
 {
-    struct ext_quotas *x = quotas_new(s, m, e);
+    struct ext_quotas *x = quotas_new(publish, ud, m, e);
     if (!x)
         return -GS_ENOMEM;
     if (!(x->path = strdup(path)) || load_file(x, e) < 0) {
@@ -224,7 +232,7 @@ static void upsert(struct ext_quotas *x, const json_t *obj)
     if (rv && strcmp(rv, o->reported_rv) == 0)
         return; /* reported already */
     snprintf(o->reported_rv, sizeof o->reported_rv, "%s", rv ? rv : "");
-    log_warn("extender", "GPUQuota %s is broken and ignored%s: %s", key,
+    log_warn("quota", "GPUQuota %s is broken and ignored%s: %s", key,
              o->good ? " (its last good version stays in force)" : "", e.msg);
     if (x->events) {
         struct gs_err ee = GS_ERR_INIT;
@@ -233,7 +241,7 @@ static void upsert(struct ext_quotas *x, const json_t *obj)
                  o->good ? " (the last good version stays in force)" : "", e.msg);
         if (kube_event(x->kc, "GPUQuota", ns, name, kube_meta_str(obj, "uid"), "Warning",
                        "BrokenGPUQuota", msg, &ee) < 0)
-            log_warn("extender", "cannot post an Event on GPUQuota %s: %s", key, ee.msg);
+            log_warn("quota", "cannot post an Event on GPUQuota %s: %s", key, ee.msg);
     }
 }
 
@@ -288,8 +296,8 @@ static void on_event(void *ud, const char *type, const json_t *obj)
 
 #define QUOTAS_PATH "/apis/gpusched.io/v1/gpuquotas"
 
-int ext_quotas_watch(struct ext_sched *s, struct kube_client *kc, int events, struct metrics *m,
-                     struct ext_quotas **out, struct gs_err *e)
+int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publish, void *ud,
+                     struct metrics *m, struct ext_quotas **out, struct gs_err *e)
 {
     static const struct kube_watch_ops ops = {on_replace, on_event};
     json_t *probe = NULL;
@@ -299,13 +307,13 @@ int ext_quotas_watch(struct ext_sched *s, struct kube_client *kc, int events, st
     rc = kube_get(kc, QUOTAS_PATH "?limit=1", &probe, e);
     json_decref(probe);
     if (rc == -GS_ENOENT) {
-        log_info("extender", "the GPUQuota CRD is not installed; no quotas "
+        log_info("quota", "the GPUQuota CRD is not installed; no quotas "
                  "(deploy/crd-gpuquota.yaml)");
         return 0;
     }
     if (rc < 0)
         return rc;
-    struct ext_quotas *x = quotas_new(s, m, e);
+    struct ext_quotas *x = quotas_new(publish, ud, m, e);
     if (!x)
         return -GS_ENOMEM;
     x->kc = kc;
