@@ -344,7 +344,7 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
                     rc = gs_errf(e, GS_ENOENT, "pod %s/%s: assigned GPU %s is not on node %s",
                                  a->ns, a->pod, a->uuids[i], p->cfg.node_name);
                 else if (!g->healthy)
-                    rc = gs_errf(e, GS_EUNAVAIL, "pod %s/%s: assigned GPU %s is unhealthy: %s",
+                    rc = gs_errf(e, GS_ECONFLICT, "pod %s/%s: assigned GPU %s is unhealthy: %s",
                                  a->ns, a->pod, a->uuids[i], g->reason);
             }
             if (rc == 0)
@@ -441,9 +441,11 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
             break;
         if (p->cfg.api) {
             rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e);
-            status = rc == -GS_ENOENT || rc == -GS_EUNAVAIL ? DP_GRPC_FAILED_PRECONDITION
-                     : rc == -GS_EINVAL                     ? DP_GRPC_FAILED_PRECONDITION
-                                                            : DP_GRPC_UNAVAILABLE;
+            /* The API server or kubelet not answering is worth a retry;
+             * anything else is about the pod and needs a person. */
+            status = rc == -GS_EUNAVAIL || rc == -GS_EIO || rc == -GS_EPROTO
+                         ? DP_GRPC_UNAVAILABLE
+                         : DP_GRPC_FAILED_PRECONDITION;
         } else {
             a[i] = probe;
         }

@@ -23,11 +23,13 @@ FAKE = os.path.join(ROOT, "tests", "data", "fake-gpus.json")
 
 
 class PluginProc:
-    def __init__(self, bin_, kdir, gpus_file, *extra, port=None):
+    def __init__(self, bin_, kdir, gpus_file, *extra, port=None, no_api=True):
         self.port = port or free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="dp-log-", delete=False)
-        args = [bin_, "device-plugin", "--kubelet-dir", kdir, "--no-api",
+        args = [bin_, "device-plugin", "--kubelet-dir", kdir,
                 "--metrics-listen", "127.0.0.1:%d" % self.port, "--node-name", "node-a"]
+        if no_api:
+            args.append("--no-api")
         if gpus_file:
             args += ["--fake-gpus", gpus_file]
         self.proc = subprocess.Popen(args + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
