@@ -292,20 +292,22 @@ static void ann(struct kvs *k, char *key, char *val)
     k->n_ann++;
 }
 
-/* Adds /dev/<name> when <dev_dir>/<name> exists on the host. */
+/* Adds /dev/<name> when <dev_dir>/<name> exists: dev_dir is where the
+ * plugin sees the host's /dev (itself, or a mount of it), and the spec
+ * names the host path kubelet will use. */
 static void devspec(struct kvs *k, const char *dev_dir, const char *name)
 {
     struct stat st;
-    char *host = keep_s(k, dev_dir, "/");
-    size_t hl = strlen(host);
+    char *seen = keep_s(k, dev_dir, "/");
+    size_t sl = strlen(seen);
 
-    snprintf(host + hl, sizeof k->strs[0] - hl, "%s", name);
-    if (stat(host, &st) != 0)
+    snprintf(seen + sl, sizeof k->strs[0] - sl, "%s", name);
+    if (stat(seen, &st) != 0)
         return;
     V1beta1__DeviceSpec *d = &k->dev[k->n_dev];
     v1beta1__device_spec__init(d);
     d->container_path = keep_s(k, "/dev/", name);
-    d->host_path = host;
+    d->host_path = d->container_path;
     d->permissions = (char *)"rw";
     k->devp[k->n_dev++] = d;
 }

@@ -52,9 +52,10 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
 
 /* Options of the Allocate answer. */
 struct dp_alloc_opts {
-    const char *dev_dir;      /* host directory of the NVIDIA device nodes
-                                 ("/dev"); DeviceSpecs are added for those
-                                 that exist there. NULL = none. */
+    const char *dev_dir;      /* where the plugin sees the host's /dev ("/dev",
+                                 or a mount of it): DeviceSpecs are added
+                                 for the NVIDIA nodes that exist there.
+                                 NULL = none. */
     const char *annot_prefix; /* "gpusched.io/" */
 };
 
