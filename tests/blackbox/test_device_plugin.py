@@ -52,6 +52,8 @@ class PluginProc:
             return f.read()
 
     def stop(self):
+        """SIGTERM; returns the exit status (0 for a clean stop, which under
+        ASan also means no leak)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -60,6 +62,7 @@ class PluginProc:
                 self.proc.kill()
                 self.proc.wait()
         os.unlink(self.log.name)
+        return self.proc.returncode
 
 
 @pytest.fixture
@@ -94,10 +97,12 @@ def plugin_factory(gpusched_bin, kdir):
         procs.append(p)
         return p
     yield make
+    codes = []
     for p in procs:
         out = p.output()
-        p.stop()
+        codes.append(p.stop())
         print(out[-3000:])
+    assert all(c == 0 for c in codes), "plugin exit status %s" % codes
 
 
 def edit(path, fn):

@@ -49,15 +49,17 @@ def world(gpusched_bin):
     w = W()
     w.api, w.kubelet, w.podres, w.gpus, w.start = api, kubelet, podres, gpus, start
     yield w
+    codes = []
     for p in procs:
         out = p.output()
-        p.stop()
+        codes.append(p.stop())
         print(out[-3000:])
     podres.stop()
     kubelet.stop()
     api.stop()
     shutil.rmtree(kdir, ignore_errors=True)
     shutil.rmtree(gdir, ignore_errors=True)
+    assert all(c == 0 for c in codes), "plugin exit status %s" % codes
 
 
 def assigned_pod(api, name, uuids, at, n=None, kind="whole", mem=None, milli=None,

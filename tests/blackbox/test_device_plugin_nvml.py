@@ -71,8 +71,9 @@ def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
         r = p.allocate([G[1]])
         assert r.envs["NVIDIA_VISIBLE_DEVICES"] == G[1]
     finally:
-        pl.stop()
+        code = pl.stop()
         shutil.rmtree(ctl)
+    assert code == 0
 
 
 def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
@@ -98,5 +99,6 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         os.unlink(os.path.join(ctl, "lost"))  # the GPU answers again
         p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=4)
     finally:
-        pl.stop()
+        code = pl.stop()
         shutil.rmtree(ctl)
+    assert code == 0
