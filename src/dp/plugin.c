@@ -435,8 +435,8 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
             break;
         }
         /* Every ID must be one we advertise, whichever way we answer. */
-        struct dp_assign probe;
-        rc = assign_from_ids(s, c->devices_ids, c->n_devices_ids, &probe, &e);
+        struct dp_assign by_ids;
+        rc = assign_from_ids(s, c->devices_ids, c->n_devices_ids, &by_ids, &e);
         if (rc)
             break;
         if (p->cfg.api) {
@@ -447,7 +447,7 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
                          ? DP_GRPC_UNAVAILABLE
                          : DP_GRPC_FAILED_PRECONDITION;
         } else {
-            a[i] = probe;
+            a[i] = by_ids;
         }
         if (rc)
             gs_err_prefix(&e, "container_requests[%zu]", i);
@@ -1017,6 +1017,14 @@ char *dp_plugin_metrics(struct dp_plugin *p)
             (unsigned long long)p->n_prestart_err, (unsigned long long)p->n_register,
             (unsigned long long)p->n_register_err, (unsigned long long)p->n_publish_err);
     pthread_mutex_unlock(&p->mu);
+    fprintf(f, "# HELP gpusched_dp_streams Open ListAndWatch streams (kubelet connections).\n"
+               "# TYPE gpusched_dp_streams gauge\n");
+    pthread_mutex_lock(&p->srv_mu);
+    for (int i = 0; i < p->n_srv; i++)
+        if (p->srv[i].srv)
+            fprintf(f, "gpusched_dp_streams{resource=\"%s\"} %d\n", p->srv[i].name,
+                    dp_grpc_server_streams(p->srv[i].srv));
+    pthread_mutex_unlock(&p->srv_mu);
     fclose(f);
     return buf;
 }

@@ -249,6 +249,11 @@ def test_kubelet_hanging_up_mid_stream_does_not_hurt(kubelet, plugin_factory, gp
     p.wait(lambda d: health(d)[GPU[0]] == "Unhealthy")
     assert p.allocate([GPU[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
     assert pl.proc.poll() is None
+    # The abandoned streams are gone; kubelet's own is the one left.
+    end = time.monotonic() + 5
+    while 'gpusched_dp_streams{resource="nvidia.com/gpu"} 1\n' not in pl.get("/metrics").text:
+        assert time.monotonic() < end, pl.get("/metrics").text
+        time.sleep(0.1)
 
 
 # --- health -----------------------------------------------------------------------
