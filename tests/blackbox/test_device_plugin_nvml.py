@@ -51,6 +51,13 @@ def start(bin_, kdir, lib, *extra):
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
+def put(path, text):
+    """Writes a control file in one step: the library may read it any time."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
     kdir, k = env
     pl, ctl = start(gpusched_bin, kdir, fake_nvml)
@@ -83,13 +90,15 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         p = k.wait_plugin("nvidia.com/gpu")
         p.wait(lambda d: len(d) == 2)
         # An ignored application XID, then a transient one on a GPU that is lost.
-        with open(os.path.join(ctl, "xid"), "w") as f:
-            f.write("0 43\n")
-        time.sleep(0.5)
+        put(os.path.join(ctl, "xid"), "0 43\n")
+        wait_gone = time.monotonic() + 5
+        while os.path.exists(os.path.join(ctl, "xid")):  # the library took it
+            assert time.monotonic() < wait_gone
+            time.sleep(0.05)
+        time.sleep(0.3)
         assert all(h == "Healthy" for h in health(p.devices()).values())
         open(os.path.join(ctl, "lost"), "w").close()
-        with open(os.path.join(ctl, "xid"), "w") as f:
-            f.write("1 94\n")
+        put(os.path.join(ctl, "xid"), "1 94\n")
         t0 = time.monotonic()
         p.wait(lambda d: health(d)[G[1]] == "Unhealthy", timeout=2)
         assert time.monotonic() - t0 < 1.0
