@@ -729,10 +729,13 @@ static void *health_thread(void *arg)
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
-            log_info("dp", "health event on %s: XID %llu (%s)%s%s", ev.all ? "all GPUs" : ev.uuid,
-                     (unsigned long long)ev.xid, dp_xid_class_name(k), e.msg[0] ? ": " : "",
-                     e.msg);
             changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, now_ms());
+            /* A failing event source repeats at once: say it when it
+             * changes something, and do not spin on it. */
+            if (!ev.all || changed)
+                log_info("dp", "health event on %s: XID %llu (%s)%s%s",
+                         ev.all ? "all GPUs" : ev.uuid, (unsigned long long)ev.xid,
+                         dp_xid_class_name(k), e.msg[0] ? ": " : "", e.msg);
         } else if (rc == 2) {
             rediscover_locked(p);
             changed = 1;
@@ -746,6 +749,10 @@ static void *health_thread(void *arg)
             notify_all(p);
         if (changed || restart)
             wake(p);
+        if (rc == 1 && ev.all) {
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
     }
     return NULL;
 }

@@ -48,6 +48,7 @@ def start(bin_, kdir, lib, *extra):
     ctl = tempfile.mkdtemp(prefix="dpctl", dir="/tmp")
     os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
+    os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
@@ -107,6 +108,24 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         assert "GPU is lost" in pl.get("/inventory").json()["gpus"][1]["reason"]
         os.unlink(os.path.join(ctl, "lost"))  # the GPU answers again
         p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=4)
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
+def test_nvml_event_wait_failing_marks_every_gpu_until_reprobed(gpusched_bin, env, fake_nvml):
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        p.wait(lambda d: len(d) == 2)
+        open(os.path.join(ctl, "waitfail"), "w").close()
+        p.wait(lambda d: all(h == "Unhealthy" for h in health(d).values()), timeout=3)
+        assert "XID 999" in pl.get("/inventory").json()["gpus"][0]["reason"]
+        os.unlink(os.path.join(ctl, "waitfail"))
+        p.wait(lambda d: all(h == "Healthy" for h in health(d).values()), timeout=6)
+        assert pl.output().count("health event on all GPUs") <= 3  # no log flood
     finally:
         code = pl.stop()
         shutil.rmtree(ctl)
