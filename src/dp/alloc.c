@@ -13,6 +13,11 @@ void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap)
     snprintf(buf, cap, "%s/%s/%s", a->ns, a->pod, a->container);
 }
 
+void dp_assign_uid_key(const struct dp_assign *a, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "uid:%s/%.700s", a->uid, a->container);
+}
+
 /* ---- matching ------------------------------------------------------------- */
 
 static const char *or_(const char *s, const char *def)
@@ -162,7 +167,7 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             char ukey[DP_KEY_MAX];
             snprintf(out->container, sizeof out->container, "%s", cname);
             dp_assign_key(out, key, sizeof key);
-            snprintf(ukey, sizeof ukey, "uid:%s/%.700s", out->uid, cname);
+            dp_assign_uid_key(out, ukey, sizeof ukey);
             int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key) &&
                        !is_claimed(claimed, n_claimed, ukey);
             if (!mine) {

@@ -37,8 +37,11 @@ struct dp_assign {
     int milli;               /* per GPU compute, thousandths (0 = none) */
 };
 
-/* "ns/pod/container" of an assignment, the key of the claimed set. */
+/* The two keys of a container in the claimed set: "ns/pod/container" (what
+ * kubelet's pod-resources names) and "uid:<pod uid>/container" (which tells
+ * a pod re-created under the same name from the old one). */
 void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap);
+void dp_assign_uid_key(const struct dp_assign *a, char *buf, size_t cap);
 
 /* Picks the container being admitted. `pods` is a PodList (or an array of
  * Pods); `claimed` holds "ns/pod/container" keys of containers that already

@@ -187,9 +187,10 @@ static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc
     V1beta1__PreferredAllocationRequest *rq =
         v1beta1__preferred_allocation_request__unpack(NULL, len, req);
 
-    if (!rq)
-        return dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT,
-                            "cannot parse PreferredAllocationRequest");
+    if (!rq) {
+        dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreferredAllocationRequest");
+        return;
+    }
     size_t n = rq->n_container_requests;
     V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
     V1beta1__ContainerPreferredAllocationResponse *cr = calloc(n + 1, sizeof *cr);
@@ -252,12 +253,11 @@ static int collect_claimed(struct dp_plugin *p, const char *resource, char ***ou
     cap = 2 * p->n_claims + pr.n + 1;
     *out = calloc((size_t)cap, sizeof **out);
     *n = 0;
-    for (int i = 0; *out && i < p->n_claims; i++) {
-        if (strcmp(p->claims[i].resource, resource) != 0)
-            continue;
-        (*out)[(*n)++] = strdup(p->claims[i].key);
-        (*out)[(*n)++] = strdup(p->claims[i].uid_key);
-    }
+    /* Our own record by pod UID: a pod re-created under the same name
+     * (a StatefulSet's) is a new pod. */
+    for (int i = 0; *out && i < p->n_claims; i++)
+        if (strcmp(p->claims[i].resource, resource) == 0)
+            (*out)[(*n)++] = strdup(p->claims[i].uid_key);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; *out && i < pr.n; i++)
         (*out)[(*n)++] = strdup(pr.e[i].key);
@@ -300,7 +300,7 @@ static void add_claim_locked(struct dp_plugin *p, const struct dp_assign *a, con
     struct claim *c = &p->claims[p->n_claims++];
     memset(c, 0, sizeof *c);
     dp_assign_key(a, c->key, sizeof c->key);
-    snprintf(c->uid_key, sizeof c->uid_key, "uid:%s/%.700s", a->uid, a->container);
+    dp_assign_uid_key(a, c->uid_key, sizeof c->uid_key);
     snprintf(c->resource, sizeof c->resource, "%s", resource);
     c->ids = ids;
     c->at_ms = t;
@@ -310,9 +310,9 @@ static int claimed_locked(const struct dp_plugin *p, const struct dp_assign *a)
 {
     char key[DP_KEY_MAX];
 
-    dp_assign_key(a, key, sizeof key);
+    dp_assign_uid_key(a, key, sizeof key);
     for (int i = 0; i < p->n_claims; i++)
-        if (strcmp(p->claims[i].key, key) == 0)
+        if (strcmp(p->claims[i].uid_key, key) == 0)
             return 1;
     return 0;
 }
@@ -331,7 +331,9 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     rc = p->cfg.api->list_pods(p->cfg.api->ud, &pods, e);
-    for (int attempt = 0; rc == 0; attempt++) {
+    /* Each round either claims a container or learns one more claimed, so
+     * this ends. */
+    while (rc == 0) {
         rc = dp_alloc_match(pods, p->cfg.node_name, s->name, p->cfg.alloc.annot_prefix,
                             (int)n_ids, claimed, n_claimed, a, e);
         if (rc)
@@ -361,7 +363,7 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
         }
         claimed = more;
         char key[DP_KEY_MAX];
-        dp_assign_key(a, key, sizeof key);
+        dp_assign_uid_key(a, key, sizeof key);
         if (!(claimed[n_claimed] = strdup(key))) {
             rc = gs_errf(e, GS_ENOMEM, "out of memory");
             break;
@@ -491,8 +493,10 @@ static void h_prestart(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
     char assumed[DP_KEY_MAX] = "";
     char *key = NULL;
 
-    if (!rq)
-        return dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreStartContainerRequest");
+    if (!rq) {
+        dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreStartContainerRequest");
+        return;
+    }
     if (!p->cfg.api || rq->n_devices_ids == 0)
         goto ok;
     key = ids_key(rq->devices_ids, rq->n_devices_ids);

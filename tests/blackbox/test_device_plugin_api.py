@@ -195,6 +195,16 @@ def test_pod_resources_skips_admitted_containers_and_prestart_catches_a_swap(wor
     assert "assigned to default/a/main" in ei.value.details()
 
 
+def test_pod_recreated_under_the_same_name_is_a_new_pod(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "web-0", [GPU[1]], "2026-11-22T15:20:01.000000000Z")
+    assert p.allocate([GPU[0] + "::0"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    world.api.delete("pods", "web-0", "default")   # a StatefulSet replaces it
+    assigned_pod(world.api, "web-0", [GPU[2]], "2026-11-22T15:21:01.000000000Z")
+    assert p.allocate([GPU[0] + "::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
+
+
 def test_concurrent_allocates_get_distinct_pods(world):
     world.start()
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
