@@ -606,6 +606,88 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     return stale;
 }
 
+/* ---- replies ----------------------------------------------------------------- */
+
+struct sb {
+    char *buf;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_put(struct sb *b, const char *p, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+static void sb_str(struct sb *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* A JSON string literal: quotes, backslashes and control characters escaped. */
+static void sb_quoted(struct sb *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c;
+            sb_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_put(b, esc, 6);
+        } else {
+            size_t n = strcspn(p, "\"\\\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f"
+                                  "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f");
+            sb_put(b, p, n);
+            p += n - 1;
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Takes the text of a string builder as the reply (or a tree on OOM). */
+static void reply_text(struct ext_reply *r, struct sb *b)
+{
+    if (b->oom) {
+        free(b->buf);
+        r->json = ext_error("out of memory");
+        return;
+    }
+    r->text = b->buf;
+    r->len = b->len;
+}
+
+char *ext_reply_take(struct ext_reply *r, size_t *len)
+{
+    char *out = r->text;
+    if (out) {
+        *len = r->len;
+    } else {
+        out = r->json ? json_dumps(r->json, JSON_COMPACT) : NULL;
+        if (!out)
+            out = strdup("{}");
+        *len = out ? strlen(out) : 0;
+    }
+    json_decref(r->json);
+    memset(r, 0, sizeof *r);
+    return out;
+}
+
 /* ---- the verbs ------------------------------------------------------------- */
 
 /* Parses the Pod of a request and picks its policy. Returns 0, or fills
@@ -628,6 +710,15 @@ static int pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_po
     return 0;
 }
 
+/* Appends ,"node":"reason" to a FailedNodes map being built. */
+static void add_reason(struct sb *b, const char *node, const char *reason)
+{
+    sb_put(b, ",\"", 2);
+    sb_str(b, node);
+    sb_put(b, "\":", 2);
+    sb_quoted(b, reason);
+}
+
 struct scored {
     int idx, score;
 };
@@ -638,8 +729,10 @@ static int by_score(const void *a, const void *b)
     return x->score != y->score ? y->score - x->score : x->idx - y->idx;
 }
 
-int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
@@ -655,7 +748,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         decision(s, "filter", "error");
         return 200;
     }
-    json_t *failed = json_object(), *unres = json_object();
+    struct sb failed = {0}, unres = {0};
     char *fit = calloc((size_t)a.n + 1, 1);
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int nfit = 0;
@@ -672,13 +765,11 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         if (pod.req.kind == CORE_REQ_NONE) {
             fit[i] = 1;
         } else if (!n) {
-            json_object_set_new(failed, a.names[i],
-                                json_string("node is unknown to gpusched (no Node object seen)"));
+            add_reason(&failed, a.names[i], "node is unknown to gpusched (no Node object seen)");
         } else if (core_filter(s->c, n, &pod, &st)) {
             fit[i] = 1;
         } else {
-            json_object_set_new(st.code == CORE_UNRESOLVABLE ? unres : failed, a.names[i],
-                                json_string(st.reason));
+            add_reason(st.code == CORE_UNRESOLVABLE ? &unres : &failed, a.names[i], st.reason);
         }
         nfit += fit[i];
     }
@@ -700,7 +791,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
                 snprintf(why, sizeof why, "fits, but policy %s ranks it below its best %d nodes "
                          "(score %d)", pol->name, s->opts.top_k, order[k].score);
                 fit[order[k].idx] = 0;
-                json_object_set_new(failed, a.names[order[k].idx], json_string(why));
+                add_reason(&failed, a.names[order[k].idx], why);
             }
             nfit = s->opts.top_k;
         }
@@ -712,37 +803,55 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         p->unschedulable = nfit == 0;
     pthread_mutex_unlock(&s->mu);
 
-    json_t *r = json_object();
+    struct sb r = {0};
     if (a.from_nodes) {
         json_t *items = json_array();
         for (int i = 0; i < a.n; i++)
             if (fit[i])
                 json_array_append(items, (json_t *)a.nodes[i]);
-        json_object_set_new(r, "Nodes", json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind",
-                                                  "NodeList", "items", items));
-        json_object_set_new(r, "NodeNames", json_null());
+        char *js = json_dumps(json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind",
+                                        "NodeList", "items", items), JSON_COMPACT | JSON_EMBED);
+        sb_str(&r, "{\"Nodes\":{");
+        sb_str(&r, js ? js : "");
+        sb_str(&r, "},\"NodeNames\":null");
+        free(js);
     } else {
-        json_t *names = json_array();
+        int first = 1;
+        sb_str(&r, "{\"Nodes\":null,\"NodeNames\":[");
         for (int i = 0; i < a.n; i++)
-            if (fit[i])
-                json_array_append_new(names, json_string(a.names[i]));
-        json_object_set_new(r, "Nodes", json_null());
-        json_object_set_new(r, "NodeNames", names);
+            if (fit[i]) {
+                if (!first)
+                    sb_put(&r, ",", 1);
+                first = 0;
+                sb_put(&r, "\"", 1);
+                sb_str(&r, a.names[i]); /* names are checked: nothing to escape */
+                sb_put(&r, "\"", 1);
+            }
+        sb_put(&r, "]", 1);
     }
-    json_object_set_new(r, "FailedNodes", failed);
-    json_object_set_new(r, "FailedAndUnresolvableNodes", unres);
-    json_object_set_new(r, "Error", json_string(""));
+    sb_str(&r, ",\"FailedNodes\":{");
+    if (failed.buf)
+        sb_put(&r, failed.buf + 1, failed.len - 1); /* drop the leading comma */
+    sb_str(&r, "},\"FailedAndUnresolvableNodes\":{");
+    if (unres.buf)
+        sb_put(&r, unres.buf + 1, unres.len - 1);
+    sb_str(&r, "},\"Error\":\"\"}");
+    r.oom |= failed.oom | unres.oom;
+    free(failed.buf);
+    free(unres.buf);
+    reply_text(out, &r);
     decision(s, "filter", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : nfit ? "fit" : "no_fit");
     free(fit);
     free(nodes);
     core_pod_clear(&pod);
     ext_args_clear(&a);
-    *reply = r;
     return 200;
 }
 
-int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
@@ -760,7 +869,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json
     }
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
-    int *out = calloc((size_t)a.n + 1, sizeof *out);
+    int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
     int k = 0;
 
     pthread_mutex_lock(&s->mu);
@@ -775,21 +884,28 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json
         }
         if (k && core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0)
             for (int j = 0; j < k; j++) /* 0..100 -> kube-scheduler's 0..10 */
-                out[pos[j]] = (sc[j] * 10 + 50) / 100;
+                out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
     }
     pthread_mutex_unlock(&s->mu);
 
-    json_t *r = json_array();
-    for (int i = 0; i < a.n; i++)
-        json_array_append_new(r, json_pack("{s:s, s:i}", "Host", a.names[i], "Score", out[i]));
+    struct sb r = {0};
+    sb_put(&r, "[", 1);
+    for (int i = 0; i < a.n; i++) {
+        char num[32];
+        sb_str(&r, i ? ",{\"Host\":\"" : "{\"Host\":\"");
+        sb_str(&r, a.names[i]);
+        snprintf(num, sizeof num, "\",\"Score\":%d}", out_scores[i]);
+        sb_str(&r, num);
+    }
+    sb_put(&r, "]", 1);
+    reply_text(out, &r);
     decision(s, "prioritize", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : "scored");
     free(nodes);
     free(pos);
     free(sc);
-    free(out);
+    free(out_scores);
     core_pod_clear(&pod);
     ext_args_clear(&a);
-    *reply = r;
     return 200;
 }
 
@@ -805,8 +921,10 @@ static int status_for(int rc)
     }
 }
 
-int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_bind b;
     struct core_pod pod;
@@ -909,8 +1027,10 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **r
     return 200;
 }
 
-int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *rep)
 {
+    json_t **reply = &rep->json;
+    memset(rep, 0, sizeof *rep);
     struct gs_err e = GS_ERR_INIT;
     struct ext_preempt pa;
     struct core_pod pod;

@@ -91,10 +91,21 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
 
 /* ---- the verbs: body in, (status, reply) out ---- */
-int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t **reply);
-int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json_t **reply);
-int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **reply);
-int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+/* A reply is either a JSON tree or, on the hot paths (/filter and
+ * /prioritize with NodeNames), text written directly: encoding 5,000
+ * names through a tree costs more than deciding. */
+struct ext_reply {
+    json_t *json;  /* owned, or NULL */
+    char *text;    /* malloc'd JSON text, or NULL */
+    size_t len;
+};
+/* Moves the reply into a malloc'd JSON string (*len set); frees the rest. */
+char *ext_reply_take(struct ext_reply *r, size_t *len);
+
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
+int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 /* GET /debug/pods/NS/NAME: per node, why it was rejected or how it scores
  * now, and the pod's allocation. 404 for a pod the extender never saw. */
 int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply);

@@ -151,6 +151,10 @@ class Extender:
                 self.proc.kill()
                 self.proc.wait()
         out, err = self.proc.communicate()
+        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            assert bad not in err, err[-4000:]
+        if sig == signal.SIGTERM:
+            assert self.proc.returncode == 0, err[-4000:]
         return err
 
 
