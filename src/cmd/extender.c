@@ -17,6 +17,7 @@
 #include "ext/server.h"
 #include "ext/standalone.h"
 #include "kube/client.h"
+#include "kube/yaml.h"
 #include "util/log.h"
 #include "util/metrics.h"
 
@@ -152,6 +153,29 @@ int cmd_extender(int argc, char **argv)
     }
     struct running running = {s, NULL};
     metrics_on_collect(m, collect, &running);
+    if (cfg.quotas) {
+        FILE *qf = fopen(cfg.quotas, "rb");
+        char *text = NULL;
+        size_t tl = 0;
+        int nq;
+        if (qf) {
+            text = malloc(KUBE_YAML_MAX + 1);
+            tl = text ? fread(text, 1, KUBE_YAML_MAX + 1, qf) : 0;
+            fclose(qf);
+        }
+        if (!text || tl > KUBE_YAML_MAX ||
+            (nq = ext_sched_replace_quotas(s, text, tl, &e)) < 0) {
+            fprintf(stderr, "gpusched extender: %s: %s\n", cfg.quotas,
+                    !qf ? "cannot read" : !text || tl > KUBE_YAML_MAX ? "unreadable or too large"
+                                                                      : e.msg);
+            free(text);
+            status = 2;
+            goto out;
+        }
+        free(text);
+        log_info("extender", "enforcing %d GPU quota%s from %s", nq, nq == 1 ? "" : "s",
+                 cfg.quotas);
+    }
     struct ext_server_opts so = {.listen = cfg.listen, .tls_cert = cfg.tls_cert,
                                  .tls_key = cfg.tls_key, .threads = (unsigned)cfg.threads,
                                  .max_body = (size_t)cfg.max_body, .sched = s, .metrics = m};

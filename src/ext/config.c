@@ -41,6 +41,9 @@ static const struct row rows[] = {
     {"lease_duration", C_DBL, F(lease_duration), "SECONDS", "lease duration (default 15)", 0, 0},
     {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up", 0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere", 0, 0},
+    {"quotas", C_STR, F(quotas), "FILE", "GPUQuota objects to enforce (JSON or YAML list)", 0, 0},
+    {"watch_quotas", C_BOOL, F(watch_quotas), NULL,
+     "cluster: watch GPUQuota objects (gpusched.io/v1 gpuquotas)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
@@ -87,6 +90,7 @@ void ext_config_defaults(struct ext_config *c)
     c->lease_duration = 15;
     c->nudge = 1;
     c->events = 1;
+    c->watch_quotas = 1;
     c->log_level = strdup("info");
     c->log_format = strdup("text");
     c->threads = 4;

@@ -29,6 +29,8 @@ struct ext_config {
     double lease_duration;
     long nudge;                           /* nudge unschedulable GPU pods when GPUs free up */
     long events;                          /* post Events on pods */
+    char *quotas;                         /* GPUQuota file (JSON/YAML list), or NULL */
+    long watch_quotas;                    /* cluster: watch gpusched.io/v1 GPUQuota objects */
     char *log_level, *log_format;
     long threads, max_body;
     /* resource and annotation names */

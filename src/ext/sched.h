@@ -73,6 +73,14 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
  * ones available again). Returns the number of stale nodes. */
 int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
 
+/* ---- GPU quotas (core/quota.h): checked in /filter and /bind ---- */
+/* Adds or replaces one GPUQuota object; errors name the field. */
+int ext_sched_put_quota(struct ext_sched *s, const json_t *obj, struct gs_err *e);
+int ext_sched_remove_quota(struct ext_sched *s, const char *ns, const char *name);
+/* Replaces every quota with those of a quota file's text (JSON/YAML list);
+ * broken objects are logged and skipped. Returns how many were loaded. */
+int ext_sched_replace_quotas(struct ext_sched *s, const char *text, size_t len, struct gs_err *e);
+
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes
  * it (journal replay). Errors name the field. */

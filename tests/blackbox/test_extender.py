@@ -558,3 +558,32 @@ def test_deploy_extender_config_is_accepted(gpusched_bin, tmp_path):
     assert verbs[("", "pods/binding")] == {"create"}
     assert "delete" not in verbs[("", "pods")] and "update" not in verbs[("", "nodes")]
     assert yaml  # the manifests parsed
+
+
+# ---- GPU quotas ----------------------------------------------------------------------
+
+def test_quota_file_is_enforced(gpusched_bin, nodes_file, tmp_path):
+    quotas = tmp_path / "quotas.yaml"
+    quotas.write_text("- apiVersion: gpusched.io/v1\n  kind: GPUQuota\n"
+                      "  metadata: {name: q, namespace: team}\n"
+                      "  spec: {total: {gpus: 2}}\n")
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--quotas", str(quotas)])
+    try:
+        first = pod("q1", {"nvidia.com/gpu": "2"}, ns="team")
+        e.place(first, ["a100-1"])
+        second = pod("q2", {"nvidia.com/gpu": "1"}, ns="team")
+        f = e.filter(second, ["a100-1", "a100-2"])
+        assert f["NodeNames"] == []
+        assert all(r.startswith("quota:") for r in f["FailedNodes"].values()), f
+        # another namespace is not limited
+        assert e.filter(pod("other", {"nvidia.com/gpu": "1"}), ["a100-2"])["NodeNames"]
+        # freeing the first pod frees the quota
+        assert requests.delete(e.url + "/allocations/team/q1", timeout=5).status_code == 200
+        assert e.filter(second, ["a100-2"])["NodeNames"] == ["a100-2"]
+    finally:
+        e.stop()
+    quotas.write_text("- {apiVersion: gpusched.io/v1, kind: GPUQuota, metadata: {name: q}, "
+                      "spec: {total: {gpus: 2}}}\n")
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--quotas", str(quotas)])
+    err = e.stop()
+    assert "GPUQuota #0 ignored" in err and "namespace" in err

@@ -248,3 +248,25 @@ def test_api_server_errors_do_not_stop_serving(gpusched_bin, api, tmp_path):
         assert e.metric('gpusched_extender_lists_total{resource="pods"') == 1
     finally:
         e.stop()
+
+
+def test_gpuquota_objects_are_watched(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "q", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "none", "namespace": "default"},
+                    "spec": {"total": {"gpus": 0}}})
+        f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
+            e.filter(api.get("pods", "q", "default"), ["g1", "g2"])), what="quota applied")
+        assert all("quota" in r for r in f["FailedNodes"].values())
+        r = e.bind(api.get("pods", "q", "default"), "g1")
+        assert r.status_code == 409 and "quota" in r.json()["error"]
+        api.delete("gpuquotas", "none", "default", prefix="/apis/gpusched.io/v1")
+        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+                 what="quota removed")
+    finally:
+        e.stop()
