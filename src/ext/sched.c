@@ -218,8 +218,6 @@ void ext_sched_free(struct ext_sched *s)
 
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
 
-const struct core_names *ext_sched_names(const struct ext_sched *s) { return s->opts.names; }
-
 void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
 {
     pthread_mutex_lock(&s->mu);

@@ -61,7 +61,6 @@ struct ext_sched_opts {
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
 void ext_sched_free(struct ext_sched *s);
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
-const struct core_names *ext_sched_names(const struct ext_sched *s);
 
 /* ---- nodes ---- */
 /* Adds or updates a node from a Node object. *updated_at: inventory time. */

@@ -100,6 +100,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
     }
     if (strcmp(req->method, "DELETE") == 0 &&
         ns_name(path, "/allocations/", ns, name, sizeof ns) == 0) {
+        if (!s->opts.allow_release) {
+            reply_json(resp, 405, ext_error("cluster mode: delete the pod to free its GPUs"));
+            return "release";
+        }
         struct gs_err e = GS_ERR_INIT;
         char who[520];
         snprintf(who, sizeof who, "%s/%s", ns, name);

@@ -102,6 +102,10 @@ def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
         f = e.filter(api.get("pods", "late", "default"), ["g1", "g2"])
         assert f["NodeNames"] == [] and set(f["FailedNodes"]) == {"g1", "g2"}
         assert e.metric("gpusched_extender_rebuilds_total") >= 1
+        # GPUs are freed by deleting pods, not by hand
+        r = requests.delete(e.url + "/allocations/default/p0", timeout=5)
+        assert r.status_code == 405 and "delete the pod" in r.json()["error"]
+        assert e.metric("gpusched_allocations") == 2
     finally:
         e.stop()
 
