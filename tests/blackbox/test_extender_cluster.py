@@ -274,3 +274,63 @@ def test_gpuquota_objects_are_watched(gpusched_bin, api, tmp_path):
                  what="quota removed")
     finally:
         e.stop()
+
+
+def _self_signed(tmp_path, cn):
+    import subprocess as sp
+    cert, key = tmp_path / f"{cn}.crt", tmp_path / f"{cn}.key"
+    sp.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_tls_is_verified(gpusched_bin, tmp_path):
+    cert, key = _self_signed(tmp_path, "apiserver")
+    other, _ = _self_signed(tmp_path, "someone-else")
+    with FakeApiServer(tls=(cert, key)) as api:
+        api.add_node("g1", **node_kwargs("g1"))
+        good = api.write_kubeconfig(tmp_path / "good", ca_file=cert)
+        e = Extender(gpusched_bin, ["--kubeconfig", good, "--inventory-ttl", "0"])
+        try:
+            e.wait_ready(path="/readyz")
+            assert e.metric("gpusched_gpus") == 2
+        finally:
+            e.stop()
+        # a server whose certificate the CA did not sign is never trusted
+        bad = api.write_kubeconfig(tmp_path / "bad", ca_file=other)
+        seen = len(api.requests)
+        e = Extender(gpusched_bin, ["--kubeconfig", bad, "--inventory-ttl", "0"])
+        try:
+            time.sleep(1.5)
+            assert requests.get(e.url + "/readyz", timeout=5).status_code == 503
+            assert len(api.requests) == seen  # not one request got past the handshake
+        finally:
+            err = e.stop()
+        assert "certificate" in err.lower() or "SSL" in err
+
+
+def test_extender_serves_https(gpusched_bin, tmp_path):
+    from test_extender import STANDARD_NODES, write_nodes
+    cert, key = _self_signed(tmp_path, "extender")
+    nodes = write_nodes(tmp_path / "nodes.json", STANDARD_NODES)
+    port = __import__("conftest").free_port()
+    import subprocess as sp
+    proc = sp.Popen([gpusched_bin, "extender", "--nodes", nodes, "--listen", f"127.0.0.1:{port}",
+                     "--tls-cert", cert, "--tls-key", key], stderr=sp.PIPE, text=True)
+    try:
+        r = wait_for(lambda: _get(f"https://127.0.0.1:{port}/healthz", cert), what="https")
+        assert r.text == "ok\n"
+        r = requests.post(f"https://127.0.0.1:{port}/filter", verify=cert, timeout=5,
+                          json={"Pod": pod("t", {"nvidia.com/gpu": "1"}), "NodeNames": ["a100-1"]})
+        assert r.json()["NodeNames"] == ["a100-1"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _get(url, ca):
+    try:
+        return requests.get(url, verify=ca, timeout=2)
+    except requests.exceptions.ConnectionError:
+        return None
