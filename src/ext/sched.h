@@ -128,7 +128,8 @@ json_t *ext_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Fills the per-node/per-model gauges (called from the metrics collect). */
 void ext_sched_collect(struct ext_sched *s, struct metrics *m);
 /* Every allocation as a journal-style record {"uid", "ns", "name",
- * "priority", "annotations"} (for compaction and status). */
+ * "priority", "cpu_milli", "mem_bytes", "annotations"} (assigned-at is
+ * now): what `gpusched status`-like tools and ext_sched_restore() read. */
 json_t *ext_sched_allocations(struct ext_sched *s);
 
 /* Counts, for /readyz and tests. */
