@@ -982,8 +982,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         for (int i = 0; i < a.n; i++)
             if (fit[i])
                 json_array_append(items, (json_t *)a.nodes[i]);
-        char *js = json_dumps(json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind",
-                                        "NodeList", "items", items), JSON_COMPACT | JSON_EMBED);
+        json_t *list = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "NodeList",
+                                 "items", items);
+        char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
+        json_decref(list);
         sb_str(&r, "{\"Nodes\":{");
         sb_str(&r, js ? js : "");
         sb_str(&r, "},\"NodeNames\":null");
