@@ -107,6 +107,7 @@ struct pod {
     json_t *obj;          /* the Pod object (for /bind and rebuilds) */
     int unschedulable;    /* its last /filter found no node */
     int need_restore;     /* assignment annotations whose node is not known yet */
+    int binding;          /* a /bind is committing its allocation right now */
     unsigned long seq;    /* last touched */
 };
 
@@ -620,14 +621,19 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
             forget(s, p);
         return 0;
     }
-    /* pending: remember GPU pods for /bind (their request is parsed there) */
+    /* pending without an assignment: an allocation it still holds came from
+     * annotations that are gone (a failed bind was undone), unless a bind is
+     * committing it right now */
+    if ((p = smap_get(&s->pods, uid)) && !p->binding && core_alloc_find(s->c, uid))
+        freed = do_unreserve(s, uid, NULL) == 0;
+    /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
         if (cp.req.kind != CORE_REQ_NONE)
             remember(s, pod);
         core_pod_clear(&cp);
     }
-    return 0;
+    return freed;
 }
 
 int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
@@ -1175,6 +1181,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     if (rc == 0) {
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
+        p->binding = 1;
     }
     pthread_mutex_unlock(&s->mu);
     core_pod_clear(&pod);
@@ -1184,11 +1191,15 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         decision(s, "bind", "no_fit");
         return status_for(rc) == 404 ? 404 : 409;
     }
-    if (s->commit.bind &&
-        (rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e)) < 0) {
-        pthread_mutex_lock(&s->mu);
+    if (s->commit.bind)
+        rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
+    pthread_mutex_lock(&s->mu);
+    if ((p = smap_get(&s->pods, uid)))
+        p->binding = 0;
+    if (rc < 0)
         do_unreserve(s, uid, NULL);
-        pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0) {
         *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
         json_decref(ann);
         ext_bind_clear(&b);

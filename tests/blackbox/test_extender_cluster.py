@@ -149,7 +149,7 @@ def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
         got = api.get("pods", "f", "default")
         assert PREFIX + "node" not in got["metadata"]["annotations"]
         assert not got["spec"].get("nodeName")
-        time.sleep(0.3)
+        time.sleep(1.0)  # the watch has seen the patch and its undo by now
         assert e.metric("gpusched_allocations") == 0
         node, r = schedule(e, api, "f", ["g1"])  # kube-scheduler retries
         assert r.status_code == 200
