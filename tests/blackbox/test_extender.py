@@ -88,7 +88,7 @@ class Extender:
                                      text=True, env=env)
         self.wait_ready()
 
-    def wait_ready(self, timeout=10, path="/healthz"):
+    def wait_ready(self, timeout=20, path="/healthz"):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -17,7 +17,7 @@ from test_extender import Extender, gpu_node, pod
 PREFIX = "gpusched.io/"
 
 
-def wait_for(fn, timeout=10, what="condition"):
+def wait_for(fn, timeout=20, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = fn()
@@ -183,7 +183,7 @@ def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
 
 def test_leader_election(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "l", "1")
-    args = ["--leader-elect", "--lease-duration", "2", "--lease-namespace", "kube-system"]
+    args = ["--leader-elect", "--lease-duration", "5", "--lease-namespace", "kube-system"]
     a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
     wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
     b = start(gpusched_bin, api, tmp_path, *args, "--identity", "b", name="kc-b")
