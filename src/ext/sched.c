@@ -1436,33 +1436,68 @@ json_t *ext_sched_allocations(struct ext_sched *s)
 
 /* ---- metrics --------------------------------------------------------------- */
 
+/* One (node, model) row of the GPU gauges. */
+struct gpu_row {
+    char node[CORE_NAME_MAX], model[CORE_MODEL_MAX];
+    double gpus, used, free, mem, milli;
+};
+
 void ext_sched_collect(struct ext_sched *s, struct metrics *m)
 {
     struct core_stats st;
+    struct gpu_row *rows = NULL;
+    size_t n = 0, cap = 0;
     (void)m;
     if (!s->m_gpus)
         return;
+    /* gather under the scheduler lock, publish after it */
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < core_cluster_node_count(s->c); i++) {
+        const struct core_node *nd = core_cluster_node(s->c, i);
+        size_t first = n;
+        for (int g = 0; g < nd->n_gpus; g++) {
+            const struct core_gpu *gp = &nd->gpus[g];
+            size_t k = first;
+            while (k < n && strcmp(rows[k].model, gp->model) != 0)
+                k++;
+            if (k == n) {
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 1024;
+                    struct gpu_row *nr = realloc(rows, nc * sizeof *nr);
+                    if (!nr)
+                        continue;
+                    rows = nr;
+                    cap = nc;
+                }
+                memset(&rows[n], 0, sizeof rows[n]);
+                snprintf(rows[n].node, sizeof rows[n].node, "%s", nd->name);
+                snprintf(rows[n].model, sizeof rows[n].model, "%s", gp->model);
+                n++;
+            }
+            int used = gp->n_pods > 0;
+            rows[k].gpus += 1;
+            rows[k].used += used;
+            rows[k].free += !used && gp->healthy && nd->available;
+            rows[k].mem += (double)(gp->mem_mib - gp->free_mem_mib);
+            rows[k].milli += CORE_MILLI - gp->free_milli;
+        }
+    }
+    core_cluster_stats(s->c, &st);
+    pthread_mutex_unlock(&s->mu);
     metric_reset(s->m_gpus);
     metric_reset(s->m_gpus_alloc);
     metric_reset(s->m_gpus_free);
     metric_reset(s->m_mem_alloc);
     metric_reset(s->m_milli_alloc);
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < core_cluster_node_count(s->c); i++) {
-        const struct core_node *n = core_cluster_node(s->c, i);
-        for (int g = 0; g < n->n_gpus; g++) {
-            const struct core_gpu *gp = &n->gpus[g];
-            const char *lv[] = {n->name, gp->model};
-            int used = gp->n_pods > 0;
-            metric_add(s->m_gpus, lv, 1);
-            metric_add(s->m_gpus_alloc, lv, used);
-            metric_add(s->m_gpus_free, lv, !used && gp->healthy && n->available);
-            metric_add(s->m_mem_alloc, lv, (double)(gp->mem_mib - gp->free_mem_mib));
-            metric_add(s->m_milli_alloc, lv, CORE_MILLI - gp->free_milli);
-        }
+    for (size_t k = 0; k < n; k++) {
+        const char *lv[] = {rows[k].node, rows[k].model};
+        metric_set(s->m_gpus, lv, rows[k].gpus);
+        metric_set(s->m_gpus_alloc, lv, rows[k].used);
+        metric_set(s->m_gpus_free, lv, rows[k].free);
+        metric_set(s->m_mem_alloc, lv, rows[k].mem);
+        metric_set(s->m_milli_alloc, lv, rows[k].milli);
     }
-    core_cluster_stats(s->c, &st);
-    pthread_mutex_unlock(&s->mu);
+    free(rows);
     metric_set(s->m_frag, NULL, st.frag_milli);
     metric_set(s->m_allocs, NULL, st.pods);
 }

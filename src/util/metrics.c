@@ -363,19 +363,40 @@ static void out_printf(struct out *o, const char *fmt, ...)
     }
 }
 
+static void out_put(struct out *o, const char *p, size_t n)
+{
+    if (o->oom)
+        return;
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(o->buf, cap);
+        if (!nb) {
+            o->oom = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, p, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
 /* Escapes a label value or help text: backslash, newline, and (for label
- * values) the double quote. */
+ * values) the double quote; plain runs are copied whole. */
 static void out_escaped(struct out *o, const char *s, int quote)
 {
-    for (; *s; s++) {
-        if (*s == '\\')
-            out_printf(o, "\\\\");
-        else if (*s == '\n')
-            out_printf(o, "\\n");
-        else if (quote && *s == '"')
-            out_printf(o, "\\\"");
-        else
-            out_printf(o, "%c", *s);
+    const char *special = quote ? "\\\n\"" : "\\\n";
+    while (*s) {
+        size_t n = strcspn(s, special);
+        out_put(o, s, n);
+        s += n;
+        if (!*s)
+            break;
+        out_put(o, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+        s++;
     }
 }
 
