@@ -15,9 +15,9 @@
 #include "ext/config.h"
 #include "ext/sched.h"
 #include "ext/server.h"
+#include "ext/quotas.h"
 #include "ext/standalone.h"
 #include "kube/client.h"
-#include "kube/yaml.h"
 #include "util/log.h"
 #include "util/metrics.h"
 
@@ -66,6 +66,8 @@ struct running {
     struct ext_cluster *cl;
 };
 
+static void set_quotas(void *ud, struct core_quotas *set) { ext_sched_set_quotas(ud, set); }
+
 static void collect(void *ud, struct metrics *m)
 {
     struct running *r = ud;
@@ -84,6 +86,7 @@ int cmd_extender(int argc, char **argv)
     struct ext_sched *s = NULL;
     struct ext_standalone *sa = NULL;
     struct ext_cluster *cl = NULL;
+    struct ext_quotas *quotas = NULL;
     struct kube_client *kc = NULL;
     struct ext_server *srv = NULL;
     enum log_level lv;
@@ -153,29 +156,6 @@ int cmd_extender(int argc, char **argv)
     }
     struct running running = {s, NULL};
     metrics_on_collect(m, collect, &running);
-    if (cfg.quotas) {
-        FILE *qf = fopen(cfg.quotas, "rb");
-        char *text = NULL;
-        size_t tl = 0;
-        int nq;
-        if (qf) {
-            text = malloc(KUBE_YAML_MAX + 1);
-            tl = text ? fread(text, 1, KUBE_YAML_MAX + 1, qf) : 0;
-            fclose(qf);
-        }
-        if (!text || tl > KUBE_YAML_MAX ||
-            (nq = ext_sched_replace_quotas(s, text, tl, &e)) < 0) {
-            fprintf(stderr, "gpusched extender: %s: %s\n", cfg.quotas,
-                    !qf ? "cannot read" : !text || tl > KUBE_YAML_MAX ? "unreadable or too large"
-                                                                      : e.msg);
-            free(text);
-            status = 2;
-            goto out;
-        }
-        free(text);
-        log_info("extender", "enforcing %d GPU quota%s from %s", nq, nq == 1 ? "" : "s",
-                 cfg.quotas);
-    }
     struct ext_server_opts so = {.listen = cfg.listen, .tls_cert = cfg.tls_cert,
                                  .tls_key = cfg.tls_key, .threads = (unsigned)cfg.threads,
                                  .max_body = (size_t)cfg.max_body, .sched = s, .metrics = m};
@@ -202,6 +182,13 @@ int cmd_extender(int argc, char **argv)
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
     }
+    if ((cfg.nodes && cfg.quotas &&
+         ext_quotas_from_file(cfg.quotas, set_quotas, s, m, &quotas, &e) < 0) ||
+        (!cfg.nodes && ext_quotas_watch(kc, (int)cfg.events, set_quotas, s, m, &quotas, &e) < 0)) {
+        fprintf(stderr, "gpusched extender: quotas: %s\n", e.msg);
+        status = 2;
+        goto out;
+    }
     if (ext_server_start(&so, &srv, &e) < 0) {
         fprintf(stderr, "gpusched extender: %s\n", e.msg);
         goto out;
@@ -219,6 +206,7 @@ int cmd_extender(int argc, char **argv)
     status = 0;
 out:
     ext_server_stop(srv);
+    ext_quotas_stop(quotas);
     ext_cluster_stop(cl);
     ext_standalone_close(sa);
     kube_client_free(kc);

@@ -26,7 +26,7 @@ struct ext_cluster {
     struct ext_sched *s;
     const struct ext_config *cfg;
     char prefix[128];
-    struct kube_watch *nodes, *pods, *quotas;
+    struct kube_watch *nodes, *pods;
     struct kube_leader *leader;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -92,30 +92,6 @@ static void pods_event(void *ud, const char *type, const json_t *obj)
         pthread_cond_signal(&cl->cv);
         pthread_mutex_unlock(&cl->mu);
     }
-}
-
-static void quotas_replace(void *ud, const json_t *items, const char *rv)
-{
-    struct ext_cluster *cl = ud;
-    struct gs_err e = GS_ERR_INIT;
-    char *text = json_dumps(items, JSON_COMPACT);
-    (void)rv;
-    if (!text || ext_sched_replace_quotas(cl->s, text, strlen(text), &e) < 0)
-        log_warn("extender", "GPU quotas: %s", text ? e.msg : "out of memory");
-    free(text);
-}
-
-static void quotas_event(void *ud, const char *type, const json_t *obj)
-{
-    struct ext_cluster *cl = ud;
-    struct gs_err e = GS_ERR_INIT;
-    const char *ns = kube_meta_str(obj, "namespace"), *name = kube_meta_str(obj, "name");
-    if (!ns || !name)
-        return;
-    if (strcmp(type, "DELETED") == 0)
-        ext_sched_remove_quota(cl->s, ns, name);
-    else if (ext_sched_put_quota(cl->s, obj, &e) < 0) /* the last good version stays */
-        log_warn("extender", "GPUQuota %s/%s: %s", ns, name, e.msg);
 }
 
 int ext_cluster_ready(void *ud)
@@ -287,7 +263,6 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     struct ext_cluster *cl = calloc(1, sizeof *cl);
     static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event};
     static const struct kube_watch_ops pod_ops = {pods_replace, pods_event};
-    static const struct kube_watch_ops quota_ops = {quotas_replace, quotas_event};
     int rc;
 
     if (!cl)
@@ -331,12 +306,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,
                                cl, &cl->pods, e)) < 0 ||
-        (cfg->watch_quotas &&
-         (rc = kube_watch_start(kc, &(struct kube_watch_opts){
-                                    .path = "/apis/gpusched.io/v1/gpuquotas"},
-                                &quota_ops, cl, &cl->quotas, e)) < 0) ||
         pthread_create(&cl->thread, NULL, house_main, cl) != 0) {
-        kube_watch_stop(cl->quotas);
         kube_watch_stop(cl->nodes);
         kube_watch_stop(cl->pods);
         kube_leader_stop(cl->leader);
@@ -357,7 +327,6 @@ void ext_cluster_stop(struct ext_cluster *cl)
     pthread_cond_broadcast(&cl->cv);
     pthread_mutex_unlock(&cl->mu);
     pthread_join(cl->thread, NULL);
-    kube_watch_stop(cl->quotas);
     kube_watch_stop(cl->pods);
     kube_watch_stop(cl->nodes);
     kube_leader_stop(cl->leader);

@@ -30,6 +30,8 @@ static const struct row rows[] = {
      100000},
     {"nodes", C_STR, F(nodes), "FILE", "standalone: NodeList JSON file", 0, 0},
     {"state_dir", C_STR, F(state_dir), "DIR", "standalone: journal directory", 0, 0},
+    {"quotas", C_STR, F(quotas), "FILE", "standalone: GPUQuota objects, YAML or JSON (re-read "
+     "on change; cluster mode watches gpuquotas)", 0, 0},
     {"kubeconfig", C_STR, F(kubeconfig), "FILE", "cluster: kubeconfig file", 0, 0},
     {"in_cluster", C_BOOL, F(in_cluster), NULL, "cluster: use the pod's service account", 0, 0},
     {"inventory_ttl", C_DBL, F(inventory_ttl), "SECONDS",
@@ -42,9 +44,6 @@ static const struct row rows[] = {
     {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on; "
                                      "nudge: false in --config turns it off)", 0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
-    {"quotas", C_STR, F(quotas), "FILE", "GPUQuota objects to enforce (JSON or YAML list)", 0, 0},
-    {"watch_quotas", C_BOOL, F(watch_quotas), NULL,
-     "cluster: watch GPUQuota objects (gpusched.io/v1 gpuquotas; default on)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
@@ -91,7 +90,6 @@ void ext_config_defaults(struct ext_config *c)
     c->lease_duration = 15;
     c->nudge = 1;
     c->events = 1;
-    c->watch_quotas = 1;
     c->log_level = strdup("info");
     c->log_format = strdup("text");
     c->threads = 4;

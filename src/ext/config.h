@@ -21,6 +21,7 @@ struct ext_config {
     char *policy;
     long top_k;
     char *nodes, *state_dir;              /* standalone */
+    char *quotas;                         /* standalone: GPUQuota file */
     char *kubeconfig;                     /* cluster; in_cluster without it */
     long in_cluster;
     double inventory_ttl;                 /* seconds; 0 = never stale */
@@ -29,8 +30,6 @@ struct ext_config {
     double lease_duration;
     long nudge;                           /* nudge unschedulable GPU pods when GPUs free up */
     long events;                          /* post Events on pods */
-    char *quotas;                         /* GPUQuota file (JSON/YAML list), or NULL */
-    long watch_quotas;                    /* cluster: watch gpusched.io/v1 GPUQuota objects */
     char *log_level, *log_format;
     long threads, max_body;
     /* resource and annotation names */

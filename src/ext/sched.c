@@ -119,11 +119,12 @@ struct ext_sched {
     struct ext_commit commit;
     struct smap pods;     /* uid -> struct pod */
     struct smap inv;      /* node name -> double* inventory updated_at */
-    struct core_quotas *quotas; /* GPUQuota limits and usage per namespace */
     unsigned long seq;
     int n_need_restore;
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
+    struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
+    struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
 };
 
 json_t *ext_error(const char *fmt, ...)
@@ -190,6 +191,16 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_stale = metrics_add(m, METRIC_GAUGE, "gpusched_nodes_stale",
                                  "Nodes whose GPU inventory is older than inventory_ttl.", NULL,
                                  NULL, 0, e);
+        s->m_ns_usage = metrics_add(m, METRIC_GAUGE, "gpusched_namespace_gpu_usage",
+                                    "GPU resources held per namespace and model (resource: "
+                                    "gpus, memory_mib, milli).", "namespace,model,resource",
+                                    NULL, 0, e);
+        s->m_quota_limit = metrics_add(m, METRIC_GAUGE, "gpusched_quota_limit",
+                                       "GPUQuota limits (model \"\" = the total).",
+                                       "namespace,quota,model,resource", NULL, 0, e);
+        s->m_quota_used = metrics_add(m, METRIC_GAUGE, "gpusched_quota_used",
+                                      "Use counted against each GPUQuota limit.",
+                                      "namespace,quota,model,resource", NULL, 0, e);
     }
     *out = s;
     return 0;
@@ -217,6 +228,33 @@ void ext_sched_free(struct ext_sched *s)
     free(s);
 }
 
+void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q)
+{
+    pthread_mutex_lock(&s->mu);
+    core_quotas_free(s->quotas);
+    s->quotas = q;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Brings quota usage up to date for a pod of `ns`; 1 when ns has a quota.
+ * Called with the lock held. */
+static int quota_prepare(struct ext_sched *s, const struct core_pod *pod)
+{
+    if (pod->req.kind == CORE_REQ_NONE || !s->quotas || !core_quotas_has(s->quotas, pod->ns))
+        return 0;
+    core_quotas_recount(s->quotas, s->c, NULL);
+    return 1;
+}
+
+/* Would the pod on node n exceed its namespace's quota? Lock held. */
+static int quota_blocks(struct ext_sched *s, const struct core_pod *pod, const struct core_node *n,
+                        struct gs_err *e)
+{
+    struct core_quota_use u;
+    core_quota_use_on_node(&pod->req, n, &u);
+    return core_quotas_check(s->quotas, pod->ns, &u, 1, e) < 0;
+}
+
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
 
 void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
@@ -225,167 +263,6 @@ void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
     *nodes = core_cluster_node_count(s->c);
     *allocs = core_cluster_alloc_count(s->c);
     pthread_mutex_unlock(&s->mu);
-}
-
-/* ---- quota accounting --------------------------------------------------------
- * Every reservation is charged to its namespace's usage by GPU model, and
- * every release credited, through these two wrappers; after bulk changes
- * (node removal, relist) usage is recomputed from the allocations. */
-
-/* What an allocation holds, per GPU model; returns the number of models. */
-static int alloc_use(const struct ext_sched *s, const struct core_alloc *a,
-                     struct core_quota_use *u, int max)
-{
-    const struct core_node *n = core_cluster_find(s->c, a->node);
-    int k = 0;
-    if (!n)
-        return 0;
-    for (int i = 0; i < a->n; i++) {
-        const struct core_gpu *g = &n->gpus[a->gpu[i]];
-        int j;
-        for (j = 0; j < k && strcmp(u[j].model, g->model) != 0; j++)
-            ;
-        if (j == k) {
-            if (k == max)
-                continue;
-            memset(&u[k], 0, sizeof u[k]);
-            snprintf(u[k].model, sizeof u[k].model, "%s", g->model);
-            k++;
-        }
-        if (a->kind == CORE_REQ_WHOLE)
-            u[j].gpus++;
-        u[j].mem_mib += a->mem_mib[i];
-        u[j].milli += a->kind == CORE_REQ_MIG ? 0 : a->milli[i];
-    }
-    return k;
-}
-
-static void alloc_ns(const struct core_alloc *a, char *ns, size_t cap)
-{
-    const char *slash = strchr(a->pod_name, '/');
-    snprintf(ns, cap, "%.*s", slash ? (int)(slash - a->pod_name) : 0, a->pod_name);
-}
-
-static void charge(struct ext_sched *s, const struct core_alloc *a, int sign)
-{
-    struct core_quota_use u[CORE_MAX_GPUS];
-    char ns[CORE_NAME_MAX];
-    int n = alloc_use(s, a, u, CORE_MAX_GPUS);
-    alloc_ns(a, ns, sizeof ns);
-    if (n)
-        core_quotas_charge(s->quotas, ns, u, n, sign, NULL);
-}
-
-static int do_reserve(struct ext_sched *s, const struct core_alloc *a, struct gs_err *e)
-{
-    int rc = core_reserve(s->c, a, e);
-    if (rc == 0)
-        charge(s, a, 1);
-    return rc;
-}
-
-static int do_unreserve(struct ext_sched *s, const char *uid, struct gs_err *e)
-{
-    const struct core_alloc *a = core_alloc_find(s->c, uid);
-    if (a)
-        charge(s, a, -1);
-    return core_unreserve(s->c, uid, e);
-}
-
-static void recount_usage(struct ext_sched *s)
-{
-    core_quotas_reset_usage(s->quotas);
-    for (int i = 0; i < core_cluster_alloc_count(s->c); i++)
-        charge(s, core_cluster_alloc(s->c, i), 1);
-}
-
-/* Would the pod's allocation `a` break a quota of its namespace? */
-static int quota_check(struct ext_sched *s, const struct core_alloc *a, struct gs_err *e)
-{
-    struct core_quota_use u[CORE_MAX_GPUS];
-    char ns[CORE_NAME_MAX];
-    int n;
-    if (!core_quotas_count(s->quotas))
-        return 0;
-    n = alloc_use(s, a, u, CORE_MAX_GPUS);
-    alloc_ns(a, ns, sizeof ns);
-    return n ? core_quotas_check(s->quotas, ns, u, n, e) : 0;
-}
-
-/* The filter-time check: what the pod would hold on this node's GPUs. */
-static int quota_check_node(struct ext_sched *s, const struct core_pod *pod,
-                            const struct core_node *n, struct gs_err *e)
-{
-    struct core_quota_use u;
-    const struct core_gpu *g = NULL;
-    if (!core_quotas_count(s->quotas) || pod->req.kind == CORE_REQ_NONE)
-        return 0;
-    for (int i = 0; i < n->n_gpus && !g; i++)
-        if (n->gpus[i].healthy && core_request_model_ok(&pod->req, n->gpus[i].model))
-            g = &n->gpus[i];
-    if (!g)
-        return 0;
-    core_quota_use_of(&pod->req, g->model, g->mem_mib, &u);
-    if (pod->req.kind == CORE_REQ_MIG) {
-        for (int m = 0; m < g->n_mig; m++)
-            if (strcmp(g->mig[m].profile, pod->req.mig_profile) == 0) {
-                u.mem_mib = g->mig[m].mem_mib * pod->req.mig_count;
-                break;
-            }
-    }
-    return core_quotas_check(s->quotas, pod->ns, &u, 1, e);
-}
-
-int ext_sched_put_quota(struct ext_sched *s, const json_t *obj, struct gs_err *e)
-{
-    struct core_quota q;
-    int rc = core_quota_parse(obj, &q, e);
-    if (rc < 0)
-        return rc;
-    pthread_mutex_lock(&s->mu);
-    rc = core_quotas_put(s->quotas, &q, e);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-int ext_sched_remove_quota(struct ext_sched *s, const char *ns, const char *name)
-{
-    pthread_mutex_lock(&s->mu);
-    int rc = core_quotas_remove(s->quotas, ns, name);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-static void bad_quota(void *ud, int index, const struct gs_err *e)
-{
-    (void)ud;
-    log_warn("extender", "GPUQuota #%d ignored: %s", index, e->msg);
-}
-
-int ext_sched_replace_quotas(struct ext_sched *s, const char *text, size_t len, struct gs_err *e)
-{
-    struct core_quota *qs = NULL;
-    struct core_quotas *set;
-    int n = 0, rc;
-    if ((rc = core_quota_parse_doc(text, len, &qs, &n, bad_quota, NULL, e)) < 0)
-        return rc;
-    if (!(set = core_quotas_new())) {
-        free(qs);
-        return gs_errf(e, GS_ENOMEM, "out of memory");
-    }
-    for (int i = 0; i < n && rc == 0; i++)
-        rc = core_quotas_put(set, &qs[i], e);
-    free(qs);
-    if (rc < 0) {
-        core_quotas_free(set);
-        return rc;
-    }
-    pthread_mutex_lock(&s->mu);
-    core_quotas_free(s->quotas);
-    s->quotas = set;
-    recount_usage(s);
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 /* ---- pods ------------------------------------------------------------------ */
@@ -489,7 +366,7 @@ static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, 
     a.mem_bytes = mem;
     if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0)
         return rc;
-    return do_reserve(s, &a, e);
+    return core_reserve(s->c, &a, e);
 }
 
 int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
@@ -572,7 +449,7 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
                 if (strcmp(core_cluster_alloc(s->c, i)->pod_name, who) == 0)
                     snprintf(uid, sizeof uid, "%s", core_cluster_alloc(s->c, i)->pod_uid);
     }
-    rc = do_unreserve(s, uid, e);
+    rc = core_unreserve(s->c, uid, e);
     if (rc == 0 && (p = smap_get(&s->pods, uid)))
         forget(s, p);
     pthread_mutex_unlock(&s->mu);
@@ -601,7 +478,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     if (!uid || !*uid || !name)
         return 0;
     if (deleted || finished(pod)) {
-        freed = do_unreserve(s, uid, NULL) == 0;
+        freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = smap_get(&s->pods, uid)))
             forget(s, p);
         return freed;
@@ -625,7 +502,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
      * annotations that are gone (a failed bind was undone), unless a bind is
      * committing it right now */
     if ((p = smap_get(&s->pods, uid)) && !p->binding && core_alloc_find(s->c, uid))
-        freed = do_unreserve(s, uid, NULL) == 0;
+        freed = core_unreserve(s->c, uid, NULL) == 0;
     /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
@@ -651,7 +528,6 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     pthread_mutex_lock(&s->mu);
     while (core_cluster_alloc_count(s->c) > 0)
         core_unreserve(s->c, core_cluster_alloc(s->c, 0)->pod_uid, NULL);
-    core_quotas_reset_usage(s->quotas);
     SMAP_FOREACH(&s->pods, it) forget(s, it->val);
     json_array_foreach(items, i, pod) observe_locked(s, pod, 0);
     int n = core_cluster_alloc_count(s->c);
@@ -713,8 +589,6 @@ int ext_sched_remove_node(struct ext_sched *s, const char *name, struct gs_err *
 {
     pthread_mutex_lock(&s->mu);
     int rc = core_cluster_remove_node(s->c, name, e);
-    if (rc == 0)
-        recount_usage(s);
     free(smap_del(&s->inv, name));
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -749,7 +623,6 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items)
     }
     SMAP_FOREACH(&keep, it) smap_del(&keep, it->key);
     free(keep.b);
-    recount_usage(s);
     retry_restores(s);
     pthread_mutex_unlock(&s->mu);
     return bad;
@@ -928,6 +801,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
 
     pthread_mutex_lock(&s->mu);
     struct pod *p = pod.req.kind != CORE_REQ_NONE ? remember(s, a.pod) : NULL;
+    int quota = quota_prepare(s, &pod);
     for (int i = 0; i < a.n; i++) {
         struct core_status st;
         struct core_node *n = core_cluster_find(s->c, a.names[i]);
@@ -940,12 +814,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         } else if (!n) {
             add_reason(&failed, a.names[i], "node is unknown to gpusched (no Node object seen)");
         } else if (core_filter(s->c, n, &pod, &st)) {
-            if (quota_check_node(s, &pod, n, &e) == 0) {
-                fit[i] = 1;
-            } else {
-                char why[600];
-                snprintf(why, sizeof why, "quota: %s", e.msg);
-                add_reason(&failed, a.names[i], why);
+            fit[i] = 1;
+            if (quota && quota_blocks(s, &pod, n, &e)) {
+                fit[i] = 0;
+                add_reason(&failed, a.names[i], e.msg);
             }
         } else {
             add_reason(st.code == CORE_UNRESOLVABLE ? &unres : &failed, a.names[i], st.reason);
@@ -1174,10 +1046,14 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     /* the pod's identity in the allocation is the one /bind names */
     snprintf(pod.uid, sizeof pod.uid, "%s", uid);
     rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
-    if (rc == 0 && (rc = quota_check(s, &alloc, &e)) < 0)
-        gs_err_prefix(&e, "quota");
+    if (rc == 0 && quota_prepare(s, &pod)) {
+        struct core_quota_use u[CORE_MAX_GPUS];
+        int k = core_quota_use_of_alloc(s->c, &alloc, u);
+        if (k > 0 && core_quotas_check(s->quotas, pod.ns, u, k, &e) < 0)
+            rc = -GS_ENOFIT;
+    }
     if (rc == 0)
-        rc = do_reserve(s, &alloc, &e);
+        rc = core_reserve(s->c, &alloc, &e);
     if (rc == 0) {
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
@@ -1197,7 +1073,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     if ((p = smap_get(&s->pods, uid)))
         p->binding = 0;
     if (rc < 0)
-        do_unreserve(s, uid, NULL);
+        core_unreserve(s->c, uid, NULL);
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
         *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
@@ -1252,7 +1128,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             const struct core_alloc *al = core_alloc_find(s->c, v->uids[k]);
             if (al && strcmp(al->node, v->node) == 0) {
                 saved[nsaved++] = *al;
-                do_unreserve(s, v->uids[k], NULL);
+                core_unreserve(s->c, v->uids[k], NULL);
             }
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
         }
@@ -1267,7 +1143,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             }
         }
         for (int k = 0; k < nsaved; k++)
-            do_reserve(s, &saved[k], NULL);
+            core_reserve(s->c, &saved[k], NULL);
         free(saved);
         if (ok && json_array_size(pods) > 0)
             json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
@@ -1383,12 +1259,18 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     }
     snprintf(uid, uidcap, "%s", p->uid);
     total = core_cluster_node_count(s->c);
+    int quota = quota_prepare(s, &pod);
     for (int i = 0; i < total; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
+        struct gs_err qe = GS_ERR_INIT;
         int k;
-        if (core_filter(s->c, n, &pod, &st))
-            continue;
+        if (core_filter(s->c, n, &pod, &st)) {
+            if (!quota || !quota_blocks(s, &pod, n, &qe))
+                continue;
+            st.plugin = "quota";
+            snprintf(st.reason, sizeof st.reason, "%.255s", qe.msg);
+        }
         const char *pl = st.plugin ? st.plugin : "filter";
         for (k = 0; k < ng && strcmp(g[k].plugin, pl) != 0; k++)
             ;
@@ -1442,6 +1324,31 @@ struct gpu_row {
     double gpus, used, free, mem, milli;
 };
 
+static const char *const quota_res[3] = {"gpus", "memory_mib", "milli"};
+
+static void usage_metric(void *ud, const char *ns, const char *model,
+                         const struct core_quota_limits *u)
+{
+    struct ext_sched *s = ud;
+    const int64_t v[3] = {u->gpus, u->mem_mib, u->milli};
+    for (int i = 0; i < 3; i++)
+        metric_set(s->m_ns_usage, (const char *[]){ns, model, quota_res[i]}, (double)v[i]);
+}
+
+static void quota_metric(void *ud, const struct core_quota_row *r)
+{
+    struct ext_sched *s = ud;
+    const int64_t l[3] = {r->limit.gpus, r->limit.mem_mib, r->limit.milli};
+    const int64_t u[3] = {r->used.gpus, r->used.mem_mib, r->used.milli};
+    for (int i = 0; i < 3; i++) {
+        if (l[i] == CORE_QUOTA_NONE)
+            continue;
+        const char *lv[] = {r->ns, r->quota, r->model, quota_res[i]};
+        metric_set(s->m_quota_limit, lv, (double)l[i]);
+        metric_set(s->m_quota_used, lv, (double)u[i]);
+    }
+}
+
 void ext_sched_collect(struct ext_sched *s, struct metrics *m)
 {
     struct core_stats st;
@@ -1483,6 +1390,12 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
         }
     }
     core_cluster_stats(s->c, &st);
+    metric_reset(s->m_ns_usage);
+    metric_reset(s->m_quota_limit);
+    metric_reset(s->m_quota_used);
+    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_foreach_usage(s->quotas, usage_metric, s);
+    core_quotas_foreach(s->quotas, quota_metric, s);
     pthread_mutex_unlock(&s->mu);
     metric_reset(s->m_gpus);
     metric_reset(s->m_gpus_alloc);

@@ -61,6 +61,12 @@ struct ext_sched_opts {
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
 void ext_sched_free(struct ext_sched *s);
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
+/* Replaces the GPUQuotas in force (takes ownership of q; core/quota.h).
+ * /filter and /bind then refuse a pod that would exceed its namespace's
+ * quota, counted from the current allocations; /metrics shows usage per
+ * namespace and model and each quota's limit and use. */
+struct core_quotas;
+void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q);
 
 /* ---- nodes ---- */
 /* Adds or updates a node from a Node object. *updated_at: inventory time. */
@@ -71,14 +77,6 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
 /* Marks nodes whose inventory is older than ttl_s unavailable (and fresh
  * ones available again). Returns the number of stale nodes. */
 int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
-
-/* ---- GPU quotas (core/quota.h): checked in /filter and /bind ---- */
-/* Adds or replaces one GPUQuota object; errors name the field. */
-int ext_sched_put_quota(struct ext_sched *s, const json_t *obj, struct gs_err *e);
-int ext_sched_remove_quota(struct ext_sched *s, const char *ns, const char *name);
-/* Replaces every quota with those of a quota file's text (JSON/YAML list);
- * broken objects are logged and skipped. Returns how many were loaded. */
-int ext_sched_replace_quotas(struct ext_sched *s, const char *text, size_t len, struct gs_err *e);
 
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes
