@@ -13,6 +13,11 @@ struct cmd {
 };
 
 static const struct cmd cmds[] = {
+    {"extender", cmd_extender, "kube-scheduler extender: filter, prioritize, bind, preempt"},
+    {"device-plugin", cmd_device_plugin, "node agent: kubelet device plugin for NVIDIA GPUs"},
+    {"webhook", cmd_webhook, "admission webhook: validate and normalise GPU pods, quotas"},
+    {"simulate", cmd_simulate, "replay a cluster + workload trace, compare scheduling policies"},
+    {"gen-trace", cmd_gen_trace, "generate a synthetic cluster and workload (openb CSV schema)"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "list the subcommands, or `help CMD` for one"},
     {NULL, NULL, NULL},

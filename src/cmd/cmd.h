@@ -13,5 +13,10 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
+int cmd_gen_trace(int argc, char **argv);
+int cmd_webhook(int argc, char **argv);
+int cmd_extender(int argc, char **argv);
+int cmd_device_plugin(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
  * through core_node_refresh(), which recomputes the cached per-GPU shares,
  * the scoring key and the node's fragmentation.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,7 +129,6 @@ static void node_free(struct core_node *n)
     for (int i = 0; i < n->n_gpus; i++)
         free(n->gpus[i].mig);
     free(n->gpus);
-    free(n->priv);
     free(n->name);
     free(n);
 }
@@ -146,6 +146,7 @@ void core_cluster_free(struct core_cluster *c)
     free(c->allocs);
     free(c->alloc_index);
     core_workload_free(c);
+    free(c->hot);
     free(c->feasible);
     free(c->scores);
     free(c->memo);
@@ -206,6 +207,21 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void hot_update(struct core_cluster *c, const struct core_node *n)
+{
+    const struct core_node_priv *p = n->priv;
+    struct core_node_hot *h = &c->hot[p->pos];
+    h->free_cpu = n->free_cpu_milli;
+    h->free_mem = n->free_mem_bytes;
+    h->model_mask = p->model_mask;
+    h->pods_left = n->max_pods ? n->max_pods - n->n_pods : INT32_MAX;
+    h->n_usable = (int16_t)p->n_usable;
+    h->n_whole = (int16_t)p->n_whole;
+    h->max_free_milli = (int16_t)p->max_free_milli;
+    h->available = (uint8_t)n->available;
+    h->tainted = n->n_taints > 0;
+}
+
 /* Recomputes the node's cached state after any change and keeps the
  * cluster's fragmentation sum in step. */
 void core_node_refresh(struct core_cluster *c, struct core_node *n)
@@ -218,6 +234,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     n->generation++;
     memset(k, 0, sizeof *k);
     p->free_share = 0;
+    p->n_usable = p->n_whole = p->max_free_milli = 0;
     p->model_mask = 0;
     p->homogeneous = 1;
     int first_model = -1;
@@ -228,6 +245,10 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
         if (!p->usable[i])
             continue;
         p->free_share += p->share[i];
+        p->n_usable++;
+        p->n_whole += g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+        if (g->free_milli > p->max_free_milli)
+            p->max_free_milli = g->free_milli;
         p->model_mask |= 1ULL << g->model_id;
         if (first_model < 0)
             first_model = g->model_id;
@@ -246,6 +267,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     for (int i = 0; i < k->n_usable; i++)
         h = core_mix64(h ^ (uint64_t)k->share[i]);
     p->key_hash = h;
+    hot_update(c, n);
 
     /* fragmentation, only when a workload is in force and the sum is live */
     p->frag_wver = 0;
@@ -352,16 +374,17 @@ static int cmp_gpu_spec(const void *a, const void *b)
 /* Builds a fresh node (no allocations) from a validated spec. */
 static struct core_node *node_build(struct core_cluster *c, const struct core_node_spec *s)
 {
-    struct core_node *n = calloc(1, sizeof *n);
+    /* the node and its private cache in one block, for locality */
+    struct core_node *n = calloc(1, sizeof *n + sizeof *n->priv);
     if (!n)
         return NULL;
-    n->priv = calloc(1, sizeof *n->priv);
+    n->priv = (struct core_node_priv *)(n + 1);
     n->name = dup_str(s->name);
     n->label_keys = calloc((size_t)s->n_labels + 1, sizeof *n->label_keys);
     n->label_values = calloc((size_t)s->n_labels + 1, sizeof *n->label_values);
     n->taints = calloc((size_t)s->n_taints + 1, sizeof *n->taints);
     n->gpus = calloc((size_t)s->n_gpus + 1, sizeof *n->gpus);
-    if (!n->priv || !n->name || !n->label_keys || !n->label_values || !n->taints || !n->gpus)
+    if (!n->name || !n->label_keys || !n->label_values || !n->taints || !n->gpus)
         goto fail;
     for (; n->n_labels < s->n_labels; n->n_labels++) {
         n->label_keys[n->n_labels] = dup_str(s->label_keys[n->n_labels]);
@@ -530,6 +553,10 @@ static int ensure_scratch(struct core_cluster *c)
     if (!s)
         return -1;
     c->scores = s;
+    struct core_node_hot *h = realloc(c->hot, (size_t)cap * sizeof *h);
+    if (!h)
+        return -1;
+    c->hot = h;
     if (c->memo_cap < 2 * need) {
         int mc = 64;
         while (mc < 2 * need)
@@ -577,6 +604,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         if (c->frag_sum_wver == c->wver && old->priv->frag_wver == c->wver)
             c->frag_sum -= old->priv->frag;
         c->nodes[pos] = n;
+        n->priv->pos = pos;
         node_free(old);
         core_node_refresh(c, n);
         return 0;
@@ -585,6 +613,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         node_free(n);
         return gs_errf(e, GS_ENOMEM, "node %s: out of memory", spec->name);
     }
+    n->priv->pos = c->n_nodes;
     c->nodes[c->n_nodes++] = n;
     if (index_add(&c->node_index, &c->node_index_cap, (void *const *)c->nodes, c->n_nodes,
                   c->n_nodes - 1, node_key) < 0 || ensure_scratch(c) < 0) {
@@ -620,6 +649,10 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
         c->frag_sum -= n->priv->frag;
     node_free(n);
     c->nodes[pos] = c->nodes[--c->n_nodes];
+    if (pos < c->n_nodes) {
+        c->nodes[pos]->priv->pos = pos;
+        c->hot[pos] = c->hot[c->n_nodes];
+    }
     index_rebuild(&c->node_index, &c->node_index_cap, (void *const *)c->nodes, c->n_nodes,
                   node_key);
     return 0;
@@ -633,6 +666,7 @@ int core_cluster_set_available(struct core_cluster *c, const char *name, int ava
         return gs_errf(e, GS_ENOENT, "node %s: not in the cluster", name);
     n->available = available != 0;
     n->generation++;
+    hot_update(c, n);
     return 0;
 }
 
@@ -763,9 +797,8 @@ const struct core_alloc *core_cluster_alloc(const struct core_cluster *c, int i)
     return i >= 0 && i < c->n_allocs ? c->allocs[i] : NULL;
 }
 
-void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
+double core_cluster_frag(struct core_cluster *c)
 {
-    memset(st, 0, sizeof *st);
     if (c->wdirty)
         core_workload_prepare(c);
     if (c->frag_sum_wver != c->wver) {
@@ -774,6 +807,13 @@ void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
             c->frag_sum += core_node_frag(c, c->nodes[i]);
         c->frag_sum_wver = c->wver;
     }
+    return c->frag_sum;
+}
+
+void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->frag_milli = core_cluster_frag(c);
     st->nodes = c->n_nodes;
     for (int i = 0; i < c->n_nodes; i++) {
         const struct core_node *n = c->nodes[i];
@@ -783,6 +823,5 @@ void core_cluster_stats(struct core_cluster *c, struct core_stats *st)
                 st->milli_total += CORE_MILLI;
     }
     st->milli_alloc = c->milli_alloc;
-    st->frag_milli = c->frag_sum;
     st->pods = c->n_allocs;
 }

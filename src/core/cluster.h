@@ -246,6 +246,9 @@ struct core_stats {
     int pods;                /* allocations */
 };
 
+/* F_cluster alone, in milli-GPU: O(1) between workload changes. */
+double core_cluster_frag(struct core_cluster *c);
+
 /* Cluster totals; fragmentation is cached per node and only recomputed for
  * nodes that changed, so calling this after every pod is cheap. */
 void core_cluster_stats(struct core_cluster *c, struct core_stats *st);

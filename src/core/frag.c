@@ -81,11 +81,11 @@ static uint64_t spec_mask(const struct core_cluster *c, const char *spec)
     return m;
 }
 
-static const struct core_class *sort_src;
-static int cmp_weight_desc(const void *a, const void *b)
+static int cmp_weight_desc(const void *a, const void *b, void *arg)
 {
+    const struct core_class *src = arg;
     int x = *(const int *)a, y = *(const int *)b;
-    double wx = sort_src[x].weight, wy = sort_src[y].weight;
+    double wx = src[x].weight, wy = src[y].weight;
     if (wx != wy)
         return wx < wy ? 1 : -1;
     return (x > y) - (x < y);
@@ -131,8 +131,7 @@ void core_workload_prepare(struct core_cluster *c)
         order[i] = i;
         total += src[i].weight;
     }
-    sort_src = src;
-    qsort(order, (size_t)n, sizeof *order, cmp_weight_desc);
+    qsort_r(order, (size_t)n, sizeof *order, cmp_weight_desc, (void *)src);
     int k = 0;
     while (k < n && total > 0 && kept < coverage * total - 1e-9) {
         const struct core_class *s = &src[order[k]];

@@ -283,6 +283,34 @@ static int clamp_score(int s)
     return s < 0 ? 0 : s > CORE_MAX_SCORE ? CORE_MAX_SCORE : s;
 }
 
+/* The filters decided from the node's hot line alone: 1 fits, 0 does not,
+ * -1 when the full chain must decide (taints, selectors, MIG, mixed-model
+ * nodes, memory requests, several shared GPUs). Must agree with the chain. */
+static int hot_fit(const struct core_cycle *cy, const struct core_node_hot *h)
+{
+    const struct core_request *r = cy->req;
+    if (!h->available || h->pods_left <= 0 || r->cpu_milli > h->free_cpu ||
+        r->mem_bytes > h->free_mem)
+        return 0;
+    if (h->tainted || cy->pod->n_selector || cy->pod->n_terms)
+        return -1;
+    switch (r->kind) {
+    case CORE_REQ_NONE:
+        return 1;
+    case CORE_REQ_WHOLE:
+        if ((h->model_mask & cy->model_mask) != h->model_mask || !h->model_mask)
+            return -1;
+        return h->n_whole >= r->num_gpu;
+    case CORE_REQ_SHARED:
+        if ((h->model_mask & cy->model_mask) != h->model_mask || !h->model_mask ||
+            r->num_gpu != 1 || r->mem_mib != 0)
+            return -1;
+        return h->max_free_milli >= r->milli;
+    default:
+        return -1;
+    }
+}
+
 /* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
  * leaving the feasible ones in c->feasible and their normalised scores in
  * c->scores. Returns how many are feasible. */
@@ -293,8 +321,11 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
     c->memo_epoch++;
     for (int i = 0; i < n; i++) {
+        int fit = hot_fit(cy, nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i]);
+        if (fit == 0)
+            continue;
         struct core_node *node = nodes ? nodes[i] : c->nodes[i];
-        if (!core_filter_cycle(cy, node, NULL))
+        if (fit < 0 && !core_filter_cycle(cy, node, NULL))
             continue;
         c->feasible[k] = node;
         c->scores[k] = random ? 0 : raw_score(c, cy, node);

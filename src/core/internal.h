@@ -21,13 +21,28 @@ struct core_node_key {
     int share[CORE_MAX_GPUS];  /* free shares of usable GPUs, sorted ascending */
 };
 
+/* What the filters need of a node, packed in one cache line and kept in a
+ * dense array (cluster->hot[pos]) so that a decision over thousands of
+ * nodes mostly reads contiguous memory. */
+struct core_node_hot {
+    int64_t free_cpu, free_mem;
+    uint64_t model_mask;       /* models of usable GPUs */
+    int32_t pods_left;         /* INT32_MAX when unlimited */
+    int16_t n_usable, n_whole, max_free_milli;
+    uint8_t available, tainted;
+};
+
 struct core_node_priv {
+    int pos;                   /* position in cluster->nodes and ->hot */
     uint32_t rank;             /* seeded tie-break order, lower wins */
     int homogeneous;           /* every usable GPU has the same model */
     uint64_t model_mask;
     int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
     int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
     int free_share;            /* sum of share[] */
+    int n_usable;              /* healthy GPUs not in MIG mode */
+    int n_whole;               /* usable GPUs entirely free (no pod at all) */
+    int max_free_milli;        /* largest free compute on a usable GPU */
     int tag_count[CORE_NTAGS];
     struct core_node_key key;
     uint64_t key_hash;
@@ -90,6 +105,8 @@ struct core_cluster {
     double frag_sum;           /* sum of node frag, valid when frag_sum_wver == wver */
     uint64_t frag_sum_wver;
     int64_t milli_alloc;
+
+    struct core_node_hot *hot; /* parallel to nodes */
 
     /* decision scratch, sized to the node count */
     struct core_node **feasible;

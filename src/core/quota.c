@@ -6,6 +6,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/cluster.h"
 #include "core/quota.h"
 
 #define MIB (1024 * 1024)
@@ -595,6 +596,36 @@ void core_quota_use_of(const struct core_request *req, const char *model, int64_
     case CORE_REQ_NONE:
         break;
     }
+}
+
+int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_alloc *a,
+                            struct core_quota_use *out)
+{
+    const struct core_node *n = core_cluster_find(c, a->node);
+    int k = 0;
+
+    if (!n)
+        return -GS_ENOENT;
+    for (int i = 0; i < a->n && i < CORE_MAX_GPUS; i++) {
+        if (a->gpu[i] < 0 || a->gpu[i] >= n->n_gpus)
+            continue;
+        const struct core_gpu *g = &n->gpus[a->gpu[i]];
+        int j;
+        for (j = 0; j < k; j++)
+            if (strcmp(out[j].model, g->model) == 0)
+                break;
+        if (j == k) {
+            memset(&out[k], 0, sizeof out[k]);
+            snprintf(out[k].model, sizeof out[k].model, "%s", g->model);
+            k++;
+        }
+        if (a->kind == CORE_REQ_WHOLE)
+            out[j].gpus++;
+        out[j].mem_mib += a->mem_mib[i];
+        if (a->kind != CORE_REQ_MIG)
+            out[j].milli += a->milli[i];
+    }
+    return k;
 }
 
 int core_quotas_admit(const struct core_quotas *s, const char *ns,

@@ -88,6 +88,17 @@ int core_quota_parse_doc(const char *text, size_t len, struct core_quota **out, 
 void core_quota_use_of(const struct core_request *req, const char *model, int64_t gpu_mem_mib,
                        struct core_quota_use *u);
 
+struct core_cluster;
+struct core_alloc;
+
+/* What an allocation holds, one entry per GPU model it touches (usually
+ * one), read from the node it is on: whole GPUs with their full memory,
+ * shared and MIG shares as reserved. Returns the number of entries (at
+ * most CORE_MAX_GPUS), or -GS_ENOENT if its node is unknown. This is how
+ * the extender charges quotas from its rebuilt allocation state. */
+int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_alloc *a,
+                            struct core_quota_use *out);
+
 struct core_quotas;
 
 struct core_quotas *core_quotas_new(void);

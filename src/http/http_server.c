@@ -1,5 +1,7 @@
 /* http/http_server.c - see http_server.h. */
 #include <arpa/inet.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -7,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "http/http_server.h"
 
@@ -15,6 +19,9 @@ struct http_server {
     struct http_server_opts opts;
     char *cert, *key; /* PEM contents, kept alive for the daemon */
     int port;
+    struct sockaddr_storage ss;
+    unsigned flags;
+    struct timespec cert_mtime, key_mtime; /* of the files last loaded */
 };
 
 /* Per-connection state while the body arrives. */
@@ -132,6 +139,98 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
+/* Checks a PEM certificate and key before a daemon gets them: both parse,
+ * they belong together, and the certificate is valid now. */
+static int tls_check(const char *cert, const char *key, const char *cert_file,
+                     const char *key_file, struct gs_err *e)
+{
+    gnutls_certificate_credentials_t cred;
+    gnutls_x509_crt_t crt;
+    gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
+    gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
+    time_t now = time(NULL), t;
+    int rc;
+
+    if (gnutls_x509_crt_init(&crt) < 0)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    rc = gnutls_x509_crt_import(crt, &c, GNUTLS_X509_FMT_PEM);
+    if (rc < 0) {
+        gnutls_x509_crt_deinit(crt);
+        return gs_errf(e, GS_EINVAL, "'%s': not a PEM certificate (%s)", cert_file,
+                       gnutls_strerror(rc));
+    }
+    char when[32];
+    if ((t = gnutls_x509_crt_get_expiration_time(crt)) != (time_t)-1 && t < now) {
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &(struct tm){0}));
+        gnutls_x509_crt_deinit(crt);
+        return gs_errf(e, GS_EINVAL, "'%s': certificate expired at %s", cert_file, when);
+    }
+    if ((t = gnutls_x509_crt_get_activation_time(crt)) != (time_t)-1 && t > now + 300) {
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &(struct tm){0}));
+        gnutls_x509_crt_deinit(crt);
+        return gs_errf(e, GS_EINVAL, "'%s': certificate not valid before %s", cert_file, when);
+    }
+    gnutls_x509_crt_deinit(crt);
+    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    rc = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+    gnutls_certificate_free_credentials(cred);
+    if (rc < 0)
+        return gs_errf(e, GS_EINVAL, "'%s' and '%s': not a matching certificate and key (%s)",
+                       cert_file, key_file, gnutls_strerror(rc));
+    return 0;
+}
+
+static int file_mtime(const char *path, struct timespec *out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    *out = st.st_mtim;
+    return 0;
+}
+
+/* Reads and checks the TLS files into *cert / *key (malloc'd). */
+static int tls_load(const struct http_server_opts *o, char **cert, char **key,
+                    struct timespec *cm, struct timespec *km, struct gs_err *e)
+{
+    *cert = *key = NULL;
+    if (file_mtime(o->tls_cert_file, cm) < 0 || file_mtime(o->tls_key_file, km) < 0)
+        return gs_errf(e, GS_EIO, "cannot read '%s' or '%s': %m", o->tls_cert_file,
+                       o->tls_key_file);
+    if (!(*cert = read_file(o->tls_cert_file, e)) || !(*key = read_file(o->tls_key_file, e)) ||
+        tls_check(*cert, *key, o->tls_cert_file, o->tls_key_file, e) < 0) {
+        free(*cert);
+        free(*key);
+        *cert = *key = NULL;
+        return -GS_EINVAL;
+    }
+    return 0;
+}
+
+/* Starts a daemon on s->ss (or on an inherited listening socket). */
+static struct MHD_Daemon *daemon_start(struct http_server *s, int listen_fd)
+{
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, s->cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, s->key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    struct MHD_OptionItem none[] = {{MHD_OPTION_END, 0, NULL}};
+
+    if (listen_fd >= 0)
+        return MHD_start_daemon(
+            s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
+            s->cert ? tls : none, MHD_OPTION_END);
+    return MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                            &s->ss, MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
+                            s->cert ? tls : none, MHD_OPTION_END);
+}
+
 int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e)
 {
     const char *colon = strrchr(listen, ':');
@@ -164,9 +263,6 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
                       struct gs_err *e)
 {
     struct http_server *s = calloc(1, sizeof *s);
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
 
     if (!s)
         return gs_errf(e, GS_ENOMEM, "out of memory");
@@ -175,61 +271,45 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         s->opts.max_body = 4u << 20;
     if (!s->opts.threads)
         s->opts.threads = 4;
+    s->flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 
-    memset(&ss, 0, sizeof ss);
     const char *addr = opts->addr ? opts->addr : "127.0.0.1";
     if (strchr(addr, ':')) {
-        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&s->ss;
         a6->sin6_family = AF_INET6;
         a6->sin6_port = htons((uint16_t)opts->port);
         if (inet_pton(AF_INET6, addr, &a6->sin6_addr) != 1)
             goto bad_addr;
-        sl = sizeof *a6;
-        flags |= MHD_USE_IPv6;
+        s->flags |= MHD_USE_IPv6;
     } else {
-        struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&s->ss;
         a4->sin_family = AF_INET;
         a4->sin_port = htons((uint16_t)opts->port);
         if (strcmp(addr, "localhost") == 0)
             addr = "127.0.0.1";
         if (inet_pton(AF_INET, addr, &a4->sin_addr) != 1)
             goto bad_addr;
-        sl = sizeof *a4;
     }
-    (void)sl;
 
     if ((opts->tls_cert_file == NULL) != (opts->tls_key_file == NULL)) {
         free(s);
         return gs_errf(e, GS_EINVAL, "TLS needs both a certificate and a key file");
     }
     if (opts->tls_cert_file) {
-        if (!(s->cert = read_file(opts->tls_cert_file, e)) ||
-            !(s->key = read_file(opts->tls_key_file, e))) {
-            free(s->cert);
+        if (tls_load(&s->opts, &s->cert, &s->key, &s->cert_mtime, &s->key_mtime, e) < 0) {
             free(s);
-            return -GS_EIO;
+            return -GS_EINVAL;
         }
-        flags |= MHD_USE_TLS;
+        s->flags |= MHD_USE_TLS;
     }
 
-    if (s->cert)
-        s->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
-            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-            MHD_OPTION_HTTPS_MEM_CERT, s->cert, MHD_OPTION_HTTPS_MEM_KEY, s->key,
-            MHD_OPTION_END);
-    else
-        s->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
-            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    s->daemon = daemon_start(s, -1);
     if (!s->daemon) {
         free(s->cert);
         free(s->key);
         free(s);
-        return gs_errf(e, GS_EIO, "cannot listen on %s:%d%s (address in use, or bad TLS files?)",
-                       addr, opts->port, opts->tls_cert_file ? " with TLS" : "");
+        return gs_errf(e, GS_EIO, "cannot listen on %s:%d%s (address in use?)", addr,
+                       opts->port, opts->tls_cert_file ? " with TLS" : "");
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : opts->port;
@@ -239,6 +319,58 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
 bad_addr:
     free(s);
     return gs_errf(e, GS_EINVAL, "listen address '%s' is not an IP address", addr);
+}
+
+int http_server_reload_tls(struct http_server *s, struct gs_err *e)
+{
+    struct timespec cm, km;
+    char *cert, *key;
+    struct MHD_Daemon *old;
+    MHD_socket fd;
+
+    if (!s->opts.tls_cert_file)
+        return 0;
+    if (file_mtime(s->opts.tls_cert_file, &cm) < 0 || file_mtime(s->opts.tls_key_file, &km) < 0)
+        return gs_errf(e, GS_EIO, "cannot stat '%s' or '%s': %m; keeping the old certificate",
+                       s->opts.tls_cert_file, s->opts.tls_key_file);
+    if (cm.tv_sec == s->cert_mtime.tv_sec && cm.tv_nsec == s->cert_mtime.tv_nsec &&
+        km.tv_sec == s->key_mtime.tv_sec && km.tv_nsec == s->key_mtime.tv_nsec)
+        return 0;
+    if (tls_load(&s->opts, &cert, &key, &cm, &km, e) < 0) {
+        /* a half-written pair: try again on the next change */
+        s->cert_mtime = cm;
+        s->key_mtime = km;
+        gs_err_prefix(e, "keeping the old certificate");
+        return -GS_EINVAL;
+    }
+    /* hand the listening socket to a daemon with the new pair; the old
+     * daemon finishes its connections and goes */
+    fd = MHD_quiesce_daemon(s->daemon);
+    if (fd == MHD_INVALID_SOCKET) {
+        free(cert);
+        free(key);
+        return gs_errf(e, GS_EIO, "cannot take over the listening socket");
+    }
+    old = s->daemon;
+    char *old_cert = s->cert, *old_key = s->key;
+    s->cert = cert;
+    s->key = key;
+    s->daemon = daemon_start(s, fd);
+    if (!s->daemon) {
+        s->cert = old_cert;
+        s->key = old_key;
+        free(cert);
+        free(key);
+        s->daemon = daemon_start(s, fd);
+        MHD_stop_daemon(old);
+        return gs_errf(e, GS_EIO, "cannot restart TLS with the new certificate");
+    }
+    MHD_stop_daemon(old);
+    free(old_cert);
+    free(old_key);
+    s->cert_mtime = cm;
+    s->key_mtime = km;
+    return 1;
 }
 
 int http_server_port(const struct http_server *s) { return s->port; }

@@ -7,6 +7,13 @@
  * the service). Bodies larger than max_body are refused with 413 and a JSON
  * error before the handler runs, so no service parses unbounded input.
  *
+ * TLS: certificate and key are checked at start (they parse, belong together,
+ * the certificate is valid now) and can be reloaded while serving:
+ * http_server_reload_tls() compares the files' modification times and, when
+ * they changed, hands the listening socket to a new daemon with the new pair
+ * (in-flight requests finish on the old one). A bad new pair is refused and
+ * the old one kept. Call it from the service's main loop, e.g. every second.
+ *
  * Threads: a pool of `threads` workers calls the handler concurrently; the
  * handler must be thread-safe.
  *
@@ -58,6 +65,10 @@ struct http_server;
 int http_server_start(const struct http_server_opts *opts, struct http_server **out,
                       struct gs_err *e);
 int http_server_port(const struct http_server *s);
+/* Returns 1 when the TLS files changed and were reloaded, 0 when unchanged
+ * (or no TLS), or a negative GS_E* code with *e saying why the old pair is
+ * kept. Call it from one thread only. */
+int http_server_reload_tls(struct http_server *s, struct gs_err *e);
 void http_server_stop(struct http_server *s);
 
 /* Splits "HOST:PORT" or "[V6]:PORT" into opts->addr (copied into buf) and

@@ -2,6 +2,7 @@
  * usage, the reasons a pod is refused, admission of a request alone. */
 #include <stdlib.h>
 
+#include "core/cluster.h"
 #include "core/quota.h"
 #include "test.h"
 
@@ -286,8 +287,58 @@ static void admit_tests(void)
     ASSERT_STREQ(buf, "1536Mi");
 }
 
+static void alloc_tests(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_node_spec spec;
+    struct gs_err e = GS_ERR_INIT;
+    struct core_quota_use u[CORE_MAX_GPUS];
+
+    memset(&spec, 0, sizeof spec);
+    spec.name = "n1";
+    spec.cpu_milli = 64000;
+    spec.mem_bytes = 1LL << 40;
+    spec.n_gpus = 2;
+    for (int i = 0; i < 2; i++) {
+        spec.gpus[i].index = i;
+        snprintf(spec.gpus[i].uuid, sizeof spec.gpus[i].uuid, "GPU-%d", i);
+        snprintf(spec.gpus[i].model, sizeof spec.gpus[i].model, "%s", i ? "Tesla-T4" : "H100");
+        spec.gpus[i].mem_mib = i ? 15360 : 81920;
+        spec.gpus[i].healthy = 1;
+        spec.gpus[i].numa = 0;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
+
+    struct core_alloc whole = {.kind = CORE_REQ_WHOLE, .n = 1, .gpu = {0}, .mem_mib = {81920},
+                               .milli = {1000}, .mig = {-1}};
+    snprintf(whole.pod_uid, sizeof whole.pod_uid, "u1");
+    snprintf(whole.node, sizeof whole.node, "n1");
+    ASSERT_EQ(core_reserve(c, &whole, &e), 0);
+    struct core_alloc shared = {.kind = CORE_REQ_SHARED, .n = 1, .gpu = {1}, .mem_mib = {4096},
+                                .milli = {250}, .mig = {-1}};
+    snprintf(shared.pod_uid, sizeof shared.pod_uid, "u2");
+    snprintf(shared.node, sizeof shared.node, "n1");
+    ASSERT_EQ(core_reserve(c, &shared, &e), 0);
+
+    ASSERT_EQ(core_quota_use_of_alloc(c, core_alloc_find(c, "u1"), u), 1);
+    ASSERT_STREQ(u[0].model, "H100");
+    ASSERT_EQ(u[0].gpus, 1);
+    ASSERT_EQ(u[0].mem_mib, 81920);
+    ASSERT_EQ(u[0].milli, 1000);
+    ASSERT_EQ(core_quota_use_of_alloc(c, core_alloc_find(c, "u2"), u), 1);
+    ASSERT_STREQ(u[0].model, "Tesla-T4");
+    ASSERT_EQ(u[0].gpus, 0);
+    ASSERT_EQ(u[0].mem_mib, 4096);
+    ASSERT_EQ(u[0].milli, 250);
+    struct core_alloc ghost = whole;
+    snprintf(ghost.node, sizeof ghost.node, "gone");
+    ASSERT_EQ(core_quota_use_of_alloc(c, &ghost, u), -GS_ENOENT);
+    core_cluster_free(c);
+}
+
 int test_quota(void)
 {
+    alloc_tests();
     parse_tests();
     file_tests();
     accounting_tests();

@@ -1,0 +1,205 @@
+/*
+ * cmd/extender.c - `gpusched extender`: the kube-scheduler extender.
+ *
+ * Standalone (--nodes FILE [--state-dir DIR]) or cluster (--kubeconfig FILE
+ * or --in-cluster). `gpusched extender release NS/NAME [--listen ADDR]`
+ * asks a running standalone extender to free a pod's GPUs.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "ext/cluster.h"
+#include "ext/config.h"
+#include "ext/sched.h"
+#include "ext/server.h"
+#include "ext/standalone.h"
+#include "kube/client.h"
+#include "util/log.h"
+#include "util/metrics.h"
+
+static const char usage[] =
+    "gpusched extender (--nodes FILE [--state-dir DIR] | --kubeconfig FILE | --in-cluster) "
+    "[options]\n       gpusched extender release NS/NAME [--listen HOST:PORT]";
+
+static int release(const struct ext_config *cfg, const char *who)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct kube_config kc = {0};
+    struct kube_client *c = NULL;
+    json_t *reply = NULL;
+    char server[300], path[600];
+    const char *host = cfg->listen;
+    int rc;
+
+    if (!strchr(who, '/') || strchr(strchr(who, '/') + 1, '/')) {
+        fprintf(stderr, "gpusched extender release: '%s' is not NS/NAME\n", who);
+        return 2;
+    }
+    if (strncmp(host, "0.0.0.0:", 8) == 0)
+        host += 7; /* ":PORT" -> 127.0.0.1 below */
+    snprintf(server, sizeof server, "%s://%s%s", cfg->tls_cert ? "https" : "http",
+             host[0] == ':' ? "127.0.0.1" : "", host);
+    snprintf(path, sizeof path, "/allocations/%s", who);
+    kc.server = server;
+    kc.insecure = 1; /* our own server on this host; its certificate may be self-signed */
+    if (kube_client_new(&kc, NULL, &c, &e) < 0 ||
+        (rc = kube_request(c, "DELETE", path, NULL, NULL, &reply, NULL, &e)) < 0) {
+        const json_t *msg = json_object_get(reply, "error");
+        fprintf(stderr, "gpusched extender release: %s\n",
+                json_is_string(msg) ? json_string_value(msg) : e.msg);
+        json_decref(reply);
+        kube_client_free(c);
+        return 1;
+    }
+    json_decref(reply);
+    kube_client_free(c);
+    printf("released %s\n", who);
+    return 0;
+}
+
+struct running {
+    struct ext_sched *s;
+    struct ext_cluster *cl;
+};
+
+static void collect(void *ud, struct metrics *m)
+{
+    struct running *r = ud;
+    ext_sched_collect(r->s, m);
+    if (r->cl)
+        ext_cluster_collect(r->cl);
+}
+
+int cmd_extender(int argc, char **argv)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_flags *flags = NULL;
+    const struct opt *opts = ext_config_opts(&flags);
+    struct ext_config cfg;
+    struct metrics *m = NULL;
+    struct ext_sched *s = NULL;
+    struct ext_standalone *sa = NULL;
+    struct ext_cluster *cl = NULL;
+    struct kube_client *kc = NULL;
+    struct ext_server *srv = NULL;
+    enum log_level lv;
+    enum log_format lf;
+    int npos = 0, rc, status = 1;
+    sigset_t sigs;
+
+    if (!opts) {
+        fprintf(stderr, "gpusched extender: out of memory\n");
+        return 1;
+    }
+    ext_config_defaults(&cfg);
+    rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
+    if (rc == OPT_HELP) {
+        opt_usage(stdout, usage, opts);
+        status = 0;
+        goto out;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "gpusched extender: %s\n", e.msg);
+        status = 2;
+        goto out;
+    }
+    if (ext_flags_config_file(flags) && ext_config_load(&cfg, ext_flags_config_file(flags), &e) < 0) {
+        fprintf(stderr, "gpusched extender: %s\n", e.msg);
+        status = 2;
+        goto out;
+    }
+    ext_config_apply_flags(&cfg, flags);
+    if (ext_config_finish(&cfg, &e) < 0) {
+        fprintf(stderr, "gpusched extender: %s\n", e.msg);
+        status = 2;
+        goto out;
+    }
+    if (npos > 0) {
+        if (strcmp(argv[1], "release") == 0 && npos == 2) {
+            status = release(&cfg, argv[2]);
+        } else {
+            fprintf(stderr, "gpusched extender: unexpected argument '%s'\n", argv[1]);
+            status = 2;
+        }
+        goto out;
+    }
+    log_parse_level(cfg.log_level, &lv);
+    log_parse_format(cfg.log_format, &lf);
+    log_set_level(lv);
+    log_set_format(lf);
+    if (!cfg.nodes && !cfg.kubeconfig && !cfg.in_cluster) {
+        fprintf(stderr, "gpusched extender: give --nodes FILE (standalone), --kubeconfig FILE or "
+                        "--in-cluster\n");
+        status = 2;
+        goto out;
+    }
+    /* signals go to sigwait below, not to the server threads */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    m = metrics_new();
+    if (!m || ext_sched_new(&(struct ext_sched_opts){.names = &cfg.names, .policy = cfg.policy,
+                                                     .top_k = (int)cfg.top_k, .metrics = m},
+                            &s, &e) < 0) {
+        fprintf(stderr, "gpusched extender: %s\n", m ? e.msg : "out of memory");
+        status = 2;
+        goto out;
+    }
+    struct running running = {s, NULL};
+    metrics_on_collect(m, collect, &running);
+    struct ext_server_opts so = {.listen = cfg.listen, .tls_cert = cfg.tls_cert,
+                                 .tls_key = cfg.tls_key, .threads = (unsigned)cfg.threads,
+                                 .max_body = (size_t)cfg.max_body, .sched = s, .metrics = m};
+    if (cfg.nodes) {
+        if (ext_standalone_open(s, cfg.nodes, cfg.state_dir, &sa, &e) < 0) {
+            fprintf(stderr, "gpusched extender: %s\n", e.msg);
+            status = 2;
+            goto out;
+        }
+    } else {
+        struct kube_config kcfg;
+        rc = cfg.kubeconfig ? kube_config_load_file(cfg.kubeconfig, NULL, &kcfg, &e)
+                            : kube_config_in_cluster(NULL, &kcfg, &e);
+        if (rc == 0)
+            rc = kube_client_new(&kcfg, NULL, &kc, &e);
+        kube_config_clear(&kcfg);
+        if (rc < 0 || ext_cluster_start(kc, s, &cfg, m, &cl, &e) < 0) {
+            fprintf(stderr, "gpusched extender: %s\n", e.msg);
+            status = 2;
+            goto out;
+        }
+        running.cl = cl;
+        so.ready = ext_cluster_ready;
+        so.ready_ud = cl;
+    }
+    if (ext_server_start(&so, &srv, &e) < 0) {
+        fprintf(stderr, "gpusched extender: %s\n", e.msg);
+        goto out;
+    }
+    {
+        int nodes, allocs;
+        ext_sched_counts(s, &nodes, &allocs);
+        log_info("extender", "listening on %s (port %d), policy %s, %s mode: %d nodes, %d "
+                 "allocations", cfg.listen, ext_server_port(srv), cfg.policy,
+                 cfg.nodes ? "standalone" : "cluster", nodes, allocs);
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_info("extender", "signal %d: shutting down", sig);
+    status = 0;
+out:
+    ext_server_stop(srv);
+    ext_cluster_stop(cl);
+    ext_standalone_close(sa);
+    kube_client_free(kc);
+    ext_sched_free(s);
+    metrics_free(m);
+    ext_config_clear(&cfg);
+    ext_flags_free(flags);
+    return status;
+}

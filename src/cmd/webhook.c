@@ -1,0 +1,276 @@
+/*
+ * cmd/webhook.c - `gpusched webhook`: the admission webhook server, and
+ * `gpusched webhook gen-certs`: the CA and serving certificate it needs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "http/http_server.h"
+#include "util/log.h"
+#include "util/opt.h"
+#include "wh/wh_certs.h"
+#include "wh/wh_server.h"
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, mode_t mode)
+{
+    char path[4096];
+    int fd;
+    size_t len = strlen(text), off = 0;
+
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) {
+        fprintf(stderr, "gpusched webhook gen-certs: cannot write '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    while (off < len) {
+        ssize_t n = write(fd, text + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "gpusched webhook gen-certs: cannot write '%s': %s\n", path,
+                    strerror(errno));
+            close(fd);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    if (close(fd) != 0)
+        return -1;
+    return 0;
+}
+
+/* Splits a comma-separated flag value into at most `max` pieces (in place). */
+static int split_list(char *s, const char **out, int max, const char *flag)
+{
+    int n = 0;
+    char *save = NULL;
+
+    for (char *tok = s ? strtok_r(s, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) {
+            fprintf(stderr, "gpusched webhook gen-certs: %s: at most %d entries\n", flag, max);
+            return -1;
+        }
+        out[n++] = tok;
+    }
+    return n;
+}
+
+static int gen_certs(int argc, char **argv)
+{
+    const char *service = "gpusched-webhook", *ns = "gpusched-system", *out = NULL;
+    const char *dns = NULL, *ips = NULL;
+    long days = 365;
+    int npos;
+    struct gs_err e = GS_ERR_INIT;
+    const struct opt opts[] = {
+        OPT_STR("service", &service, "NAME", "the webhook's Service (default gpusched-webhook)"),
+        OPT_STR("namespace", &ns, "NS", "its namespace (default gpusched-system)"),
+        OPT_STR("out", &out, "DIR", "write ca.crt, ca.key, tls.crt, tls.key, ca-bundle.txt here"),
+        OPT_STR("dns", &dns, "NAMES", "extra DNS names, comma-separated"),
+        OPT_STR("ip", &ips, "ADDRS", "IP addresses, comma-separated (e.g. 127.0.0.1)"),
+        OPT_INT("days", &days, "N", "validity in days (default 365)", 1, 3650),
+        OPT_END(),
+    };
+    const char *usage = "gpusched webhook gen-certs --out DIR [--service NAME] [--namespace NS]";
+
+    int rc = opt_parse(argc, argv, opts, &npos, &e);
+    if (rc == OPT_HELP) {
+        opt_usage(stdout, usage, opts);
+        return 0;
+    }
+    if (rc < 0 || npos > 0 || !out) {
+        fprintf(stderr, "gpusched webhook gen-certs: %s\n",
+                rc < 0 ? e.msg : npos > 0 ? "unexpected argument" : "--out DIR is required");
+        return 2;
+    }
+    struct wh_certs_opts co = {0};
+    char *dns_buf = dns ? strdup(dns) : NULL, *ip_buf = ips ? strdup(ips) : NULL;
+    co.service = service;
+    co.ns = ns;
+    co.days = (int)days;
+    co.n_dns = split_list(dns_buf, co.dns, WH_CERTS_MAX_NAMES, "--dns");
+    co.n_ips = split_list(ip_buf, co.ips, WH_CERTS_MAX_NAMES, "--ip");
+    if (co.n_dns < 0 || co.n_ips < 0) {
+        free(dns_buf);
+        free(ip_buf);
+        return 2;
+    }
+    struct wh_certs c;
+    rc = wh_certs_generate(&co, &c, &e);
+    free(dns_buf);
+    free(ip_buf);
+    if (rc < 0) {
+        fprintf(stderr, "gpusched webhook gen-certs: %s\n", e.msg);
+        return rc == -GS_EINVAL ? 2 : 1;
+    }
+    if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "gpusched webhook gen-certs: cannot create '%s': %s\n", out,
+                strerror(errno));
+        wh_certs_free(&c);
+        return 1;
+    }
+    char bundle[8192];
+    snprintf(bundle, sizeof bundle, "%s\n", c.ca_bundle);
+    if (write_file(out, "ca.crt", c.ca_crt, 0644) < 0 ||
+        write_file(out, "ca.key", c.ca_key, 0600) < 0 ||
+        write_file(out, "tls.crt", c.tls_crt, 0644) < 0 ||
+        write_file(out, "tls.key", c.tls_key, 0600) < 0 ||
+        write_file(out, "ca-bundle.txt", bundle, 0644) < 0) {
+        wh_certs_free(&c);
+        return 1;
+    }
+    printf("wrote %s/{ca.crt,ca.key,tls.crt,tls.key,ca-bundle.txt} for %s.%s.svc (valid %ld "
+           "days)\n\n"
+           "kubectl -n %s create secret tls %s-tls --cert=%s/tls.crt --key=%s/tls.key\n"
+           "then set caBundle in deploy/webhook.yaml (both webhook configurations) to:\n%s\n",
+           out, service, ns, days, ns, service, out, out, c.ca_bundle);
+    wh_certs_free(&c);
+    return 0;
+}
+
+static int load_nodes(const char *path, const struct core_names *names, struct wh_cluster *out)
+{
+    json_error_t je;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *j = json_load_file(path, 0, &je);
+
+    if (!j) {
+        fprintf(stderr, "gpusched webhook: %s:%d: %s\n", path, je.line, je.text);
+        return -1;
+    }
+    int rc = wh_cluster_from_nodes(j, names, out, &e);
+    json_decref(j);
+    if (rc < 0)
+        fprintf(stderr, "gpusched webhook: %s: %s\n", path, e.msg);
+    return rc;
+}
+
+int cmd_webhook(int argc, char **argv)
+{
+    const char *listen = "0.0.0.0:8443", *cert = NULL, *key = NULL, *quotas = NULL;
+    const char *nodes = NULL, *max_mem = NULL, *max_model = NULL, *sched = "gpu-scheduler";
+    const char *defaults = NULL, *level = "info", *format = "text";
+    long max_gpus = 0, max_body = 1 << 20;
+    int npos;
+    struct gs_err e = GS_ERR_INIT;
+    const struct opt opts[] = {
+        OPT_STR("listen", &listen, "ADDR:PORT", "HTTPS address (default 0.0.0.0:8443)"),
+        OPT_STR("tls-cert", &cert, "FILE", "serving certificate, PEM (reloaded on change)"),
+        OPT_STR("tls-key", &key, "FILE", "its private key, PEM (reloaded on change)"),
+        OPT_STR("quotas", &quotas, "FILE", "GPUQuota objects, JSON or YAML (reloaded on change)"),
+        OPT_STR("nodes", &nodes, "FILE", "NodeList JSON: learn the largest GPU and node from it"),
+        OPT_STR("max-gpu-memory", &max_mem, "QTY", "memory of the largest GPU (e.g. 80Gi)"),
+        OPT_STR("max-gpu-model", &max_model, "NAME", "its model name, for messages"),
+        OPT_INT("max-gpus-per-node", &max_gpus, "N", "GPUs of the largest node", 0, 16),
+        OPT_STR("scheduler-name", &sched, "NAME",
+                "schedulerName for GPU pods (default gpu-scheduler; \"\" = leave alone)"),
+        OPT_STR("default-policy", &defaults, "NS=POLICY,...", "policy for pods that name none"),
+        OPT_INT("max-body", &max_body, "BYTES", "largest AdmissionReview accepted (default 1 MiB)",
+                4096, 64 << 20),
+        OPT_STR("log-level", &level, "LEVEL", "debug, info, warn or error"),
+        OPT_STR("log-format", &format, "FORMAT", "text or json"),
+        OPT_END(),
+    };
+    const char *usage =
+        "gpusched webhook --tls-cert FILE --tls-key FILE [--listen ADDR:PORT] [options]\n"
+        "       gpusched webhook gen-certs --out DIR [--service NAME] [--namespace NS]";
+
+    if (argc > 1 && strcmp(argv[1], "gen-certs") == 0)
+        return gen_certs(argc - 2, argv + 2);
+    int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
+    if (rc == OPT_HELP) {
+        opt_usage(stdout, usage, opts);
+        return 0;
+    }
+    if (rc < 0 || npos > 0) {
+        fprintf(stderr, "gpusched webhook: %s\n", rc < 0 ? e.msg : "unexpected argument");
+        return 2;
+    }
+    enum log_level lv;
+    enum log_format lf;
+    if (log_parse_level(level, &lv) < 0 || log_parse_format(format, &lf) < 0) {
+        fprintf(stderr, "gpusched webhook: bad --log-level or --log-format\n");
+        return 2;
+    }
+    log_set_level(lv);
+    log_set_format(lf);
+    if (!cert || !key) {
+        fprintf(stderr, "gpusched webhook: --tls-cert and --tls-key are required (admission "
+                        "webhooks are HTTPS only; see `gpusched webhook gen-certs`)\n");
+        return 2;
+    }
+
+    struct wh_server_opts o;
+    char host[256];
+    memset(&o, 0, sizeof o);
+    if (http_parse_listen(listen, host, sizeof host, &o.port, &e) < 0) {
+        fprintf(stderr, "gpusched webhook: --listen: %s\n", e.msg);
+        return 2;
+    }
+    o.addr = host;
+    o.tls_cert = cert;
+    o.tls_key = key;
+    o.quota_file = quotas;
+    o.max_body = (size_t)max_body;
+    o.config.names = *core_names_default();
+    o.config.scheduler_name = sched;
+    if (defaults && wh_parse_defaults(defaults, &o.config, &e) < 0) {
+        fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+        return 2;
+    }
+    if (nodes && load_nodes(nodes, &o.config.names, &o.config.cluster) < 0)
+        return 2;
+    if (max_mem) {
+        int64_t bytes;
+        if (core_quantity_parse(max_mem, 1, &bytes, "--max-gpu-memory", &e) < 0) {
+            fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+            return 2;
+        }
+        o.config.cluster.max_gpu_mem_mib = bytes >> 20;
+    }
+    if (max_model)
+        snprintf(o.config.cluster.max_gpu_model, sizeof o.config.cluster.max_gpu_model, "%s",
+                 max_model);
+    if (max_gpus)
+        o.config.cluster.max_gpus_per_node = (int)max_gpus;
+
+    struct wh_server *s;
+    if (wh_server_start(&o, &s, &e) < 0) {
+        fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    log_info("webhook", "listening on https://%s:%d (largest GPU %s %lld MiB, %d GPUs per node)",
+             host, wh_server_port(s),
+             o.config.cluster.max_gpu_model[0] ? o.config.cluster.max_gpu_model : "unknown",
+             (long long)o.config.cluster.max_gpu_mem_mib, o.config.cluster.max_gpus_per_node);
+    while (!stop_flag) {
+        sleep(1);
+        wh_server_tick(s);
+    }
+    log_info("webhook", "stopping");
+    wh_server_stop(s);
+    return 0;
+}

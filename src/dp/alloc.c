@@ -1,0 +1,411 @@
+/* dp/alloc.c - see alloc.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "deviceplugin.pb-c.h"
+#include "dp/alloc.h"
+
+void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%s/%s", a->ns, a->pod, a->container);
+}
+
+/* ---- matching ------------------------------------------------------------- */
+
+static const char *or_(const char *s, const char *def)
+{
+    return s ? s : def;
+}
+
+static const char *str_at(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(o, a);
+    if (b)
+        v = json_object_get(v, b);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static const char *annot(const json_t *pod, const char *prefix, const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    return json_string_value(json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"), key));
+}
+
+/* A container's count of `resource` (limits, else requests); extended
+ * resources are whole numbers. -1 when the value is not one. */
+static long container_count(const json_t *c, const char *resource)
+{
+    const json_t *res = json_object_get(c, "resources");
+    const json_t *v = json_object_get(json_object_get(res, "limits"), resource);
+    if (!v)
+        v = json_object_get(json_object_get(res, "requests"), resource);
+    if (!v)
+        return 0;
+    if (json_is_integer(v))
+        return json_integer_value(v) >= 0 && json_integer_value(v) <= DP_MAX_GPUS * 64
+                   ? (long)json_integer_value(v)
+                   : -1;
+    if (!json_is_string(v))
+        return -1;
+    const char *s = json_string_value(v);
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < 0 || x > DP_MAX_GPUS * 64)
+        return -1;
+    return x;
+}
+
+static int is_claimed(char *const *claimed, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(claimed[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+static int split_uuids(const char *list, struct dp_assign *a, char uu[][DP_UUID_MAX], int *n,
+                       struct gs_err *e)
+{
+    const char *p = list;
+
+    *n = 0;
+    while (*p) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == 0 || len >= DP_UUID_MAX)
+            return gs_errf(e, GS_EINVAL, "pod %s/%s: gpu-uuids: entry %d is empty or too long",
+                           a->ns, a->pod, *n);
+        if (*n == DP_MAX_GPUS)
+            return gs_errf(e, GS_EINVAL, "pod %s/%s: gpu-uuids: more than %d GPUs", a->ns, a->pod,
+                           DP_MAX_GPUS);
+        memcpy(uu[*n], p, len);
+        uu[*n][len] = '\0';
+        (*n)++;
+        p += len + (c ? 1 : 0);
+        if (c && !*p)
+            return gs_errf(e, GS_EINVAL, "pod %s/%s: gpu-uuids: trailing ','", a->ns, a->pod);
+    }
+    if (*n == 0)
+        return gs_errf(e, GS_EINVAL, "pod %s/%s: gpu-uuids: empty", a->ns, a->pod);
+    return 0;
+}
+
+static int parse_int_annot(const json_t *pod, const char *prefix, const char *name, long long lo,
+                           long long hi, long long *out, const struct dp_assign *a,
+                           struct gs_err *e)
+{
+    const char *s = annot(pod, prefix, name);
+    char *end;
+
+    *out = 0;
+    if (!s)
+        return 0;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return gs_errf(e, GS_EINVAL, "pod %s/%s: %s%s: '%.40s' is not an integer in %lld..%lld",
+                       a->ns, a->pod, prefix, name, s, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* Looks for the first unclaimed container of `pod` asking for n_ids
+ * devices; fills *out from the pod's annotations. 1 = found, 0 = none,
+ * negative = broken annotations. */
+static int match_pod(const json_t *pod, const char *resource, const char *prefix, int n_ids,
+                     char *const *claimed, int n_claimed, struct dp_assign *out, struct gs_err *e)
+{
+    static const char *const lists[] = {"initContainers", "containers"};
+    const json_t *spec = json_object_get(pod, "spec");
+    char uu[DP_MAX_GPUS][DP_UUID_MAX];
+    int total, off = 0;
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->ns, sizeof out->ns, "%s", or_(str_at(pod, "metadata", "namespace"), "default"));
+    snprintf(out->pod, sizeof out->pod, "%s", or_(str_at(pod, "metadata", "name"), ""));
+    snprintf(out->uid, sizeof out->uid, "%s", or_(str_at(pod, "metadata", "uid"), ""));
+    const char *kind = annot(pod, prefix, "request-kind");
+    const char *at = annot(pod, prefix, "assigned-at");
+    if (kind && strcmp(kind, "whole") && strcmp(kind, "shared") && strcmp(kind, "mig"))
+        return gs_errf(e, GS_EINVAL, "pod %s/%s: %srequest-kind: '%.20s' is not whole, shared or mig",
+                       out->ns, out->pod, prefix, kind);
+    snprintf(out->kind, sizeof out->kind, "%s", kind ? kind : "whole");
+    snprintf(out->assigned_at, sizeof out->assigned_at, "%s", at ? at : "");
+
+    /* Whole/shared GPUs come as <prefix>gpu, MIG as <prefix>mig-<profile>. */
+    int is_mig_res = strstr(resource, "/mig-") != NULL;
+    if (is_mig_res != (strcmp(out->kind, "mig") == 0))
+        return 0;
+
+    for (int l = 0; l < 2; l++) {
+        const json_t *arr = json_object_get(spec, lists[l]);
+        size_t i;
+        const json_t *c;
+        json_array_foreach(arr, i, c) {
+            long cnt = container_count(c, resource);
+            const char *cname = str_at(c, "name", NULL);
+            char key[DP_KEY_MAX];
+            if (cnt < 0)
+                return gs_errf(e, GS_EINVAL, "pod %s/%s: %s[%zu].resources[%s]: not a whole number",
+                               out->ns, out->pod, lists[l], i, resource);
+            if (cnt == 0)
+                continue;
+            if (!cname)
+                return gs_errf(e, GS_EINVAL, "pod %s/%s: %s[%zu].name: missing", out->ns, out->pod,
+                               lists[l], i);
+            char ukey[DP_KEY_MAX];
+            snprintf(out->container, sizeof out->container, "%s", cname);
+            dp_assign_key(out, key, sizeof key);
+            snprintf(ukey, sizeof ukey, "uid:%s/%.700s", out->uid, cname);
+            int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key) &&
+                       !is_claimed(claimed, n_claimed, ukey);
+            if (!mine) {
+                off += (int)cnt;
+                continue;
+            }
+            int rc = split_uuids(annot(pod, prefix, "gpu-uuids"), out, uu, &total, e);
+            if (rc)
+                return rc;
+            /* Init containers run one at a time and app containers reuse
+             * their GPUs (as kubelet reuses their devices): a container
+             * past the end of the list starts again at its beginning. */
+            if (off + cnt > total)
+                off = 0;
+            if (cnt > total)
+                return gs_errf(e, GS_EINVAL,
+                               "pod %s/%s: container %s asks for %ld devices of %s but gpu-uuids "
+                               "lists %d",
+                               out->ns, out->pod, cname, cnt, resource, total);
+            out->n = (int)cnt;
+            for (int k = 0; k < out->n; k++)
+                snprintf(out->uuids[k], sizeof out->uuids[k], "%s", uu[off + k]);
+            long long v;
+            if (parse_int_annot(pod, prefix, "gpu-memory", 0, 100000000, &v, out, e))
+                return -GS_EINVAL;
+            out->mem_mib = v;
+            if (parse_int_annot(pod, prefix, "gpu-milli", 0, 1000, &v, out, e))
+                return -GS_EINVAL;
+            out->milli = (int)v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
+                   const char *annot_prefix, int n_ids, char *const *claimed, int n_claimed,
+                   struct dp_assign *out, struct gs_err *e)
+{
+    const json_t *items = json_is_array(pods) ? pods : json_object_get(pods, "items");
+    struct dp_assign cand;
+    int found = 0;
+    size_t i;
+    const json_t *pod;
+
+    if (!json_is_array(items))
+        return gs_errf(e, GS_EPROTO, "pod list: no items array");
+    json_array_foreach(items, i, pod) {
+        const char *phase = str_at(pod, "status", "phase");
+        const char *on = annot(pod, annot_prefix, "node");
+        const char *uuids = annot(pod, annot_prefix, "gpu-uuids");
+        const char *spec_node = str_at(pod, "spec", "nodeName");
+        if (!uuids || json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+            continue;
+        if (phase && strcmp(phase, "Pending") != 0)
+            continue;
+        if (!(on && strcmp(on, node) == 0) && !(spec_node && strcmp(spec_node, node) == 0))
+            continue;
+        if (on && strcmp(on, node) != 0)
+            continue; /* bound here, but assigned elsewhere: not ours to serve */
+        int rc = match_pod(pod, resource, annot_prefix, n_ids, claimed, n_claimed, &cand, e);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (!found || strcmp(cand.assigned_at, out->assigned_at) < 0 ||
+            (strcmp(cand.assigned_at, out->assigned_at) == 0 &&
+             (strcmp(cand.ns, out->ns) < 0 ||
+              (strcmp(cand.ns, out->ns) == 0 && strcmp(cand.pod, out->pod) < 0))))
+            *out = cand;
+        found = 1;
+    }
+    if (!found)
+        return gs_errf(e, GS_ENOENT,
+                       "no pending pod on node %s has a container, not yet allocated, that asks "
+                       "for %d %s and has a gpusched assignment (%sgpu-uuids)",
+                       node, n_ids, resource, annot_prefix);
+    return 0;
+}
+
+/* ---- the Allocate answer -------------------------------------------------- */
+
+struct kvs {
+    int n;
+    V1beta1__ContainerAllocateResponse__EnvsEntry env[12];
+    V1beta1__ContainerAllocateResponse__EnvsEntry *envp[12];
+    V1beta1__ContainerAllocateResponse__AnnotationsEntry ann[4];
+    V1beta1__ContainerAllocateResponse__AnnotationsEntry *annp[4];
+    int n_ann;
+    V1beta1__DeviceSpec dev[DP_MAX_GPUS + 3];
+    V1beta1__DeviceSpec *devp[DP_MAX_GPUS + 3];
+    int n_dev;
+    char strs[64][1600]; /* up to 16 UUIDs joined */
+    int n_str;
+};
+
+/* Strings the packed message points to live in the kvs until packing. */
+static char *keep_s(struct kvs *k, const char *a, const char *b)
+{
+    char *s = k->strs[k->n_str++];
+    snprintf(s, sizeof k->strs[0], "%s%s", a, b);
+    return s;
+}
+
+static char *keep_i(struct kvs *k, long long x, const char *suffix)
+{
+    char *s = k->strs[k->n_str++];
+    snprintf(s, sizeof k->strs[0], "%lld%s", x, suffix);
+    return s;
+}
+
+static void env(struct kvs *k, const char *key, char *val)
+{
+    v1beta1__container_allocate_response__envs_entry__init(&k->env[k->n]);
+    k->env[k->n].key = (char *)key;
+    k->env[k->n].value = val;
+    k->envp[k->n] = &k->env[k->n];
+    k->n++;
+}
+
+static void ann(struct kvs *k, char *key, char *val)
+{
+    v1beta1__container_allocate_response__annotations_entry__init(&k->ann[k->n_ann]);
+    k->ann[k->n_ann].key = key;
+    k->ann[k->n_ann].value = val;
+    k->annp[k->n_ann] = &k->ann[k->n_ann];
+    k->n_ann++;
+}
+
+/* Adds /dev/<name> when <dev_dir>/<name> exists on the host. */
+static void devspec(struct kvs *k, const char *dev_dir, const char *name)
+{
+    struct stat st;
+    char *host = keep_s(k, dev_dir, "/");
+    size_t hl = strlen(host);
+
+    snprintf(host + hl, sizeof k->strs[0] - hl, "%s", name);
+    if (stat(host, &st) != 0)
+        return;
+    V1beta1__DeviceSpec *d = &k->dev[k->n_dev];
+    v1beta1__device_spec__init(d);
+    d->container_path = keep_s(k, "/dev/", name);
+    d->host_path = host;
+    d->permissions = (char *)"rw";
+    k->devp[k->n_dev++] = d;
+}
+
+static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
+                const struct dp_alloc_opts *o, struct kvs *k,
+                V1beta1__ContainerAllocateResponse *cr, struct gs_err *e)
+{
+    char list[1600] = "";
+    int minors[DP_MAX_GPUS], n_minor = 0;
+
+    memset(k, 0, sizeof *k);
+    if (a->n < 1 || a->n > DP_MAX_GPUS)
+        return gs_errf(e, GS_EINVAL, "assignment has %d GPUs", a->n);
+    for (int i = 0; i < a->n; i++) {
+        const struct dp_gpu *g = dp_inventory_find(inv, a->uuids[i]);
+        if (!g)
+            return gs_errf(e, GS_ENOENT, "GPU %s (assigned to %s/%s) is not on this node",
+                           a->uuids[i], a->pod[0] ? a->ns : "-", a->pod[0] ? a->pod : "-");
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? "," : "", a->uuids[i]);
+        int seen = 0;
+        for (int m = 0; m < n_minor; m++)
+            seen |= minors[m] == g->minor;
+        if (!seen && g->minor >= 0)
+            minors[n_minor++] = g->minor;
+    }
+    char *l = keep_s(k, list, "");
+    env(k, "NVIDIA_VISIBLE_DEVICES", l);
+    env(k, "CUDA_VISIBLE_DEVICES", l);
+    if (a->mem_mib > 0 && strcmp(a->kind, "shared") == 0) {
+        env(k, "GPUSCHED_GPU_MEMORY_MIB", keep_i(k, a->mem_mib, ""));
+        env(k, "CUDA_DEVICE_MEMORY_LIMIT", keep_i(k, a->mem_mib, "m"));
+    }
+    if (a->milli > 0 && a->milli < 1000 && strcmp(a->kind, "shared") == 0) {
+        env(k, "GPUSCHED_GPU_MILLI", keep_i(k, a->milli, ""));
+        env(k, "CUDA_DEVICE_SM_LIMIT", keep_i(k, (a->milli + 9) / 10, ""));
+    }
+    if (a->pod[0]) {
+        char *who = keep_s(k, a->ns, "/");
+        size_t wl = strlen(who);
+        snprintf(who + wl, sizeof k->strs[0] - wl, "%s", a->pod);
+        env(k, "GPUSCHED_POD", who);
+        ann(k, keep_s(k, o->annot_prefix, "pod"), who);
+    }
+    ann(k, keep_s(k, o->annot_prefix, "gpu-uuids"), l);
+    if (o->dev_dir) {
+        devspec(k, o->dev_dir, "nvidiactl");
+        devspec(k, o->dev_dir, "nvidia-uvm");
+        devspec(k, o->dev_dir, "nvidia-uvm-tools");
+        for (int m = 0; m < n_minor; m++) {
+            char name[32];
+            snprintf(name, sizeof name, "nvidia%d", minors[m]);
+            devspec(k, o->dev_dir, name);
+        }
+    }
+    v1beta1__container_allocate_response__init(cr);
+    cr->n_envs = (size_t)k->n;
+    cr->envs = k->envp;
+    cr->n_annotations = (size_t)k->n_ann;
+    cr->annotations = k->annp;
+    cr->n_devices = (size_t)k->n_dev;
+    cr->devices = k->devp;
+    return 0;
+}
+
+int dp_alloc_pack(const struct dp_inventory *inv, const struct dp_assign *a, int n,
+                  const struct dp_alloc_opts *o, uint8_t **out, size_t *len, struct gs_err *e)
+{
+    V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    struct kvs *k = calloc((size_t)n, sizeof *k);
+    V1beta1__ContainerAllocateResponse *cr = calloc((size_t)n, sizeof *cr);
+    V1beta1__ContainerAllocateResponse **crp = calloc((size_t)n, sizeof *crp);
+    int rc = 0;
+
+    *out = NULL;
+    *len = 0;
+    if (!k || !cr || !crp) {
+        rc = gs_errf(e, GS_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        rc = fill(inv, &a[i], o, &k[i], &cr[i], e);
+        crp[i] = &cr[i];
+    }
+    if (rc)
+        goto done;
+    resp.n_container_responses = (size_t)n;
+    resp.container_responses = crp;
+    *len = v1beta1__allocate_response__get_packed_size(&resp);
+    *out = malloc(*len ? *len : 1);
+    if (!*out) {
+        *len = 0;
+        rc = gs_errf(e, GS_ENOMEM, "out of memory");
+        goto done;
+    }
+    v1beta1__allocate_response__pack(&resp, *out);
+done:
+    free(k);
+    free(cr);
+    free(crp);
+    return rc;
+}

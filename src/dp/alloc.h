@@ -1,0 +1,69 @@
+/*
+ * dp/alloc.h - what a container gets: finding its assignment, and the
+ * Allocate answer.
+ *
+ * Kubelet's Allocate names device IDs, not the pod. Without an API server
+ * the IDs are the answer (NVIDIA's behaviour: the GPUs of the IDs kubelet
+ * picked). With one, the GPUs are the ones the extender wrote on the pod
+ * (docs/annotations.md), whatever replica IDs kubelet picked: the plugin
+ * lists the pods on its node and takes the pending pod whose next
+ * unallocated GPU container asks for as many devices of this resource as
+ * kubelet is allocating, oldest gpusched.io/assigned-at first. Containers
+ * that already hold devices (kubelet's pod-resources API, and this plugin's
+ * own record of earlier answers) are skipped. No match is an error: a
+ * container never gets a GPU the extender did not assign to it.
+ *
+ * Pure functions over parsed JSON and plain structs; no I/O, no locks.
+ */
+#ifndef GPUSCHED_DP_ALLOC_H
+#define GPUSCHED_DP_ALLOC_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dp/gpu.h"
+
+#define DP_KEY_MAX 800  /* "namespace/pod/container" */
+
+/* What one container is to get. */
+struct dp_assign {
+    char ns[254], pod[254], uid[64], container[254]; /* "" without an API server */
+    char kind[16];           /* "whole", "shared", "mig" */
+    char assigned_at[40];
+    int n;
+    char uuids[DP_MAX_GPUS][DP_UUID_MAX];
+    int64_t mem_mib;         /* per GPU, shared only (0 = none) */
+    int milli;               /* per GPU compute, thousandths (0 = none) */
+};
+
+/* "ns/pod/container" of an assignment, the key of the claimed set. */
+void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap);
+
+/* Picks the container being admitted. `pods` is a PodList (or an array of
+ * Pods); `claimed` holds "ns/pod/container" keys of containers that already
+ * have devices of this resource (or "uid:<pod uid>/container" keys, which
+ * tell apart a pod recreated under the same name). annot_prefix is "gpusched.io/". Returns 0
+ * with *out, -GS_ENOENT when nothing matches, -GS_EINVAL when the matching
+ * pod's annotations are broken (the message names the pod and field). */
+int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
+                   const char *annot_prefix, int n_ids, char *const *claimed, int n_claimed,
+                   struct dp_assign *out, struct gs_err *e);
+
+/* Options of the Allocate answer. */
+struct dp_alloc_opts {
+    const char *dev_dir;      /* host directory of the NVIDIA device nodes
+                                 ("/dev"); DeviceSpecs are added for those
+                                 that exist there. NULL = none. */
+    const char *annot_prefix; /* "gpusched.io/" */
+};
+
+/* Packs a V1beta1__AllocateResponse with one ContainerAllocateResponse per
+ * assignment: NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES = the UUIDs,
+ * limits for shared GPUs (GPUSCHED_GPU_MEMORY_MIB, GPUSCHED_GPU_MILLI and
+ * HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT), device
+ * nodes, and annotations. Every UUID must be a GPU or MIG instance in inv. */
+int dp_alloc_pack(const struct dp_inventory *inv, const struct dp_assign *a, int n,
+                  const struct dp_alloc_opts *o, uint8_t **out, size_t *len, struct gs_err *e);
+
+#endif

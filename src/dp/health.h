@@ -1,0 +1,66 @@
+/*
+ * dp/health.h - which GPU events make a GPU unhealthy, and when it comes back.
+ *
+ * NVIDIA's plugin marks a GPU unhealthy on any critical XID outside a short
+ * list of application errors, and keeps it so until the plugin restarts.
+ * Here the same XIDs are ignored by default (13, 31, 43, 45, 68, 109; more
+ * with --ignore-xids, or "all" to switch health checks off), the rest are
+ * split into fatal XIDs (the GPU needs a reset: ECC double-bit, fell off the
+ * bus, GSP/PMU halts, uncontained errors, NVLink down) and transient ones,
+ * and every unhealthy GPU is re-probed: after transient_ms for a transient
+ * XID, after fatal_ms for a fatal one. A GPU that passes the backend's
+ * probe turns Healthy again; one that fails stays Unhealthy with the
+ * probe's reason and is tried again after the same delay.
+ *
+ * The state lives in the inventory (gpu.healthy / gpu.reason) plus
+ * struct dp_health_state; the caller holds whatever lock guards them.
+ */
+#ifndef GPUSCHED_DP_HEALTH_H
+#define GPUSCHED_DP_HEALTH_H
+
+#include <stdint.h>
+
+#include "dp/gpu.h"
+
+#define DP_HEALTH_MAX_IGNORED 64
+
+struct dp_health_cfg {
+    int disabled;                           /* "all": events never change health */
+    int n_ignored;
+    uint64_t ignored[DP_HEALTH_MAX_IGNORED];
+    int64_t transient_ms;                   /* re-probe delay after a transient XID */
+    int64_t fatal_ms;                       /* re-probe delay after a fatal XID */
+};
+
+enum dp_xid_class { DP_XID_IGNORED, DP_XID_TRANSIENT, DP_XID_FATAL };
+
+/* Defaults: NVIDIA's ignored XIDs, re-probes after 10 s and 5 min. */
+void dp_health_cfg_default(struct dp_health_cfg *c);
+/* Adds a comma-separated XID list ("43,74") to the ignored ones, or
+ * disables health checks for "all". Errors name the bad entry. */
+int dp_health_parse_ignored(struct dp_health_cfg *c, const char *list, struct gs_err *e);
+
+enum dp_xid_class dp_health_classify(const struct dp_health_cfg *c, uint64_t xid);
+const char *dp_xid_class_name(enum dp_xid_class k);
+
+struct dp_health_state {
+    int64_t recheck_at[DP_MAX_GPUS];  /* ms; 0 = nothing scheduled */
+    uint64_t xids[DP_MAX_GPUS];       /* events counted per GPU */
+    uint64_t last_xid[DP_MAX_GPUS];
+};
+
+/* Applies one event at time now_ms. Returns 1 if any GPU's health changed. */
+int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
+                    struct dp_health_state *hs, const struct dp_event *ev, int64_t now_ms);
+
+/* Re-probes the unhealthy GPUs whose time has come, with b->probe.
+ * Returns the number of GPUs whose health changed. */
+int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
+                      struct dp_health_state *hs, struct dp_backend *b, int64_t now_ms);
+
+/* Carries health across a re-discovery: GPUs in `next` that were in `prev`
+ * (same UUID) keep their health, reason and schedule. */
+void dp_health_carry(const struct dp_inventory *prev, const struct dp_health_state *hprev,
+                     struct dp_inventory *next, struct dp_health_state *hnext);
+
+#endif

@@ -1,0 +1,337 @@
+/* ext/cluster.c - see cluster.h. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ext/cluster.h"
+#include "kube/lease.h"
+#include "kube/watch.h"
+#include "util/log.h"
+
+#define MAX_NUDGE 64
+#define EVENT_EVERY_S 60.0
+#define MAX_EVENTED 1024
+
+struct evented {
+    char key[2 * CORE_NAME_MAX];
+    double at;
+};
+
+struct ext_cluster {
+    struct kube_client *kc;
+    struct ext_sched *s;
+    const struct ext_config *cfg;
+    char prefix[128];
+    struct kube_watch *nodes, *pods;
+    struct kube_leader *leader;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int stop;
+    atomic_int freed;          /* GPUs were freed since the last nudge */
+    atomic_int pods_synced, nodes_synced;
+    struct evented ev[MAX_EVENTED];
+    int nev;
+    struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges;
+    atomic_ulong rebuilds;
+};
+
+static double now_real(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- watches --------------------------------------------------------------- */
+
+static void nodes_replace(void *ud, const json_t *items, const char *rv)
+{
+    struct ext_cluster *cl = ud;
+    (void)rv;
+    int bad = ext_sched_replace_nodes(cl->s, items);
+    if (bad)
+        log_warn("extender", "%d of %zu nodes could not be read (see above)", bad,
+                 json_array_size(items));
+    atomic_store(&cl->nodes_synced, 1);
+}
+
+static void nodes_event(void *ud, const char *type, const json_t *obj)
+{
+    struct ext_cluster *cl = ud;
+    struct gs_err e = GS_ERR_INIT;
+    const char *name = kube_meta_str(obj, "name");
+    if (!name)
+        return;
+    if (strcmp(type, "DELETED") == 0)
+        ext_sched_remove_node(cl->s, name, &e);
+    else if (ext_sched_upsert_node(cl->s, obj, &e) < 0)
+        log_warn("extender", "node %s: %s", name, e.msg);
+}
+
+static void pods_replace(void *ud, const json_t *items, const char *rv)
+{
+    struct ext_cluster *cl = ud;
+    (void)rv;
+    ext_sched_replace_pods(cl->s, items);
+    atomic_fetch_add(&cl->rebuilds, 1);
+    atomic_store(&cl->pods_synced, 1);
+    atomic_store(&cl->freed, 1); /* GPUs may have been freed while we were away */
+}
+
+static void pods_event(void *ud, const char *type, const json_t *obj)
+{
+    struct ext_cluster *cl = ud;
+    if (ext_sched_observe_pod(cl->s, obj, strcmp(type, "DELETED") == 0)) {
+        pthread_mutex_lock(&cl->mu);
+        atomic_store(&cl->freed, 1);
+        pthread_cond_signal(&cl->cv);
+        pthread_mutex_unlock(&cl->mu);
+    }
+}
+
+int ext_cluster_ready(void *ud)
+{
+    struct ext_cluster *cl = ud;
+    return atomic_load(&cl->nodes_synced) && atomic_load(&cl->pods_synced);
+}
+
+/* ---- the commit backend ---------------------------------------------------- */
+
+static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
+                       const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
+{
+    struct ext_cluster *cl = ud;
+    char path[700];
+    json_t *patch, *binding, *pod = NULL;
+    int rc;
+
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
+    patch = json_pack("{s:{s:O}}", "metadata", "annotations", annotations);
+    rc = kube_patch(cl->kc, path, KUBE_PATCH_STRATEGIC, patch, NULL, e);
+    json_decref(patch);
+    if (rc < 0) {
+        gs_err_prefix(e, "writing the assignment annotations");
+        return rc;
+    }
+    binding = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion", "v1",
+                        "kind", "Binding", "metadata", "name", name, "namespace", ns, "uid", uid,
+                        "target", "apiVersion", "v1", "kind", "Node", "name", a->node);
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/binding", ns, name);
+    rc = kube_create(cl->kc, path, binding, NULL, e);
+    json_decref(binding);
+    if (rc == -GS_ECONFLICT) { /* already bound: fine if to this node (a retried bind) */
+        struct gs_err e2 = GS_ERR_INIT;
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
+        if (kube_get(cl->kc, path, &pod, &e2) == 0) {
+            const json_t *nn = json_object_get(json_object_get(pod, "spec"), "nodeName");
+            if (json_is_string(nn) && strcmp(json_string_value(nn), a->node) == 0)
+                rc = 0;
+        }
+        json_decref(pod);
+    }
+    if (rc < 0) {
+        struct gs_err e2 = GS_ERR_INIT;
+        json_t *undo = json_object(), *nulls = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)annotations, k, v) json_object_set_new(nulls, k, json_null());
+        json_object_set_new(undo, "metadata", json_pack("{s:o}", "annotations", nulls));
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
+        if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, undo, NULL, &e2) < 0)
+            log_warn("extender", "pod %s/%s: removing the assignment after a failed bind: %s", ns,
+                     name, e2.msg);
+        json_decref(undo);
+        gs_err_prefix(e, "creating the Binding");
+    }
+    return rc;
+}
+
+static int may_bind(void *ud)
+{
+    struct ext_cluster *cl = ud;
+    return !cl->leader || kube_leader_is_leader(cl->leader);
+}
+
+/* ---- housekeeping: stale inventories, nudges, events, metrics --------------- */
+
+static void nudge(struct ext_cluster *cl)
+{
+    char *pods[MAX_NUDGE], now[40], key[160];
+    int n = ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
+    kube_now_micro(now, sizeof now);
+    snprintf(key, sizeof key, "%sretry-at", cl->prefix);
+    for (int i = 0; i < n; i++) {
+        struct gs_err e = GS_ERR_INIT;
+        char path[700];
+        char *slash = strchr(pods[i], '/');
+        *slash = '\0';
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", pods[i], slash + 1);
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, now);
+        if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e) < 0)
+            log_warn("extender", "nudging %s/%s: %s", pods[i], slash + 1, e.msg);
+        else
+            metric_inc(cl->m_nudges, NULL);
+        json_decref(patch);
+        free(pods[i]);
+    }
+    if (n)
+        log_info("extender", "GPUs freed: nudged %d pending GPU pod%s", n, n == 1 ? "" : "s");
+}
+
+static void post_events(struct ext_cluster *cl)
+{
+    char *pods[MAX_NUDGE];
+    int n = ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
+    double t = now_real();
+    for (int i = 0; i < n; i++) {
+        int k;
+        for (k = 0; k < cl->nev && strcmp(cl->ev[k].key, pods[i]) != 0; k++)
+            ;
+        if (k < cl->nev && t - cl->ev[k].at < EVENT_EVERY_S) {
+            free(pods[i]);
+            continue;
+        }
+        if (k == cl->nev) {
+            if (cl->nev == MAX_EVENTED)
+                k = 0; /* full: reuse the first slot */
+            else
+                cl->nev++;
+        }
+        snprintf(cl->ev[k].key, sizeof cl->ev[k].key, "%s", pods[i]);
+        cl->ev[k].at = t;
+        char summary[1024], uid[64];
+        char *slash = strchr(pods[i], '/');
+        struct gs_err e = GS_ERR_INIT;
+        *slash = '\0';
+        if (ext_sched_summary(cl->s, pods[i], slash + 1, uid, sizeof uid, summary,
+                              sizeof summary) == 0 &&
+            kube_event(cl->kc, "Pod", pods[i], slash + 1, uid, "Warning", "GPUUnschedulable",
+                       summary, &e) < 0)
+            log_warn("extender", "event for %s/%s: %s", pods[i], slash + 1, e.msg);
+        free(pods[i]);
+    }
+}
+
+void ext_cluster_collect(struct ext_cluster *cl)
+{
+    struct kube_watch_stats a = {0}, b = {0};
+    kube_watch_get_stats(cl->nodes, &a);
+    kube_watch_get_stats(cl->pods, &b);
+    metric_set(cl->m_restarts, (const char *[]){"nodes"}, (double)a.restarts);
+    metric_set(cl->m_restarts, (const char *[]){"pods"}, (double)b.restarts);
+    metric_set(cl->m_relists, (const char *[]){"nodes"}, (double)a.lists);
+    metric_set(cl->m_relists, (const char *[]){"pods"}, (double)b.lists);
+    metric_set(cl->m_rebuilds, NULL, (double)atomic_load(&cl->rebuilds));
+    metric_set(cl->m_leader, NULL, may_bind(cl));
+}
+
+static void *house_main(void *arg)
+{
+    struct ext_cluster *cl = arg;
+    double last_inv = 0;
+    while (!atomic_load(&cl->stop)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_mutex_lock(&cl->mu);
+        if (!atomic_load(&cl->stop) && !atomic_load(&cl->freed))
+            pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
+        pthread_mutex_unlock(&cl->mu);
+        if (atomic_load(&cl->stop))
+            break;
+        int leading = may_bind(cl);
+        if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
+            nudge(cl);
+        if (now_real() - last_inv >= 1.0) {
+            last_inv = now_real();
+            ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
+            if (cl->cfg->events && leading)
+                post_events(cl);
+        }
+    }
+    return NULL;
+}
+
+int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct ext_config *cfg,
+                      struct metrics *m, struct ext_cluster **out, struct gs_err *e)
+{
+    struct ext_cluster *cl = calloc(1, sizeof *cl);
+    static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event};
+    static const struct kube_watch_ops pod_ops = {pods_replace, pods_event};
+    int rc;
+
+    if (!cl)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    cl->kc = kc;
+    cl->s = s;
+    cl->cfg = cfg;
+    snprintf(cl->prefix, sizeof cl->prefix, "%s", cfg->names.annot_prefix);
+    pthread_mutex_init(&cl->mu, NULL);
+    pthread_cond_init(&cl->cv, NULL);
+    cl->m_restarts = metrics_add(m, METRIC_COUNTER, "gpusched_extender_watch_restarts_total",
+                                 "Watch streams re-opened, by resource.", "resource", NULL, 0, e);
+    cl->m_relists = metrics_add(m, METRIC_COUNTER, "gpusched_extender_lists_total",
+                                "Full lists (start and after 410 Gone), by resource.", "resource",
+                                NULL, 0, e);
+    cl->m_rebuilds = metrics_add(m, METRIC_COUNTER, "gpusched_extender_rebuilds_total",
+                                 "Allocation state rebuilds from pod annotations.", NULL, NULL, 0,
+                                 e);
+    cl->m_leader = metrics_add(m, METRIC_GAUGE, "gpusched_extender_leader",
+                               "1 when this replica may bind (leader, or no election).", NULL,
+                               NULL, 0, e);
+    cl->m_nudges = metrics_add(m, METRIC_COUNTER, "gpusched_extender_nudges_total",
+                               "Pending GPU pods touched after GPUs freed up.", NULL, NULL, 0, e);
+    if (!cl->m_restarts || !cl->m_relists || !cl->m_rebuilds || !cl->m_leader || !cl->m_nudges) {
+        free(cl);
+        return -GS_EINVAL;
+    }
+    if (cfg->leader_elect) {
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        struct kube_leader_opts lo = {.ns = cfg->lease_namespace, .name = cfg->lease_name,
+                                      .identity = cfg->identity ? cfg->identity : host,
+                                      .lease_s = cfg->lease_duration};
+        if ((rc = kube_leader_start(kc, &lo, &cl->leader, e)) < 0) {
+            free(cl);
+            return rc;
+        }
+    }
+    ext_sched_set_commit(s, &(struct ext_commit){commit_bind, NULL, may_bind, cl});
+    if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
+                               cl, &cl->nodes, e)) < 0 ||
+        (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,
+                               cl, &cl->pods, e)) < 0 ||
+        pthread_create(&cl->thread, NULL, house_main, cl) != 0) {
+        kube_watch_stop(cl->nodes);
+        kube_watch_stop(cl->pods);
+        kube_leader_stop(cl->leader);
+        ext_sched_set_commit(s, &(struct ext_commit){0});
+        free(cl);
+        return rc < 0 ? rc : gs_errf(e, GS_ENOMEM, "cannot start a thread");
+    }
+    *out = cl;
+    return 0;
+}
+
+void ext_cluster_stop(struct ext_cluster *cl)
+{
+    if (!cl)
+        return;
+    pthread_mutex_lock(&cl->mu);
+    atomic_store(&cl->stop, 1);
+    pthread_cond_broadcast(&cl->cv);
+    pthread_mutex_unlock(&cl->mu);
+    pthread_join(cl->thread, NULL);
+    kube_watch_stop(cl->pods);
+    kube_watch_stop(cl->nodes);
+    kube_leader_stop(cl->leader);
+    ext_sched_set_commit(cl->s, &(struct ext_commit){0});
+    pthread_cond_destroy(&cl->cv);
+    pthread_mutex_destroy(&cl->mu);
+    free(cl);
+}

@@ -1,0 +1,226 @@
+/* ext/journal.c - see journal.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ext/journal.h"
+
+struct ext_journal {
+    char *dir, *path;
+    int fd;
+};
+
+uint32_t ext_crc32(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint32_t crc = 0xffffffffu;
+    while (len--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int ext_journal_open(const char *dir, struct ext_journal **out, struct gs_err *e)
+{
+    struct ext_journal *j = calloc(1, sizeof *j);
+    if (!j)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+        free(j);
+        return gs_errf(e, GS_EIO, "state dir %s: %s", dir, strerror(errno));
+    }
+    j->dir = strdup(dir);
+    if (asprintf(&j->path, "%s/journal", dir) < 0)
+        j->path = NULL;
+    if (!j->dir || !j->path) {
+        ext_journal_close(j);
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    }
+    if ((j->fd = open(j->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0640)) < 0) {
+        int rc = gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+        j->fd = -1;
+        ext_journal_close(j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+void ext_journal_close(struct ext_journal *j)
+{
+    if (!j)
+        return;
+    if (j->fd >= 0)
+        close(j->fd);
+    free(j->dir);
+    free(j->path);
+    free(j);
+}
+
+/* Checks one line (without '\n'): returns the parsed record or NULL. */
+static json_t *decode(const char *line, size_t len)
+{
+    char hex[9];
+    char *end;
+    if (len < 10 || line[8] != ' ')
+        return NULL;
+    memcpy(hex, line, 8);
+    hex[8] = '\0';
+    unsigned long crc = strtoul(hex, &end, 16);
+    if (*end || crc != ext_crc32(line + 9, len - 9))
+        return NULL;
+    return json_loadb(line + 9, len - 9, 0, NULL);
+}
+
+int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *torn,
+                       struct gs_err *e)
+{
+    FILE *f = fopen(j->path, "rb");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long good = 0, lineno = 0;
+    int rc = 0;
+
+    *torn = 0;
+    if (!f)
+        return gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+    while ((n = getline(&line, &cap, f)) > 0) {
+        int complete = line[n - 1] == '\n';
+        json_t *rec;
+        lineno++;
+        if ((size_t)n > EXT_JOURNAL_MAX_RECORD + 10) {
+            rc = gs_errf(e, GS_EINVAL, "%s:%ld: record longer than %u bytes", j->path, lineno,
+                         EXT_JOURNAL_MAX_RECORD);
+            break;
+        }
+        rec = complete ? decode(line, (size_t)n - 1) : NULL;
+        if (!rec) {
+            int c = fgetc(f);
+            if (c != EOF) {
+                rc = gs_errf(e, GS_EINVAL, "%s:%ld: damaged record (bad checksum or JSON) "
+                                           "before the end of the journal", j->path, lineno);
+                break;
+            }
+            *torn = 1; /* the last record was cut short: drop it */
+            break;
+        }
+        rc = fn(ud, rec, e);
+        json_decref(rec);
+        if (rc < 0) {
+            gs_err_prefix(e, "%s:%ld", j->path, lineno);
+            break;
+        }
+        good = ftell(f);
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && *torn && ftruncate(j->fd, good) < 0)
+        return gs_errf(e, GS_EIO, "%s: cannot cut the torn record: %s", j->path, strerror(errno));
+    return rc;
+}
+
+static char *encode(const json_t *rec, size_t *len, struct gs_err *e)
+{
+    char *js = json_dumps(rec, JSON_COMPACT), *out = NULL;
+    if (!js) {
+        gs_errf(e, GS_ENOMEM, "cannot encode a journal record");
+        return NULL;
+    }
+    if (strlen(js) > EXT_JOURNAL_MAX_RECORD) {
+        free(js);
+        gs_errf(e, GS_ETOOBIG, "journal record larger than %u bytes", EXT_JOURNAL_MAX_RECORD);
+        return NULL;
+    }
+    int n = asprintf(&out, "%08x %s\n", ext_crc32(js, strlen(js)), js);
+    free(js);
+    if (n < 0) {
+        gs_errf(e, GS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    *len = (size_t)n;
+    return out;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e)
+{
+    size_t len;
+    char *buf = encode(rec, &len, e);
+    int rc = 0;
+    if (!buf)
+        return -GS_ENOMEM;
+    if (write_all(j->fd, buf, len) < 0 || fdatasync(j->fd) < 0)
+        rc = gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+    free(buf);
+    return rc;
+}
+
+int ext_journal_rewrite(struct ext_journal *j, json_t *const *recs, int n, struct gs_err *e)
+{
+    char *tmp = NULL;
+    int fd, rc = 0;
+
+    if (asprintf(&tmp, "%s.tmp", j->path) < 0)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640)) < 0) {
+        rc = gs_errf(e, GS_EIO, "%s: %s", tmp, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        size_t len;
+        char *buf = encode(recs[i], &len, e);
+        if (!buf)
+            rc = -GS_ENOMEM;
+        else if (write_all(fd, buf, len) < 0)
+            rc = gs_errf(e, GS_EIO, "%s: %s", tmp, strerror(errno));
+        free(buf);
+    }
+    if (rc == 0 && fsync(fd) < 0)
+        rc = gs_errf(e, GS_EIO, "%s: %s", tmp, strerror(errno));
+    close(fd);
+    if (rc == 0 && rename(tmp, j->path) < 0)
+        rc = gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+    if (rc < 0) {
+        unlink(tmp);
+        free(tmp);
+        return rc;
+    }
+    free(tmp);
+    fsync_dir(j->dir);
+    close(j->fd);
+    if ((j->fd = open(j->path, O_RDWR | O_APPEND | O_CLOEXEC)) < 0)
+        return gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+    return 0;
+}

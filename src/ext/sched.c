@@ -1,0 +1,1160 @@
+/* ext/sched.c - see sched.h. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "ext/annot.h"
+#include "ext/nodes.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "kube/client.h"
+#include "util/log.h"
+
+/* ---- a small string-keyed hash map ---------------------------------------- */
+
+struct entry {
+    char *key;
+    void *val;
+    struct entry *next;
+};
+
+struct smap {
+    struct entry **b;
+    size_t nb, n;
+};
+
+static size_t hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+static void *smap_get(const struct smap *m, const char *k)
+{
+    if (!m->nb)
+        return NULL;
+    for (struct entry *e = m->b[hash(k) & (m->nb - 1)]; e; e = e->next)
+        if (strcmp(e->key, k) == 0)
+            return e->val;
+    return NULL;
+}
+
+static int smap_put(struct smap *m, const char *k, void *v)
+{
+    struct entry *e;
+    if (m->n + 1 > m->nb) {
+        size_t nb = m->nb ? m->nb * 2 : 1024;
+        struct entry **b = calloc(nb, sizeof *b);
+        if (!b)
+            return -1;
+        for (size_t i = 0; i < m->nb; i++)
+            while ((e = m->b[i])) {
+                m->b[i] = e->next;
+                e->next = b[hash(e->key) & (nb - 1)];
+                b[hash(e->key) & (nb - 1)] = e;
+            }
+        free(m->b);
+        m->b = b;
+        m->nb = nb;
+    }
+    if (!(e = malloc(sizeof *e)) || !(e->key = strdup(k))) {
+        free(e);
+        return -1;
+    }
+    e->val = v;
+    e->next = m->b[hash(k) & (m->nb - 1)];
+    m->b[hash(k) & (m->nb - 1)] = e;
+    m->n++;
+    return 0;
+}
+
+static void *smap_del(struct smap *m, const char *k)
+{
+    if (!m->nb)
+        return NULL;
+    for (struct entry **p = &m->b[hash(k) & (m->nb - 1)]; *p; p = &(*p)->next)
+        if (strcmp((*p)->key, k) == 0) {
+            struct entry *e = *p;
+            void *v = e->val;
+            *p = e->next;
+            free(e->key);
+            free(e);
+            m->n--;
+            return v;
+        }
+    return NULL;
+}
+
+#define SMAP_FOREACH(m, it)                                                    \
+    for (size_t i_##it = 0; i_##it < (m)->nb; i_##it++)                        \
+        for (struct entry *it = (m)->b[i_##it], *nx_##it; it && ((nx_##it = it->next), 1); \
+             it = nx_##it)
+
+/* ---- state ---------------------------------------------------------------- */
+
+/* A pod the extender has seen. */
+struct pod {
+    char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+    json_t *obj;          /* the Pod object (for /bind and rebuilds) */
+    int unschedulable;    /* its last /filter found no node */
+    int need_restore;     /* assignment annotations whose node is not known yet */
+    unsigned long seq;    /* last touched */
+};
+
+struct ext_sched {
+    pthread_mutex_t mu;
+    struct core_cluster *c;
+    const struct core_policy *policy;
+    struct ext_sched_opts opts;
+    struct ext_commit commit;
+    struct smap pods;     /* uid -> struct pod */
+    struct smap inv;      /* node name -> double* inventory updated_at */
+    unsigned long seq;
+    int n_need_restore;
+    struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
+        *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
+};
+
+json_t *ext_error(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return json_pack("{s:s, s:s}", "error", msg, "Error", msg);
+}
+
+static void decision(struct ext_sched *s, const char *verb, const char *result)
+{
+    if (s->m_decisions)
+        metric_inc(s->m_decisions, (const char *[]){verb, result});
+}
+
+int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e)
+{
+    struct ext_sched *s = calloc(1, sizeof *s);
+    const char *pname = opts->policy ? opts->policy : "fgd";
+    if (!s)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    s->opts = *opts;
+    if (!s->opts.names)
+        s->opts.names = core_names_default();
+    if (!s->opts.max_pods)
+        s->opts.max_pods = 100000;
+    if (!(s->policy = core_policy_find(pname))) {
+        free(s);
+        return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
+    }
+    if (!(s->c = core_cluster_new())) {
+        free(s);
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    if (opts->metrics) {
+        struct metrics *m = opts->metrics;
+        s->m_decisions = metrics_add(m, METRIC_COUNTER, "gpusched_extender_decisions_total",
+                                     "Extender decisions by verb and result.", "verb,result",
+                                     NULL, 0, e);
+        s->m_gpus = metrics_add(m, METRIC_GAUGE, "gpusched_gpus", "GPUs per node and model.",
+                                "node,model", NULL, 0, e);
+        s->m_gpus_alloc = metrics_add(m, METRIC_GAUGE, "gpusched_gpus_allocated",
+                                      "GPUs holding at least one pod, per node and model.",
+                                      "node,model", NULL, 0, e);
+        s->m_gpus_free = metrics_add(m, METRIC_GAUGE, "gpusched_gpus_free",
+                                     "Healthy GPUs holding no pod, per node and model.",
+                                     "node,model", NULL, 0, e);
+        s->m_mem_alloc = metrics_add(m, METRIC_GAUGE, "gpusched_gpu_memory_allocated_mib",
+                                     "GPU memory allocated to pods (MiB), per node and model.",
+                                     "node,model", NULL, 0, e);
+        s->m_milli_alloc = metrics_add(m, METRIC_GAUGE, "gpusched_gpu_compute_allocated_milli",
+                                       "GPU compute allocated to pods (thousandths of a GPU), per "
+                                       "node and model.", "node,model", NULL, 0, e);
+        s->m_frag = metrics_add(m, METRIC_GAUGE, "gpusched_fragmentation_milli",
+                                "Cluster GPU fragmentation (FGD measure, thousandths of a GPU).",
+                                NULL, NULL, 0, e);
+        s->m_allocs = metrics_add(m, METRIC_GAUGE, "gpusched_allocations",
+                                  "Pods holding GPUs.", NULL, NULL, 0, e);
+        s->m_stale = metrics_add(m, METRIC_GAUGE, "gpusched_nodes_stale",
+                                 "Nodes whose GPU inventory is older than inventory_ttl.", NULL,
+                                 NULL, 0, e);
+    }
+    *out = s;
+    return 0;
+}
+
+static void pod_free(struct pod *p)
+{
+    if (p) {
+        json_decref(p->obj);
+        free(p);
+    }
+}
+
+void ext_sched_free(struct ext_sched *s)
+{
+    if (!s)
+        return;
+    SMAP_FOREACH(&s->pods, it) pod_free(smap_del(&s->pods, it->key));
+    SMAP_FOREACH(&s->inv, it) free(smap_del(&s->inv, it->key));
+    free(s->pods.b);
+    free(s->inv.b);
+    core_cluster_free(s->c);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
+
+const struct core_names *ext_sched_names(const struct ext_sched *s) { return s->opts.names; }
+
+void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
+{
+    pthread_mutex_lock(&s->mu);
+    *nodes = core_cluster_node_count(s->c);
+    *allocs = core_cluster_alloc_count(s->c);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- pods ------------------------------------------------------------------ */
+
+static void pod_identity(const json_t *pod, const char **uid, const char **ns, const char **name)
+{
+    *name = kube_meta_str(pod, "name");
+    *ns = kube_meta_str(pod, "namespace");
+    *uid = kube_meta_str(pod, "uid");
+    if (!*ns || !**ns)
+        *ns = "default";
+}
+
+static struct pod *find_by_name(struct ext_sched *s, const char *ns, const char *name)
+{
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (strcmp(p->ns, ns) == 0 && strcmp(p->name, name) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+/* Drops old pods that hold nothing when the table is full. */
+static void evict(struct ext_sched *s)
+{
+    unsigned long cut = s->seq - s->opts.max_pods / 2;
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (p->seq < cut && !core_alloc_find(s->c, p->uid) && !p->need_restore)
+            pod_free(smap_del(&s->pods, it->key));
+    }
+}
+
+/* Remembers (or refreshes) a pod; the key is its UID, or NS/NAME without one. */
+static struct pod *remember(struct ext_sched *s, const json_t *obj)
+{
+    const char *uid, *ns, *name;
+    char key[64 + 2 * CORE_NAME_MAX];
+    struct pod *p;
+
+    pod_identity(obj, &uid, &ns, &name);
+    if (!name || strlen(name) >= CORE_NAME_MAX || strlen(ns) >= CORE_NAME_MAX ||
+        (uid && strlen(uid) >= sizeof p->uid))
+        return NULL;
+    snprintf(key, sizeof key, "%s", uid && *uid ? uid : "");
+    if (!*key)
+        snprintf(key, sizeof key, "%s/%s", ns, name);
+    if (strlen(key) >= sizeof p->uid)
+        return NULL;
+    if (!(p = smap_get(&s->pods, key))) {
+        if (s->pods.n >= s->opts.max_pods)
+            evict(s);
+        if (!(p = calloc(1, sizeof *p)))
+            return NULL;
+        snprintf(p->uid, sizeof p->uid, "%s", key);
+        snprintf(p->ns, sizeof p->ns, "%s", ns);
+        snprintf(p->name, sizeof p->name, "%s", name);
+        if (smap_put(&s->pods, key, p) < 0) {
+            free(p);
+            return NULL;
+        }
+    }
+    if (p->obj != obj) {
+        json_decref(p->obj);
+        p->obj = json_incref((json_t *)obj);
+    }
+    p->seq = ++s->seq;
+    return p;
+}
+
+static void forget(struct ext_sched *s, struct pod *p)
+{
+    if (p->need_restore)
+        s->n_need_restore--;
+    pod_free(smap_del(&s->pods, p->uid));
+}
+
+static int32_t pod_priority(const json_t *pod)
+{
+    const json_t *v = json_object_get(json_object_get(pod, "spec"), "priority");
+    return json_is_integer(v) ? (int32_t)json_integer_value(v) : 0;
+}
+
+/* Reserves an allocation from annotations; called with the lock held. */
+static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, const char *name,
+                          int32_t priority, int64_t cpu, int64_t mem, const json_t *annotations,
+                          struct gs_err *e)
+{
+    struct core_alloc a;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if (strlen(uid) >= sizeof a.pod_uid)
+        return gs_errf(e, GS_EINVAL, "pod uid '%.80s' is too long", uid);
+    snprintf(a.pod_uid, sizeof a.pod_uid, "%s", uid);
+    snprintf(a.pod_name, sizeof a.pod_name, "%s/%s", ns, name);
+    a.priority = priority;
+    a.cpu_milli = cpu;
+    a.mem_bytes = mem;
+    if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0)
+        return rc;
+    return core_reserve(s->c, &a, e);
+}
+
+int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
+{
+    const char *uid, *ns, *name;
+    json_int_t prio, cpu, mem;
+    const json_t *ann;
+    json_error_t je;
+    if (json_unpack_ex((json_t *)rec, &je, 0, "{s:s, s:s, s:s, s:I, s:I, s:I, s:o}", "uid", &uid,
+                       "ns", &ns, "name", &name, "priority", &prio, "cpu_milli", &cpu,
+                       "mem_bytes", &mem, "annotations", &ann) < 0)
+        return gs_errf(e, GS_EINVAL, "allocation record: %s", je.text);
+    if (strlen(ns) >= CORE_NAME_MAX || strlen(name) >= CORE_NAME_MAX || prio < INT32_MIN ||
+        prio > INT32_MAX || !json_is_object(ann))
+        return gs_errf(e, GS_EINVAL, "allocation record: bad ns, name, priority or annotations");
+    pthread_mutex_lock(&s->mu);
+    int rc = restore_locked(s, uid, ns, name, (int32_t)prio, cpu, mem, ann, e);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Restores the allocation a pod object's annotations record, if any. */
+static void restore_pod(struct ext_sched *s, struct pod *p)
+{
+    struct gs_err e = GS_ERR_INIT;
+    const json_t *ann = json_object_get(json_object_get(p->obj, "metadata"), "annotations");
+    struct core_pod cp;
+    int64_t cpu = 0, mem = 0;
+    int rc;
+
+    if (p->need_restore) {
+        p->need_restore = 0;
+        s->n_need_restore--;
+    }
+    if (!ext_annot_node(ann, s->opts.names->annot_prefix) || core_alloc_find(s->c, p->uid))
+        return;
+    if (core_pod_parse(p->obj, s->opts.names, &cp, &e) == 0) {
+        cpu = cp.req.cpu_milli;
+        mem = cp.req.mem_bytes;
+        core_pod_clear(&cp);
+    }
+    rc = restore_locked(s, p->uid, p->ns, p->name, pod_priority(p->obj), cpu, mem, ann, &e);
+    if (rc == -GS_ENOENT) {
+        p->need_restore = 1; /* its node is not known yet */
+        s->n_need_restore++;
+    } else if (rc < 0) {
+        log_warn("extender", "pod %s/%s: cannot restore its GPUs: %s", p->ns, p->name, e.msg);
+    }
+}
+
+static void retry_restores(struct ext_sched *s)
+{
+    if (!s->n_need_restore)
+        return;
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (p->need_restore)
+            restore_pod(s, p);
+    }
+}
+
+int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
+{
+    struct pod *p;
+    char uid[64];
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    snprintf(uid, sizeof uid, "%s", who);
+    if (!core_alloc_find(s->c, who) && strchr(who, '/')) {
+        char ns[CORE_NAME_MAX];
+        const char *slash = strchr(who, '/');
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - who), who);
+        p = find_by_name(s, ns, slash + 1);
+        if (p)
+            snprintf(uid, sizeof uid, "%s", p->uid);
+        else /* allocations restored from a journal have no pod object */
+            for (int i = 0; i < core_cluster_alloc_count(s->c); i++)
+                if (strcmp(core_cluster_alloc(s->c, i)->pod_name, who) == 0)
+                    snprintf(uid, sizeof uid, "%s", core_cluster_alloc(s->c, i)->pod_uid);
+    }
+    rc = core_unreserve(s->c, uid, e);
+    if (rc == 0 && (p = smap_get(&s->pods, uid)))
+        forget(s, p);
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0)
+        return gs_errf(e, GS_ENOENT, "pod %s holds no GPUs", who);
+    decision(s, "release", "released");
+    if (s->commit.release && (rc = s->commit.release(s->commit.ud, uid, e)) < 0)
+        return rc;
+    return 0;
+}
+
+static int finished(const json_t *pod)
+{
+    const json_t *ph = json_object_get(json_object_get(pod, "status"), "phase");
+    const char *v = json_is_string(ph) ? json_string_value(ph) : "";
+    return strcmp(v, "Succeeded") == 0 || strcmp(v, "Failed") == 0;
+}
+
+static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
+{
+    const char *uid, *ns, *name;
+    struct pod *p;
+    int freed = 0;
+
+    pod_identity(pod, &uid, &ns, &name);
+    if (!uid || !*uid || !name)
+        return 0;
+    if (deleted || finished(pod)) {
+        freed = core_unreserve(s->c, uid, NULL) == 0;
+        if ((p = smap_get(&s->pods, uid)))
+            forget(s, p);
+        return freed;
+    }
+    const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    const json_t *node = json_object_get(json_object_get(pod, "spec"), "nodeName");
+    if (ext_annot_node(ann, s->opts.names->annot_prefix)) {
+        if ((p = remember(s, pod))) {
+            p->unschedulable = 0;
+            restore_pod(s, p);
+        }
+        return 0;
+    }
+    if (json_is_string(node) && *json_string_value(node)) {
+        /* running without an assignment: not a GPU pod of ours */
+        if ((p = smap_get(&s->pods, uid)) && !core_alloc_find(s->c, uid))
+            forget(s, p);
+        return 0;
+    }
+    /* pending: remember GPU pods for /bind (their request is parsed there) */
+    struct core_pod cp;
+    if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
+        if (cp.req.kind != CORE_REQ_NONE)
+            remember(s, pod);
+        core_pod_clear(&cp);
+    }
+    return 0;
+}
+
+int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
+{
+    pthread_mutex_lock(&s->mu);
+    int freed = observe_locked(s, pod, deleted);
+    pthread_mutex_unlock(&s->mu);
+    return freed;
+}
+
+void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
+{
+    size_t i;
+    const json_t *pod;
+    pthread_mutex_lock(&s->mu);
+    while (core_cluster_alloc_count(s->c) > 0)
+        core_unreserve(s->c, core_cluster_alloc(s->c, 0)->pod_uid, NULL);
+    SMAP_FOREACH(&s->pods, it) forget(s, it->val);
+    json_array_foreach(items, i, pod) observe_locked(s, pod, 0);
+    int n = core_cluster_alloc_count(s->c);
+    pthread_mutex_unlock(&s->mu);
+    log_info("extender", "rebuilt the allocation state from %zu pods: %d hold GPUs",
+             json_array_size(items), n);
+}
+
+int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (n < max && p->unschedulable && !core_alloc_find(s->c, p->uid) &&
+            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0)
+            n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* ---- nodes ----------------------------------------------------------------- */
+
+static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *e)
+{
+    struct core_node_spec spec;
+    struct ext_node_buf buf;
+    double updated;
+    int rc = ext_node_spec(node, s->opts.names, &spec, &buf, &updated, e);
+    if (rc < 0)
+        return rc;
+    rc = core_cluster_upsert_node(s->c, &spec, e);
+    if (rc == 0) {
+        double *t = smap_get(&s->inv, spec.name);
+        if (!t && (t = malloc(sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
+            free(t);
+            t = NULL;
+        }
+        if (t)
+            *t = updated;
+    }
+    ext_node_buf_clear(&buf);
+    return rc;
+}
+
+int ext_sched_upsert_node(struct ext_sched *s, const json_t *node, struct gs_err *e)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = upsert_locked(s, node, e);
+    if (rc == 0)
+        retry_restores(s);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ext_sched_remove_node(struct ext_sched *s, const char *name, struct gs_err *e)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = core_cluster_remove_node(s->c, name, e);
+    free(smap_del(&s->inv, name));
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items)
+{
+    struct smap keep = {0};
+    const json_t *node;
+    size_t i;
+    int bad = 0;
+
+    pthread_mutex_lock(&s->mu);
+    json_array_foreach(items, i, node)
+    {
+        struct gs_err e = GS_ERR_INIT;
+        const char *name = kube_meta_str(node, "name");
+        if (upsert_locked(s, node, &e) < 0) {
+            log_warn("extender", "node %s: %s", name ? name : "?", e.msg);
+            bad++;
+        }
+        if (name && !smap_get(&keep, name))
+            smap_put(&keep, name, (void *)1);
+    }
+    for (int k = core_cluster_node_count(s->c) - 1; k >= 0; k--) {
+        char *name = strdup(core_cluster_node(s->c, k)->name);
+        if (name && !smap_get(&keep, name)) {
+            free(smap_del(&s->inv, name));
+            core_cluster_remove_node(s->c, name, NULL);
+        }
+        free(name);
+    }
+    SMAP_FOREACH(&keep, it) smap_del(&keep, it->key);
+    free(keep.b);
+    retry_restores(s);
+    pthread_mutex_unlock(&s->mu);
+    return bad;
+}
+
+int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
+{
+    int stale = 0;
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->inv, it)
+    {
+        double t = *(double *)it->val;
+        int ok = t == 0 || ttl_s <= 0 || now - t <= ttl_s;
+        struct core_node *n = core_cluster_find(s->c, it->key);
+        if (!n)
+            continue;
+        if (n->available != ok) {
+            core_cluster_set_available(s->c, it->key, ok, NULL);
+            log_warn("extender", "node %s: GPU inventory %s", it->key,
+                     ok ? "is fresh again" : "is stale: no new GPU pods until it refreshes");
+        }
+        stale += !ok;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (s->m_stale)
+        metric_set(s->m_stale, NULL, stale);
+    return stale;
+}
+
+/* ---- the verbs ------------------------------------------------------------- */
+
+/* Parses the Pod of a request and picks its policy. Returns 0, or fills
+ * *reply with a 200 "Error" answer and returns -1. */
+static int pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod *pod,
+                          const struct core_policy **pol, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    if (core_pod_parse(obj, s->opts.names, pod, &e) < 0) {
+        *reply = ext_error("pod %s: %s", kube_meta_str(obj, "name"), e.msg);
+        return -1;
+    }
+    *pol = s->policy;
+    if (pod->policy[0] && !(*pol = core_policy_find(pod->policy))) {
+        *reply = ext_error("pod %s/%s: annotation %spolicy: '%s' is not a known policy", pod->ns,
+                           pod->name, s->opts.names->annot_prefix, pod->policy);
+        core_pod_clear(pod);
+        return -1;
+    }
+    return 0;
+}
+
+struct scored {
+    int idx, score;
+};
+
+static int by_score(const void *a, const void *b)
+{
+    const struct scored *x = a, *y = b;
+    return x->score != y->score ? y->score - x->score : x->idx - y->idx;
+}
+
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_args a;
+    struct core_pod pod;
+    const struct core_policy *pol;
+
+    if (ext_args_parse(body, len, &a, &e) < 0) {
+        *reply = ext_error("%s", e.msg);
+        decision(s, "filter", "bad_request");
+        return 400;
+    }
+    if (pod_and_policy(s, a.pod, &pod, &pol, reply) < 0) {
+        ext_args_clear(&a);
+        decision(s, "filter", "error");
+        return 200;
+    }
+    json_t *failed = json_object(), *unres = json_object();
+    char *fit = calloc((size_t)a.n + 1, 1);
+    struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
+    int nfit = 0;
+
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = pod.req.kind != CORE_REQ_NONE ? remember(s, a.pod) : NULL;
+    for (int i = 0; i < a.n; i++) {
+        struct core_status st;
+        struct core_node *n = core_cluster_find(s->c, a.names[i]);
+        if (!n && a.from_nodes && pod.req.kind != CORE_REQ_NONE &&
+            upsert_locked(s, a.nodes[i], &e) == 0)
+            n = core_cluster_find(s->c, a.names[i]);
+        nodes[i] = n;
+        if (pod.req.kind == CORE_REQ_NONE) {
+            fit[i] = 1;
+        } else if (!n) {
+            json_object_set_new(failed, a.names[i],
+                                json_string("node is unknown to gpusched (no Node object seen)"));
+        } else if (core_filter(s->c, n, &pod, &st)) {
+            fit[i] = 1;
+        } else {
+            json_object_set_new(st.code == CORE_UNRESOLVABLE ? unres : failed, a.names[i],
+                                json_string(st.reason));
+        }
+        nfit += fit[i];
+    }
+    /* top-k: keep the policy's best k feasible nodes */
+    if (s->opts.top_k > 0 && nfit > s->opts.top_k && pod.req.kind != CORE_REQ_NONE) {
+        struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
+        int *sc = calloc((size_t)nfit, sizeof *sc);
+        struct scored *order = calloc((size_t)nfit, sizeof *order);
+        int k = 0;
+        for (int i = 0; i < a.n; i++)
+            if (fit[i])
+                order[k].idx = i, fn[k++] = nodes[i];
+        if (fn && sc && order && core_score(s->c, pol, &pod, fn, nfit, sc, &e) == 0) {
+            for (k = 0; k < nfit; k++)
+                order[k].score = sc[k];
+            qsort(order, (size_t)nfit, sizeof *order, by_score);
+            for (k = s->opts.top_k; k < nfit; k++) {
+                char why[160];
+                snprintf(why, sizeof why, "fits, but policy %s ranks it below its best %d nodes "
+                         "(score %d)", pol->name, s->opts.top_k, order[k].score);
+                fit[order[k].idx] = 0;
+                json_object_set_new(failed, a.names[order[k].idx], json_string(why));
+            }
+            nfit = s->opts.top_k;
+        }
+        free(fn);
+        free(sc);
+        free(order);
+    }
+    if (p)
+        p->unschedulable = nfit == 0;
+    pthread_mutex_unlock(&s->mu);
+
+    json_t *r = json_object();
+    if (a.from_nodes) {
+        json_t *items = json_array();
+        for (int i = 0; i < a.n; i++)
+            if (fit[i])
+                json_array_append(items, (json_t *)a.nodes[i]);
+        json_object_set_new(r, "Nodes", json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind",
+                                                  "NodeList", "items", items));
+        json_object_set_new(r, "NodeNames", json_null());
+    } else {
+        json_t *names = json_array();
+        for (int i = 0; i < a.n; i++)
+            if (fit[i])
+                json_array_append_new(names, json_string(a.names[i]));
+        json_object_set_new(r, "Nodes", json_null());
+        json_object_set_new(r, "NodeNames", names);
+    }
+    json_object_set_new(r, "FailedNodes", failed);
+    json_object_set_new(r, "FailedAndUnresolvableNodes", unres);
+    json_object_set_new(r, "Error", json_string(""));
+    decision(s, "filter", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : nfit ? "fit" : "no_fit");
+    free(fit);
+    free(nodes);
+    core_pod_clear(&pod);
+    ext_args_clear(&a);
+    *reply = r;
+    return 200;
+}
+
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_args a;
+    struct core_pod pod;
+    const struct core_policy *pol;
+
+    if (ext_args_parse(body, len, &a, &e) < 0) {
+        *reply = ext_error("%s", e.msg);
+        decision(s, "prioritize", "bad_request");
+        return 400;
+    }
+    if (pod_and_policy(s, a.pod, &pod, &pol, reply) < 0) {
+        ext_args_clear(&a);
+        decision(s, "prioritize", "error");
+        return 400; /* prioritize errors are ignored by kube-scheduler anyway */
+    }
+    struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
+    int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
+    int *out = calloc((size_t)a.n + 1, sizeof *out);
+    int k = 0;
+
+    pthread_mutex_lock(&s->mu);
+    if (pod.req.kind != CORE_REQ_NONE) {
+        remember(s, a.pod);
+        for (int i = 0; i < a.n; i++) {
+            struct core_node *n = core_cluster_find(s->c, a.names[i]);
+            if (n) {
+                pos[k] = i;
+                nodes[k++] = n;
+            }
+        }
+        if (k && core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0)
+            for (int j = 0; j < k; j++) /* 0..100 -> kube-scheduler's 0..10 */
+                out[pos[j]] = (sc[j] * 10 + 50) / 100;
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    json_t *r = json_array();
+    for (int i = 0; i < a.n; i++)
+        json_array_append_new(r, json_pack("{s:s, s:i}", "Host", a.names[i], "Score", out[i]));
+    decision(s, "prioritize", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : "scored");
+    free(nodes);
+    free(pos);
+    free(sc);
+    free(out);
+    core_pod_clear(&pod);
+    ext_args_clear(&a);
+    *reply = r;
+    return 200;
+}
+
+static int status_for(int rc)
+{
+    switch (-rc) {
+    case GS_ENOENT: return 404;
+    case GS_ECONFLICT:
+    case GS_ENOFIT: return 409;
+    case GS_EUNAVAIL: return 503;
+    case GS_EINVAL: return 400;
+    default: return 500;
+    }
+}
+
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_bind b;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    struct core_alloc alloc;
+    struct pod *p;
+    json_t *ann = NULL, *err = NULL;
+    int rc;
+
+    if (ext_bind_parse(body, len, &b, &e) < 0) {
+        *reply = ext_error("%s", e.msg);
+        decision(s, "bind", "bad_request");
+        return 400;
+    }
+    if (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) {
+        *reply = ext_error("this replica is not the leader; retry");
+        ext_bind_clear(&b);
+        decision(s, "bind", "not_leader");
+        return 503;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!(p = smap_get(&s->pods, b.pod_uid)) &&
+        (!(p = find_by_name(s, b.pod_namespace, b.pod_name)))) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("pod %s/%s (uid %s) is unknown: the extender has not seen it in "
+                           "/filter or /prioritize", b.pod_namespace, b.pod_name, b.pod_uid);
+        ext_bind_clear(&b);
+        decision(s, "bind", "unknown_pod");
+        return 404;
+    }
+    const struct core_node *node = core_cluster_find(s->c, b.node);
+    const struct core_alloc *held = core_alloc_find(s->c, p->uid);
+    if (!node) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("node %s is unknown to the extender", b.node);
+        ext_bind_clear(&b);
+        decision(s, "bind", "unknown_node");
+        return 404;
+    }
+    if (held) {
+        int same = strcmp(held->node, b.node) == 0;
+        pthread_mutex_unlock(&s->mu);
+        if (!same)
+            *reply = ext_error("pod %s/%s already holds GPUs on node %s", p->ns, p->name,
+                               held->node);
+        else
+            *reply = json_pack("{s:s}", "Error", "");
+        ext_bind_clear(&b);
+        decision(s, "bind", same ? "bound" : "conflict");
+        return same ? 200 : 409;
+    }
+    json_t *obj = json_incref(p->obj);
+    char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+    snprintf(uid, sizeof uid, "%s", p->uid);
+    snprintf(ns, sizeof ns, "%s", p->ns);
+    snprintf(name, sizeof name, "%s", p->name);
+    if (pod_and_policy(s, obj, &pod, &pol, &err) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        json_decref(obj);
+        *reply = err;
+        ext_bind_clear(&b);
+        decision(s, "bind", "error");
+        return 400;
+    }
+    json_decref(obj);
+    /* the pod's identity in the allocation is the one /bind names */
+    snprintf(pod.uid, sizeof pod.uid, "%s", uid);
+    rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    if (rc == 0)
+        rc = core_reserve(s->c, &alloc, &e);
+    if (rc == 0) {
+        ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
+        p->unschedulable = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    core_pod_clear(&pod);
+    if (rc < 0) {
+        *reply = ext_error("pod %s/%s does not fit on node %s now: %s", ns, name, b.node, e.msg);
+        ext_bind_clear(&b);
+        decision(s, "bind", "no_fit");
+        return status_for(rc) == 404 ? 404 : 409;
+    }
+    if (s->commit.bind &&
+        (rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e)) < 0) {
+        pthread_mutex_lock(&s->mu);
+        core_unreserve(s->c, uid, NULL);
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
+        json_decref(ann);
+        ext_bind_clear(&b);
+        decision(s, "bind", "commit_failed");
+        return status_for(rc) == 400 ? 500 : status_for(rc);
+    }
+    json_decref(ann);
+    log_info("extender", "bound %s/%s to %s (%d GPU%s)", ns, name, b.node, alloc.n,
+             alloc.n == 1 ? "" : "s");
+    ext_bind_clear(&b);
+    decision(s, "bind", "bound");
+    *reply = json_pack("{s:s}", "Error", "");
+    return 200;
+}
+
+int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_preempt pa;
+    struct core_pod pod;
+    const struct core_policy *pol;
+
+    if (ext_preempt_parse(body, len, &pa, &e) < 0) {
+        *reply = ext_error("%s", e.msg);
+        decision(s, "preempt", "bad_request");
+        return 400;
+    }
+    if (pod_and_policy(s, pa.pod, &pod, &pol, reply) < 0) {
+        ext_preempt_clear(&pa);
+        decision(s, "preempt", "error");
+        return 200;
+    }
+    json_t *out = json_object();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < pa.n; i++) {
+        struct ext_victims *v = &pa.nodes[i];
+        struct core_node *n = core_cluster_find(s->c, v->node);
+        struct core_alloc *saved = calloc((size_t)v->n + 1, sizeof *saved);
+        int nsaved = 0, ok = 1;
+        json_t *pods = json_array();
+        if (!n || !saved) {
+            free(saved);
+            json_decref(pods);
+            continue;
+        }
+        /* take kube-scheduler's victims off first, as it will */
+        for (int k = 0; k < v->n; k++) {
+            const struct core_alloc *al = core_alloc_find(s->c, v->uids[k]);
+            if (al && strcmp(al->node, v->node) == 0) {
+                saved[nsaved++] = *al;
+                core_unreserve(s->c, v->uids[k], NULL);
+            }
+            json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
+        }
+        if (pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
+            const char *victims[64];
+            int nv = 0;
+            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0) {
+                for (int k = 0; k < nv; k++)
+                    json_array_append_new(pods, json_pack("{s:s}", "UID", victims[k]));
+            } else {
+                ok = 0;
+            }
+        }
+        for (int k = 0; k < nsaved; k++)
+            core_reserve(s->c, &saved[k], NULL);
+        free(saved);
+        if (ok && json_array_size(pods) > 0)
+            json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
+                                                        "NumPDBViolations",
+                                                        (json_int_t)v->pdb_violations));
+        else
+            json_decref(pods);
+    }
+    pthread_mutex_unlock(&s->mu);
+    decision(s, "preempt", json_object_size(out) ? "victims" : "none");
+    core_pod_clear(&pod);
+    ext_preempt_clear(&pa);
+    *reply = json_pack("{s:o}", "NodeNameToMetaVictims", out);
+    return 200;
+}
+
+/* ---- explanations ---------------------------------------------------------- */
+
+static json_t *gpu_detail(const struct core_node *n)
+{
+    json_t *gpus = json_array();
+    for (int g = 0; g < n->n_gpus; g++) {
+        const struct core_gpu *gp = &n->gpus[g];
+        json_array_append_new(gpus, json_pack("{s:i, s:s, s:I, s:I, s:i, s:b, s:i}", "index",
+                                              gp->index, "model", gp->model, "memory_mib",
+                                              (json_int_t)gp->mem_mib, "free_memory_mib",
+                                              (json_int_t)gp->free_mem_mib, "free_milli",
+                                              gp->free_milli, "healthy", gp->healthy, "pods",
+                                              gp->n_pods));
+    }
+    return gpus;
+}
+
+int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    json_t *err = NULL;
+
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = find_by_name(s, ns, name);
+    if (!p) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("pod %s/%s: the extender has not seen it", ns, name);
+        return 404;
+    }
+    if (pod_and_policy(s, p->obj, &pod, &pol, &err) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = err;
+        return 200;
+    }
+    int nn = core_cluster_node_count(s->c), nf = 0;
+    struct core_node **fit = calloc((size_t)nn + 1, sizeof *fit);
+    int *sc = calloc((size_t)nn + 1, sizeof *sc);
+    json_t *nodes = json_array();
+    for (int i = 0; i < nn; i++) {
+        struct core_node *n = core_cluster_node(s->c, i);
+        struct core_status st;
+        if (core_filter(s->c, n, &pod, &st))
+            fit[nf++] = n;
+        else
+            json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "node",
+                                                   n->name, "fits", 0, "code",
+                                                   core_code_name(st.code), "filter",
+                                                   st.plugin ? st.plugin : "", "reason",
+                                                   st.reason, "gpus", gpu_detail(n)));
+    }
+    if (nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0)
+        for (int i = 0; i < nf; i++)
+            json_array_insert_new(nodes, (size_t)i,
+                                  json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name,
+                                            "fits", 1, "score", sc[i], "extender_score",
+                                            (sc[i] * 10 + 50) / 100, "gpus", gpu_detail(fit[i])));
+    const struct core_alloc *al = core_alloc_find(s->c, p->uid);
+    json_t *alloc = json_null();
+    if (al) {
+        const struct core_node *an = core_cluster_find(s->c, al->node);
+        alloc = an ? ext_annot_build(an, al, s->opts.names->annot_prefix, "") : json_null();
+    }
+    json_t *r = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:I, s:i, s:s, s:i}, s:o, s:i, s:o}",
+                          "pod", name, "namespace", ns, "policy", pol->name, "request", "num_gpu",
+                          pod.req.num_gpu, "kind", (int)pod.req.kind, "memory_mib",
+                          (json_int_t)pod.req.mem_mib, "milli", pod.req.milli, "mig_profile",
+                          pod.req.mig_profile, "mig_count", pod.req.mig_count, "allocation",
+                          alloc, "feasible", nf, "nodes", nodes);
+    pthread_mutex_unlock(&s->mu);
+    free(fit);
+    free(sc);
+    core_pod_clear(&pod);
+    *reply = r;
+    return 200;
+}
+
+int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, char *uid,
+                      size_t uidcap, char *buf, size_t cap)
+{
+    struct core_pod pod;
+    struct {
+        const char *plugin;
+        int count;
+        char example[300];
+    } g[8];
+    int ng = 0, total;
+    size_t len = 0;
+
+    buf[0] = '\0';
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = find_by_name(s, ns, name);
+    if (!p || core_pod_parse(p->obj, s->opts.names, &pod, NULL) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        return -GS_ENOENT;
+    }
+    snprintf(uid, uidcap, "%s", p->uid);
+    total = core_cluster_node_count(s->c);
+    for (int i = 0; i < total; i++) {
+        struct core_node *n = core_cluster_node(s->c, i);
+        struct core_status st;
+        int k;
+        if (core_filter(s->c, n, &pod, &st))
+            continue;
+        const char *pl = st.plugin ? st.plugin : "filter";
+        for (k = 0; k < ng && strcmp(g[k].plugin, pl) != 0; k++)
+            ;
+        if (k == ng) {
+            if (ng == 8)
+                continue;
+            g[ng].plugin = pl;
+            g[ng].count = 0;
+            snprintf(g[ng].example, sizeof g[ng].example, "%.60s: %.200s", n->name, st.reason);
+            ng++;
+        }
+        g[k].count++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    core_pod_clear(&pod);
+    len += (size_t)snprintf(buf, cap, "0/%d nodes fit the GPU request", total);
+    for (int k = 0; k < ng && len < cap; k++)
+        len += (size_t)snprintf(buf + len, cap - len, "; %d rejected by %s (e.g. %s)", g[k].count,
+                                g[k].plugin, g[k].example);
+    return 0;
+}
+
+json_t *ext_sched_allocations(struct ext_sched *s)
+{
+    json_t *out = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < core_cluster_alloc_count(s->c); i++) {
+        const struct core_alloc *a = core_cluster_alloc(s->c, i);
+        const struct core_node *n = core_cluster_find(s->c, a->node);
+        const char *slash = strchr(a->pod_name, '/');
+        char ns[CORE_NAME_MAX];
+        if (!n || !slash)
+            continue;
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - a->pod_name), a->pod_name);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o}", "uid",
+                                             a->pod_uid, "ns", ns, "name", slash + 1, "priority",
+                                             a->priority, "cpu_milli", (json_int_t)a->cpu_milli,
+                                             "mem_bytes", (json_int_t)a->mem_bytes, "annotations",
+                                             ext_annot_build(n, a, s->opts.names->annot_prefix,
+                                                             NULL)));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
+/* ---- metrics --------------------------------------------------------------- */
+
+void ext_sched_collect(struct ext_sched *s, struct metrics *m)
+{
+    struct core_stats st;
+    (void)m;
+    if (!s->m_gpus)
+        return;
+    metric_reset(s->m_gpus);
+    metric_reset(s->m_gpus_alloc);
+    metric_reset(s->m_gpus_free);
+    metric_reset(s->m_mem_alloc);
+    metric_reset(s->m_milli_alloc);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < core_cluster_node_count(s->c); i++) {
+        const struct core_node *n = core_cluster_node(s->c, i);
+        for (int g = 0; g < n->n_gpus; g++) {
+            const struct core_gpu *gp = &n->gpus[g];
+            const char *lv[] = {n->name, gp->model};
+            int used = gp->n_pods > 0;
+            metric_add(s->m_gpus, lv, 1);
+            metric_add(s->m_gpus_alloc, lv, used);
+            metric_add(s->m_gpus_free, lv, !used && gp->healthy && n->available);
+            metric_add(s->m_mem_alloc, lv, (double)(gp->mem_mib - gp->free_mem_mib));
+            metric_add(s->m_milli_alloc, lv, CORE_MILLI - gp->free_milli);
+        }
+    }
+    core_cluster_stats(s->c, &st);
+    pthread_mutex_unlock(&s->mu);
+    metric_set(s->m_frag, NULL, st.frag_milli);
+    metric_set(s->m_allocs, NULL, st.pods);
+}

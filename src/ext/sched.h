@@ -1,0 +1,119 @@
+/*
+ * ext/sched.h - the extender's scheduler: the core's cluster model on live
+ * state, and the four extender verbs on top of it.
+ *
+ * One object owns the cluster (nodes, allocations), the pods the extender
+ * has seen (so a standalone /bind, which carries only names and a UID, finds
+ * the pod its /filter saw), and a lock: the core is not thread-safe, and
+ * every verb and every watch event takes the lock for the short time it
+ * touches the model. Scheduling logic is the core's (core_filter,
+ * core_score, core_pick_gpus, core_reserve, core_preempt); this module
+ * only maps the extender protocol onto it.
+ *
+ * A bind reserves the GPUs under the lock, then makes the decision durable
+ * through the commit backend (the standalone journal, or pod annotations +
+ * Binding in a cluster) without the lock; if that fails the reservation is
+ * undone, so a GPU is never counted twice or lost. Two binds racing for the
+ * last GPU: the second reservation fails and its bind gets an error.
+ *
+ * Replies are built here as jansson objects with the HTTP status to send:
+ * 400 for requests that cannot be parsed (naming the field), 404 for a pod
+ * or node that does not exist, 409 for a bind that lost a race, 503 when
+ * this replica may not bind. Pod-level request errors (a GPU request that
+ * cannot be right) are answered 200 with "Error", as kube-scheduler expects.
+ *
+ * Ownership: ext_sched_new() returns an object freed by ext_sched_free();
+ * replies belong to the caller.
+ */
+#ifndef GPUSCHED_EXT_SCHED_H
+#define GPUSCHED_EXT_SCHED_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "core/cluster.h"
+#include "core/request.h"
+#include "util/err.h"
+#include "util/metrics.h"
+
+struct ext_sched;
+
+/* Makes a reserved allocation durable. Called without the scheduler lock.
+ * Returns 0, or a negative GS_E* code (the reservation is then undone). */
+struct ext_commit {
+    int (*bind)(void *ud, const char *ns, const char *name, const char *uid,
+                const struct core_alloc *a, const json_t *annotations, struct gs_err *e);
+    /* Called after a release in the scheduler (standalone: journal it). */
+    int (*release)(void *ud, const char *uid, struct gs_err *e);
+    /* May this replica bind now? (leader election); NULL = always. */
+    int (*may_bind)(void *ud);
+    void *ud;
+};
+
+struct ext_sched_opts {
+    const struct core_names *names;
+    const char *policy;   /* default policy; NULL = "fgd" */
+    int top_k;            /* /filter returns only the best k feasible nodes; 0 = all */
+    size_t max_pods;      /* pods remembered from /filter; 0 = 100000 */
+    struct metrics *metrics; /* may be NULL */
+};
+
+int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
+void ext_sched_free(struct ext_sched *s);
+void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
+const struct core_names *ext_sched_names(const struct ext_sched *s);
+
+/* ---- nodes ---- */
+/* Adds or updates a node from a Node object. *updated_at: inventory time. */
+int ext_sched_upsert_node(struct ext_sched *s, const json_t *node, struct gs_err *e);
+int ext_sched_remove_node(struct ext_sched *s, const char *name, struct gs_err *e);
+/* Makes the node set exactly `items` (a relist); returns how many failed. */
+int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
+/* Marks nodes whose inventory is older than ttl_s unavailable (and fresh
+ * ones available again). Returns the number of stale nodes. */
+int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
+
+/* ---- pods and allocations ---- */
+/* Records an allocation from a record as ext_sched_allocations() writes
+ * it (journal replay). Errors name the field. */
+int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e);
+/* Frees a pod's GPUs: by UID, or by "NS/NAME". -GS_ENOENT if it holds none. */
+int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e);
+/* Cluster mode: a pod seen by the watch (deleted = 1 for DELETED). Finished
+ * and deleted pods free their GPUs; pods with assignment annotations hold
+ * them; pending GPU pods are remembered for /bind. Returns 1 when GPUs were
+ * freed. */
+int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted);
+/* Cluster mode: a full pod list; every allocation is rebuilt from it. */
+void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
+/* Pending GPU pods that found no node at their last /filter (for nudging);
+ * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
+int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
+
+/* ---- the verbs: body in, (status, reply) out ---- */
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+/* GET /debug/pods/NS/NAME: per node, why it was rejected or how it scores
+ * now, and the pod's allocation. 404 for a pod the extender never saw. */
+int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply);
+/* One-line summary of why the remembered pod NS/NAME fits nowhere ("0/8
+ * nodes fit the GPU request; 5 rejected by gpu-fit (e.g. ...)"), for
+ * Events; uid gets its UID. -GS_ENOENT for a pod never seen. */
+int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, char *uid,
+                      size_t uidcap, char *buf, size_t cap);
+
+/* {"error": msg, "Error": msg} */
+json_t *ext_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Fills the per-node/per-model gauges (called from the metrics collect). */
+void ext_sched_collect(struct ext_sched *s, struct metrics *m);
+/* Every allocation as a journal-style record {"uid", "ns", "name",
+ * "priority", "annotations"} (for compaction and status). */
+json_t *ext_sched_allocations(struct ext_sched *s);
+
+/* Counts, for /readyz and tests. */
+void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs);
+
+#endif

@@ -1,0 +1,179 @@
+/* ext/server.c - see server.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ext/server.h"
+#include "http/http_server.h"
+#include "version.h"
+
+struct ext_server {
+    struct ext_server_opts opts;
+    struct http_server *http;
+    struct metric *m_requests, *m_latency;
+};
+
+typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+
+static const struct {
+    const char *name;
+    verb_fn fn;
+} verbs[] = {
+    {"filter", ext_sched_filter},
+    {"prioritize", ext_sched_prioritize},
+    {"bind", ext_sched_bind},
+    {"preempt", ext_sched_preempt},
+};
+
+static void reply_json(struct http_response *resp, int status, json_t *obj)
+{
+    http_resp_json(resp, status, obj);
+}
+
+/* Splits "/prefix/NS/NAME" into ns and name; 0 on success. */
+static int ns_name(const char *path, const char *prefix, char *ns, char *name, size_t cap)
+{
+    size_t pl = strlen(prefix);
+    const char *rest, *slash;
+    if (strncmp(path, prefix, pl) != 0)
+        return -1;
+    rest = path + pl;
+    slash = strchr(rest, '/');
+    if (!slash || slash == rest || !slash[1] || strchr(slash + 1, '/') ||
+        (size_t)(slash - rest) >= cap || strlen(slash + 1) >= cap)
+        return -1;
+    snprintf(ns, cap, "%.*s", (int)(slash - rest), rest);
+    snprintf(name, cap, "%s", slash + 1);
+    return 0;
+}
+
+static const char *route(struct ext_server *s, const struct http_request *req,
+                         struct http_response *resp)
+{
+    const char *path = req->path, *last = strrchr(path, '/');
+    const char *seg = last ? last + 1 : path;
+    char ns[256], name[256];
+
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+        if (strcmp(seg, verbs[i].name) != 0)
+            continue;
+        if (strcmp(req->method, "POST") != 0) {
+            reply_json(resp, 405, ext_error("%s: use POST", verbs[i].name));
+            return verbs[i].name;
+        }
+        json_t *reply = NULL;
+        int status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
+        reply_json(resp, status, reply);
+        return verbs[i].name;
+    }
+    if (strcmp(req->method, "GET") == 0) {
+        if (strcmp(path, "/healthz") == 0) {
+            http_resp_text(resp, 200, "text/plain", "ok\n");
+            return "healthz";
+        }
+        if (strcmp(path, "/readyz") == 0) {
+            int ok = !s->opts.ready || s->opts.ready(s->opts.ready_ud);
+            http_resp_text(resp, ok ? 200 : 503, "text/plain", ok ? "ready\n" : "not ready\n");
+            return "readyz";
+        }
+        if (strcmp(path, "/version") == 0) {
+            reply_json(resp, 200, json_pack("{s:s, s:s}", "version", GPUSCHED_VERSION, "git",
+                                            GPUSCHED_GIT));
+            return "version";
+        }
+        if (strcmp(path, "/metrics") == 0) {
+            size_t len;
+            resp->status = 200;
+            resp->content_type = "text/plain; version=0.0.4";
+            resp->body = metrics_render(s->opts.metrics, &len);
+            resp->body_len = len;
+            return "metrics";
+        }
+        if (ns_name(path, "/debug/pods/", ns, name, sizeof ns) == 0) {
+            json_t *reply = NULL;
+            int status = ext_sched_explain(s->opts.sched, ns, name, &reply);
+            reply_json(resp, status, reply);
+            return "debug";
+        }
+    }
+    if (strcmp(req->method, "DELETE") == 0 &&
+        ns_name(path, "/allocations/", ns, name, sizeof ns) == 0) {
+        struct gs_err e = GS_ERR_INIT;
+        char who[520];
+        snprintf(who, sizeof who, "%s/%s", ns, name);
+        if (ext_sched_release(s->opts.sched, who, &e) < 0)
+            reply_json(resp, e.code == GS_ENOENT ? 404 : 500, ext_error("%s", e.msg));
+        else
+            reply_json(resp, 200, json_pack("{s:s}", "released", who));
+        return "release";
+    }
+    reply_json(resp, 404, ext_error("no route for %s %.200s", req->method, path));
+    return "other";
+}
+
+static void handle(void *ud, const struct http_request *req, struct http_response *resp)
+{
+    struct ext_server *s = ud;
+    struct timespec t0, t1;
+    char code[8];
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const char *verb = route(s, req, resp);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    snprintf(code, sizeof code, "%d", resp->status ? resp->status : 200);
+    metric_inc(s->m_requests, (const char *[]){verb, code});
+    metric_observe(s->m_latency, (const char *[]){verb},
+                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+}
+
+int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out,
+                     struct gs_err *e)
+{
+    struct ext_server *s = calloc(1, sizeof *s);
+    struct http_server_opts ho = {0};
+    char addr[256];
+    double b[16];
+    int rc;
+
+    if (!s)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    s->opts = *opts;
+    metrics_exp_buckets(0.0001, 2, 16, b); /* 100 us .. 3.3 s */
+    s->m_requests = metrics_add(opts->metrics, METRIC_COUNTER, "gpusched_extender_requests_total",
+                                "HTTP requests by verb and status code.", "verb,code", NULL, 0, e);
+    s->m_latency = metrics_add(opts->metrics, METRIC_HISTOGRAM,
+                               "gpusched_extender_request_duration_seconds",
+                               "Time to answer a request, by verb.", "verb", b, 16, e);
+    if (!s->m_requests || !s->m_latency) {
+        free(s);
+        return -GS_EINVAL;
+    }
+    if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0) {
+        free(s);
+        return rc;
+    }
+    ho.addr = addr;
+    ho.tls_cert_file = opts->tls_cert;
+    ho.tls_key_file = opts->tls_key;
+    ho.threads = opts->threads;
+    ho.max_body = opts->max_body ? opts->max_body : (8u << 20);
+    ho.handler = handle;
+    ho.ud = s;
+    if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int ext_server_port(const struct ext_server *s) { return http_server_port(s->http); }
+
+void ext_server_stop(struct ext_server *s)
+{
+    if (!s)
+        return;
+    http_server_stop(s->http);
+    free(s);
+}

@@ -1,0 +1,39 @@
+/*
+ * ext/server.h - the extender's HTTP surface: routes, metrics, probes.
+ *
+ * Routes (one table): POST filter, prioritize, bind, preempt (the last path
+ * segment decides, so an urlPrefix with a path works); GET /healthz,
+ * /readyz (200 once the state is rebuilt), /version, /metrics,
+ * /debug/pods/NS/NAME; DELETE /allocations/NS/NAME (release a pod's GPUs).
+ * Unknown paths are 404 and wrong methods 405, with a JSON error. Every
+ * request is counted by verb and status and timed into a histogram.
+ *
+ * Ownership: ext_server_start() returns a server freed by ext_server_stop();
+ * the scheduler and registry must outlive it.
+ */
+#ifndef GPUSCHED_EXT_SERVER_H
+#define GPUSCHED_EXT_SERVER_H
+
+#include "ext/sched.h"
+#include "util/err.h"
+#include "util/metrics.h"
+
+struct ext_server_opts {
+    const char *listen;        /* "HOST:PORT" */
+    const char *tls_cert, *tls_key;
+    unsigned threads;          /* 0 = 4 */
+    size_t max_body;           /* 0 = 8 MiB */
+    struct ext_sched *sched;
+    struct metrics *metrics;
+    int (*ready)(void *ud);    /* NULL = always ready */
+    void *ready_ud;
+};
+
+struct ext_server;
+
+int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out,
+                     struct gs_err *e);
+int ext_server_port(const struct ext_server *s);
+void ext_server_stop(struct ext_server *s);
+
+#endif

@@ -1,0 +1,169 @@
+/* ext/standalone.c - see standalone.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ext/journal.h"
+#include "ext/standalone.h"
+#include "kube/client.h"
+#include "util/log.h"
+
+struct ext_standalone {
+    struct ext_sched *sched;
+    struct ext_journal *j;   /* NULL without a state dir */
+    pthread_mutex_t mu;      /* serialises journal writes */
+};
+
+static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
+                       const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
+{
+    struct ext_standalone *st = ud;
+    int rc;
+    if (!st->j)
+        return 0;
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:O}", "op", "bind", "uid", uid,
+                            "ns", ns, "name", name, "priority", a->priority, "cpu_milli",
+                            (json_int_t)a->cpu_milli, "mem_bytes", (json_int_t)a->mem_bytes,
+                            "annotations", annotations);
+    if (!rec)
+        return gs_errf(e, GS_ENOMEM, "cannot build the journal record");
+    pthread_mutex_lock(&st->mu);
+    rc = ext_journal_append(st->j, rec, e);
+    pthread_mutex_unlock(&st->mu);
+    json_decref(rec);
+    return rc;
+}
+
+static int commit_release(void *ud, const char *uid, struct gs_err *e)
+{
+    struct ext_standalone *st = ud;
+    int rc;
+    if (!st->j)
+        return 0;
+    json_t *rec = json_pack("{s:s, s:s}", "op", "release", "uid", uid);
+    pthread_mutex_lock(&st->mu);
+    rc = ext_journal_append(st->j, rec, e);
+    pthread_mutex_unlock(&st->mu);
+    json_decref(rec);
+    return rc;
+}
+
+static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
+{
+    struct ext_sched *s = ud;
+    const json_t *op = json_object_get(rec, "op");
+    const char *o = json_is_string(op) ? json_string_value(op) : "";
+    int rc;
+
+    if (strcmp(o, "bind") == 0) {
+        rc = ext_sched_restore(s, rec, e);
+        if (rc == -GS_ENOENT) { /* its node left the nodes file */
+            log_warn("extender", "journal: dropping an allocation: %s", e->msg);
+            return 0;
+        }
+        return rc;
+    }
+    if (strcmp(o, "release") == 0) {
+        const json_t *uid = json_object_get(rec, "uid");
+        if (!json_is_string(uid))
+            return gs_errf(e, GS_EINVAL, "release record: uid: missing");
+        ext_sched_release(s, json_string_value(uid), e); /* absent is fine: node dropped */
+        return 0;
+    }
+    return gs_errf(e, GS_EINVAL, "record op: '%.32s' is not bind or release", o);
+}
+
+static int load_nodes(struct ext_sched *s, const char *path, struct gs_err *e)
+{
+    json_error_t je;
+    json_t *doc;
+    const json_t *items;
+    size_t i;
+    const json_t *node;
+    struct stat sb;
+    int rc = 0;
+
+    if (stat(path, &sb) < 0)
+        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
+    if ((size_t)sb.st_size > EXT_NODES_FILE_MAX)
+        return gs_errf(e, GS_ETOOBIG, "%s: larger than %u bytes", path, EXT_NODES_FILE_MAX);
+    if (!(doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+        return gs_errf(e, GS_EINVAL, "%s: line %d: %s", path, je.line, je.text);
+    items = json_object_get(doc, "items");
+    if (!json_is_array(items)) {
+        json_decref(doc);
+        return gs_errf(e, GS_EINVAL, "%s: not a NodeList (no items array)", path);
+    }
+    json_array_foreach(items, i, node)
+    {
+        if ((rc = ext_sched_upsert_node(s, node, e)) < 0) {
+            gs_err_prefix(e, "%s: items[%zu]", path, i);
+            break;
+        }
+    }
+    json_decref(doc);
+    return rc;
+}
+
+int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char *state_dir,
+                        struct ext_standalone **out, struct gs_err *e)
+{
+    struct ext_standalone *st = calloc(1, sizeof *st);
+    int rc, torn = 0;
+
+    if (!st)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    st->sched = s;
+    pthread_mutex_init(&st->mu, NULL);
+    if ((rc = load_nodes(s, nodes_file, e)) < 0)
+        goto fail;
+    if (state_dir) {
+        if ((rc = ext_journal_open(state_dir, &st->j, e)) < 0 ||
+            (rc = ext_journal_replay(st->j, replay_one, s, &torn, e)) < 0)
+            goto fail;
+        if (torn)
+            log_warn("extender", "journal in %s: the last record was torn (a crash while "
+                     "writing); it was dropped", state_dir);
+        json_t *live = ext_sched_allocations(s), *recs = json_array(), *r;
+        size_t i;
+        json_array_foreach(live, i, r)
+        {
+            json_t *c = json_deep_copy(r);
+            json_object_set_new(c, "op", json_string("bind"));
+            json_array_append_new(recs, c);
+        }
+        json_t **arr = calloc(json_array_size(recs) + 1, sizeof *arr);
+        for (i = 0; arr && i < json_array_size(recs); i++)
+            arr[i] = json_array_get(recs, i);
+        rc = arr ? ext_journal_rewrite(st->j, arr, (int)json_array_size(recs), e)
+                 : gs_errf(e, GS_ENOMEM, "out of memory");
+        log_info("extender", "restored %zu allocations from %s", json_array_size(live),
+                 state_dir);
+        free(arr);
+        json_decref(recs);
+        json_decref(live);
+        if (rc < 0)
+            goto fail;
+    }
+    ext_sched_set_commit(s, &(struct ext_commit){commit_bind, commit_release, NULL, st});
+    *out = st;
+    return 0;
+fail:
+    ext_journal_close(st->j);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+    return rc;
+}
+
+void ext_standalone_close(struct ext_standalone *st)
+{
+    if (!st)
+        return;
+    ext_sched_set_commit(st->sched, &(struct ext_commit){0});
+    ext_journal_close(st->j);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}

@@ -1,0 +1,224 @@
+/* kube/lease.c - see lease.h. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kube/lease.h"
+#include "util/log.h"
+
+struct kube_leader {
+    struct kube_client *c;
+    struct kube_leader_opts opts;
+    char *ns, *name, *identity;
+    char coll[600], path[900];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int stop;
+    atomic_int leading;
+    atomic_ulong transitions;
+    /* what this replica last saw, and when (monotonic) */
+    char seen_holder[256], seen_renew[64];
+    double seen_at;
+    double last_renew_ok; /* monotonic time of our last successful renew */
+};
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void set_leading(struct kube_leader *l, int v)
+{
+    if (atomic_exchange(&l->leading, v) != v) {
+        atomic_fetch_add(&l->transitions, 1);
+        log_info("leader", "%s %s lease %s/%s", l->identity, v ? "now holds" : "no longer holds",
+                 l->ns, l->name);
+        if (l->opts.on_change)
+            l->opts.on_change(l->opts.ud, v);
+    }
+}
+
+static json_t *lease_spec(struct kube_leader *l, const char *holder, long transitions)
+{
+    char now[40];
+    kube_now_micro(now, sizeof now);
+    return json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity", holder,
+                     "leaseDurationSeconds", (int)(l->opts.lease_s + 0.999), "acquireTime", now,
+                     "renewTime", now, "leaseTransitions", (json_int_t)transitions);
+}
+
+static const char *spec_str(const json_t *lease, const char *k)
+{
+    const json_t *v = json_object_get(json_object_get(lease, "spec"), k);
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+int kube_leader_try(struct kube_leader *l, struct gs_err *e)
+{
+    json_t *lease = NULL, *spec;
+    int rc = kube_get(l->c, l->path, &lease, e);
+    double now = mono();
+
+    if (rc == -GS_ENOENT) {
+        json_decref(lease);
+        json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s}}", "apiVersion", "coordination.k8s.io/v1",
+                                "kind", "Lease", "metadata", "name", l->name, "namespace", l->ns);
+        json_object_set_new(obj, "spec", lease_spec(l, l->identity, 0));
+        rc = kube_create(l->c, l->coll, obj, NULL, e);
+        json_decref(obj);
+        if (rc == -GS_ECONFLICT)
+            return 0; /* someone else created it first */
+        if (rc < 0)
+            return rc;
+        l->last_renew_ok = now;
+        return 1;
+    }
+    if (rc < 0) {
+        json_decref(lease);
+        return rc;
+    }
+    const char *holder = spec_str(lease, "holderIdentity");
+    const char *renew = spec_str(lease, "renewTime");
+    const json_t *dur = json_object_get(json_object_get(lease, "spec"), "leaseDurationSeconds");
+    const json_t *tr = json_object_get(json_object_get(lease, "spec"), "leaseTransitions");
+    double duration = json_is_integer(dur) ? (double)json_integer_value(dur) : l->opts.lease_s;
+    long transitions = json_is_integer(tr) ? (long)json_integer_value(tr) : 0;
+    int mine = strcmp(holder, l->identity) == 0;
+
+    if (strcmp(holder, l->seen_holder) != 0 || strcmp(renew, l->seen_renew) != 0) {
+        snprintf(l->seen_holder, sizeof l->seen_holder, "%s", holder);
+        snprintf(l->seen_renew, sizeof l->seen_renew, "%s", renew);
+        l->seen_at = now;
+    }
+    if (!mine && *holder && now - l->seen_at < duration) {
+        json_decref(lease);
+        return 0; /* held by a live leader */
+    }
+    spec = lease_spec(l, l->identity, mine ? transitions : transitions + 1);
+    if (mine) /* keep the original acquireTime */
+        json_object_set(spec, "acquireTime",
+                        json_object_get(json_object_get(lease, "spec"), "acquireTime"));
+    json_object_set_new(lease, "spec", spec);
+    rc = kube_replace(l->c, l->path, lease, NULL, e);
+    json_decref(lease);
+    if (rc == -GS_ECONFLICT)
+        return 0; /* lost a race: someone else updated it */
+    if (rc < 0)
+        return rc;
+    l->last_renew_ok = now;
+    return 1;
+}
+
+static int nap(struct kube_leader *l, double s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)s;
+    ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!atomic_load(&l->stop))
+        if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&l->mu);
+    return atomic_load(&l->stop);
+}
+
+static void *leader_main(void *arg)
+{
+    struct kube_leader *l = arg;
+    do {
+        struct gs_err e = GS_ERR_INIT;
+        int rc = kube_leader_try(l, &e);
+        if (rc < 0) {
+            log_warn("leader", "lease %s/%s: %s", l->ns, l->name, e.msg);
+            /* a leader that cannot renew steps down before the lease can
+             * expire for the others */
+            if (atomic_load(&l->leading) && mono() - l->last_renew_ok > l->opts.lease_s * 2 / 3)
+                set_leading(l, 0);
+        } else {
+            set_leading(l, rc);
+        }
+    } while (!nap(l, atomic_load(&l->leading) ? l->opts.renew_s : l->opts.retry_s));
+    return NULL;
+}
+
+int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts,
+                      struct kube_leader **out, struct gs_err *e)
+{
+    struct kube_leader *l;
+    if (!opts->name || !*opts->name || !opts->identity || !*opts->identity)
+        return gs_errf(e, GS_EINVAL, "leader election needs a lease name and an identity");
+    if (!(l = calloc(1, sizeof *l)))
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    l->c = c;
+    l->opts = *opts;
+    if (l->opts.lease_s <= 0)
+        l->opts.lease_s = 15;
+    if (l->opts.renew_s <= 0)
+        l->opts.renew_s = l->opts.lease_s / 3;
+    if (l->opts.retry_s <= 0)
+        l->opts.retry_s = 2;
+    l->ns = strdup(opts->ns ? opts->ns : kube_client_namespace(c));
+    l->name = strdup(opts->name);
+    l->identity = strdup(opts->identity);
+    snprintf(l->coll, sizeof l->coll, "/apis/coordination.k8s.io/v1/namespaces/%s/leases", l->ns);
+    snprintf(l->path, sizeof l->path, "%s/%s", l->coll, l->name);
+    l->seen_at = mono();
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    if (pthread_create(&l->thread, NULL, leader_main, l) != 0) {
+        free(l->ns);
+        free(l->name);
+        free(l->identity);
+        free(l);
+        return gs_errf(e, GS_ENOMEM, "cannot start the election thread");
+    }
+    *out = l;
+    return 0;
+}
+
+int kube_leader_is_leader(struct kube_leader *l) { return l && atomic_load(&l->leading); }
+
+unsigned long kube_leader_transitions(struct kube_leader *l)
+{
+    return l ? atomic_load(&l->transitions) : 0;
+}
+
+void kube_leader_stop(struct kube_leader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    atomic_store(&l->stop, 1);
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    if (atomic_load(&l->leading)) {
+        struct gs_err e = GS_ERR_INIT;
+        json_t *lease = NULL;
+        if (kube_get(l->c, l->path, &lease, &e) == 0 &&
+            strcmp(spec_str(lease, "holderIdentity"), l->identity) == 0) {
+            json_object_set_new(json_object_get(lease, "spec"), "holderIdentity", json_string(""));
+            if (kube_replace(l->c, l->path, lease, NULL, &e) < 0)
+                log_warn("leader", "releasing lease %s/%s: %s", l->ns, l->name, e.msg);
+        }
+        json_decref(lease);
+        set_leading(l, 0);
+    }
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l->ns);
+    free(l->name);
+    free(l->identity);
+    free(l);
+}

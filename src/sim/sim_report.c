@@ -1,0 +1,257 @@
+/*
+ * sim/sim_report.c - statistics over seeds and the table / JSON / CSV / SVG
+ * outputs of `gpusched simulate`.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim_report.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorted non-NaN copy of v into out; returns the count. */
+static int sorted_values(const double *v, int n, double *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(v[i]))
+            out[k++] = v[i];
+    qsort(out, (size_t)k, sizeof *out, cmp_double);
+    return k;
+}
+
+/* Quantile of sorted x[0..k) with linear interpolation; NaN when k = 0. */
+static double quantile(const double *x, int k, double q)
+{
+    if (k == 0)
+        return NAN;
+    double pos = q * (k - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < k ? lo + 1 : lo;
+    return x[lo] + (x[hi] - x[lo]) * (pos - lo);
+}
+
+struct sim_stat sim_stat_of(const double *v, int n)
+{
+    struct sim_stat s = {NAN, NAN, NAN, 0};
+    double *x = malloc(((size_t)n + 1) * sizeof *x);
+    if (!x)
+        return s;
+    int k = sorted_values(v, n, x);
+    s.n = k;
+    if (k > 0) {
+        double sum = 0, ss = 0;
+        for (int i = 0; i < k; i++)
+            sum += x[i];
+        s.mean = sum / k;
+        for (int i = 0; i < k; i++)
+            ss += (x[i] - s.mean) * (x[i] - s.mean);
+        s.sd = k > 1 ? sqrt(ss / (k - 1)) : 0;
+        s.median = quantile(x, k, 0.5);
+    }
+    free(x);
+    return s;
+}
+
+void sim_summarize(const struct sim_run_result *runs, int n_seeds, struct sim_summary *out)
+{
+    double *v = calloc((size_t)n_seeds + 1, sizeof *v);
+    double *x = calloc((size_t)n_seeds + 1, sizeof *x);
+    memset(out, 0, sizeof *out);
+    out->policy = runs[0].policy;
+    out->seeds = n_seeds;
+    if (!v || !x) {
+        free(v);
+        free(x);
+        return;
+    }
+#define STAT(field, expr)                                                      \
+    do {                                                                       \
+        for (int i = 0; i < n_seeds; i++)                                      \
+            v[i] = (expr);                                                     \
+        out->field = sim_stat_of(v, n_seeds);                                  \
+    } while (0)
+    STAT(unalloc100, runs[i].unalloc[100]);
+    STAT(unalloc130, runs[i].unalloc[130]);
+    STAT(frag90, runs[i].frag[90]);
+    STAT(frag_rate90, runs[i].frag_rate[90]);
+    STAT(failed, (double)runs[i].failed);
+#undef STAT
+    for (int b = 0; b < SIM_BINS; b++) {
+        for (int i = 0; i < n_seeds; i++)
+            v[i] = runs[i].unalloc[b];
+        int k = sorted_values(v, n_seeds, x);
+        out->median[b] = quantile(x, k, 0.5);
+        out->q25[b] = quantile(x, k, 0.25);
+        out->q75[b] = quantile(x, k, 0.75);
+    }
+    free(v);
+    free(x);
+}
+
+void sim_print_table(FILE *f, const struct sim_report *r)
+{
+    fprintf(f, "%d nodes, %d GPUs, %d pods in the trace; unallocated GPU %% (lower is better)\n\n",
+            r->nodes, r->gpus, r->pods);
+    fprintf(f, "%-12s %5s  %-22s %7s  %-15s %-15s %-14s\n", "policy", "seeds",
+            "unalloc@100% mean±sd", "median", "unalloc@130%", "frag@90%", "failed pods");
+    for (int i = 0; i < r->n; i++) {
+        const struct sim_summary *s = &r->s[i];
+        char a[32], b[32], c[32], d[32];
+        snprintf(a, sizeof a, "%6.2f ± %.2f", s->unalloc100.mean, s->unalloc100.sd);
+        snprintf(b, sizeof b, "%6.2f ± %.2f", s->unalloc130.mean, s->unalloc130.sd);
+        snprintf(c, sizeof c, "%6.2f ± %.2f", s->frag90.mean, s->frag90.sd);
+        snprintf(d, sizeof d, "%7.1f ± %.1f", s->failed.mean, s->failed.sd);
+        fprintf(f, "%-12s %5d  %-22s %7.2f  %-15s %-15s %-14s\n", s->policy->name, s->seeds, a,
+                s->unalloc100.median, b, c, d);
+    }
+    fprintf(f, "\nelapsed %.2f s\n", r->elapsed_s);
+}
+
+static json_t *num(double v)
+{
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+static json_t *stat_json(const struct sim_stat *s)
+{
+    return json_pack("{s:o, s:o, s:o}", "mean", num(s->mean), "sd", num(s->sd), "median",
+                     num(s->median));
+}
+
+int sim_write_json(FILE *f, const struct sim_report *r)
+{
+    json_t *results = json_array();
+    for (int i = 0; i < r->n; i++) {
+        const struct sim_summary *s = &r->s[i];
+        json_t *curve = json_array();
+        for (int b = 0; b < SIM_BINS; b++)
+            if (!isnan(s->median[b]))
+                json_array_append_new(curve, json_pack("[i, f]", b, s->median[b]));
+        json_array_append_new(
+            results, json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o}", "policy", s->policy->name,
+                               "seeds", s->seeds, "unallocated_pct_at_100",
+                               stat_json(&s->unalloc100), "unallocated_pct_at_130",
+                               stat_json(&s->unalloc130), "frag_pct_at_90", stat_json(&s->frag90),
+                               "failed_pods", stat_json(&s->failed), "curve", curve));
+    }
+    json_t *root = json_pack("{s:i, s:i, s:i, s:o, s:f}", "nodes", r->nodes, "gpus", r->gpus,
+                             "pods", r->pods, "results", results, "elapsed_s", r->elapsed_s);
+    if (!root)
+        return -GS_ENOMEM;
+    int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+    json_decref(root);
+    fputc('\n', f);
+    return rc < 0 || ferror(f) ? -GS_EIO : 0;
+}
+
+int sim_write_csv(FILE *f, const struct sim_report *r)
+{
+    fprintf(f, "policy,arrived_pct,unallocated_pct_median,unallocated_pct_q25,"
+               "unallocated_pct_q75\n");
+    for (int i = 0; i < r->n; i++)
+        for (int b = 0; b < SIM_BINS; b++)
+            if (!isnan(r->s[i].median[b]))
+                fprintf(f, "%s,%d,%.4f,%.4f,%.4f\n", r->s[i].policy->name, b, r->s[i].median[b],
+                        r->s[i].q25[b], r->s[i].q75[b]);
+    return ferror(f) ? -GS_EIO : 0;
+}
+
+/* ---- SVG -------------------------------------------------------------- */
+
+#define X0 75
+#define X1 130
+#define W 760
+#define H 480
+#define ML 70  /* margins */
+#define MR 170
+#define MT 40
+#define MB 60
+
+static const char *const colors[] = {"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c",
+                                     "#9467bd", "#d62728", "#8c564b", "#e377c2",
+                                     "#17becf", "#bcbd22"};
+
+static double px(double a) { return ML + (a - X0) * (W - ML - MR) / (X1 - X0); }
+static double py(double v, double ymax) { return MT + (1 - v / ymax) * (H - MT - MB); }
+
+int sim_write_svg(FILE *f, const struct sim_report *r, const char *title)
+{
+    double ymax = 0;
+    for (int i = 0; i < r->n; i++)
+        for (int b = X0; b <= X1; b++) {
+            double v = r->s[i].q75[b];
+            if (!isnan(v) && v > ymax)
+                ymax = v;
+        }
+    ymax = ymax <= 0 ? 5 : ceil(ymax / 5) * 5;
+    double ystep = ymax <= 10 ? 1 : ymax <= 30 ? 5 : 10;
+
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+            W, H, W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", (W - MR + ML) / 2);
+    for (const char *p = title ? title : ""; *p; p++) /* XML-escape the title */
+        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+    fprintf(f, "</text>\n");
+    /* grid and ticks */
+    for (int a = X0; a <= X1; a += 5)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                px(a), MT, px(a), H - MB, px(a), H - MB + 18, a);
+    for (double v = 0; v <= ymax + 1e-9; v += ystep)
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                   "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                ML, py(v, ymax), W - MR, py(v, ymax), ML - 6, py(v, ymax) + 4, v);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n",
+            ML, MT, W - ML - MR, H - MT - MB);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">arrived workload (%% of GPU "
+               "capacity)</text>\n", (W - MR + ML) / 2, H - 18);
+    fprintf(f, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">"
+               "unallocated GPU (%%), median over seeds</text>\n", (H - MB + MT) / 2);
+    /* the ideal: max(0, 100 - arrived) */
+    fprintf(f, "<polyline fill=\"none\" stroke=\"black\" stroke-dasharray=\"4 3\" points=\"");
+    for (int a = X0; a <= X1; a++) {
+        double v = a < 100 ? 100 - a : 0;
+        if (v <= ymax)
+            fprintf(f, "%.1f,%.1f ", px(a), py(v, ymax));
+    }
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < r->n; i++) {
+        const struct sim_summary *s = &r->s[i];
+        const char *col = colors[i % (int)(sizeof colors / sizeof colors[0])];
+        /* band: q75 left to right, then q25 right to left */
+        fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\" points=\"", col);
+        for (int a = X0; a <= X1; a++)
+            if (!isnan(s->q75[a]))
+                fprintf(f, "%.1f,%.1f ", px(a), py(s->q75[a], ymax));
+        for (int a = X1; a >= X0; a--)
+            if (!isnan(s->q25[a]))
+                fprintf(f, "%.1f,%.1f ", px(a), py(s->q25[a], ymax));
+        fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        for (int a = X0; a <= X1; a++)
+            if (!isnan(s->median[a]))
+                fprintf(f, "%.1f,%.1f ", px(a), py(s->median[a], ymax));
+        fprintf(f, "\"/>\n");
+        int ly = MT + 14 + 20 * i;
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
+                   "<text x=\"%d\" y=\"%d\">%s (%.2f%%)</text>\n",
+                W - MR + 12, ly, W - MR + 36, ly, col, W - MR + 42, ly + 4, s->policy->name,
+                s->median[100]);
+    }
+    int ly = MT + 14 + 20 * r->n;
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\" "
+               "stroke-dasharray=\"4 3\"/><text x=\"%d\" y=\"%d\">ideal</text>\n",
+            W - MR + 12, ly, W - MR + 36, ly, W - MR + 42, ly + 4);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#555\">bands: 25-75 %% over "
+               "seeds; legend: median at 100 %%</text>\n", W - MR + 4, ly + 24);
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -GS_EIO : 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * sim/sim_report.h - from many runs to what a person reads: per-policy
+ * statistics over seeds, the text table, the JSON and CSV files, and the SVG
+ * plot of unallocated GPU % against arrived workload (the paper's Fig. 9a).
+ *
+ * Writers take a caller-opened FILE and return 0 or -GS_EIO.
+ */
+#ifndef GPUSCHED_SIM_REPORT_H
+#define GPUSCHED_SIM_REPORT_H
+
+#include <stdio.h>
+
+#include "sim/sim_run.h"
+
+struct sim_stat {
+    double mean, sd, median; /* sd: sample standard deviation (n - 1) */
+    int n;                   /* runs with a value (NaN bins are skipped) */
+};
+
+struct sim_summary {
+    const struct core_policy *policy;
+    int seeds;
+    struct sim_stat unalloc100, unalloc130, frag90, frag_rate90, failed;
+    double median[SIM_BINS], q25[SIM_BINS], q75[SIM_BINS]; /* unallocated %, NaN = none */
+};
+
+/* Mean, sample sd and median of v[0..n) ignoring NaNs. */
+struct sim_stat sim_stat_of(const double *v, int n);
+
+/* Summarises the n_seeds runs of one policy. */
+void sim_summarize(const struct sim_run_result *runs, int n_seeds, struct sim_summary *out);
+
+struct sim_report {
+    int nodes, gpus, pods;
+    const struct sim_summary *s;
+    int n;
+    double elapsed_s;
+};
+
+void sim_print_table(FILE *f, const struct sim_report *r);
+int sim_write_json(FILE *f, const struct sim_report *r);
+int sim_write_csv(FILE *f, const struct sim_report *r);
+/* Arrived 75..130 %: one line (median) per policy with its 25-75 % band. */
+int sim_write_svg(FILE *f, const struct sim_report *r, const char *title);
+
+#endif

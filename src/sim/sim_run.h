@@ -1,0 +1,59 @@
+/*
+ * sim/sim_run.h - the openb benchmark replay (docs/benchmark.md): seeded
+ * shuffle, workload tuning, arrival-only replay through the scheduling core,
+ * and the per-run metrics binned by arrived workload.
+ *
+ * One run = one policy x one seed on a fresh cluster; sim_run_grid() spreads
+ * runs over threads (each run owns its cluster, the trace is shared
+ * read-only).
+ *
+ * Ownership: struct sim_config borrows the trace and owns the workload
+ * classes it derives (sim_config_clear()). Results are plain structs.
+ */
+#ifndef GPUSCHED_SIM_RUN_H
+#define GPUSCHED_SIM_RUN_H
+
+#include <stdint.h>
+
+#include "core/cluster.h"
+#include "core/policy.h"
+#include "sim/sim_trace.h"
+#include "util/err.h"
+
+#define SIM_BINS 131 /* arrived workload 0..130 % */
+
+struct sim_config {
+    const struct sim_trace *trace;   /* borrowed */
+    double tune;                     /* target total GPU request, x capacity (1.3) */
+    double coverage;                 /* typical-workload cut for fragmentation (0.95) */
+    struct core_class *classes;      /* the trace's pod classes, file order */
+    int n_classes;
+};
+
+/* Derives the workload classes from the (untuned) trace. */
+int sim_config_init(struct sim_config *cfg, const struct sim_trace *t, double tune,
+                    struct gs_err *e);
+void sim_config_clear(struct sim_config *cfg);
+
+struct sim_run_result {
+    const struct core_policy *policy;
+    uint64_t seed;
+    int pods;                        /* submitted, after tuning */
+    int failed;                      /* could not be placed, dropped */
+    double unalloc[SIM_BINS];        /* unallocated GPU %, NaN where no sample */
+    double frag[SIM_BINS];           /* fragmentation, % of GPU capacity */
+    double frag_rate[SIM_BINS];      /* fragmentation, % of unallocated */
+    double elapsed_s;
+};
+
+/* One replay. Returns 0 or a negative GS_E* code. */
+int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+            struct sim_run_result *r, struct gs_err *e);
+
+/* Every policy x seed on up to `threads` threads (<= 0: one per CPU);
+ * results[p * n_seeds + s]. Returns the first error, if any. */
+int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *pols, int n_pols,
+                 const uint64_t *seeds, int n_seeds, int threads, struct sim_run_result *results,
+                 struct gs_err *e);
+
+#endif

@@ -1,0 +1,414 @@
+/* util/metrics.c - see metrics.h. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/metrics.h"
+
+struct series {
+    char *values[METRICS_MAX_LABELS];
+    double v;            /* counter / gauge value */
+    uint64_t *buckets;   /* histogram: nbuckets + 1 cumulative-at-render counts */
+    double sum;
+    uint64_t count;
+    struct series *next;
+};
+
+struct metric {
+    enum metric_type type;
+    char *name, *help;
+    int nlabels;
+    char *labels[METRICS_MAX_LABELS];
+    int nbuckets;
+    double bounds[METRICS_MAX_BUCKETS];
+    struct series *series, *tail;
+    struct metrics *reg;
+    struct metric *next;
+};
+
+struct metrics {
+    pthread_mutex_t mu;
+    struct metric *head, *tail;
+    metrics_collect_fn collect;
+    void *collect_ud;
+};
+
+struct metrics *metrics_new(void)
+{
+    struct metrics *m = calloc(1, sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+static void series_free(struct series *s, int nlabels)
+{
+    for (int i = 0; i < nlabels; i++)
+        free(s->values[i]);
+    free(s->buckets);
+    free(s);
+}
+
+static void metric_free(struct metric *mt)
+{
+    struct series *s = mt->series, *n;
+    for (; s; s = n) {
+        n = s->next;
+        series_free(s, mt->nlabels);
+    }
+    for (int i = 0; i < mt->nlabels; i++)
+        free(mt->labels[i]);
+    free(mt->name);
+    free(mt->help);
+    free(mt);
+}
+
+void metrics_free(struct metrics *m)
+{
+    struct metric *mt, *n;
+    if (!m)
+        return;
+    for (mt = m->head; mt; mt = n) {
+        n = mt->next;
+        metric_free(mt);
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static int valid_name(const char *s, int allow_colon)
+{
+    if (!s || !*s)
+        return 0;
+    for (const char *p = s; *p; p++) {
+        int ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+                 (allow_colon && *p == ':') || (p != s && *p >= '0' && *p <= '9');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+struct metric *metrics_add(struct metrics *m, enum metric_type type, const char *name,
+                           const char *help, const char *labels, const double *buckets,
+                           int nbuckets, struct gs_err *e)
+{
+    struct metric *mt;
+
+    if (!valid_name(name, 1)) {
+        gs_errf(e, GS_EINVAL, "metric name '%s': not a Prometheus metric name",
+                name ? name : "");
+        return NULL;
+    }
+    if (type == METRIC_HISTOGRAM ? (nbuckets < 1 || nbuckets > METRICS_MAX_BUCKETS || !buckets)
+                                 : nbuckets != 0) {
+        gs_errf(e, GS_EINVAL, "metric %s: bucket count %d is out of range", name, nbuckets);
+        return NULL;
+    }
+    for (int i = 1; i < nbuckets; i++)
+        if (!(buckets[i] > buckets[i - 1])) {
+            gs_errf(e, GS_EINVAL, "metric %s: buckets must be strictly ascending", name);
+            return NULL;
+        }
+    if (!(mt = calloc(1, sizeof *mt)) || !(mt->name = strdup(name)) ||
+        !(mt->help = strdup(help ? help : ""))) {
+        if (mt)
+            metric_free(mt);
+        gs_errf(e, GS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    mt->type = type;
+    mt->reg = m;
+    mt->nbuckets = nbuckets;
+    if (nbuckets)
+        memcpy(mt->bounds, buckets, sizeof(double) * (size_t)nbuckets);
+    if (labels && *labels) {
+        const char *p = labels;
+        while (*p) {
+            const char *c = strchr(p, ',');
+            size_t n = c ? (size_t)(c - p) : strlen(p);
+            char *l;
+            if (mt->nlabels == METRICS_MAX_LABELS) {
+                gs_errf(e, GS_EINVAL, "metric %s: more than %d labels", name, METRICS_MAX_LABELS);
+                metric_free(mt);
+                return NULL;
+            }
+            if (!(l = strndup(p, n))) {
+                gs_errf(e, GS_ENOMEM, "out of memory");
+                metric_free(mt);
+                return NULL;
+            }
+            mt->labels[mt->nlabels++] = l;
+            if (!valid_name(l, 0) || strncmp(l, "__", 2) == 0 ||
+                (type == METRIC_HISTOGRAM && strcmp(l, "le") == 0)) {
+                gs_errf(e, GS_EINVAL, "metric %s: bad label name '%s'", name, l);
+                metric_free(mt);
+                return NULL;
+            }
+            p += n;
+            if (*p == ',')
+                p++;
+        }
+    }
+    pthread_mutex_lock(&m->mu);
+    for (struct metric *o = m->head; o; o = o->next)
+        if (strcmp(o->name, name) == 0) {
+            pthread_mutex_unlock(&m->mu);
+            gs_errf(e, GS_EINVAL, "metric %s: registered twice", name);
+            metric_free(mt);
+            return NULL;
+        }
+    if (m->tail)
+        m->tail->next = mt;
+    else
+        m->head = mt;
+    m->tail = mt;
+    pthread_mutex_unlock(&m->mu);
+    return mt;
+}
+
+void metrics_exp_buckets(double start, double factor, int count, double *out)
+{
+    for (int i = 0; i < count; i++, start *= factor)
+        out[i] = start;
+}
+
+void metrics_on_collect(struct metrics *m, metrics_collect_fn fn, void *ud)
+{
+    m->collect = fn;
+    m->collect_ud = ud;
+}
+
+/* Finds or creates the series for `values`; called with the lock held.
+ * Returns NULL only when out of memory (the update is then dropped). */
+static struct series *find_series(struct metric *mt, const char *const *values, int create)
+{
+    struct series *s;
+    for (s = mt->series; s; s = s->next) {
+        int i = 0;
+        while (i < mt->nlabels && strcmp(s->values[i], values[i] ? values[i] : "") == 0)
+            i++;
+        if (i == mt->nlabels)
+            return s;
+    }
+    if (!create || !(s = calloc(1, sizeof *s)))
+        return NULL;
+    for (int i = 0; i < mt->nlabels; i++)
+        if (!(s->values[i] = strdup(values[i] ? values[i] : ""))) {
+            series_free(s, mt->nlabels);
+            return NULL;
+        }
+    if (mt->type == METRIC_HISTOGRAM &&
+        !(s->buckets = calloc((size_t)mt->nbuckets + 1, sizeof *s->buckets))) {
+        series_free(s, mt->nlabels);
+        return NULL;
+    }
+    if (mt->tail)
+        mt->tail->next = s;
+    else
+        mt->series = s;
+    mt->tail = s;
+    return s;
+}
+
+static void update(struct metric *mt, const char *const *values, double v, int op)
+{
+    struct series *s;
+    if (!mt || isnan(v))
+        return;
+    pthread_mutex_lock(&mt->reg->mu);
+    if ((s = find_series(mt, values, 1))) {
+        if (op == 0) {
+            s->v += v;
+        } else if (op == 1) {
+            s->v = v;
+        } else {
+            int i = 0;
+            while (i < mt->nbuckets && v > mt->bounds[i])
+                i++;
+            s->buckets[i]++;
+            s->sum += v;
+            s->count++;
+        }
+    }
+    pthread_mutex_unlock(&mt->reg->mu);
+}
+
+void metric_inc(struct metric *mt, const char *const *values) { metric_add(mt, values, 1); }
+
+void metric_add(struct metric *mt, const char *const *values, double v)
+{
+    if (mt && (mt->type == METRIC_GAUGE || v >= 0) && mt->type != METRIC_HISTOGRAM)
+        update(mt, values, v, 0);
+}
+
+void metric_set(struct metric *mt, const char *const *values, double v)
+{
+    if (mt && mt->type != METRIC_HISTOGRAM)
+        update(mt, values, v, 1);
+}
+
+void metric_observe(struct metric *mt, const char *const *values, double v)
+{
+    if (mt && mt->type == METRIC_HISTOGRAM)
+        update(mt, values, v, 2);
+}
+
+void metric_reset(struct metric *mt)
+{
+    struct series *s, *n;
+    pthread_mutex_lock(&mt->reg->mu);
+    for (s = mt->series; s; s = n) {
+        n = s->next;
+        series_free(s, mt->nlabels);
+    }
+    mt->series = mt->tail = NULL;
+    pthread_mutex_unlock(&mt->reg->mu);
+}
+
+double metric_value(struct metric *mt, const char *const *values)
+{
+    struct series *s;
+    double v = 0;
+    pthread_mutex_lock(&mt->reg->mu);
+    if ((s = find_series(mt, values, 0)))
+        v = mt->type == METRIC_HISTOGRAM ? (double)s->count : s->v;
+    pthread_mutex_unlock(&mt->reg->mu);
+    return v;
+}
+
+/* ---- rendering ---------------------------------------------------------- */
+
+struct out {
+    char *buf;
+    size_t len, cap;
+    int oom;
+};
+
+static void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_printf(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        int n;
+        size_t room = o->cap - o->len;
+        va_start(ap, fmt);
+        n = vsnprintf(o->buf ? o->buf + o->len : NULL, o->buf ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0 || o->oom)
+            return;
+        if (o->buf && (size_t)n < room) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = realloc(o->buf, cap);
+        if (!nb) {
+            o->oom = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = cap;
+    }
+}
+
+/* Escapes a label value or help text: backslash, newline, and (for label
+ * values) the double quote. */
+static void out_escaped(struct out *o, const char *s, int quote)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            out_printf(o, "\\\\");
+        else if (*s == '\n')
+            out_printf(o, "\\n");
+        else if (quote && *s == '"')
+            out_printf(o, "\\\"");
+        else
+            out_printf(o, "%c", *s);
+    }
+}
+
+static void out_num(struct out *o, double v)
+{
+    if (isinf(v))
+        out_printf(o, v > 0 ? "+Inf" : "-Inf");
+    else if (v == (double)(int64_t)v && fabs(v) < 1e15)
+        out_printf(o, "%lld", (long long)v);
+    else
+        out_printf(o, "%.17g", v);
+}
+
+static void out_labels(struct out *o, const struct metric *mt, const struct series *s,
+                       const char *le)
+{
+    if (!mt->nlabels && !le)
+        return;
+    out_printf(o, "{");
+    for (int i = 0; i < mt->nlabels; i++) {
+        out_printf(o, "%s%s=\"", i ? "," : "", mt->labels[i]);
+        out_escaped(o, s->values[i], 1);
+        out_printf(o, "\"");
+    }
+    if (le)
+        out_printf(o, "%sle=\"%s\"", mt->nlabels ? "," : "", le);
+    out_printf(o, "}");
+}
+
+char *metrics_render(struct metrics *m, size_t *len)
+{
+    static const char *const types[] = {"counter", "gauge", "histogram"};
+    struct out o = {0};
+
+    if (m->collect)
+        m->collect(m->collect_ud, m);
+    pthread_mutex_lock(&m->mu);
+    for (struct metric *mt = m->head; mt; mt = mt->next) {
+        out_printf(&o, "# HELP %s ", mt->name);
+        out_escaped(&o, mt->help, 0);
+        out_printf(&o, "\n# TYPE %s %s\n", mt->name, types[mt->type]);
+        for (struct series *s = mt->series; s; s = s->next) {
+            if (mt->type != METRIC_HISTOGRAM) {
+                out_printf(&o, "%s", mt->name);
+                out_labels(&o, mt, s, NULL);
+                out_printf(&o, " ");
+                out_num(&o, s->v);
+                out_printf(&o, "\n");
+                continue;
+            }
+            uint64_t cum = 0;
+            for (int i = 0; i <= mt->nbuckets; i++) {
+                char le[40];
+                cum += s->buckets[i];
+                if (i < mt->nbuckets)
+                    snprintf(le, sizeof le, "%.9g", mt->bounds[i]);
+                else
+                    snprintf(le, sizeof le, "+Inf");
+                out_printf(&o, "%s_bucket", mt->name);
+                out_labels(&o, mt, s, le);
+                out_printf(&o, " %llu\n", (unsigned long long)cum);
+            }
+            out_printf(&o, "%s_sum", mt->name);
+            out_labels(&o, mt, s, NULL);
+            out_printf(&o, " ");
+            out_num(&o, s->sum);
+            out_printf(&o, "\n%s_count", mt->name);
+            out_labels(&o, mt, s, NULL);
+            out_printf(&o, " %llu\n", (unsigned long long)s->count);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (o.oom || !o.buf) {
+        free(o.buf);
+        o.buf = strdup("");
+        o.len = 0;
+    }
+    if (len)
+        *len = o.len;
+    return o.buf;
+}

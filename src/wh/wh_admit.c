@@ -1,0 +1,294 @@
+/* wh/wh_admit.c - see wh_admit.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wh/wh_admit.h"
+
+int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e)
+{
+    const char *p = spec;
+
+    c->n_defaults = 0;
+    while (p && *p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        struct wh_policy_default *d = &c->defaults[c->n_defaults];
+        size_t nl, pl;
+
+        if (!eq || eq == p || eq == p + len - 1)
+            return gs_errf(e, GS_EINVAL, "--default-policy: '%.*s' is not NAMESPACE=POLICY",
+                           (int)len, p);
+        nl = (size_t)(eq - p);
+        pl = len - nl - 1;
+        if (c->n_defaults == WH_MAX_DEFAULTS || nl >= sizeof d->ns || pl >= sizeof d->policy)
+            return gs_errf(e, GS_EINVAL, "--default-policy: too many entries or names too long");
+        memcpy(d->ns, p, nl);
+        d->ns[nl] = '\0';
+        memcpy(d->policy, eq + 1, pl);
+        d->policy[pl] = '\0';
+        for (const char *q = d->policy; *q; q++)
+            if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-'))
+                return gs_errf(e, GS_EINVAL, "--default-policy: '%s' is not a policy name",
+                               d->policy);
+        c->n_defaults++;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* ---- what the cluster has -------------------------------------------------- */
+
+static void consider(struct wh_cluster *out, const char *model, int64_t mem_mib, int count)
+{
+    if (mem_mib > out->max_gpu_mem_mib) {
+        out->max_gpu_mem_mib = mem_mib;
+        snprintf(out->max_gpu_model, sizeof out->max_gpu_model, "%s", model ? model : "");
+    }
+    if (count > out->max_gpus_per_node)
+        out->max_gpus_per_node = count;
+}
+
+int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names,
+                          struct wh_cluster *out, struct gs_err *e)
+{
+    json_t *items = json_object_get(nodelist, "items"), *node;
+    char annot[128];
+    size_t i;
+
+    memset(out, 0, sizeof *out);
+    if (!json_is_array(items))
+        return gs_errf(e, GS_EINVAL, "items: expected a NodeList");
+    snprintf(annot, sizeof annot, "%sgpu-inventory", names->annot_prefix);
+    json_array_foreach(items, i, node) {
+        json_t *meta = json_object_get(node, "metadata");
+        const char *inv = json_string_value(json_object_get(json_object_get(meta, "annotations"),
+                                                            annot));
+        if (inv) {
+            json_t *j = json_loads(inv, 0, NULL), *gpus = json_object_get(j, "gpus"), *g;
+            size_t k;
+            if (!json_is_array(gpus)) {
+                json_decref(j);
+                return gs_errf(e, GS_EINVAL, "items[%zu].metadata.annotations[%s]: not a GPU "
+                                             "inventory", i, annot);
+            }
+            json_array_foreach(gpus, k, g) {
+                json_t *mem = json_object_get(g, "memory_mib");
+                consider(out, json_string_value(json_object_get(g, "model")),
+                         json_is_integer(mem) ? json_integer_value(mem) : 0, 0);
+            }
+            consider(out, NULL, 0, (int)json_array_size(gpus));
+            json_decref(j);
+            continue;
+        }
+        json_t *labels = json_object_get(meta, "labels");
+        const char *model = json_string_value(json_object_get(labels, "nvidia.com/gpu.product"));
+        const char *mem = json_string_value(json_object_get(labels, "nvidia.com/gpu.memory"));
+        json_t *cap = json_object_get(json_object_get(json_object_get(node, "status"),
+                                                      "capacity"), names->gpu);
+        int64_t mib = 0, count = 0;
+        if (mem) { /* MiB, a plain number (docs/annotations.md) */
+            char *end;
+            errno = 0;
+            mib = strtoll(mem, &end, 10);
+            if (errno || end == mem || *end || mib < 0)
+                return gs_errf(e, GS_EINVAL, "items[%zu].metadata.labels[nvidia.com/gpu.memory]: "
+                                             "'%.32s' is not a number of MiB", i, mem);
+        }
+        if (json_is_string(cap) &&
+            core_quantity_parse(json_string_value(cap), 1, &count, names->gpu, e) < 0) {
+            gs_err_prefix(e, "items[%zu].status.capacity", i);
+            return -GS_EINVAL;
+        }
+        if (count > CORE_MAX_GPUS)
+            count = CORE_MAX_GPUS;
+        consider(out, model, mib, (int)count);
+    }
+    return 0;
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+static int is_gpu_resource(const struct core_names *n, const char *key)
+{
+    return strcmp(key, n->gpu) == 0 || strcmp(key, n->gpu_memory) == 0 ||
+           strcmp(key, n->gpu_cores) == 0 || strcmp(key, n->vcuda_core) == 0 ||
+           strcmp(key, n->vcuda_memory) == 0 ||
+           strncmp(key, n->mig_prefix, strlen(n->mig_prefix)) == 0;
+}
+
+/* Per-container checks that need the cluster or the raw resources map. */
+static int check_container(const struct wh_config *c, json_t *ctr, const char *list, size_t idx,
+                           struct gs_err *e)
+{
+    struct core_request r;
+    json_t *res = json_object_get(ctr, "resources");
+    json_t *lim = json_object_get(res, "limits"), *req = json_object_get(res, "requests"), *v;
+    const char *key, *name = json_string_value(json_object_get(ctr, "name"));
+
+    if (core_container_parse(ctr, &c->names, list, idx, &r, e) < 0)
+        return -GS_EINVAL;
+    json_object_foreach(req, key, v) {
+        if (is_gpu_resource(&c->names, key) && !json_object_get(lim, key))
+            return gs_errf(e, GS_EINVAL, "%s[%zu].requests[%s]: set without limits; GPU "
+                                         "resources cannot be overcommitted, so set limits "
+                                         "(equal to requests) (container '%s')",
+                           list, idx, key, name ? name : "");
+    }
+    if (r.kind == CORE_REQ_SHARED && c->cluster.max_gpu_mem_mib > 0 &&
+        r.mem_mib > c->cluster.max_gpu_mem_mib) {
+        const char *res_name = json_object_get(lim, c->names.vcuda_memory) ||
+                                       json_object_get(req, c->names.vcuda_memory)
+                                   ? c->names.vcuda_memory
+                                   : c->names.gpu_memory;
+        char want[32], have[32];
+        core_quota_fmt_mib(r.mem_mib, want, sizeof want);
+        core_quota_fmt_mib(c->cluster.max_gpu_mem_mib, have, sizeof have);
+        return gs_errf(e, GS_EINVAL, "%s[%zu].limits[%s]: asks for %s per GPU, but the largest "
+                                     "GPU in the cluster (%s) has %s (container '%s')",
+                       list, idx, res_name, want,
+                       c->cluster.max_gpu_model[0] ? c->cluster.max_gpu_model : "unnamed", have,
+                       name ? name : "");
+    }
+    return 0;
+}
+
+int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
+                    const json_t *pod, const char *ns, struct gs_err *e)
+{
+    struct core_pod p;
+    json_t *spec = json_object_get(pod, "spec");
+    static const char *const lists[] = {"initContainers", "containers"};
+    int rc;
+
+    if (core_pod_parse(pod, &c->names, &p, e) < 0)
+        return -GS_EINVAL;
+    for (int l = 0; l < 2; l++) {
+        json_t *arr = json_object_get(spec, lists[l]), *ctr;
+        size_t i;
+        json_array_foreach(arr, i, ctr) {
+            if (check_container(c, ctr, lists[l], i, e) < 0) {
+                core_pod_clear(&p);
+                return -GS_EINVAL;
+            }
+        }
+    }
+    rc = 0;
+    if ((p.req.kind == CORE_REQ_WHOLE || p.req.kind == CORE_REQ_SHARED) &&
+        c->cluster.max_gpus_per_node > 0 && p.req.num_gpu > c->cluster.max_gpus_per_node)
+        rc = gs_errf(e, GS_EINVAL, "spec.containers: the pod asks for %d GPUs on one node, but "
+                                   "the largest node has %d", p.req.num_gpu,
+                     c->cluster.max_gpus_per_node);
+    else if (quotas && p.req.kind != CORE_REQ_NONE)
+        rc = core_quotas_admit(quotas, ns && ns[0] ? ns : p.ns, &p.req, e);
+    core_pod_clear(&p);
+    return rc;
+}
+
+/* ---- mutation ---------------------------------------------------------------- */
+
+void wh_request_string(const struct core_request *r, char *buf, size_t cap)
+{
+    switch (r->kind) {
+    case CORE_REQ_WHOLE:
+        snprintf(buf, cap, "kind=whole,gpus=%d", r->num_gpu);
+        break;
+    case CORE_REQ_SHARED:
+        snprintf(buf, cap, "kind=shared,gpus=%d,memory-mib=%lld,milli=%d", r->num_gpu,
+                 (long long)r->mem_mib, r->milli);
+        break;
+    case CORE_REQ_MIG:
+        snprintf(buf, cap, "kind=mig,profile=%s,count=%d", r->mig_profile, r->mig_count);
+        break;
+    case CORE_REQ_NONE:
+        snprintf(buf, cap, "kind=none");
+        break;
+    }
+}
+
+/* JSON Pointer escaping of one path segment: '~' -> "~0", '/' -> "~1". */
+static void pointer_escape(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 3 < cap; s++) {
+        if (*s == '~' || *s == '/') {
+            out[n++] = '~';
+            out[n++] = *s == '~' ? '0' : '1';
+        } else {
+            out[n++] = *s;
+        }
+    }
+    out[n] = '\0';
+}
+
+static int add_op(json_t *patch, const char *path, json_t *value)
+{
+    return json_array_append_new(patch, json_pack("{s:s, s:s, s:o}", "op", "add", "path", path,
+                                                  "value", value));
+}
+
+int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, json_t **patch,
+                  struct gs_err *e)
+{
+    struct core_pod p;
+    json_t *ops = json_array(), *annots = json_object();
+    json_t *meta = json_object_get(pod, "metadata");
+    json_t *have = json_object_get(meta, "annotations");
+    char key[160], val[160];
+
+    *patch = NULL;
+    if (!ops || !annots) {
+        json_decref(ops);
+        json_decref(annots);
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    }
+    if (core_pod_parse(pod, &c->names, &p, e) < 0) {
+        json_decref(ops);
+        json_decref(annots);
+        return -GS_EINVAL; /* validation will deny it with this message */
+    }
+    if (ns && ns[0])
+        snprintf(p.ns, sizeof p.ns, "%s", ns);
+    if (p.req.kind != CORE_REQ_NONE) {
+        const char *sn = json_string_value(json_object_get(json_object_get(pod, "spec"),
+                                                           "schedulerName"));
+        if (c->scheduler_name && c->scheduler_name[0] &&
+            (!sn || !sn[0] || strcmp(sn, "default-scheduler") == 0))
+            add_op(ops, "/spec/schedulerName", json_string(c->scheduler_name));
+        snprintf(key, sizeof key, "%srequest", c->names.annot_prefix);
+        wh_request_string(&p.req, val, sizeof val);
+        const char *cur = json_string_value(json_object_get(have, key));
+        if (!cur || strcmp(cur, val) != 0)
+            json_object_set_new(annots, key, json_string(val));
+        if (!p.policy[0]) {
+            for (int i = 0; i < c->n_defaults; i++)
+                if (strcmp(c->defaults[i].ns, p.ns) == 0) {
+                    snprintf(key, sizeof key, "%spolicy", c->names.annot_prefix);
+                    json_object_set_new(annots, key, json_string(c->defaults[i].policy));
+                    break;
+                }
+        }
+    }
+    core_pod_clear(&p);
+    if (json_object_size(annots) > 0) {
+        if (!json_is_object(have)) {
+            if (!meta)
+                add_op(ops, "/metadata", json_object());
+            add_op(ops, "/metadata/annotations", json_incref(annots));
+        } else {
+            const char *k;
+            json_t *v;
+            json_object_foreach(annots, k, v) {
+                char esc[400], path[440];
+                pointer_escape(k, esc, sizeof esc);
+                snprintf(path, sizeof path, "/metadata/annotations/%s", esc);
+                add_op(ops, path, json_incref(v));
+            }
+        }
+    }
+    json_decref(annots);
+    *patch = ops;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/*
+ * wh/wh_admit.h - what the admission webhook decides about a pod.
+ *
+ * Validation refuses, with a message naming the container, the resource and
+ * the reason: every request core_pod_parse() finds impossible, GPU resources
+ * requested without limits, shared memory larger than the largest GPU model
+ * of the cluster, more GPUs than the largest node has, and a request that
+ * alone exceeds the namespace's GPUQuota.
+ *
+ * Mutation returns a JSONPatch: GPU pods get the configured schedulerName
+ * unless they chose one, the canonical `gpusched.io/request` annotation
+ * (whatever form the pod used, tkestack's included) and the namespace's
+ * default policy when they have none.
+ *
+ * No I/O and no locks: the caller passes a config that does not change
+ * during the call (the server holds its lock around quota reads).
+ */
+#ifndef GPUSCHED_WH_ADMIT_H
+#define GPUSCHED_WH_ADMIT_H
+
+#include <jansson.h>
+
+#include "core/quota.h"
+#include "core/request.h"
+#include "util/err.h"
+
+#define WH_MAX_DEFAULTS 64
+
+struct wh_policy_default {
+    char ns[CORE_NAME_MAX];
+    char policy[32];
+};
+
+/* What the webhook knows about the cluster's GPUs (0 = unknown: no check). */
+struct wh_cluster {
+    int64_t max_gpu_mem_mib;         /* memory of the largest GPU model */
+    char max_gpu_model[CORE_MODEL_MAX];
+    int max_gpus_per_node;
+};
+
+struct wh_config {
+    struct core_names names;
+    const char *scheduler_name;      /* "" = leave schedulerName alone */
+    struct wh_cluster cluster;
+    int n_defaults;
+    struct wh_policy_default defaults[WH_MAX_DEFAULTS];
+};
+
+/* Parses "ns=policy,ns2=policy" into c->defaults. */
+int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);
+
+/* Reads the largest GPU model and GPU count from a NodeList (the
+ * gpusched.io/gpu-inventory annotation, or the nvidia.com/gpu.product and
+ * nvidia.com/gpu.memory labels with the nvidia.com/gpu capacity). */
+int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names,
+                          struct wh_cluster *out, struct gs_err *e);
+
+/* 0 = allowed; -GS_EINVAL / -GS_ENOFIT with e->msg the reason to show.
+ * `ns` is the request's namespace; `quotas` may be NULL. */
+int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
+                    const json_t *pod, const char *ns, struct gs_err *e);
+
+/* The JSONPatch (a JSON array, possibly empty) for a pod being created. */
+int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, json_t **patch,
+                  struct gs_err *e);
+
+/* The canonical one-line form of a request: "kind=whole,gpus=2",
+ * "kind=shared,gpus=1,memory-mib=2048,milli=500", "kind=mig,profile=1g.10gb,count=2". */
+void wh_request_string(const struct core_request *r, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,472 @@
+"""gpusched device-plugin against the fake kubelet, fake GPUs, no API server.
+
+Covers registration, ListAndWatch, GetPreferredAllocation, Allocate, health
+changes from injected XIDs, kubelet restarts, bad input and shutdown.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import grpc
+import pytest
+import requests
+
+from conftest import ROOT, free_port, run
+from fake_kubelet import FakeKubelet, stubs
+
+GPU = ["GPU-00000000-0000-4000-8000-00000000000%d" % i for i in range(4)]
+FAKE = os.path.join(ROOT, "tests", "data", "fake-gpus.json")
+
+
+class PluginProc:
+    def __init__(self, bin_, kdir, gpus_file, *extra, port=None):
+        self.port = port or free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="dp-log-", delete=False)
+        args = [bin_, "device-plugin", "--kubelet-dir", kdir, "--no-api",
+                "--metrics-listen", "127.0.0.1:%d" % self.port, "--node-name", "node-a"]
+        if gpus_file:
+            args += ["--fake-gpus", gpus_file]
+        self.proc = subprocess.Popen(args + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def get(self, path):
+        end = time.monotonic() + 5
+        while True:
+            try:
+                return requests.get(self.url(path), timeout=2)
+            except requests.ConnectionError:
+                if time.monotonic() > end or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+
+    def output(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        os.unlink(self.log.name)
+
+
+@pytest.fixture
+def kdir():
+    d = tempfile.mkdtemp(prefix="dp", dir="/tmp")  # short: unix socket paths are <= 107 bytes
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def gpus_file(kdir):
+    """A private copy of the fake-GPU file that a test may edit while the plugin runs."""
+    path = os.path.join(tempfile.mkdtemp(prefix="dpg", dir="/tmp"), "gpus.json")
+    shutil.copy(FAKE, path)
+    yield path
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(kdir):
+    k = FakeKubelet(kdir).start()
+    yield k
+    k.stop()
+
+
+@pytest.fixture
+def plugin_factory(gpusched_bin, kdir):
+    procs = []
+
+    def make(gpus, *extra):
+        p = PluginProc(gpusched_bin, kdir, gpus, *extra)
+        procs.append(p)
+        return p
+    yield make
+    for p in procs:
+        out = p.output()
+        p.stop()
+        print(out[-3000:])
+
+
+def edit(path, fn):
+    """Rewrites the fake-GPU file through fn(dict) (atomically, new mtime)."""
+    with open(path) as f:
+        doc = json.load(f)
+    fn(doc)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def health(devs):
+    return {d.ID: d.health for d in devs}
+
+
+# --- registration and the device list -------------------------------------
+
+def test_registers_and_lists_every_gpu(kubelet, plugin_factory, gpus_file):
+    plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    assert p.endpoint == "gpusched-gpu.sock"
+    assert p.options.get_preferred_allocation_available
+    assert not p.options.pre_start_required  # no API server: nothing to check
+    assert p.register_options.get_preferred_allocation_available
+    devs = p.wait(lambda d: len(d) == 4)
+    assert sorted(d.ID for d in devs) == GPU
+    assert all(d.health == "Healthy" for d in devs)
+    numa = {d.ID: [n.ID for n in d.topology.nodes] for d in devs}
+    assert numa == {GPU[0]: [0], GPU[1]: [0], GPU[2]: [1], GPU[3]: [1]}
+
+
+def test_inventory_and_metrics(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file)
+    kubelet.wait_plugin("nvidia.com/gpu")
+    inv = pl.get("/inventory").json()
+    assert inv["version"] == 1 and len(inv["gpus"]) == 4
+    g0 = inv["gpus"][0]
+    assert g0["uuid"] == GPU[0] and g0["model"] == "NVIDIA H100 80GB HBM3"
+    assert g0["memory_mib"] == 81559 and g0["numa_node"] == 0 and g0["healthy"] is True
+    links = {l["gpu"]: l for l in g0["links"]}
+    assert links[1] == {"gpu": 1, "type": "nvlink", "nvlinks": 18}
+    assert links[2]["type"] == "pix" and links[3]["type"] == "sys"
+    m = pl.get("/metrics").text
+    assert 'gpusched_dp_gpu_healthy{uuid="%s",index="0"' % GPU[0] in m
+    assert 'gpusched_dp_devices{resource="nvidia.com/gpu"} 4' in m
+    assert pl.get("/healthz").text == "ok\n"
+
+
+# --- admission ----------------------------------------------------------------
+
+def test_allocate_returns_the_chosen_gpus(kubelet, plugin_factory, gpus_file):
+    plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    r = p.allocate([GPU[3], GPU[1]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "%s,%s" % (GPU[3], GPU[1])
+    assert r.envs["CUDA_VISIBLE_DEVICES"] == r.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert r.annotations["gpusched.io/gpu-uuids"] == r.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert "GPUSCHED_GPU_MEMORY_MIB" not in r.envs  # whole GPUs carry no limits
+    assert p.prestart([GPU[3], GPU[1]]) is not None
+
+
+def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_file):
+    dev = tempfile.mkdtemp(prefix="dpdev", dir="/tmp")
+    try:
+        for n in ("nvidiactl", "nvidia-uvm", "nvidia2"):
+            open(os.path.join(dev, n), "w").close()
+        plugin_factory(gpus_file, "--dev-dir", dev)
+        p = kubelet.wait_plugin("nvidia.com/gpu")
+        r = p.allocate([GPU[2]])
+        specs = {d.container_path: (d.host_path, d.permissions) for d in r.devices}
+        assert specs == {"/dev/nvidiactl": (dev + "/nvidiactl", "rw"),
+                         "/dev/nvidia-uvm": (dev + "/nvidia-uvm", "rw"),
+                         "/dev/nvidia2": (dev + "/nvidia2", "rw")}
+    finally:
+        shutil.rmtree(dev)
+
+
+def test_preferred_allocation_follows_topology(kubelet, plugin_factory, gpus_file):
+    plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    # GPUs 0-1 and 2-3 are NVLink pairs; 0-2 share a PCIe switch; 1-3 cross NUMA.
+    chosen, r = p.admit(GPU, 2)
+    assert sorted(chosen) == [GPU[0], GPU[1]]
+    chosen, _ = p.admit(GPU, 2, must=[GPU[3]])
+    assert sorted(chosen) == [GPU[2], GPU[3]]
+    chosen, _ = p.admit([GPU[0], GPU[2], GPU[3]], 2, must=[GPU[0]])
+    assert sorted(chosen) == [GPU[0], GPU[2]]  # one switch beats crossing NUMA
+    chosen, _ = p.admit(GPU, 4)
+    assert sorted(chosen) == GPU
+
+
+def test_bad_requests_get_clear_errors_and_the_plugin_keeps_serving(kubelet, plugin_factory,
+                                                                     gpus_file):
+    plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    s = stubs()
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate(["GPU-nope"])
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown device 'GPU-nope'" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        p.stub.Allocate(s.pb.AllocateRequest(), timeout=5)
+    assert "container_requests" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        p.stub.GetPreferredAllocation(s.pb.PreferredAllocationRequest(
+            container_requests=[s.pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=[GPU[0]], allocation_size=3)]), timeout=5)
+    assert "allocation_size" in ei.value.details()
+    # Bytes that are no protobuf, and a message over the 4 MiB limit.
+    raw = p.channel.unary_unary("/v1beta1.DevicePlugin/Allocate",
+                                request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as ei:
+        raw(b"\xff\xff\xff\xff\x0f\x00garbage", timeout=5)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot parse AllocateRequest" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        raw(b"\x0a" + b"\x80" * 10 + b"x" * (5 << 20), timeout=10)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    unknown = p.channel.unary_unary("/v1beta1.DevicePlugin/Frobnicate",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as ei:
+        unknown(b"", timeout=5)
+    assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # Still serving, answers still right.
+    assert p.allocate([GPU[0]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[0]
+
+
+def test_kubelet_hanging_up_mid_stream_does_not_hurt(kubelet, plugin_factory, gpus_file, kdir):
+    pl = plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    s = stubs()
+    for _ in range(5):
+        ch = grpc.insecure_channel("unix:" + os.path.join(kdir, p.endpoint))
+        it = s.grpc.DevicePluginStub(ch).ListAndWatch(s.pb.Empty())
+        assert len(next(it).devices) == 4
+        ch.close()  # hang up with the stream open
+    edit(gpus_file, lambda d: d["gpus"][0].update(xids=[94]))
+    p.wait(lambda d: health(d)[GPU[0]] == "Unhealthy")
+    assert p.allocate([GPU[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    assert pl.proc.poll() is None
+
+
+# --- health -----------------------------------------------------------------------
+
+def test_fatal_xid_turns_gpu_unhealthy_within_a_second(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    t0 = time.monotonic()
+    edit(gpus_file, lambda d: d["gpus"][1].update(xids=[48]))
+    devs = p.wait(lambda d: health(d)[GPU[1]] == "Unhealthy", timeout=3)
+    assert time.monotonic() - t0 < 1.0
+    assert [i for i, h in health(devs).items() if h != "Healthy"] == [GPU[1]]
+    inv = pl.get("/inventory").json()
+    assert inv["gpus"][1]["healthy"] is False
+    assert inv["gpus"][1]["reason"] == "XID 48 (fatal)"
+    m = pl.get("/metrics").text
+    assert 'uuid="%s",index="1",model="NVIDIA H100 80GB HBM3",reason="XID 48 (fatal)"} 0' % GPU[1] in m
+    assert 'gpusched_dp_gpu_xid_events_total{uuid="%s"} 1' % GPU[1] in m
+
+
+def test_application_xids_are_ignored(kubelet, plugin_factory, gpus_file):
+    plugin_factory(gpus_file, "--ignore-xids", "94")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    n = len(p.lists)
+    edit(gpus_file, lambda d: d["gpus"][0].update(xids=[13, 43, 94]))  # 94 ignored by flag
+    edit(gpus_file, lambda d: d["gpus"][3].update(xids=[79]))           # a marker that counts
+    devs = p.wait(lambda d: health(d)[GPU[3]] == "Unhealthy")
+    assert health(devs)[GPU[0]] == "Healthy"
+    assert all(health(d)[GPU[0]] == "Healthy" for _, d in p.lists[n:])
+
+
+def test_transient_xid_recovers_after_a_passing_reprobe(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file, "--reprobe-transient", "1")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    edit(gpus_file, lambda d: d["gpus"][2].update(xids=[94]))
+    p.wait(lambda d: health(d)[GPU[2]] == "Unhealthy", timeout=2)
+    assert pl.get("/inventory").json()["gpus"][2]["reason"] == "XID 94 (transient)"
+    p.wait(lambda d: health(d)[GPU[2]] == "Healthy", timeout=4)
+    assert pl.get("/inventory").json()["gpus"][2]["reason"] == ""
+
+
+def test_gpu_failing_its_reprobe_stays_unhealthy(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file, "--reprobe-transient", "1")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    edit(gpus_file, lambda d: d["gpus"][0].update(xids=[94], probe_fails=True))
+    p.wait(lambda d: health(d)[GPU[0]] == "Unhealthy", timeout=2)
+    time.sleep(2.5)
+    assert health(p.devices())[GPU[0]] == "Unhealthy"
+    assert "re-probe failed after XID 94" in pl.get("/inventory").json()["gpus"][0]["reason"]
+    edit(gpus_file, lambda d: d["gpus"][0].update(probe_fails=False))
+    p.wait(lambda d: health(d)[GPU[0]] == "Healthy", timeout=4)
+
+
+def test_vanished_gpu(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file, "--reprobe-transient", "1", "--reprobe-fatal", "1")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    edit(gpus_file, lambda d: d["gpus"][3].update(lost=True))
+    p.wait(lambda d: health(d)[GPU[3]] == "Unhealthy", timeout=2)
+    time.sleep(1.5)
+    assert health(p.devices())[GPU[3]] == "Unhealthy"  # a lost GPU fails its re-probe
+    assert "GPU is lost" in pl.get("/inventory").json()["gpus"][3]["reason"]
+    # Gone from the file altogether: the list shrinks, the stream stays.
+    def drop(d):
+        d["gpus"].pop(3)
+        d["gpus"][2].pop("links")
+    edit(gpus_file, drop)
+    devs = p.wait(lambda d: len(d) == 3)
+    assert GPU[3] not in health(devs)
+
+
+def test_broken_file_while_running_keeps_the_last_good_state(kubelet, plugin_factory, gpus_file):
+    pl = plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    with open(gpus_file, "w") as f:
+        f.write('{"gpus": [{"uuid": ')
+    time.sleep(0.5)
+    assert len(p.devices()) == 4 and pl.proc.poll() is None
+    assert "keeping the last good one" in pl.output()
+    assert p.allocate([GPU[0]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[0]
+
+
+# --- kubelet restarts, shutdown -----------------------------------------------------
+
+def test_reregisters_within_a_second_after_kubelet_restarts(kubelet, plugin_factory, gpus_file,
+                                                            kdir):
+    plugin_factory(gpus_file)
+    kubelet.wait_plugin("nvidia.com/gpu")
+    for _ in range(2):
+        t0 = time.monotonic()
+        kubelet.restart()
+        kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
+        first = min(t for t, _, _ in kubelet.registrations if t >= t0)
+        assert first - t0 < 1.0
+        # The plugin may race kubelet's clean-up of the directory and register
+        # once more; the latest registration is the one kubelet uses.
+        time.sleep(0.5)
+        p = kubelet.plugins["nvidia.com/gpu"]
+        assert len(p.wait(lambda d: len(d) == 4)) == 4
+        assert p.allocate([GPU[2]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
+    assert os.path.exists(os.path.join(kdir, "DEPRECATION"))  # left alone
+
+
+def test_registers_when_kubelet_comes_up_later(plugin_factory, gpus_file, kdir):
+    plugin_factory(gpus_file)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    k = FakeKubelet(kdir).start()
+    try:
+        k.wait_plugin("nvidia.com/gpu", timeout=5)
+        assert k.registrations[0][0] - t0 < 1.0
+    finally:
+        k.stop()
+
+
+def test_sigterm_closes_cleanly(kubelet, plugin_factory, gpus_file, kdir):
+    pl = plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    pl.proc.send_signal(signal.SIGTERM)
+    assert pl.proc.wait(5) == 0
+    assert not os.path.exists(os.path.join(kdir, "gpusched-gpu.sock"))
+    with p.cond:
+        p.cond.wait_for(lambda: p.stream_ended, timeout=5)
+    assert p.stream_ended
+    assert "stopped" in pl.output()
+
+
+# --- sharing replicas and MIG ---------------------------------------------------------
+
+def test_replicas_advertise_each_gpu_n_times(kubelet, plugin_factory, gpus_file):
+    plugin_factory(gpus_file, "--replicas", "3")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    devs = p.wait(lambda d: len(d) == 12)
+    assert sorted(d.ID for d in devs)[:3] == [GPU[0] + "::0", GPU[0] + "::1", GPU[0] + "::2"]
+    r = p.allocate([GPU[1] + "::0", GPU[1] + "::2"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    # Preferred: spread over distinct, NVLinked GPUs first.
+    chosen, _ = p.admit([d.ID for d in devs], 2)
+    assert sorted(c.split("::")[0] for c in chosen) == [GPU[0], GPU[1]]
+
+
+def test_mig_instances_get_their_own_resource(kubelet, plugin_factory, gpus_file, kdir):
+    mig = ["MIG-11111111-0000-4000-8000-00000000000%d" % i for i in range(3)]
+
+    def to_mig(d):
+        d["gpus"][3]["mig"] = [{"uuid": mig[0], "profile": "1g.10gb", "memory_mib": 9856},
+                               {"uuid": mig[1], "profile": "1g.10gb", "memory_mib": 9856},
+                               {"uuid": mig[2], "profile": "3g.40gb", "memory_mib": 40192}]
+    edit(gpus_file, to_mig)
+    pl = plugin_factory(gpus_file)
+    g = kubelet.wait_plugin("nvidia.com/gpu")
+    m1 = kubelet.wait_plugin("nvidia.com/mig-1g.10gb")
+    m3 = kubelet.wait_plugin("nvidia.com/mig-3g.40gb")
+    assert m1.endpoint == "gpusched-mig-1g.10gb.sock"
+    assert sorted(d.ID for d in g.wait(lambda d: len(d) == 3)) == GPU[:3]
+    assert sorted(d.ID for d in m1.wait(lambda d: len(d) == 2)) == mig[:2]
+    assert [d.ID for d in m3.wait(lambda d: len(d) == 1)] == [mig[2]]
+    assert m1.allocate([mig[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == mig[1]
+    inv = pl.get("/inventory").json()
+    assert inv["gpus"][3]["mig_enabled"] and len(inv["gpus"][3]["mig"]) == 3
+    # An XID on the parent GPU takes its MIG devices down too.
+    edit(gpus_file, lambda d: d["gpus"][3].update(xids=[79]))
+    m1.wait(lambda d: all(x.health == "Unhealthy" for x in d))
+    # Reconfigured without MIG: the MIG resources go, the GPU joins nvidia.com/gpu.
+    t0 = time.monotonic()
+    edit(gpus_file, lambda d: d["gpus"][3].pop("mig"))
+    g2 = kubelet.wait_plugin("nvidia.com/gpu", after=t0)
+    assert len(g2.wait(lambda d: len(d) == 4)) == 4
+    assert not os.path.exists(os.path.join(kdir, "gpusched-mig-1g.10gb.sock"))
+
+
+# --- no GPU, bad input ---------------------------------------------------------------
+
+def test_without_nvml_it_says_so_and_advertises_nothing(kubelet, plugin_factory, kdir):
+    pl = plugin_factory(None, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1")
+    inv = pl.get("/inventory").json()
+    assert inv["gpus"] == []
+    time.sleep(0.5)
+    assert pl.proc.poll() is None
+    assert kubelet.registrations == []
+    assert [f for f in os.listdir(kdir) if f != "kubelet.sock"] == []
+    out = pl.output()
+    assert "cannot load /nonexistent/libnvidia-ml.so.1" in out
+    assert "advertising no GPUs" in out
+
+
+def test_without_nvml_fail_on_init_error_exits(gpusched_bin, kdir):
+    r = run(gpusched_bin, "device-plugin", "--kubelet-dir", kdir, "--no-api",
+            "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--fail-on-init-error", timeout=10)
+    assert r.returncode == 1
+    assert "cannot load /nonexistent/libnvidia-ml.so.1" in r.stderr
+
+
+@pytest.mark.parametrize("doc,msg", [
+    ('{"gpus": [{"uuid": "GPU-1", "name": "X"}]}', "gpus[0].memory_mib: missing"),
+    ('{"gpus": [{"uuid": "GPU-1", "name": "X", "memory_mib": -5}]}',
+     "gpus[0].memory_mib: -5 is out of range"),
+    ('{"gpus": [{"uuid": "GPU-1", "name": "X", "memory_mib": 5, "numa_node": "a"}]}',
+     "gpus[0].numa_node: must be an integer"),
+    ('{"gpus": [{"uuid": "GPU-1", "name": "X", "memory_mib": 5, '
+     '"links": [{"gpu": 7, "type": "nvlink"}]}]}', "gpus[0].links[0].gpu: 7 is out of range"),
+    ('{"gpus": [{"uuid": "GPU-1", "name": "X", "memory_mib": 5}, '
+     '{"uuid": "GPU-1", "name": "X", "memory_mib": 5}]}', "gpus[1].uuid: 'GPU-1' appears twice"),
+    ('{"gpus": {}}', "gpus: missing or not an array"),
+    ('{"gpus": [', "line 1"),
+])
+def test_broken_fake_gpu_file_is_refused_with_the_field(gpusched_bin, kdir, doc, msg):
+    path = os.path.join(kdir, "bad.json")
+    with open(path, "w") as f:
+        f.write(doc)
+    r = run(gpusched_bin, "device-plugin", "--kubelet-dir", kdir, "--fake-gpus", path,
+            "--no-api", timeout=10)
+    assert r.returncode == 2
+    assert msg in r.stderr and path in r.stderr
+
+
+def test_bad_flags(gpusched_bin, kdir):
+    r = run(gpusched_bin, "device-plugin", "--replicas", "0", timeout=10)
+    assert r.returncode == 2 and "--replicas" in r.stderr
+    r = run(gpusched_bin, "device-plugin", "--ignore-xids", "13,x", "--fake-gpus", FAKE,
+            timeout=10)
+    assert r.returncode == 2 and "'x' is not an XID number" in r.stderr
+    r = run(gpusched_bin, "device-plugin", "--kubelet-dir", "/nonexistent/dir", "--fake-gpus",
+            FAKE, "--no-api", timeout=10)
+    assert r.returncode == 1 and "/nonexistent/dir: not a directory" in r.stderr
+    r = run(gpusched_bin, "device-plugin", "--help", timeout=10)
+    assert r.returncode == 0 and "--fake-gpus" in r.stdout

@@ -1,0 +1,102 @@
+"""The NVML backend's own code path, in CI, against a stand-in libnvidia-ml.
+
+tests/gpu/fake_nvml.c is compiled into a shared library here and given to
+the plugin with --nvml-lib, so discovery (UUID, name, memory, minor, PCI
+bus id, MIG), topology and NVLink counting, XID events and re-probes run
+through src/dp/nvml.c exactly as on a GPU node. The real-GPU run is
+tests/gpu/run-real-gpu.sh (not in CI).
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import ROOT
+from test_device_plugin import PluginProc, health
+from fake_kubelet import FakeKubelet
+
+G = ["GPU-fake0000-0000-4000-8000-00000000000%d" % i for i in range(3)]
+MIG = "MIG-fake0000-0000-4000-8000-000000000002"
+
+
+@pytest.fixture(scope="module")
+def fake_nvml():
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler to build the stand-in libnvidia-ml")
+    d = tempfile.mkdtemp(prefix="fakenvml")
+    lib = os.path.join(d, "libnvidia-ml.so.1")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib,
+                    os.path.join(ROOT, "tests", "gpu", "fake_nvml.c")], check=True)
+    yield lib
+    shutil.rmtree(d)
+
+
+@pytest.fixture
+def env(fake_nvml):
+    kdir = tempfile.mkdtemp(prefix="dpn", dir="/tmp")
+    k = FakeKubelet(kdir).start()
+    yield kdir, k
+    k.stop()
+    shutil.rmtree(kdir, ignore_errors=True)
+
+
+def start(bin_, kdir, lib, *extra):
+    ctl = tempfile.mkdtemp(prefix="dpctl", dir="/tmp")
+    os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
+    os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
+    return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
+
+
+def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml)
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        devs = p.wait(lambda d: len(d) == 2)
+        assert sorted(d.ID for d in devs) == G[:2]
+        m = k.wait_plugin("nvidia.com/mig-1g.10gb")
+        assert [d.ID for d in m.wait(lambda d: len(d) == 1)] == [MIG]
+        inv = pl.get("/inventory").json()["gpus"]
+        assert [g["uuid"] for g in inv] == G
+        assert inv[0]["model"] == "NVIDIA H100 80GB HBM3" and inv[0]["memory_mib"] == 81559
+        assert inv[0]["pci_bus_id"] == "00000000:19:00.0"
+        assert inv[1]["links"][0] == {"gpu": 0, "type": "nvlink", "nvlinks": 4}
+        assert inv[0]["links"][1] == {"gpu": 2, "type": "sys"}
+        assert inv[2]["mig_enabled"] is True
+        assert inv[2]["mig"] == [{"uuid": MIG, "profile": "1g.10gb", "memory_mib": 9856}]
+        r = p.allocate([G[1]])
+        assert r.envs["NVIDIA_VISIBLE_DEVICES"] == G[1]
+    finally:
+        pl.stop()
+        shutil.rmtree(ctl)
+
+
+def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        p.wait(lambda d: len(d) == 2)
+        # An ignored application XID, then a transient one on a GPU that is lost.
+        with open(os.path.join(ctl, "xid"), "w") as f:
+            f.write("0 43\n")
+        time.sleep(0.5)
+        assert all(h == "Healthy" for h in health(p.devices()).values())
+        open(os.path.join(ctl, "lost"), "w").close()
+        with open(os.path.join(ctl, "xid"), "w") as f:
+            f.write("1 94\n")
+        t0 = time.monotonic()
+        p.wait(lambda d: health(d)[G[1]] == "Unhealthy", timeout=2)
+        assert time.monotonic() - t0 < 1.0
+        time.sleep(1.5)
+        assert health(p.devices())[G[1]] == "Unhealthy"
+        assert "GPU is lost" in pl.get("/inventory").json()["gpus"][1]["reason"]
+        os.unlink(os.path.join(ctl, "lost"))  # the GPU answers again
+        p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=4)
+    finally:
+        pl.stop()
+        shutil.rmtree(ctl)

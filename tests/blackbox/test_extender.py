@@ -1,0 +1,556 @@
+"""The scheduler extender in standalone mode, driven over real HTTP.
+
+Covers filter/prioritize/bind for whole, shared, vcuda and MIG requests,
+the protocol's case-insensitive keys and both node forms, bad input, races
+for the last GPU, restart from the journal (torn last record included),
+release, preemption, top-k, config files and metrics. The helpers here are
+reused by test_extender_cluster.py.
+"""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import free_port, run
+
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def inventory(node, n, model, mem, mig=False, updated_at=None, links="nvlink"):
+    gpus = []
+    for i in range(n):
+        g = {"index": i, "uuid": f"GPU-{node}-{i}", "model": model, "memory_mib": mem,
+             "numa_node": i // 4, "healthy": True,
+             "links": [{"gpu": j, "type": links} for j in range(n) if j != i]}
+        if mig:
+            g["mig_enabled"] = True
+            g["mig"] = [{"uuid": f"MIG-{node}-{i}-{k}", "profile": "1g.10gb", "memory_mib": 9856}
+                        for k in range(7)]
+        gpus.append(g)
+    return json.dumps({"version": 1, "gpus": gpus,
+                       "updated_at": updated_at or time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                 time.gmtime())})
+
+
+def gpu_node(name, n=4, model=A100, mem=81920, mig=False, labels=None, taints=None,
+             updated_at=None):
+    return {"metadata": {"name": name, "labels": labels or {},
+                         "annotations": {"gpusched.io/gpu-inventory":
+                                         inventory(name, n, model, mem, mig, updated_at)}},
+            "spec": {"taints": taints} if taints else {},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+
+
+def label_node(name, n, product, mem):
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
+                                                  "nvidia.com/gpu.memory": str(mem)}},
+            "status": {"capacity": {"nvidia.com/gpu": str(n)},
+                       "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110",
+                                       "nvidia.com/gpu": str(n)}}}
+
+
+def pod(name, limits=None, ns="default", uid=None, annotations=None, priority=None,
+        node_selector=None):
+    spec = {"containers": [{"name": "main", "image": "cuda",
+                            "resources": {"limits": limits or {}}}]}
+    if priority is not None:
+        spec["priority"] = priority
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{name}",
+                         "annotations": annotations or {}},
+            "spec": spec}
+
+
+STANDARD_NODES = [
+    gpu_node("a100-1"),
+    gpu_node("a100-2", labels={"zone": "b"}),
+    label_node("t4-1", 2, "Tesla-T4", 15360),
+    gpu_node("mig-1", n=1, mig=True),
+    gpu_node("tainted", taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
+]
+ALL = [n["metadata"]["name"] for n in STANDARD_NODES]
+
+
+class Extender:
+    """A running `gpusched extender` process and a small client for it."""
+
+    def __init__(self, bin_, args, env=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([bin_, "extender", "--listen", f"127.0.0.1:{self.port}",
+                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self.wait_ready()
+
+    def wait_ready(self, timeout=10, path="/healthz"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("extender exited: " + self.proc.stderr.read())
+            try:
+                if requests.get(self.url + path, timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"extender not ready on {path}")
+
+    def post(self, verb, body, raw=None):
+        if raw is not None:
+            return requests.post(self.url + "/" + verb, data=raw, timeout=10)
+        return requests.post(self.url + "/" + verb, json=body, timeout=10)
+
+    def filter(self, p, nodes=ALL):
+        r = self.post("filter", {"Pod": p, "NodeNames": nodes, "Nodes": None})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def bind(self, p, node):
+        md = p["metadata"]
+        return self.post("bind", {"PodName": md["name"], "PodNamespace": md["namespace"],
+                                  "PodUID": md["uid"], "Node": node})
+
+    def place(self, p, nodes=ALL):
+        """filter + prioritize + bind on the best node; returns the node."""
+        f = self.filter(p, nodes)
+        assert f["NodeNames"], f
+        r = self.post("prioritize", {"Pod": p, "NodeNames": f["NodeNames"]})
+        best = max(r.json(), key=lambda h: h["Score"])["Host"]
+        b = self.bind(p, best)
+        assert b.status_code == 200 and b.json()["Error"] == "", b.text
+        return best
+
+    def debug(self, p):
+        md = p["metadata"]
+        return requests.get(f"{self.url}/debug/pods/{md['namespace']}/{md['name']}", timeout=10)
+
+    def allocation(self, p):
+        return self.debug(p).json()["allocation"]
+
+    def metric(self, name):
+        text = requests.get(self.url + "/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{") or \
+                    ("{" in name and line.startswith(name)):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        out, err = self.proc.communicate()
+        return err
+
+
+def write_nodes(path, nodes):
+    with open(path, "w") as f:
+        json.dump({"apiVersion": "v1", "kind": "NodeList", "items": nodes}, f)
+    return str(path)
+
+
+@pytest.fixture
+def nodes_file(tmp_path):
+    return write_nodes(tmp_path / "nodes.json", STANDARD_NODES)
+
+
+@pytest.fixture
+def ext(gpusched_bin, nodes_file, tmp_path):
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", str(tmp_path / "state")])
+    yield e
+    e.stop()
+
+
+# ---- placement ---------------------------------------------------------------
+
+def test_whole_gpus_filter_and_bind(ext):
+    p = pod("train", {"nvidia.com/gpu": "2"})
+    f = ext.filter(p)
+    assert f["Error"] == ""
+    assert set(f["NodeNames"]) == {"a100-1", "a100-2", "t4-1"}
+    assert "tainted" in f["FailedAndUnresolvableNodes"]
+    assert "mig-1" in f["FailedAndUnresolvableNodes"]
+    assert f["Nodes"] is None
+    node = ext.place(p)
+    a = ext.allocation(p)
+    assert a["gpusched.io/node"] == node
+    assert a["gpusched.io/request-kind"] == "whole"
+    assert len(a["gpusched.io/gpu-uuids"].split(",")) == 2
+    assert len(a["gpusched.io/gpu-indices"].split(",")) == 2
+
+
+def test_reason_names_the_numbers(ext):
+    ext.place(pod("big", {"nvidia.com/gpu": "4"}), ["a100-1"])
+    f = ext.filter(pod("next", {"nvidia.com/gpu": "1"}), ["a100-1"])
+    assert f["NodeNames"] == []
+    reason = f["FailedNodes"]["a100-1"]
+    assert any(ch.isdigit() for ch in reason), reason
+
+
+def test_shared_gpu_memory_and_cores(ext):
+    p = pod("share", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "8Gi",
+                      "nvidia.com/gpu-cores": "30"})
+    ext.place(p, ["a100-1"])
+    a = ext.allocation(p)
+    assert a["gpusched.io/request-kind"] == "shared"
+    assert a["gpusched.io/gpu-memory"] == "8192"
+    assert a["gpusched.io/gpu-milli"] == "300"
+    # a second shared pod can use the same GPU
+    q = pod("share2", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "8Gi",
+                       "nvidia.com/gpu-cores": "30"})
+    ext.place(q, ["a100-1"])
+    assert ext.metric("gpusched_gpu_compute_allocated_milli") == 600
+
+
+def test_vcuda_request(ext):
+    p = pod("vc", {"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "16"})
+    ext.place(p, ["t4-1"])
+    a = ext.allocation(p)
+    assert a["gpusched.io/request-kind"] == "shared"
+    assert a["gpusched.io/gpu-memory"] == "4096"
+    assert a["gpusched.io/gpu-milli"] == "500"
+
+
+def test_mig_request(ext):
+    p = pod("mig", {"nvidia.com/mig-1g.10gb": "2"})
+    f = ext.filter(p)
+    assert f["NodeNames"] == ["mig-1"]
+    ext.place(p)
+    a = ext.allocation(p)
+    assert a["gpusched.io/request-kind"] == "mig"
+    assert a["gpusched.io/mig-profile"] == "1g.10gb"
+    assert all(u.startswith("MIG-mig-1-0-") for u in a["gpusched.io/gpu-uuids"].split(","))
+
+
+def test_gpu_type_annotation_and_selector(ext):
+    p = pod("t4only", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/gpu-type": "T4"})
+    assert ext.filter(p)["NodeNames"] == ["t4-1"]
+    q = pod("zoned", {"nvidia.com/gpu": "1"}, node_selector={"zone": "b"})
+    assert ext.filter(q)["NodeNames"] == ["a100-2"]
+
+
+def test_no_gpu_pod_passes_untouched(ext):
+    p = pod("web", {"cpu": "1"})
+    f = ext.filter(p, ALL + ["not-a-gpu-node"])
+    assert f["NodeNames"] == ALL + ["not-a-gpu-node"]
+    assert f["FailedNodes"] == {}
+
+
+def test_keys_are_case_insensitive_and_replies_pascal(ext):
+    p = pod("lower", {"nvidia.com/gpu": "1"})
+    r = ext.post("filter", {"pod": p, "nodenames": ["a100-1"], "nodes": None})
+    assert r.status_code == 200
+    assert set(r.json()) >= {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    r = ext.post("prioritize", {"POD": p, "nodeNames": ["a100-1"]})
+    assert r.json() == [{"Host": "a100-1", "Score": r.json()[0]["Score"]}]
+    r = ext.post("bind", {"podname": "lower", "podnamespace": "default", "poduid": "uid-lower",
+                          "node": "a100-1"})
+    assert r.status_code == 200 and r.json() == {"Error": ""}
+
+
+def test_full_nodes_form(ext):
+    p = pod("full", {"nvidia.com/gpu": "1"})
+    items = [n for n in STANDARD_NODES if n["metadata"]["name"] in ("a100-1", "mig-1")]
+    r = ext.post("filter", {"Pod": p, "Nodes": {"items": items}, "NodeNames": None})
+    body = r.json()
+    assert body["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["a100-1"]
+    assert "mig-1" in body["FailedAndUnresolvableNodes"]
+
+
+def test_prioritize_range_and_policy_annotation(ext):
+    ext.place(pod("first", {"nvidia.com/gpu": "1"}), ["a100-1"])
+    packer = pod("pack", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/policy": "binpack"})
+    scores = {h["Host"]: h["Score"] for h in
+              ext.post("prioritize", {"Pod": packer, "NodeNames": ["a100-1", "a100-2"]}).json()}
+    assert all(0 <= s <= 10 for s in scores.values())
+    assert scores["a100-1"] > scores["a100-2"]
+    spreader = pod("spread", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/policy": "spread"})
+    scores = {h["Host"]: h["Score"] for h in
+              ext.post("prioritize", {"Pod": spreader, "NodeNames": ["a100-1", "a100-2"]}).json()}
+    assert scores["a100-2"] > scores["a100-1"]
+
+
+def test_unknown_policy_is_an_error(ext):
+    p = pod("pol", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/policy": "nope"})
+    f = ext.filter(p)
+    assert "gpusched.io/policy" in f["Error"] and "nope" in f["Error"]
+
+
+# ---- bad input -----------------------------------------------------------------
+
+def test_bad_input_is_rejected_and_state_untouched(ext):
+    ext.place(pod("keep", {"nvidia.com/gpu": "1"}), ["a100-1"])
+    before = ext.metric("gpusched_allocations")
+    cases = [
+        ("filter", b"{not json", 400, "not valid JSON"),
+        ("filter", b"[]", 400, "object"),
+        ("filter", json.dumps({"NodeNames": ["a"]}).encode(), 400, "Pod"),
+        ("filter", json.dumps({"Pod": pod("x"), "NodeNames": "a100-1"}).encode(), 400,
+         "NodeNames"),
+        ("filter", json.dumps({"Pod": pod("x"), "NodeNames": [1]}).encode(), 400, "NodeNames[0]"),
+        ("filter", json.dumps({"Pod": {"metadata": {}}, "NodeNames": []}).encode(), 400,
+         "metadata.name"),
+        ("prioritize", json.dumps({"Pod": pod("x")}).encode(), 400, "NodeNames"),
+        ("bind", json.dumps({"PodName": "x", "PodNamespace": "default"}).encode(), 400, "PodUID"),
+        ("bind", json.dumps({"PodName": 3, "PodNamespace": "d", "PodUID": "u",
+                             "Node": "n"}).encode(), 400, "PodName"),
+        ("bind", json.dumps({"PodName": "ghost", "PodNamespace": "default", "PodUID": "nope",
+                             "Node": "a100-1"}).encode(), 404, "unknown"),
+        ("preempt", json.dumps({"Pod": pod("x"), "NodeNameToMetaVictims": []}).encode(), 400,
+         "NodeNameToMetaVictims"),
+        ("frobnicate", b"{}", 404, "no route"),
+    ]
+    for verb, raw, status, needle in cases:
+        r = ext.post(verb, None, raw=raw)
+        assert r.status_code == status, (verb, raw, r.text)
+        assert needle in r.json()["error"], (verb, r.text)
+    # a pod the extender saw, on a node that does not exist
+    ext.filter(pod("real", {"nvidia.com/gpu": "1"}))
+    r = ext.bind(pod("real", {"nvidia.com/gpu": "1"}), "no-such-node")
+    assert r.status_code == 404 and "no-such-node" in r.json()["error"]
+    # an impossible request: 200 with an Error naming the field
+    f = ext.filter(pod("bad", {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "150"}))
+    assert "gpu-cores" in f["Error"]
+    assert requests.get(ext.url + "/filter", timeout=5).status_code == 405
+    huge = b'{"Pod": "' + b"x" * (9 << 20) + b'"}'
+    r = requests.post(ext.url + "/filter", data=huge, timeout=30)
+    assert r.status_code == 413
+    assert requests.get(ext.url + "/healthz", timeout=5).status_code == 200
+    assert ext.metric("gpusched_allocations") == before
+
+
+# ---- races, restart, release ---------------------------------------------------------
+
+def test_race_for_the_last_gpu(ext):
+    ext.bind(pod("fill", {"nvidia.com/gpu": "3"}), "a100-1")  # not seen: 404
+    filler = pod("fill", {"nvidia.com/gpu": "3"})
+    ext.filter(filler, ["a100-1"])
+    assert ext.bind(filler, "a100-1").status_code == 200
+    racers = [pod(f"r{i}", {"nvidia.com/gpu": "1"}) for i in range(8)]
+    for p in racers:
+        assert ext.filter(p, ["a100-1"])["NodeNames"] == ["a100-1"]
+    results = []
+    barrier = threading.Barrier(len(racers))
+
+    def go(p):
+        barrier.wait()
+        results.append(ext.bind(p, "a100-1"))
+    threads = [threading.Thread(target=go, args=(p,)) for p in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    codes = sorted(r.status_code for r in results)
+    assert codes.count(200) == 1, [r.text for r in results]
+    assert all(c == 409 for c in codes if c != 200)
+    assert ext.metric('gpusched_gpus_allocated{node="a100-1"') == 4
+
+
+def test_restart_restores_every_allocation(gpusched_bin, nodes_file, tmp_path):
+    state = str(tmp_path / "state")
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
+    pods = [pod("w1", {"nvidia.com/gpu": "2"}),
+            pod("s1", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "10Gi"}),
+            pod("m1", {"nvidia.com/mig-1g.10gb": "1"})]
+    placed = {p["metadata"]["name"]: e.place(p) for p in pods}
+    before = {p["metadata"]["name"]: e.allocation(p) for p in pods}
+    released = pod("gone", {"nvidia.com/gpu": "1"})
+    e.place(released)
+    assert requests.delete(e.url + "/allocations/default/gone", timeout=5).status_code == 200
+    e.stop(signal.SIGKILL)
+    # a crash in the middle of the next record
+    with open(os.path.join(state, "journal"), "a") as f:
+        f.write('0badc0de {"op":"bind","uid":"torn"')
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
+    try:
+        assert e.metric("gpusched_allocations") == 3
+        text = requests.get(e.url + "/metrics", timeout=5).text
+        for p in pods:
+            name = p["metadata"]["name"]
+            # the pod is only in the journal now: no pod object; check per-node totals
+            assert f'node="{placed[name]}"' in text
+        assert e.metric('gpusched_gpus_allocated{node="a100-1"') + \
+            e.metric('gpusched_gpus_allocated{node="a100-2"') + \
+            e.metric('gpusched_gpus_allocated{node="t4-1"') == 3
+        # the restored state still refuses what would oversubscribe
+        assert before["w1"]["gpusched.io/gpu-uuids"]
+    finally:
+        err = e.stop()
+    assert "torn" in err
+
+
+def test_damaged_journal_refuses_to_start(gpusched_bin, nodes_file, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal").write_text('deadbeef {"op":"bind"}\n0badc0de {}\n')
+    r = run(gpusched_bin, "extender", "--nodes", nodes_file, "--state-dir", str(state),
+            "--listen", f"127.0.0.1:{free_port()}", timeout=10)
+    assert r.returncode == 2 and "journal:1" in r.stderr
+
+
+def test_release_from_the_cli(gpusched_bin, ext):
+    p = pod("rel", {"nvidia.com/gpu": "4"})
+    ext.place(p, ["a100-1"])
+    assert ext.filter(pod("after", {"nvidia.com/gpu": "1"}), ["a100-1"])["NodeNames"] == []
+    r = run(gpusched_bin, "extender", "release", "default/rel", "--listen",
+            f"127.0.0.1:{ext.port}")
+    assert r.returncode == 0, r.stderr
+    assert ext.filter(pod("after", {"nvidia.com/gpu": "1"}), ["a100-1"])["NodeNames"] == ["a100-1"]
+    r = run(gpusched_bin, "extender", "release", "default/rel", "--listen",
+            f"127.0.0.1:{ext.port}")
+    assert r.returncode == 1 and "holds no GPUs" in r.stderr
+
+
+def test_bind_is_idempotent_and_refuses_a_second_node(ext):
+    p = pod("once", {"nvidia.com/gpu": "1"})
+    ext.place(p, ["a100-1"])
+    assert ext.bind(p, "a100-1").status_code == 200
+    r = ext.bind(p, "a100-2")
+    assert r.status_code == 409 and "already holds" in r.json()["error"]
+
+
+# ---- preemption, top-k, config, metrics -------------------------------------------------
+
+def test_preempt_proposes_lower_priority_victims(ext):
+    low = [pod(f"low{i}", {"nvidia.com/gpu": "2"}, priority=i) for i in range(2)]
+    for p in low:
+        ext.filter(p, ["a100-1"])
+        assert ext.bind(p, "a100-1").status_code == 200
+    high = pod("high", {"nvidia.com/gpu": "2"}, priority=1000)
+    r = ext.post("preempt", {"Pod": high, "NodeNameToMetaVictims": {
+        "a100-1": {"Pods": [], "NumPDBViolations": 0}}})
+    assert r.status_code == 200, r.text
+    victims = r.json()["NodeNameToMetaVictims"]["a100-1"]["Pods"]
+    assert victims == [{"UID": "uid-low0"}]  # one victim, the lowest priority
+    # kube-scheduler's own choice is kept
+    r = ext.post("preempt", {"Pod": high, "NodeNameToMetaVictims": {
+        "a100-1": {"Pods": [{"UID": "uid-low1"}], "NumPDBViolations": 0}}})
+    assert r.json()["NodeNameToMetaVictims"]["a100-1"]["Pods"] == [{"UID": "uid-low1"}]
+
+
+def test_top_k(gpusched_bin, nodes_file):
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--top-k", "1"])
+    try:
+        f = e.filter(pod("k", {"nvidia.com/gpu": "1"}))
+        assert len(f["NodeNames"]) == 1
+        assert any("best 1" in v for v in f["FailedNodes"].values())
+    finally:
+        e.stop()
+
+
+def test_config_file_and_json_logs(gpusched_bin, nodes_file, tmp_path):
+    cfg = tmp_path / "ext.yaml"
+    cfg.write_text(f"nodes: {nodes_file}\npolicy: binpack\nlog_format: json\ntop_k: 0\n")
+    e = Extender(gpusched_bin, ["--config", str(cfg)])
+    try:
+        p = pod("c", {"nvidia.com/gpu": "1"})
+        e.filter(p)
+        assert e.debug(p).json()["policy"] == "binpack"
+    finally:
+        err = e.stop()
+    first = err.strip().splitlines()[0]
+    assert json.loads(first)["msg"] if first.startswith("{") else False
+    cfg.write_text("polciy: binpack\n")
+    r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
+    assert r.returncode == 2 and "polciy: unknown setting" in r.stderr
+    cfg.write_text("top_k: many\n")
+    r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
+    assert r.returncode == 2 and "top_k: must be an integer" in r.stderr
+
+
+def test_bad_nodes_file_names_the_node(gpusched_bin, tmp_path):
+    bad = gpu_node("broken")
+    bad["metadata"]["annotations"]["gpusched.io/gpu-inventory"] = '{"version": 1, "gpus": [{}]}'
+    path = write_nodes(tmp_path / "bad.json", [gpu_node("ok"), bad])
+    r = run(gpusched_bin, "extender", "--nodes", path, "--listen", f"127.0.0.1:{free_port()}",
+            timeout=10)
+    assert r.returncode == 2
+    assert "items[1]" in r.stderr and "broken" in r.stderr and "gpus[0].index" in r.stderr
+
+
+def test_probes_version_and_metrics(ext):
+    assert requests.get(ext.url + "/readyz", timeout=5).status_code == 200
+    assert requests.get(ext.url + "/version", timeout=5).json()["version"]
+    ext.place(pod("m", {"nvidia.com/gpu": "1"}))
+    text = requests.get(ext.url + "/metrics", timeout=5).text
+    for needle in ['gpusched_extender_requests_total{verb="filter",code="200"}',
+                   'gpusched_extender_request_duration_seconds_bucket{verb="bind",le="+Inf"} 1',
+                   'gpusched_extender_decisions_total{verb="bind",result="bound"} 1',
+                   "gpusched_gpus_free{", "gpusched_gpu_memory_allocated_mib{",
+                   "gpusched_fragmentation_milli", "# TYPE gpusched_gpus gauge"]:
+        assert needle in text, needle
+
+
+def test_debug_explains_every_node(ext):
+    p = pod("why", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "90Gi"})
+    ext.filter(p)
+    d = ext.debug(p).json()
+    by = {n["node"]: n for n in d["nodes"]}
+    assert set(by) == set(ALL)
+    assert not by["a100-1"]["fits"] and "MiB" in by["a100-1"]["reason"]
+    assert by["a100-1"]["gpus"][0]["free_memory_mib"] == 81920
+    assert ext.debug(pod("never-seen")).status_code == 404
+
+
+# ---- the deploy/ example ------------------------------------------------------------
+
+def _deploy(name):
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
+    with open(os.path.join(root, name)) as f:
+        return list(yaml.safe_load_all(f))
+
+
+def test_deploy_scheduler_config_is_consistent():
+    import yaml
+    cfg = _deploy("scheduler-config.yaml")[0]
+    cm = [d for d in _deploy("scheduler-deployment.yaml") if d["kind"] == "ConfigMap"][0]
+    for c in (cfg, yaml.safe_load(cm["data"]["config.yaml"])):
+        assert c["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+        assert c["profiles"][0]["schedulerName"] == "gpu-scheduler"
+        ext = c["extenders"][0]
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            assert ext[verb + "Verb"] == verb
+        assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
+        names = [r["name"] for r in ext["managedResources"]]
+        assert len(names) == len(set(names))
+        for r in ("nvidia.com/gpu", "nvidia.com/gpu-memory", "nvidia.com/gpu-cores",
+                  "nvidia.com/vcuda-core", "nvidia.com/vcuda-memory", "nvidia.com/mig-1g.10gb"):
+            assert r in names
+        assert ext["urlPrefix"].endswith(":8888")
+
+
+def test_deploy_extender_config_is_accepted(gpusched_bin, tmp_path):
+    import yaml
+    docs = _deploy("extender.yaml")
+    cm = [d for d in docs if d["kind"] == "ConfigMap"][0]
+    dep = [d for d in docs if d["kind"] == "Deployment"][0]
+    assert dep["spec"]["replicas"] == 2
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["limits"]
+    cfg = tmp_path / "extender.yaml"
+    cfg.write_text(cm["data"]["extender.yaml"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    r = subprocess.run([gpusched_bin, "extender", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=10, env=env)
+    # every key is accepted; it stops only because this is not a cluster
+    assert r.returncode == 2 and "KUBERNETES_SERVICE_HOST" in r.stderr, r.stderr
+    rules = [d for d in _deploy("rbac-extender.yaml") if d["kind"] == "ClusterRole"][0]["rules"]
+    verbs = {(g, res): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"]
+             for res in rule["resources"]}
+    assert verbs[("", "pods/binding")] == {"create"}
+    assert "delete" not in verbs[("", "pods")] and "update" not in verbs[("", "nodes")]
+    assert yaml  # the manifests parsed

@@ -1,0 +1,250 @@
+"""The scheduler extender in cluster mode, against the fake kube-apiserver.
+
+Binds write the assignment annotations and the Binding; a restart, a dropped
+watch and a 410 Gone all rebuild the state from pod annotations with nothing
+lost; a failed Binding leaves no GPU held; two replicas elect one leader and
+the other answers /bind with 503; freed GPUs nudge pending pods; a stale
+inventory takes a node out; pods that fit nowhere get an Event.
+"""
+import time
+
+import pytest
+import requests
+
+from fake_apiserver import FakeApiServer
+from test_extender import Extender, gpu_node, pod
+
+PREFIX = "gpusched.io/"
+
+
+def wait_for(fn, timeout=10, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def api():
+    with FakeApiServer(bookmark_interval=0.5) as a:
+        a.add_node("g1", **node_kwargs("g1"))
+        a.add_node("g2", **node_kwargs("g2"))
+        yield a
+
+
+def node_kwargs(name, n=2, updated_at=None):
+    n_ = gpu_node(name, n=n, updated_at=updated_at)
+    return {"labels": {}, "annotations": n_["metadata"]["annotations"],
+            "capacity": n_["status"]["allocatable"]}
+
+
+def add_gpu_pod(api, name, gpus="1", **kw):
+    p = pod(name, {"nvidia.com/gpu": gpus})
+    return api.add_pod("default", name, containers=p["spec"]["containers"], **kw)
+
+
+def start(bin_, api, tmp_path, *extra, name="kubeconfig"):
+    kc = api.write_kubeconfig(tmp_path / name)
+    e = Extender(bin_, ["--kubeconfig", kc, "--inventory-ttl", "0", *extra])
+    e.wait_ready(path="/readyz")
+    return e
+
+
+def schedule(e, api, name, nodes=("g1", "g2")):
+    p = api.get("pods", name, "default")
+    f = e.filter(p, list(nodes))
+    assert f["Error"] == "" and f["NodeNames"], f
+    r = e.bind(p, f["NodeNames"][0])
+    return f["NodeNames"][0], r
+
+
+def test_bind_writes_annotations_then_binding(gpusched_bin, api, tmp_path):
+    p = add_gpu_pod(api, "train", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "train", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        node, r = schedule(e, api, "train")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        got = api.get("pods", "train", "default")
+        ann = got["metadata"]["annotations"]
+        assert got["spec"]["nodeName"] == node
+        assert ann[PREFIX + "node"] == node
+        assert ann[PREFIX + "request-kind"] == "whole"
+        assert len(ann[PREFIX + "gpu-uuids"].split(",")) == 2
+        # the patch came before the Binding
+        kinds = [(m, path) for m, path, _ in api.requests if "/pods/train" in path and m != "GET"]
+        assert kinds[0][0] == "PATCH" and kinds[1][1].endswith("/binding"), kinds
+        assert p["metadata"]["uid"] == got["metadata"]["uid"]
+    finally:
+        e.stop()
+
+
+def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
+    for i in range(2):
+        add_gpu_pod(api, f"p{i}", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for i in range(2):
+            wait_for(lambda: e.filter(api.get("pods", f"p{i}", "default"), ["g1"])["NodeNames"]
+                     is not None, what="pod cached")
+            node, r = schedule(e, api, f"p{i}")
+            assert r.status_code == 200, r.text
+    finally:
+        e.stop()
+    add_gpu_pod(api, "late", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric("gpusched_allocations") == 2
+        f = e.filter(api.get("pods", "late", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [] and set(f["FailedNodes"]) == {"g1", "g2"}
+        assert e.metric("gpusched_extender_rebuilds_total") >= 1
+    finally:
+        e.stop()
+
+
+def test_dropped_watch_and_gone_lose_nothing(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "a", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "a", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        node, r = schedule(e, api, "a", ["g1"])
+        assert r.status_code == 200
+        api.drop_watches()
+        api.delete("pods", "a", "default")  # happens while the stream is down
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="GPUs freed after drop")
+        wait_for(lambda: e.metric("gpusched_extender_watch_restarts_total") >= 2,
+                 what="watch restarts counted")
+        add_gpu_pod(api, "b", "2", node="g2",
+                    annotations={PREFIX + "node": "g2", PREFIX + "request-kind": "whole",
+                                 PREFIX + "gpu-uuids": "GPU-g2-0,GPU-g2-1",
+                                 PREFIX + "gpu-indices": "0,1", PREFIX + "gpu-memory": "81920",
+                                 PREFIX + "gpu-milli": "1000",
+                                 PREFIX + "assigned-at": "2026-11-22T15:20:01.000000Z"})
+        api.drop_watches(gone=True)
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") >= 2, what="relist")
+        wait_for(lambda: e.metric("gpusched_allocations") == 1, what="rebuilt allocation")
+        assert e.metric('gpusched_gpus_allocated{node="g2"') == 2
+    finally:
+        e.stop()
+
+
+def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "f", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.fail("POST", r"/pods/f/binding$", 500)
+        node, r = schedule(e, api, "f", ["g1"])
+        assert r.status_code >= 500 and "Binding" in r.json()["error"], r.text
+        got = api.get("pods", "f", "default")
+        assert PREFIX + "node" not in got["metadata"]["annotations"]
+        assert not got["spec"].get("nodeName")
+        time.sleep(0.3)
+        assert e.metric("gpusched_allocations") == 0
+        node, r = schedule(e, api, "f", ["g1"])  # kube-scheduler retries
+        assert r.status_code == 200
+    finally:
+        e.stop()
+
+
+def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "x", "2")
+    add_gpu_pod(api, "y", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for n in ("x", "y"):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
+                     what="pods cached")
+        import threading
+        res = {}
+        ts = [threading.Thread(target=lambda n=n: res.__setitem__(
+            n, e.bind(api.get("pods", n, "default"), "g1"))) for n in ("x", "y")]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=30)
+        codes = sorted(r.status_code for r in res.values())
+        assert codes == [200, 409], [r.text for r in res.values()]
+        bound = [n for n in ("x", "y") if api.get("pods", n, "default")["spec"].get("nodeName")]
+        assert len(bound) == 1
+    finally:
+        e.stop()
+
+
+def test_leader_election(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "l", "1")
+    args = ["--leader-elect", "--lease-duration", "2", "--lease-namespace", "kube-system"]
+    a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
+    wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+    b = start(gpusched_bin, api, tmp_path, *args, "--identity", "b", name="kc-b")
+    try:
+        wait_for(lambda: b.filter(api.get("pods", "l", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        r = b.bind(api.get("pods", "l", "default"), "g1")
+        assert r.status_code == 503 and "leader" in r.json()["error"]
+        assert b.metric("gpusched_extender_leader") == 0
+        a.stop()  # releases the lease
+        wait_for(lambda: b.metric("gpusched_extender_leader") == 1, what="b takes over")
+        r = b.bind(api.get("pods", "l", "default"), "g1")
+        assert r.status_code == 200, r.text
+        lease = api.get("leases", "gpusched-extender", "kube-system",
+                        prefix="/apis/coordination.k8s.io/v1")
+        assert lease["spec"]["holderIdentity"] == "b"
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "big1", "2")
+    add_gpu_pod(api, "big2", "2")
+    add_gpu_pod(api, "waiting", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for n, node in (("big1", "g1"), ("big2", "g2")):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), [node])["NodeNames"],
+                     what="pods cached")
+            assert e.bind(api.get("pods", n, "default"), node).status_code == 200
+        f = e.filter(api.get("pods", "waiting", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == []
+        ev = wait_for(lambda: [x for x in api.list("events")
+                               if x["involvedObject"]["name"] == "waiting"], what="event")
+        assert ev[0]["reason"] == "GPUUnschedulable" and "0/2 nodes" in ev[0]["message"]
+        api.update("pods", "big1", "default",
+                   fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: PREFIX + "retry-at" in
+                 api.get("pods", "waiting", "default")["metadata"]["annotations"], what="nudge")
+        assert e.metric("gpusched_allocations") == 1
+    finally:
+        e.stop()
+
+
+def test_stale_inventory_makes_a_node_unavailable(gpusched_bin, api, tmp_path):
+    api.add_node("old", **node_kwargs("old", updated_at="2020-01-01T00:00:00Z"))
+    add_gpu_pod(api, "s", "1")
+    kc = api.write_kubeconfig(tmp_path / "kc")
+    e = Extender(gpusched_bin, ["--kubeconfig", kc, "--inventory-ttl", "60"])
+    try:
+        e.wait_ready(path="/readyz")
+        wait_for(lambda: e.metric("gpusched_nodes_stale") == 1, what="stale node")
+        f = e.filter(api.get("pods", "s", "default"), ["g1", "old"])
+        assert f["NodeNames"] == ["g1"]
+        assert "old" in {**f["FailedNodes"], **f["FailedAndUnresolvableNodes"]}
+    finally:
+        e.stop()
+
+
+def test_api_server_errors_do_not_stop_serving(gpusched_bin, api, tmp_path):
+    api.fail("GET", r"/api/v1/pods\?", 500, times=2)
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert requests.get(e.url + "/readyz", timeout=5).status_code == 200
+        assert e.metric('gpusched_extender_lists_total{resource="pods"') == 1
+    finally:
+        e.stop()

@@ -1,0 +1,474 @@
+"""`gpusched webhook`: real AdmissionReview v1 JSON over TLS.
+
+Certificates come from `gpusched webhook gen-certs`; the tests check allowed /
+denied / JSONPatch answers, quota refusals from a quota file, bad input,
+certificate reload and the start-up errors for missing, mismatched or expired
+certificates.
+"""
+import base64
+import copy
+import datetime
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+
+import pytest
+import requests
+
+from conftest import free_port, run
+
+QUOTAS = """\
+- apiVersion: gpusched.io/v1
+  kind: GPUQuota
+  metadata: {name: team, namespace: ml}
+  spec:
+    total: {gpus: 4, memory: 40Gi}
+    models:
+    - {model: H100, gpus: 2}
+- apiVersion: gpusched.io/v1
+  kind: GPUQuota
+  metadata: {name: broken, namespace: ml}
+  spec: {total: {gpu: 1}}
+"""
+
+
+def gen_certs(bin_, out, *extra):
+    r = run(bin_, "webhook", "gen-certs", "--out", str(out), "--ip", "127.0.0.1",
+            "--dns", "localhost", *extra)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+class Webhook:
+    def __init__(self, bin_, tmp, certs, *extra):
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.certs = certs
+        self.log = open(os.path.join(tmp, f"webhook-{self.port}.log"), "w+")
+        self.proc = subprocess.Popen(
+            [bin_, "webhook", "--listen", f"127.0.0.1:{self.port}",
+             "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if self.get("/healthz").text == "ok\n":
+                    return
+            except requests.ConnectionError:
+                pass
+            assert self.proc.poll() is None, self.logs()
+            time.sleep(0.05)
+        raise AssertionError("webhook did not start: " + self.logs())
+
+    def get(self, path):
+        return requests.get(self.url + path, verify=str(self.certs / "ca.crt"), timeout=5)
+
+    def post(self, path, body, **kw):
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return requests.post(self.url + path, data=data, verify=str(self.certs / "ca.crt"),
+                             headers={"Content-Type": "application/json"}, timeout=5, **kw)
+
+    def logs(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def env(gpusched_bin, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("webhook")
+    certs = gen_certs(gpusched_bin, tmp / "certs")
+    quotas = tmp / "quotas.yaml"
+    quotas.write_text(QUOTAS)
+    nodes = tmp / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": [
+        {"metadata": {"name": "a", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                                              "nvidia.com/gpu.memory": "40960"}},
+         "status": {"capacity": {"nvidia.com/gpu": "8"}}},
+        {"metadata": {"name": "t", "labels": {"nvidia.com/gpu.product": "Tesla-T4",
+                                              "nvidia.com/gpu.memory": "15360"}},
+         "status": {"capacity": {"nvidia.com/gpu": "4"}}},
+    ]}))
+    wh = Webhook(gpusched_bin, str(tmp), certs, "--quotas", str(quotas), "--nodes", str(nodes),
+                 "--default-policy", "ml=binpack")
+    yield {"wh": wh, "tmp": tmp, "quotas": quotas, "certs": certs}
+    assert wh.stop() == 0
+
+
+def review(obj, ns="default", op="CREATE", kind="Pod", group="", uid="uid-1"):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "kind": {"group": group, "version": "v1", "kind": kind},
+                        "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
+                        "operation": op, "namespace": ns, "name": "",
+                        "object": obj}}
+
+
+def pod(limits=None, requests_=None, name="p", annotations=None, scheduler=None, init=None):
+    res = {}
+    if limits is not None:
+        res["limits"] = limits
+    if requests_ is not None:
+        res["requests"] = requests_
+    spec = {"containers": [{"name": "train", "image": "cuda", "resources": res}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if init:
+        spec["initContainers"] = init
+    meta = {"name": name}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def answer(r, uid="uid-1"):
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["apiVersion"] == "admission.k8s.io/v1" and body["kind"] == "AdmissionReview"
+    assert body["response"]["uid"] == uid
+    return body["response"]
+
+
+def validate(env, obj, **kw):
+    return answer(env["wh"].post("/validate", review(obj, **kw)), kw.get("uid", "uid-1"))
+
+
+def apply_patch(doc, patch):
+    """A small RFC 6902 'add' applier: enough for the webhook's patches."""
+    doc = copy.deepcopy(doc)
+    for op in patch:
+        assert op["op"] == "add", op
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = doc
+        for p in parts[:-1]:
+            target = target[p]
+        target[parts[-1]] = op["value"]
+    return doc
+
+
+def mutate(env, obj, ns="default"):
+    resp = answer(env["wh"].post("/mutate", review(obj, ns=ns)))
+    assert resp["allowed"] is True
+    if "patch" not in resp:
+        return obj, []
+    assert resp["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(resp["patch"]))
+    return apply_patch(obj, patch), patch
+
+
+# ---- validation ------------------------------------------------------------------
+
+def test_valid_requests_are_allowed(env):
+    for limits in ({"nvidia.com/gpu": "2"},
+                   {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "8Gi",
+                    "nvidia.com/gpu-cores": "30"},
+                   {"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"},
+                   {"nvidia.com/mig-1g.10gb": "1"},
+                   {"cpu": "1"}):
+        resp = validate(env, pod(limits))
+        assert resp["allowed"] is True, (limits, resp)
+
+
+@pytest.mark.parametrize("limits,want", [
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "150"},
+     "containers[0].limits[nvidia.com/gpu-cores]: '150' is out of range 1..100 (container 'train')"),
+    ({"nvidia.com/vcuda-core": "150"},
+     "containers[0].limits[nvidia.com/vcuda-core]: '150' must be below 100"),
+    ({"nvidia.com/gpu": "-1"}, "limits[nvidia.com/gpu]: '-1' is negative"),
+    ({"nvidia.com/gpu": "1x"}, "limits[nvidia.com/gpu]: '1x' has an unknown suffix"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"},
+     "limits[nvidia.com/gpu]: cannot be combined with MIG instances"),
+    ({"nvidia.com/gpu-memory": "4Gi"}, "needs nvidia.com/gpu"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "48Gi"},
+     "containers[0].limits[nvidia.com/gpu-memory]: asks for 48Gi per GPU, but the largest GPU "
+     "in the cluster (NVIDIA-A100-SXM4-40GB) has 40Gi (container 'train')"),
+    ({"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "200"},
+     "limits[nvidia.com/vcuda-memory]: asks for 50Gi per GPU"),
+    ({"nvidia.com/gpu": "9"}, "the pod asks for 9 GPUs on one node, but the largest node has 8"),
+])
+def test_impossible_requests_are_denied(env, limits, want):
+    resp = validate(env, pod(limits))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
+    assert want in resp["status"]["message"]
+
+
+def test_requests_must_match_limits(env):
+    resp = validate(env, pod({"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "1"}))
+    assert resp["allowed"] is False
+    assert "requests[nvidia.com/gpu]: '1' differs from limits '2'" in resp["status"]["message"]
+    resp = validate(env, pod(None, {"nvidia.com/gpu": "1"}))
+    assert resp["allowed"] is False
+    assert "requests[nvidia.com/gpu]: set without limits" in resp["status"]["message"]
+
+
+def test_quota_refuses_a_request_that_alone_exceeds_it(env):
+    # 4 whole GPUs fit the total in ns ml; 5 do not; other namespaces are free
+    assert validate(env, pod({"nvidia.com/gpu": "4"}), ns="ml")["allowed"] is True
+    resp = validate(env, pod({"nvidia.com/gpu": "5"}), ns="ml")
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert "GPUQuota ml/team: whole GPUs: the pod asks for 5" in resp["status"]["message"]
+    assert "limit 4" in resp["status"]["message"]
+    assert validate(env, pod({"nvidia.com/gpu": "5"}), ns="other")["allowed"] is True
+    # pinned to H100 (limit 2): 3 refused
+    resp = validate(env, pod({"nvidia.com/gpu": "3"},
+                             annotations={"gpusched.io/gpu-type": "H100"}), ns="ml")
+    assert resp["allowed"] is False
+    assert "whole GPUs on H100: the pod asks for 3" in resp["status"]["message"]
+    # shared memory against the 40Gi total
+    resp = validate(env, pod({"nvidia.com/gpu": "2", "nvidia.com/gpu-memory": "64Gi"}), ns="ml")
+    assert resp["allowed"] is False and "GPU memory" in resp["status"]["message"]
+
+
+def test_broken_quota_in_file_is_ignored_and_counted(env):
+    metrics = env["wh"].get("/metrics").text
+    assert "gpusched_webhook_quota_objects 1\n" in metrics
+    assert "gpusched_webhook_quota_objects_broken 1\n" in metrics
+    assert "object 1 ignored: GPUQuota ml/broken: spec.total.gpu: unknown field" in env["wh"].logs()
+
+
+def test_gpuquota_objects_are_validated(env):
+    good = {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+            "metadata": {"name": "q"}, "spec": {"models": [{"model": "T4", "memory": "64Gi"}]}}
+    resp = validate(env, good, ns="ml", kind="GPUQuota", group="gpusched.io")
+    assert resp["allowed"] is True
+    bad = copy.deepcopy(good)
+    bad["spec"]["models"][0]["memroy"] = "1Gi"
+    resp = validate(env, bad, ns="ml", kind="GPUQuota", group="gpusched.io", op="UPDATE")
+    assert resp["allowed"] is False
+    assert "spec.models[0].memroy: unknown field" in resp["status"]["message"]
+
+
+def test_other_kinds_and_operations_pass(env):
+    assert validate(env, {"metadata": {"name": "x"}}, kind="ConfigMap")["allowed"] is True
+    assert validate(env, None, op="DELETE")["allowed"] is True
+    assert validate(env, pod({"nvidia.com/gpu": "99"}), op="UPDATE")["allowed"] is True
+
+
+# ---- mutation ---------------------------------------------------------------------
+
+def test_mutate_sets_scheduler_and_canonical_annotation(env):
+    p = pod({"nvidia.com/gpu": "2"}, scheduler="default-scheduler")
+    out, patch = mutate(env, p)
+    assert out["spec"]["schedulerName"] == "gpu-scheduler"
+    assert out["metadata"]["annotations"] == {"gpusched.io/request": "kind=whole,gpus=2"}
+
+
+def test_mutate_keeps_a_chosen_scheduler(env):
+    out, _ = mutate(env, pod({"nvidia.com/gpu": "1"}, scheduler="my-scheduler"))
+    assert out["spec"]["schedulerName"] == "my-scheduler"
+
+
+def test_mutate_normalises_tkestack_form(env):
+    tke, _ = mutate(env, pod({"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"},
+                             annotations={"team": "a"}))
+    same, _ = mutate(env, pod({"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "2Gi",
+                               "nvidia.com/gpu-cores": "50"}))
+    want = "kind=shared,gpus=1,memory-mib=2048,milli=500"
+    assert tke["metadata"]["annotations"]["gpusched.io/request"] == want
+    assert same["metadata"]["annotations"]["gpusched.io/request"] == want
+    assert tke["metadata"]["annotations"]["team"] == "a"  # existing annotations kept
+
+
+def test_mutate_applies_namespace_default_policy(env):
+    out, _ = mutate(env, pod({"nvidia.com/gpu": "1"}), ns="ml")
+    assert out["metadata"]["annotations"]["gpusched.io/policy"] == "binpack"
+    out, _ = mutate(env, pod({"nvidia.com/gpu": "1"},
+                             annotations={"gpusched.io/policy": "spread"}), ns="ml")
+    assert out["metadata"]["annotations"]["gpusched.io/policy"] == "spread"
+    out, _ = mutate(env, pod({"nvidia.com/gpu": "1"}), ns="other")
+    assert "gpusched.io/policy" not in out["metadata"]["annotations"]
+
+
+def test_mutate_leaves_cpu_pods_and_broken_pods_alone(env):
+    _, patch = mutate(env, pod({"cpu": "1"}))
+    assert patch == []
+    _, patch = mutate(env, pod({"nvidia.com/gpu-cores": "500"}))
+    assert patch == []
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("body,want", [
+    ("not json", "body is not JSON"),
+    ("[]", "expected an AdmissionReview object"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
+                 "request": {"uid": "x"}}), "apiVersion: 'admission.k8s.io/v1beta1' is not supported"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}), "is not AdmissionReview"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "request: missing"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                 "request": {"kind": {"kind": "Pod"}, "operation": "CREATE"}}), "request.uid"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                 "request": {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE"}}),
+     "request.object: missing"),
+    ("", "empty body"),
+])
+def test_bad_bodies_get_clear_errors(env, body, want):
+    for path in ("/validate", "/mutate"):
+        r = env["wh"].post(path, body)
+        assert r.status_code == 400, r.text
+        assert want in r.json()["error"]
+
+
+def test_oversized_and_wrong_method(env):
+    r = env["wh"].post("/validate", "x" * (2 << 20))
+    assert r.status_code == 413
+    assert requests.get(env["wh"].url + "/validate", verify=str(env["certs"] / "ca.crt"),
+                        timeout=5).status_code == 405
+    assert env["wh"].get("/nope").status_code == 404
+    assert env["wh"].get("/healthz").text == "ok\n"  # still serving
+    m = env["wh"].get("/metrics").text
+    assert 'gpusched_webhook_requests_total{endpoint="validate",result="error"}' in m
+    assert 'gpusched_webhook_requests_total{endpoint="mutate",result="patched"}' in m
+
+
+# ---- reloads --------------------------------------------------------------------------
+
+def served_cert(port):
+    return ssl.get_server_certificate(("127.0.0.1", port))
+
+
+def test_quota_file_reload(gpusched_bin, tmp_path):
+    certs = gen_certs(gpusched_bin, tmp_path / "c")
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps([{"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                              "metadata": {"name": "a", "namespace": "ns"},
+                              "spec": {"total": {"gpus": 1}}}]))
+    wh = Webhook(gpusched_bin, str(tmp_path), certs, "--quotas", str(q))
+    try:
+        env = {"wh": wh}
+        assert validate(env, pod({"nvidia.com/gpu": "2"}), ns="ns")["allowed"] is False
+        q.write_text(json.dumps([{"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                                  "metadata": {"name": "a", "namespace": "ns"},
+                                  "spec": {"total": {"gpus": 2}}}]))
+        os.utime(q, (time.time() + 5, time.time() + 5))
+        deadline = time.time() + 10
+        while validate(env, pod({"nvidia.com/gpu": "2"}), ns="ns")["allowed"] is False:
+            assert time.time() < deadline, wh.logs()
+            time.sleep(0.2)
+        # an unreadable new file keeps the quotas in force
+        q.write_text("[{")
+        os.utime(q, (time.time() + 10, time.time() + 10))
+        deadline = time.time() + 10
+        while "gpusched_webhook_quota_reload_errors_total 1" not in wh.get("/metrics").text:
+            assert time.time() < deadline, wh.logs()
+            time.sleep(0.2)
+        assert validate(env, pod({"nvidia.com/gpu": "3"}), ns="ns")["allowed"] is False
+    finally:
+        assert wh.stop() == 0
+
+
+def test_certificate_reload(gpusched_bin, tmp_path):
+    live = gen_certs(gpusched_bin, tmp_path / "live")
+    wh = Webhook(gpusched_bin, str(tmp_path), live)
+    try:
+        before = served_cert(wh.port)
+        fresh = gen_certs(gpusched_bin, tmp_path / "fresh")
+        # a broken pair is refused and the old one kept
+        (live / "tls.crt").write_text("garbage")
+        deadline = time.time() + 10
+        while 'gpusched_webhook_tls_reloads_total{result="error"} 0' in wh.get("/metrics").text:
+            assert time.time() < deadline, wh.logs()
+            time.sleep(0.2)
+        assert served_cert(wh.port) == before
+        # the new pair is picked up; the old CA no longer verifies
+        shutil.copy(fresh / "tls.key", live / "tls.key")
+        shutil.copy(fresh / "tls.crt", live / "tls.crt")
+        deadline = time.time() + 10
+        while served_cert(wh.port) == before:
+            assert time.time() < deadline, wh.logs()
+            time.sleep(0.2)
+        r = requests.get(wh.url + "/healthz", verify=str(fresh / "ca.crt"), timeout=5)
+        assert r.text == "ok\n"
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(wh.url + "/healthz", verify=str(live / "ca.crt"), timeout=5)
+        assert "TLS certificate reloaded" in wh.logs()
+    finally:
+        assert wh.stop() == 0
+
+
+# ---- start-up errors ------------------------------------------------------------------
+
+def expired_pair(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired")])
+    now = datetime.datetime.utcnow()
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=30))
+            .not_valid_after(now - datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "old.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "old.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return tmp_path / "old.crt", tmp_path / "old.key"
+
+
+def start_fails(bin_, *args):
+    r = run(bin_, "webhook", "--listen", f"127.0.0.1:{free_port()}", *args, timeout=20)
+    assert r.returncode != 0
+    return r
+
+
+def test_start_errors(gpusched_bin, tmp_path):
+    a = gen_certs(gpusched_bin, tmp_path / "a")
+    b = gen_certs(gpusched_bin, tmp_path / "b")
+    r = start_fails(gpusched_bin)
+    assert r.returncode == 2 and "--tls-cert and --tls-key are required" in r.stderr
+    r = start_fails(gpusched_bin, "--tls-cert", str(tmp_path / "none.crt"), "--tls-key",
+                    str(a / "tls.key"))
+    assert "none.crt" in r.stderr
+    r = start_fails(gpusched_bin, "--tls-cert", str(a / "tls.crt"), "--tls-key",
+                    str(b / "tls.key"))
+    assert "not a matching certificate and key" in r.stderr
+    r = start_fails(gpusched_bin, "--tls-cert", str(a / "ca-bundle.txt"), "--tls-key",
+                    str(a / "tls.key"))
+    assert "not a PEM certificate" in r.stderr
+    crt, key = expired_pair(tmp_path)
+    r = start_fails(gpusched_bin, "--tls-cert", str(crt), "--tls-key", str(key))
+    assert "certificate expired at" in r.stderr
+    bad = tmp_path / "q.yaml"
+    bad.write_text("a: [b\n")
+    r = start_fails(gpusched_bin, "--tls-cert", str(a / "tls.crt"), "--tls-key",
+                    str(a / "tls.key"), "--quotas", str(bad))
+    assert "q.yaml: YAML line" in r.stderr
+
+
+def test_gen_certs_names_and_errors(gpusched_bin, tmp_path):
+    out = gen_certs(gpusched_bin, tmp_path / "c", "--service", "wh", "--namespace", "sys")
+    text = (out / "tls.crt").read_text()
+    assert text.startswith("-----BEGIN CERTIFICATE-----")
+    bundle = (out / "ca-bundle.txt").read_text().strip()
+    assert base64.b64decode(bundle).decode() == (out / "ca.crt").read_text()
+    assert oct(os.stat(out / "tls.key").st_mode & 0o777) == "0o600"
+    r = subprocess.run(["openssl", "x509", "-in", str(out / "tls.crt"), "-noout", "-ext",
+                        "subjectAltName"], capture_output=True, text=True)
+    if r.returncode == 0:
+        for name in ("DNS:wh", "DNS:wh.sys", "DNS:wh.sys.svc", "DNS:wh.sys.svc.cluster.local",
+                     "IP Address:127.0.0.1"):
+            assert name in r.stdout
+    r = run(gpusched_bin, "webhook", "gen-certs", "--out", str(tmp_path / "d"), "--days", "0")
+    assert r.returncode == 2 and "--days" in r.stderr
+    r = run(gpusched_bin, "webhook", "gen-certs", "--out", str(tmp_path / "d"), "--ip", "nope")
+    assert r.returncode == 2 and "'nope' is not an IP address" in r.stderr
+    r = run(gpusched_bin, "webhook", "gen-certs")
+    assert r.returncode == 2 and "--out DIR is required" in r.stderr

@@ -1,0 +1,211 @@
+/*
+ * tests/gpu/fake_nvml.c - a stand-in libnvidia-ml.so.1 for CI, which has no GPU.
+ *
+ * The device plugin's NVML backend (src/dp/nvml.c) dlopens the driver's
+ * library. This file, built as a shared library by
+ * tests/blackbox/test_device_plugin_nvml.py, exports the same symbols with
+ * the NVML API's signatures and struct layouts (written here independently
+ * of src/dp/nvml.c, from the NVML reference) so that the backend's real code
+ * path runs in CI: discovery, PCI/NUMA, MIG, topology, NVLink, events, probes.
+ *
+ * It models two H100s, NVLinked (4 links) and on one PCIe switch, plus a
+ * third GPU in MIG mode with one 1g.10gb instance. Control files, named by
+ * environment variables:
+ *   FAKE_NVML_XID   "<gpu index> <xid>": the next nvmlEventSetWait_v2
+ *                   returns that XID event, then the file is removed;
+ *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int ret_t;
+enum { OK = 0, INVALID_ARG = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6, TIMEOUT = 10, GPU_LOST = 15 };
+
+struct dev {
+    int idx, mig_parent, is_mig;
+};
+typedef struct dev *handle_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} mem_t;
+typedef struct {
+    char legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+} pci_t;
+typedef struct {
+    handle_t device;
+    unsigned long long type, data;
+    unsigned gi, ci;
+} event_t;
+typedef struct {
+    unsigned mp, ce, dec, enc, jpg, ofa, gi_slices, ci_slices;
+    unsigned long long mem_mb;
+} attr_t;
+
+static struct dev gpus[3] = {{0, -1, 0}, {1, -1, 0}, {2, -1, 0}};
+static struct dev mig0 = {2, 2, 1};
+static int inited;
+static int registered[3];
+
+static int lost(const struct dev *d)
+{
+    const char *f = getenv("FAKE_NVML_LOST");
+    return d->idx == 1 && !d->is_mig && f && access(f, F_OK) == 0;
+}
+
+ret_t nvmlInit_v2(void) { inited++; return OK; }
+ret_t nvmlShutdown(void) { inited--; return OK; }
+const char *nvmlErrorString(ret_t r)
+{
+    return r == GPU_LOST ? "GPU is lost" : r == NOT_SUPPORTED ? "Not Supported" : "fake error";
+}
+ret_t nvmlSystemGetDriverVersion(char *buf, unsigned len)
+{
+    snprintf(buf, len, "580.159.04-fake");
+    return OK;
+}
+ret_t nvmlDeviceGetCount_v2(unsigned *n) { *n = 3; return inited ? OK : 1; }
+ret_t nvmlDeviceGetHandleByIndex_v2(unsigned i, handle_t *h)
+{
+    if (i >= 3)
+        return INVALID_ARG;
+    *h = &gpus[i];
+    return OK;
+}
+ret_t nvmlDeviceGetUUID(handle_t h, char *buf, unsigned len)
+{
+    if (lost(h))
+        return GPU_LOST;
+    if (h->is_mig)
+        snprintf(buf, len, "MIG-fake0000-0000-4000-8000-00000000000%d", h->idx);
+    else
+        snprintf(buf, len, "GPU-fake0000-0000-4000-8000-00000000000%d", h->idx);
+    return OK;
+}
+ret_t nvmlDeviceGetHandleByUUID(const char *uuid, handle_t *h)
+{
+    for (int i = 0; i < 3; i++) {
+        char u[96];
+        nvmlDeviceGetUUID(&gpus[i], u, sizeof u);
+        if (strcmp(u, uuid) == 0) {
+            *h = &gpus[i];
+            return lost(&gpus[i]) ? GPU_LOST : OK;
+        }
+    }
+    return lost(&gpus[1]) && strstr(uuid, "0001") ? GPU_LOST : NOT_FOUND;
+}
+ret_t nvmlDeviceGetName(handle_t h, char *buf, unsigned len)
+{
+    snprintf(buf, len, h->idx == 2 ? "NVIDIA A100-SXM4-40GB" : "NVIDIA H100 80GB HBM3");
+    return OK;
+}
+ret_t nvmlDeviceGetMemoryInfo(handle_t h, mem_t *m)
+{
+    if (lost(h))
+        return GPU_LOST;
+    m->total = (h->idx == 2 ? 40960ULL : 81559ULL) << 20;
+    m->used = 0;
+    m->free = m->total;
+    return OK;
+}
+ret_t nvmlDeviceGetMinorNumber(handle_t h, unsigned *m) { *m = (unsigned)h->idx + 4; return OK; }
+ret_t nvmlDeviceGetPciInfo_v3(handle_t h, pci_t *p)
+{
+    if (lost(h))
+        return GPU_LOST;
+    memset(p, 0, sizeof *p);
+    p->bus = 0x19 + (unsigned)h->idx;
+    snprintf(p->legacy, sizeof p->legacy, "0000:%02X:00.0", p->bus);
+    snprintf(p->bus_id, sizeof p->bus_id, "00000000:%02X:00.0", p->bus);
+    p->pci_device_id = 0x233010de;
+    return OK;
+}
+ret_t nvmlDeviceGetIndex(handle_t h, unsigned *i) { *i = (unsigned)h->idx; return OK; }
+ret_t nvmlDeviceGetMigMode(handle_t h, unsigned *cur, unsigned *pend)
+{
+    if (h->idx != 2)
+        return NOT_SUPPORTED;
+    *cur = *pend = 1;
+    return OK;
+}
+ret_t nvmlDeviceGetMaxMigDeviceCount(handle_t h, unsigned *n) { *n = h->idx == 2 ? 7 : 0; return OK; }
+ret_t nvmlDeviceGetMigDeviceHandleByIndex(handle_t h, unsigned i, handle_t *m)
+{
+    if (h->idx != 2 || i != 0)
+        return NOT_FOUND;
+    *m = &mig0;
+    return OK;
+}
+ret_t nvmlDeviceGetGpuInstanceId(handle_t h, unsigned *id) { *id = h->is_mig ? 7 : 0; return OK; }
+ret_t nvmlDeviceGetComputeInstanceId(handle_t h, unsigned *id) { (void)h; *id = 0; return OK; }
+ret_t nvmlDeviceGetAttributes_v2(handle_t h, attr_t *a)
+{
+    if (!h->is_mig)
+        return NOT_SUPPORTED;
+    memset(a, 0, sizeof *a);
+    a->gi_slices = a->ci_slices = 1;
+    a->mem_mb = 9856;
+    return OK;
+}
+ret_t nvmlDeviceGetTopologyCommonAncestor(handle_t a, handle_t b, int *level)
+{
+    *level = (a->idx + b->idx == 1) ? 10 /* one switch */ : 50 /* system */;
+    return OK;
+}
+ret_t nvmlDeviceGetNvLinkState(handle_t h, unsigned link, int *active)
+{
+    if (h->idx == 2 || link >= 6)
+        return NOT_SUPPORTED;
+    *active = link < 4; /* links 0-3 up, 4-5 down */
+    return OK;
+}
+ret_t nvmlDeviceGetNvLinkRemotePciInfo_v2(handle_t h, unsigned link, pci_t *p)
+{
+    (void)link;
+    return nvmlDeviceGetPciInfo_v3(&gpus[1 - h->idx], p);
+}
+ret_t nvmlEventSetCreate(void **set) { static int s; *set = &s; return OK; }
+ret_t nvmlEventSetFree(void *set) { (void)set; return OK; }
+ret_t nvmlDeviceGetSupportedEventTypes(handle_t h, unsigned long long *mask)
+{
+    *mask = h->idx == 2 ? 0 : 0xff9f; /* what an H100 reports */
+    return OK;
+}
+ret_t nvmlDeviceRegisterEvents(handle_t h, unsigned long long mask, void *set)
+{
+    (void)set;
+    if (h->is_mig || !(mask & 0x8))
+        return INVALID_ARG;
+    registered[h->idx] = 1;
+    return OK;
+}
+ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
+{
+    const char *f = getenv("FAKE_NVML_XID");
+    FILE *fp = f ? fopen(f, "r") : NULL;
+    int idx;
+    unsigned long long xid;
+
+    (void)set;
+    if (fp) {
+        int n = fscanf(fp, "%d %llu", &idx, &xid);
+        fclose(fp);
+        unlink(f);
+        if (n == 2 && idx >= 0 && idx < 3 && registered[idx]) {
+            memset(ev, 0, sizeof *ev);
+            ev->device = &gpus[idx];
+            ev->type = 0x8;
+            ev->data = xid;
+            ev->gi = ev->ci = 0xFFFFFFFFu;
+            return OK;
+        }
+    }
+    struct timespec ts = {0, (long)(timeout_ms < 100 ? timeout_ms : 100) * 1000000L};
+    nanosleep(&ts, NULL);
+    return TIMEOUT;
+}

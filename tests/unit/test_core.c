@@ -1,0 +1,649 @@
+/* Unit tests for the core's cluster model, filters, reserve/unreserve,
+ * topology choice, preemption, registry and fragmentation. */
+#include <stdlib.h>
+
+#include "test.h"
+#include "test_core_helpers.h"
+
+/* Every GPU and node total must equal capacity minus what allocations hold. */
+static void check_invariants(struct core_cluster *c)
+{
+    for (int i = 0; i < core_cluster_node_count(c); i++) {
+        const struct core_node *n = core_cluster_node(c, i);
+        int64_t cpu = 0, mem = 0, milli[CORE_MAX_GPUS] = {0}, gmem[CORE_MAX_GPUS] = {0};
+        int pods = 0;
+        for (int k = 0; k < core_cluster_alloc_count(c); k++) {
+            const struct core_alloc *a = core_cluster_alloc(c, k);
+            if (strcmp(a->node, n->name) != 0)
+                continue;
+            cpu += a->cpu_milli;
+            mem += a->mem_bytes;
+            pods++;
+            for (int g = 0; g < a->n; g++) {
+                milli[a->gpu[g]] += a->milli[g];
+                gmem[a->gpu[g]] += a->mem_mib[g];
+            }
+        }
+        ASSERT_EQ(n->free_cpu_milli, n->cpu_milli - cpu);
+        ASSERT_EQ(n->free_mem_bytes, n->mem_bytes - mem);
+        ASSERT_EQ(n->n_pods, pods);
+        ASSERT_TRUE(n->free_cpu_milli >= 0 && n->free_mem_bytes >= 0);
+        for (int g = 0; g < n->n_gpus; g++) {
+            ASSERT_EQ(n->gpus[g].free_milli, 1000 - milli[g]);
+            ASSERT_EQ(n->gpus[g].free_mem_mib, n->gpus[g].mem_mib - gmem[g]);
+            ASSERT_TRUE(n->gpus[g].free_milli >= 0 && n->gpus[g].free_mem_mib >= 0);
+        }
+    }
+}
+
+static void test_model(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    ASSERT_EQ(tc_node(c, "a", 32000, 128, 8, "A100", 40960), 0);
+    ASSERT_EQ(tc_node(c, "b", 16000, 64, 2, "T4", 15360), 0);
+    ASSERT_EQ(core_cluster_node_count(c), 2);
+    const struct core_node *a = core_cluster_find(c, "a");
+    ASSERT_TRUE(a && a->n_gpus == 8 && a->gpus[3].free_milli == 1000);
+    ASSERT_TRUE(core_cluster_find(c, "zzz") == NULL);
+    ASSERT_EQ(core_cluster_model_count(c), 2);
+    ASSERT_STREQ(core_cluster_model(c, a->gpus[0].model_id), "A100");
+    ASSERT_EQ(core_node_gpu_by_uuid(a, "GPU-a-5", NULL), 5);
+
+    /* update in place: the node keeps its name and becomes 4 GPUs */
+    ASSERT_EQ(tc_node(c, "a", 32000, 128, 4, "A100", 40960), 0);
+    ASSERT_EQ(core_cluster_node_count(c), 2);
+    ASSERT_EQ(core_cluster_find(c, "a")->n_gpus, 4);
+
+    /* many nodes: hash lookups survive growth and removals */
+    char name[32];
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "n%03d", i);
+        ASSERT_EQ(tc_node(c, name, 1000, 1, 1, "T4", 15360), 0);
+    }
+    for (int i = 0; i < 300; i += 3) {
+        snprintf(name, sizeof name, "n%03d", i);
+        ASSERT_EQ(core_cluster_remove_node(c, name, &e), 0);
+    }
+    ASSERT_EQ(core_cluster_node_count(c), 202);
+    ASSERT_TRUE(core_cluster_find(c, "n001") && !core_cluster_find(c, "n003"));
+    ASSERT_EQ(core_cluster_remove_node(c, "n003", &e), -GS_ENOENT);
+    ASSERT_CONTAINS(e.msg, "n003");
+
+    /* bad specs name the field */
+    struct core_node_spec s;
+    memset(&s, 0, sizeof s);
+    s.name = "bad";
+    s.n_gpus = 2;
+    snprintf(s.gpus[0].model, sizeof s.gpus[0].model, "T4");
+    snprintf(s.gpus[1].model, sizeof s.gpus[1].model, "T4");
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "gpus[1].index: 0 appears twice");
+    s.gpus[1].index = 1;
+    s.gpus[1].model[0] = '\0';
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "gpus[1].model: empty");
+    s.n_gpus = 17;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "at most 16");
+    s.n_gpus = 0;
+    s.cpu_milli = -1;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "cpu_milli");
+    core_cluster_free(c);
+}
+
+static void test_filter_reasons(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_status st;
+    tc_node(c, "t4", 32000, 64, 8, "T4", 16384);
+    const struct core_node *n = core_cluster_find(c, "t4");
+
+    struct core_pod p = tc_pod("p1", CORE_REQ_WHOLE, 4, 0, 0, 1000);
+    ASSERT_EQ(core_filter(c, n, &p, &st), 1);
+    ASSERT_EQ(st.code, CORE_FIT);
+    /* hold 6 of the 8 GPUs */
+    struct core_pod h = tc_pod("h", CORE_REQ_WHOLE, 6, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "t4", &h, "binpack"), 0);
+    ASSERT_EQ(core_filter(c, n, &p, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNSCHEDULABLE);
+    ASSERT_STREQ(st.reason, "node has 2 free GPUs, pod needs 4");
+    ASSERT_STREQ(st.plugin, "GPUFit");
+
+    /* more GPUs than the node has: unresolvable */
+    struct core_pod big = tc_pod("big", CORE_REQ_WHOLE, 9, 0, 0, 1000);
+    ASSERT_EQ(core_filter(c, n, &big, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_CONTAINS(st.reason, "node has 8 healthy GPUs, pod needs 9");
+
+    /* wrong model */
+    struct core_pod a100 = tc_pod("a", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    a100.req.n_types = 1;
+    snprintf(a100.req.types[0], CORE_MODEL_MAX, "A100");
+    ASSERT_EQ(core_filter(c, n, &a100, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_STREQ(st.reason, "no GPU of model A100 (node has T4)");
+    a100.req.n_types = 0;
+    a100.req.n_types_exclude = 1;
+    snprintf(a100.req.types_exclude[0], CORE_MODEL_MAX, "t4");
+    ASSERT_EQ(core_filter(c, n, &a100, &st), 0);
+    ASSERT_CONTAINS(st.reason, "excluded");
+
+    /* shared memory: the GPU with the most free memory is named */
+    struct core_pod m1 = tc_pod("m1", CORE_REQ_SHARED, 1, 0, 14336, 100);
+    ASSERT_EQ(tc_place(c, "t4", &m1, "binpack"), 0);
+    struct core_pod m2 = tc_pod("m2", CORE_REQ_SHARED, 1, 0, 14336, 100);
+    ASSERT_EQ(tc_place(c, "t4", &m2, "binpack"), 0);
+    struct core_pod m3 = tc_pod("m3", CORE_REQ_SHARED, 1, 0, 8192, 100);
+    ASSERT_EQ(core_filter(c, n, &m3, &st), 0);
+    ASSERT_STREQ(st.reason, "GPU 6 has 2048 MiB free, pod needs 8192 MiB");
+    struct core_pod huge = tc_pod("m4", CORE_REQ_SHARED, 1, 0, 20000, 100);
+    ASSERT_EQ(core_filter(c, n, &huge, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_CONTAINS(st.reason, "at most 16384 MiB");
+
+    /* compute short */
+    struct core_pod k1 = tc_pod("k1", CORE_REQ_SHARED, 1, 700, 0, 100);
+    struct core_pod k2 = tc_pod("k2", CORE_REQ_SHARED, 1, 700, 0, 100);
+    ASSERT_EQ(core_unreserve(c, "m1", NULL), 0);
+    ASSERT_EQ(core_unreserve(c, "m2", NULL), 0);
+    ASSERT_EQ(tc_place(c, "t4", &k1, "binpack"), 0);
+    ASSERT_EQ(tc_place(c, "t4", &k2, "binpack"), 0);
+    struct core_pod k3 = tc_pod("k3", CORE_REQ_SHARED, 1, 500, 0, 100);
+    ASSERT_EQ(core_filter(c, n, &k3, &st), 0);
+    ASSERT_CONTAINS(st.reason, "has 300 thousandths of compute free, pod needs 500");
+
+    /* CPU and memory */
+    struct core_pod cpu = tc_pod("cpu", CORE_REQ_NONE, 0, 0, 0, 64000);
+    ASSERT_EQ(core_filter(c, n, &cpu, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_CONTAINS(st.reason, "pod needs 64000m");
+    cpu.req.cpu_milli = 31000;
+    ASSERT_EQ(core_filter(c, n, &cpu, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNSCHEDULABLE);
+    cpu.req.cpu_milli = 100;
+    cpu.req.mem_bytes = (int64_t)65 << 30;
+    ASSERT_EQ(core_filter(c, n, &cpu, &st), 0);
+    ASSERT_CONTAINS(st.reason, "memory free");
+
+    /* unavailable */
+    cpu.req.mem_bytes = 0;
+    ASSERT_EQ(core_filter(c, n, &cpu, &st), 1);
+    ASSERT_EQ(core_cluster_set_available(c, "t4", 0, NULL), 0);
+    ASSERT_EQ(core_filter(c, n, &cpu, &st), 0);
+    ASSERT_CONTAINS(st.reason, "unavailable");
+    core_cluster_free(c);
+}
+
+static void test_taints_labels(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_status st;
+    struct core_node_spec s;
+    const char *keys[] = {"zone", "nvidia.com/gpu.product"};
+    const char *vals[] = {"a", "T4"};
+    struct core_taint taint = {"gpu", "only", "NoSchedule"};
+    memset(&s, 0, sizeof s);
+    s.name = "n";
+    s.cpu_milli = 8000;
+    s.mem_bytes = (int64_t)16 << 30;
+    s.n_labels = 2;
+    s.label_keys = keys;
+    s.label_values = vals;
+    s.n_taints = 1;
+    s.taints = &taint;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+    const struct core_node *n = core_cluster_find(c, "n");
+
+    struct core_pod p = tc_pod("p", CORE_REQ_NONE, 0, 0, 0, 100);
+    ASSERT_EQ(core_filter(c, n, &p, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_STREQ(st.plugin, "TaintToleration");
+    ASSERT_CONTAINS(st.reason, "gpu=only:NoSchedule");
+    char key[] = "gpu", val[] = "only";
+    struct core_toleration tol = {key, val, 0, NULL};
+    p.n_tolerations = 1;
+    p.tolerations = &tol;
+    ASSERT_EQ(core_filter(c, n, &p, &st), 1);
+
+    /* nodeSelector */
+    char sk[] = "zone", sv[] = "b";
+    char *skeys[] = {sk}, *svals[] = {sv};
+    p.n_selector = 1;
+    p.selector_keys = skeys;
+    p.selector_values = svals;
+    ASSERT_EQ(core_filter(c, n, &p, &st), 0);
+    ASSERT_STREQ(st.plugin, "NodeAffinity");
+    ASSERT_CONTAINS(st.reason, "nodeSelector");
+    svals[0][0] = 'a';
+    ASSERT_EQ(core_filter(c, n, &p, &st), 1);
+    /* the label copy is the node's own */
+    ASSERT_STREQ(n->label_values[0], "a");
+    core_cluster_free(c);
+}
+
+static void test_reserve(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    tc_node(c, "n", 16000, 64, 4, "A100", 40960);
+    struct core_node *n = core_cluster_find(c, "n");
+
+    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 2, 0, 0, 4000);
+    w.req.mem_bytes = (int64_t)8 << 30;
+    struct core_alloc a;
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), n, &w, &a, &e), 0);
+    ASSERT_EQ(a.n, 2);
+    ASSERT_EQ(a.gpu[0], 0);
+    ASSERT_EQ(a.gpu[1], 1);
+    ASSERT_EQ(a.mem_mib[0], 40960);
+    ASSERT_EQ(a.milli[1], 1000);
+    ASSERT_STREQ(a.pod_name, "default/w");
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    ASSERT_EQ(n->free_cpu_milli, 12000);
+    ASSERT_EQ(n->free_mem_bytes, (int64_t)56 << 30);
+    ASSERT_EQ(n->gpus[0].free_milli, 0);
+    ASSERT_EQ(n->gpus[1].free_mem_mib, 0);
+    ASSERT_EQ(n->n_pods, 1);
+    ASSERT_TRUE(core_alloc_find(c, "w") != NULL);
+    ASSERT_EQ(core_alloc_find(c, "w")->gpu[1], 1);
+
+    /* the same UID twice */
+    ASSERT_EQ(core_reserve(c, &a, &e), -GS_ECONFLICT);
+    /* a whole GPU that is taken: refused, nothing changes */
+    uint64_t gen = n->generation;
+    struct core_alloc b = a;
+    snprintf(b.pod_uid, sizeof b.pod_uid, "x");
+    ASSERT_EQ(core_reserve(c, &b, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "GPU 0 is in use");
+    ASSERT_EQ(n->generation, gen);
+    ASSERT_EQ(n->free_cpu_milli, 12000);
+    /* sharing beyond compute: refused */
+    struct core_alloc s1;
+    struct core_pod sp = tc_pod("s1", CORE_REQ_SHARED, 1, 600, 10000, 1000);
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), n, &sp, &s1, &e), 0);
+    ASSERT_EQ(s1.gpu[0], 2);
+    ASSERT_EQ(core_reserve(c, &s1, &e), 0);
+    struct core_alloc s2 = s1;
+    snprintf(s2.pod_uid, sizeof s2.pod_uid, "s2");
+    ASSERT_EQ(core_reserve(c, &s2, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "GPU 2 has 400 thousandths of compute free");
+    s2.milli[0] = 400;
+    s2.mem_mib[0] = 30961; /* 1 MiB too many */
+    ASSERT_EQ(core_reserve(c, &s2, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "30960 MiB free");
+    s2.mem_mib[0] = 30960;
+    ASSERT_EQ(core_reserve(c, &s2, &e), 0);
+    ASSERT_EQ(n->gpus[2].free_milli, 0);
+    ASSERT_EQ(n->gpus[2].free_mem_mib, 0);
+    /* CPU beyond the node: refused */
+    struct core_alloc s3 = s1;
+    snprintf(s3.pod_uid, sizeof s3.pod_uid, "s3");
+    s3.gpu[0] = 3;
+    s3.cpu_milli = 20000;
+    ASSERT_EQ(core_reserve(c, &s3, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "CPU free");
+    /* malformed */
+    s3.cpu_milli = 0;
+    s3.gpu[0] = 9;
+    ASSERT_EQ(core_reserve(c, &s3, &e), -GS_EINVAL);
+    snprintf(s3.node, sizeof s3.node, "nowhere");
+    ASSERT_EQ(core_reserve(c, &s3, &e), -GS_ENOENT);
+    check_invariants(c);
+
+    /* unreserve gives everything back */
+    ASSERT_EQ(core_unreserve(c, "w", &e), 0);
+    ASSERT_EQ(core_unreserve(c, "w", &e), -GS_ENOENT);
+    ASSERT_EQ(core_unreserve(c, "s1", &e), 0);
+    ASSERT_EQ(core_unreserve(c, "s2", &e), 0);
+    ASSERT_EQ(n->free_cpu_milli, 16000);
+    ASSERT_EQ(n->free_mem_bytes, (int64_t)64 << 30);
+    for (int g = 0; g < 4; g++) {
+        ASSERT_EQ(n->gpus[g].free_milli, 1000);
+        ASSERT_EQ(n->gpus[g].free_mem_mib, 40960);
+        ASSERT_EQ(n->gpus[g].n_pods, 0);
+    }
+    ASSERT_EQ(core_cluster_alloc_count(c), 0);
+
+    /* node update keeps allocations, refuses to drop a held GPU */
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
+    n = core_cluster_find(c, "n");
+    ASSERT_EQ(n->gpus[1].free_milli, 0);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 1, "A100", 40960), -GS_ECONFLICT);
+    ASSERT_EQ(core_cluster_find(c, "n")->n_gpus, 4);
+    /* removing the node drops its allocations */
+    ASSERT_EQ(core_cluster_remove_node(c, "n", &e), 0);
+    ASSERT_TRUE(core_alloc_find(c, "w") == NULL);
+    core_cluster_free(c);
+}
+
+static void test_mig(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_node_spec s;
+    struct core_status st;
+    struct gs_err e = GS_ERR_INIT;
+    memset(&s, 0, sizeof s);
+    s.name = "mig";
+    s.cpu_milli = 8000;
+    s.mem_bytes = (int64_t)8 << 30;
+    s.n_gpus = 2;
+    for (int g = 0; g < 2; g++) {
+        s.gpus[g].index = g;
+        snprintf(s.gpus[g].model, CORE_MODEL_MAX, "A100");
+        s.gpus[g].mem_mib = 40960;
+        s.gpus[g].healthy = 1;
+        s.gpus[g].mig_enabled = g == 0;
+    }
+    s.gpus[0].n_mig = 3;
+    for (int m = 0; m < 3; m++) {
+        snprintf(s.gpus[0].mig[m].uuid, CORE_UUID_MAX, "MIG-%d", m);
+        snprintf(s.gpus[0].mig[m].profile, CORE_MIG_PROFILE_MAX, m < 2 ? "1g.5gb" : "2g.10gb");
+        s.gpus[0].mig[m].mem_mib = m < 2 ? 4864 : 9728;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+    const struct core_node *n = core_cluster_find(c, "mig");
+    int mig;
+    ASSERT_EQ(core_node_gpu_by_uuid(n, "MIG-2", &mig), 0);
+    ASSERT_EQ(mig, 2);
+
+    struct core_pod p = tc_pod("m", CORE_REQ_MIG, 0, 0, 0, 100);
+    snprintf(p.req.mig_profile, sizeof p.req.mig_profile, "1g.5gb");
+    p.req.mig_count = 2;
+    ASSERT_EQ(tc_place(c, "mig", &p, "binpack"), 0);
+    const struct core_alloc *a = core_alloc_find(c, "m");
+    ASSERT_EQ(a->n, 2);
+    ASSERT_EQ(a->mig[0], 0);
+    ASSERT_EQ(a->mig[1], 1);
+    ASSERT_TRUE(n->gpus[0].mig[1].used);
+    struct core_pod q = p;
+    snprintf(q.uid, sizeof q.uid, "q");
+    q.req.mig_count = 1;
+    ASSERT_EQ(core_filter(c, n, &q, &st), 0);
+    ASSERT_STREQ(st.reason, "node has 0 free MIG instances of 1g.5gb, pod needs 1");
+    q.req.mig_count = 3;
+    ASSERT_EQ(core_filter(c, n, &q, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    /* a whole GPU never lands on the MIG GPU */
+    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 100);
+    ASSERT_EQ(tc_place(c, "mig", &w, "binpack"), 0);
+    ASSERT_EQ(core_alloc_find(c, "w")->gpu[0], 1);
+    ASSERT_EQ(core_unreserve(c, "m", &e), 0);
+    ASSERT_TRUE(!n->gpus[0].mig[0].used && !n->gpus[0].mig[1].used);
+    core_cluster_free(c);
+}
+
+/* Random schedule / unreserve churn with every policy: never oversubscribed,
+ * the books always balance. */
+static void test_churn(void)
+{
+    for (int pi = 0; pi < core_policy_count(); pi++) {
+        const struct core_policy *pol = core_policy_at(pi);
+        struct core_cluster *c = core_cluster_new();
+        char name[32];
+        for (int i = 0; i < 12; i++) {
+            snprintf(name, sizeof name, "n%02d", i);
+            tc_node(c, name, 32000, 128, i % 3 == 0 ? 8 : i % 3 == 1 ? 4 : 2,
+                    i % 2 ? "T4" : "V100", i % 2 ? 16384 : 32768);
+        }
+        core_cluster_set_seed(c, 7 + (uint64_t)pi);
+        uint64_t r = 12345;
+        int placed = 0;
+        for (int step = 0; step < 600; step++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            int kind = (int)(r >> 33) % 5;
+            char uid[16];
+            snprintf(uid, sizeof uid, "u%d", step);
+            struct core_pod p =
+                kind == 0 ? tc_pod(uid, CORE_REQ_NONE, 0, 0, 0, 2000)
+                : kind == 1 ? tc_pod(uid, CORE_REQ_WHOLE, 1 << ((r >> 40) % 3), 0, 0, 4000)
+                : kind == 2 ? tc_pod(uid, CORE_REQ_SHARED, 1, 0, 1024 * (1 + (int)((r >> 45) % 12)), 1000)
+                            : tc_pod(uid, CORE_REQ_SHARED, 1, 100 * (1 + (int)((r >> 41) % 9)), 0, 1000);
+            struct core_decision d;
+            if (core_schedule_one(c, pol, &p, &d, NULL) == 0) {
+                ASSERT_EQ(core_reserve(c, &d.alloc, NULL), 0);
+                placed++;
+            }
+            if (step % 3 == 2 && core_cluster_alloc_count(c) > 0) {
+                const struct core_alloc *a = core_cluster_alloc(c, (int)((r >> 20) % (uint64_t)core_cluster_alloc_count(c)));
+                char victim[64];
+                snprintf(victim, sizeof victim, "%s", a->pod_uid);
+                ASSERT_EQ(core_unreserve(c, victim, NULL), 0);
+            }
+        }
+        ASSERT_TRUE(placed > 100);
+        check_invariants(c);
+        core_cluster_free(c);
+    }
+}
+
+static void test_topology(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_node_spec s;
+    memset(&s, 0, sizeof s);
+    s.name = "dgx";
+    s.cpu_milli = 64000;
+    s.mem_bytes = (int64_t)256 << 30;
+    s.n_gpus = 8;
+    for (int i = 0; i < 8; i++) {
+        struct core_gpu_spec *g = &s.gpus[7 - i]; /* given out of order */
+        g->index = i;
+        snprintf(g->model, CORE_MODEL_MAX, "H100");
+        g->mem_mib = 81920;
+        g->healthy = 1;
+        g->numa = i / 4;
+        for (int j = 0; j < 8; j++)
+            g->link[j] = i / 4 == j / 4 ? (i / 2 == j / 2 ? CORE_LINK_NVLINK : CORE_LINK_PIX)
+                                        : CORE_LINK_UNKNOWN;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+    const struct core_node *n = core_cluster_find(c, "dgx");
+    ASSERT_EQ(n->gpus[0].index, 0);
+    ASSERT_EQ(n->gpus[0].link[1], CORE_LINK_NVLINK);
+    ASSERT_EQ(n->gpus[0].link[2], CORE_LINK_PIX);
+    ASSERT_EQ(n->gpus[0].link[5], CORE_LINK_SYS); /* derived from NUMA */
+
+    uint32_t set;
+    ASSERT_EQ(core_topology_pick(n, 0xfe, 0, 2, &set), 0);
+    ASSERT_EQ(set, 0x0c); /* {2,3}: NVLink, lowest such pair without 0 */
+    ASSERT_EQ(core_topology_pick(n, 0xfe, 0, 4, &set), 0);
+    ASSERT_EQ(set, 0xf0); /* one NUMA node, two NVLink pairs */
+    ASSERT_EQ(core_topology_pick(n, 0xff, 0x01, 2, &set), 0);
+    ASSERT_EQ(set, 0x03);
+    ASSERT_EQ(core_topology_pick(n, 0x15, 0, 2, &set), 0);
+    ASSERT_EQ(set, 0x05); /* {0,2}: PIX beats {0,4}/{2,4} across NUMA */
+    ASSERT_EQ(core_topology_pick(n, 0x03, 0, 3, &set), -GS_ENOFIT);
+    ASSERT_EQ(core_topology_pick(n, 0x03, 0x04, 1, &set), -GS_ENOFIT);
+    ASSERT_EQ(core_link_parse("NVLink"), CORE_LINK_NVLINK);
+    ASSERT_EQ(core_link_parse("pix"), CORE_LINK_PIX);
+    ASSERT_EQ(core_link_parse("bogus"), -1);
+    ASSERT_STREQ(core_link_name(CORE_LINK_SYS), "sys");
+
+    /* the topology policy uses it: GPU 0 busy, a 2-GPU pod gets {2,3} */
+    struct core_pod one = tc_pod("one", CORE_REQ_WHOLE, 1, 0, 0, 100);
+    ASSERT_EQ(tc_place(c, "dgx", &one, "topology"), 0);
+    ASSERT_EQ(core_alloc_find(c, "one")->gpu[0], 0);
+    struct core_pod two = tc_pod("two", CORE_REQ_WHOLE, 2, 0, 0, 100);
+    ASSERT_EQ(tc_place(c, "dgx", &two, "topology"), 0);
+    ASSERT_EQ(core_alloc_find(c, "two")->gpu[0], 2);
+    ASSERT_EQ(core_alloc_find(c, "two")->gpu[1], 3);
+    core_cluster_free(c);
+}
+
+static void test_preempt(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    tc_node(c, "n", 16000, 64, 4, "A100", 40960);
+    const struct core_node *n = core_cluster_find(c, "n");
+    const char *uids[] = {"low1", "low2", "high"};
+    const int prio[] = {1, 2, 100};
+    for (int i = 0; i < 3; i++) {
+        struct core_pod p = tc_pod(uids[i], CORE_REQ_WHOLE, 1, 0, 0, 1000);
+        p.priority = prio[i];
+        ASSERT_EQ(tc_place(c, "n", &p, "binpack"), 0);
+    }
+    const char *victims[4];
+    int nv = -1;
+    struct core_pod p = tc_pod("new", CORE_REQ_WHOLE, 2, 0, 0, 1000);
+    p.priority = 50;
+    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(nv, 1);
+    ASSERT_STREQ(victims[0], "low1");
+    /* unchanged */
+    ASSERT_EQ(n->gpus[0].free_milli, 0);
+    ASSERT_EQ(n->gpus[3].free_milli, 1000);
+    ASSERT_EQ(core_cluster_alloc_count(c), 3);
+    check_invariants(c);
+    /* needs 4: both low pods are not enough, high is untouchable */
+    p.req.num_gpu = 4;
+    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "evicting all 2 lower-priority pods");
+    p.priority = 1000;
+    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(nv, 3);
+    ASSERT_EQ(core_preempt(c, n, &p, victims, 2, &nv, &e), -GS_ENOFIT);
+    /* fits already: no victims */
+    p.req.num_gpu = 1;
+    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(nv, 0);
+    core_cluster_free(c);
+}
+
+static int dummy_score(const struct core_cycle *cy, const struct core_node *n)
+{
+    (void)cy;
+    return n->n_gpus;
+}
+
+static void test_registry(void)
+{
+    const char *names[] = {"random", "dotprod", "clustering", "packing", "bestfit",
+                           "fgd", "binpack", "spread", "topology"};
+    struct gs_err e = GS_ERR_INIT;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ASSERT_TRUE(core_policy_find(names[i]) != NULL);
+        ASSERT_STREQ(core_policy_at((int)i)->name, names[i]);
+    }
+    ASSERT_TRUE(core_policy_find("nope") == NULL);
+    int n = core_policy_count();
+    static const struct core_policy mine = {"most-gpus", "test", 0, dummy_score, NULL, NULL};
+    ASSERT_EQ(core_policy_register(&mine, &e), 0);
+    ASSERT_EQ(core_policy_count(), n + 1);
+    ASSERT_TRUE(core_policy_find("most-gpus") == &mine);
+    ASSERT_EQ(core_policy_register(&mine, &e), -GS_ECONFLICT);
+    static const struct core_policy noscore = {"x", "test", 0, NULL, NULL, NULL};
+    ASSERT_EQ(core_policy_register(&noscore, &e), -GS_EINVAL);
+
+    /* a registered policy schedules like a built-in one */
+    struct core_cluster *c = core_cluster_new();
+    tc_node(c, "small", 8000, 16, 2, "T4", 16384);
+    tc_node(c, "large", 8000, 16, 8, "T4", 16384);
+    struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 100);
+    struct core_decision d;
+    ASSERT_EQ(core_schedule_one(c, &mine, &p, &d, &e), 0);
+    ASSERT_STREQ(d.node->name, "large");
+    core_cluster_free(c);
+}
+
+static void test_tiebreak(void)
+{
+    /* identical nodes: the seeded order decides, and each seed is stable */
+    int seen_a = 0, seen_b = 0;
+    for (uint64_t seed = 0; seed < 32; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        tc_node(c, "a", 8000, 16, 2, "T4", 16384);
+        tc_node(c, "b", 8000, 16, 2, "T4", 16384);
+        core_cluster_set_seed(c, seed);
+        struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 100);
+        struct core_decision d1, d2;
+        ASSERT_EQ(core_schedule_one(c, core_policy_find("bestfit"), &p, &d1, NULL), 0);
+        ASSERT_EQ(core_schedule_one(c, core_policy_find("bestfit"), &p, &d2, NULL), 0);
+        ASSERT_TRUE(d1.node == d2.node);
+        ASSERT_EQ(d1.n_feasible, 2);
+        seen_a += strcmp(d1.node->name, "a") == 0;
+        seen_b += strcmp(d1.node->name, "b") == 0;
+        core_cluster_free(c);
+    }
+    ASSERT_TRUE(seen_a > 4 && seen_b > 4);
+}
+
+static void test_frag(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    tc_node(c, "n", 8000, 16, 2, "T4", 0);
+    struct core_pod p = tc_pod("p", CORE_REQ_SHARED, 1, 500, 0, 100);
+    ASSERT_EQ(tc_place(c, "n", &p, "bestfit"), 0); /* GPU 0: 500 free, GPU 1: 1000 */
+    const struct core_node *n = core_cluster_find(c, "n");
+    struct core_class k[3];
+    memset(k, 0, sizeof k);
+    k[0].num_gpu = 1;
+    k[0].milli = 600;
+    k[0].weight = 1;
+    ASSERT_EQ(core_cluster_set_workload(c, k, 1, 0.95, &e), 0);
+    ASSERT_NEAR(core_node_frag(c, n), 500, 1e-9); /* GPU 0 too small for 600 */
+    k[0].milli = 400;
+    ASSERT_EQ(core_cluster_set_workload(c, k, 1, 0.95, &e), 0);
+    ASSERT_NEAR(core_node_frag(c, n), 0, 1e-9);
+    /* CPU-only: every free share is fragment; 2 GPUs needing 1000: GPU 0 is */
+    k[0].num_gpu = 0;
+    k[0].milli = 0;
+    k[0].weight = 3;
+    k[1].num_gpu = 1;
+    k[1].milli = 1000;
+    k[1].weight = 1;
+    ASSERT_EQ(core_cluster_set_workload(c, k, 2, 1.0, &e), 0);
+    ASSERT_NEAR(core_node_frag(c, n), 0.75 * 1500 + 0.25 * 500, 1e-9);
+    /* wrong model: all of it */
+    k[1].weight = 3;
+    k[0].weight = 0;
+    snprintf(k[1].gpu_spec, sizeof k[1].gpu_spec, "A100|V100");
+    ASSERT_EQ(core_cluster_set_workload(c, k, 2, 1.0, &e), 0);
+    ASSERT_NEAR(core_node_frag(c, n), 1500, 1e-9);
+    /* the coverage cut keeps the top classes only */
+    k[0] = (struct core_class){0, 1, 100, "", 90};
+    k[1] = (struct core_class){0, 1, 600, "", 9};
+    k[2] = (struct core_class){0, 0, 0, "", 1};
+    ASSERT_EQ(core_cluster_set_workload(c, k, 3, 0.95, &e), 0);
+    ASSERT_NEAR(core_node_frag(c, n), 9.0 / 99 * 500, 1e-9);
+    ASSERT_EQ(core_cluster_workload_size(c), 2);
+    struct core_stats st;
+    core_cluster_stats(c, &st);
+    ASSERT_EQ(st.gpus, 2);
+    ASSERT_EQ(st.milli_total, 2000);
+    ASSERT_EQ(st.milli_alloc, 500);
+    ASSERT_NEAR(st.frag_milli, 9.0 / 99 * 500, 1e-9);
+    /* the running sum follows reserve / unreserve */
+    ASSERT_EQ(core_unreserve(c, "p", &e), 0);
+    ASSERT_NEAR(core_cluster_frag(c), 0, 1e-9);
+    ASSERT_EQ(core_cluster_set_workload(c, k, 3, 1.5, &e), -GS_EINVAL);
+    core_cluster_free(c);
+
+    /* without a workload, the core learns it from reserved pods */
+    c = core_cluster_new();
+    tc_node(c, "m", 8000, 16, 1, "T4", 0);
+    struct core_pod q = tc_pod("q", CORE_REQ_SHARED, 1, 700, 0, 100);
+    ASSERT_EQ(tc_place(c, "m", &q, "fgd"), 0); /* 300 free < 700: all fragment */
+    ASSERT_NEAR(core_cluster_frag(c), 300, 1e-9);
+    core_cluster_free(c);
+}
+
+int test_core(void)
+{
+    test_model();
+    test_filter_reasons();
+    test_taints_labels();
+    test_reserve();
+    test_mig();
+    test_churn();
+    test_topology();
+    test_preempt();
+    test_registry();
+    test_tiebreak();
+    test_frag();
+    return 0;
+}

@@ -1,0 +1,214 @@
+/* Unit tests for dp/fake.c (the fake-GPU file), dp/health.c and dp/none.c. */
+#include <stdlib.h>
+
+#include "dp/gpu.h"
+#include "dp/health.h"
+#include "test.h"
+
+static const char good[] =
+    "{\"driver\": \"580.1\", \"gpus\": ["
+    "{\"uuid\": \"GPU-a\", \"name\": \"NVIDIA H100 80GB HBM3\", \"memory_mib\": 81559,"
+    " \"numa_node\": 0, \"links\": [{\"gpu\": 1, \"type\": \"nvlink\", \"nvlinks\": 18}],"
+    " \"xids\": [13, 48]},"
+    "{\"uuid\": \"GPU-b\", \"name\": \"NVIDIA H100 80GB HBM3\", \"memory_mib\": 81559,"
+    " \"numa_node\": 0, \"index\": 5, \"minor\": 9, \"pci_bus_id\": \"00000000:3B:00.0\"},"
+    "{\"uuid\": \"GPU-c\", \"name\": \"NVIDIA A100\", \"memory_mib\": 40960, \"numa_node\": 1,"
+    " \"lost\": true,"
+    " \"mig\": [{\"uuid\": \"MIG-x\", \"profile\": \"1g.5gb\", \"memory_mib\": 4864}]}]}";
+
+static void test_parse(void)
+{
+    struct dp_fake_state *st = malloc(sizeof *st);
+    struct gs_err e = GS_ERR_INIT;
+
+    ASSERT_EQ(dp_fake_parse(good, sizeof good - 1, st, &e), 0);
+    ASSERT_EQ(st->inv.n, 3);
+    ASSERT_STREQ(st->inv.driver, "580.1");
+    const struct dp_gpu *a = &st->inv.gpu[0], *b = &st->inv.gpu[1], *c = &st->inv.gpu[2];
+    ASSERT_STREQ(a->model, "NVIDIA H100 80GB HBM3");
+    ASSERT_EQ(a->memory_mib, 81559);
+    ASSERT_EQ(a->index, 0);
+    ASSERT_EQ(a->minor, 0);
+    ASSERT_EQ(a->link[1], CORE_LINK_NVLINK);
+    ASSERT_EQ(b->link[0], CORE_LINK_NVLINK); /* links are symmetric */
+    ASSERT_EQ(a->nvlinks[1], 18);
+    ASSERT_EQ(a->link[2], CORE_LINK_SYS);    /* unlisted pairs: by NUMA node */
+    ASSERT_EQ(b->index, 5);
+    ASSERT_EQ(b->minor, 9);
+    ASSERT_STREQ(b->pci_bus_id, "00000000:3B:00.0");
+    ASSERT_EQ(c->mig_enabled, 1);
+    ASSERT_EQ(c->n_mig, 1);
+    ASSERT_STREQ(c->mig[0].profile, "1g.5gb");
+    ASSERT_EQ(c->mig[0].gi, 1);
+    ASSERT_EQ(c->numa_node, 1);
+    ASSERT_EQ(st->nxid[0], 2);
+    ASSERT_EQ(st->xids[0][1], 48);
+    ASSERT_EQ(st->lost[2], 1);
+    ASSERT_TRUE(dp_inventory_find(&st->inv, "MIG-x") == c);
+    ASSERT_TRUE(dp_inventory_find(&st->inv, "GPU-z") == NULL);
+
+    static const struct {
+        const char *doc, *msg;
+    } bad[] = {
+        {"[]", "top level: must be an object"},
+        {"{\"gpus\": [{\"name\": \"X\", \"memory_mib\": 1}]}", "gpus[0].uuid: missing"},
+        {"{\"gpus\": [{\"uuid\": \"\", \"name\": \"X\", \"memory_mib\": 1}]}",
+         "gpus[0].uuid: must be 1..95 characters"},
+        {"{\"gpus\": [{\"uuid\": \"a,b\", \"name\": \"X\", \"memory_mib\": 1}]}",
+         "gpus[0].uuid: control character or ','"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1.5}]}",
+         "gpus[0].memory_mib: must be an integer"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"numa_node\": -2}]}",
+         "gpus[0].numa_node: -2 is out of range -1..1023"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"lost\": 1}]}",
+         "gpus[0].lost: must be true or false"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"xids\": [-1]}]}",
+         "gpus[0].xids[0]: must be an integer"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"links\": [{\"gpu\": 0, \"type\": \"nvlink\"}]}]}",
+         "gpus[0].links[0].gpu: a GPU has no link to itself"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1},"
+         " {\"uuid\": \"H\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"links\": [{\"gpu\": 0, \"type\": \"warp\"}]}]}",
+         "gpus[1].links[0].type: 'warp' is not one of"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"mig\": [{\"uuid\": \"M\", \"profile\": \"1g.5gb\"}]}]}",
+         "gpus[0].mig[0].memory_mib: missing"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"index\": 1},"
+         " {\"uuid\": \"H\", \"name\": \"X\", \"memory_mib\": 1}]}",
+         "gpus[1].index: 1 appears twice"},
+        {"{\"gpus\": [], \"gpus\": []}", "line 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct gs_err e2 = GS_ERR_INIT;
+        ASSERT_EQ(dp_fake_parse(bad[i].doc, strlen(bad[i].doc), st, &e2), -GS_EINVAL);
+        ASSERT_CONTAINS(e2.msg, bad[i].msg);
+        ASSERT_EQ(st->inv.n, 0); /* nothing half-parsed is left */
+    }
+    char big[40];
+    snprintf(big, sizeof big, "{\"gpus\": []}");
+    ASSERT_EQ(dp_fake_parse(big, (1 << 20) + 1, st, &e), -GS_ETOOBIG);
+    free(st);
+}
+
+/* A backend whose probe result the test sets. */
+static int probe_result;
+static int test_probe(struct dp_backend *b, const char *uuid, struct gs_err *e)
+{
+    (void)b;
+    return probe_result ? gs_errf(e, GS_EIO, "%s: still broken", uuid) : 0;
+}
+
+static void test_health(void)
+{
+    struct dp_health_cfg c;
+    struct dp_health_state hs;
+    struct dp_inventory inv;
+    struct dp_backend b = {.name = "t", .probe = test_probe};
+    struct gs_err e = GS_ERR_INIT;
+
+    dp_health_cfg_default(&c);
+    ASSERT_EQ(dp_health_classify(&c, 13), DP_XID_IGNORED);
+    ASSERT_EQ(dp_health_classify(&c, 109), DP_XID_IGNORED);
+    ASSERT_EQ(dp_health_classify(&c, 79), DP_XID_FATAL);
+    ASSERT_EQ(dp_health_classify(&c, 48), DP_XID_FATAL);
+    ASSERT_EQ(dp_health_classify(&c, 94), DP_XID_TRANSIENT);
+    ASSERT_EQ(dp_health_parse_ignored(&c, "94,31", &e), 0);
+    ASSERT_EQ(dp_health_classify(&c, 94), DP_XID_IGNORED);
+    ASSERT_EQ(dp_health_parse_ignored(&c, "7,,x", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "'x' is not an XID number");
+    ASSERT_EQ(dp_health_parse_ignored(&c, "-3", &e), -GS_EINVAL);
+
+    memset(&inv, 0, sizeof inv);
+    memset(&hs, 0, sizeof hs);
+    inv.n = 2;
+    snprintf(inv.gpu[0].uuid, sizeof inv.gpu[0].uuid, "GPU-a");
+    snprintf(inv.gpu[1].uuid, sizeof inv.gpu[1].uuid, "GPU-b");
+    snprintf(inv.gpu[1].mig[0].uuid, sizeof inv.gpu[1].mig[0].uuid, "MIG-b0");
+    inv.gpu[1].n_mig = 1;
+    inv.gpu[0].healthy = inv.gpu[1].healthy = 1;
+    c.transient_ms = 1000;
+    c.fatal_ms = 60000;
+
+    struct dp_event ev = {"GPU-a", 0, 13};
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, 0), 0); /* application error */
+    ASSERT_EQ(inv.gpu[0].healthy, 1);
+    ev.xid = 63;
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, 0), 1);
+    ASSERT_EQ(inv.gpu[0].healthy, 0);
+    ASSERT_STREQ(inv.gpu[0].reason, "XID 63 (transient)");
+    ASSERT_EQ(hs.recheck_at[0], 1000);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, 10), 0); /* already unhealthy */
+    ASSERT_EQ(hs.xids[0], 2);
+
+    /* Not due yet, then due and passing. */
+    probe_result = 0;
+    ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 999), 0);
+    ASSERT_EQ(inv.gpu[0].healthy, 0);
+    ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 1010), 1);
+    ASSERT_EQ(inv.gpu[0].healthy, 1);
+    ASSERT_STREQ(inv.gpu[0].reason, "");
+
+    /* A fatal XID on a MIG instance takes the parent; a failing probe keeps
+     * it unhealthy and reschedules. */
+    struct dp_event ev2 = {"MIG-b0", 0, 79};
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev2, 0), 1);
+    ASSERT_EQ(inv.gpu[1].healthy, 0);
+    ASSERT_EQ(hs.recheck_at[1], 60000);
+    probe_result = 1;
+    ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 60000), 0);
+    ASSERT_CONTAINS(inv.gpu[1].reason, "re-probe failed after XID 79: GPU-b: still broken");
+    ASSERT_EQ(hs.recheck_at[1], 120000);
+
+    /* The event source failed: every GPU. */
+    struct dp_event all = {"", 1, 999};
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, 0), 1);
+    ASSERT_EQ(inv.gpu[0].healthy, 0);
+
+    /* Health survives a re-discovery, by UUID, whatever the order. */
+    struct dp_inventory next;
+    struct dp_health_state hn;
+    memset(&next, 0, sizeof next);
+    next.n = 2;
+    snprintf(next.gpu[0].uuid, sizeof next.gpu[0].uuid, "GPU-b");
+    snprintf(next.gpu[1].uuid, sizeof next.gpu[1].uuid, "GPU-new");
+    next.gpu[0].healthy = next.gpu[1].healthy = 1;
+    dp_health_carry(&inv, &hs, &next, &hn);
+    ASSERT_EQ(next.gpu[0].healthy, 0);
+    ASSERT_EQ(hn.recheck_at[0], 120000);
+    ASSERT_EQ(next.gpu[1].healthy, 1);
+
+    /* "all" switches health checks off. */
+    ASSERT_EQ(dp_health_parse_ignored(&c, "all", &e), 0);
+    ev.xid = 79;
+    inv.gpu[0].healthy = 1;
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, 0), 0);
+    ASSERT_EQ(inv.gpu[0].healthy, 1);
+}
+
+static void test_none_backend(void)
+{
+    struct dp_backend *b;
+    struct dp_inventory inv;
+    struct dp_event ev;
+    struct gs_err e = GS_ERR_INIT;
+
+    ASSERT_EQ(dp_backend_open_none(&b, &e), 0);
+    ASSERT_EQ(b->discover(b, &inv, &e), 0);
+    ASSERT_EQ(inv.n, 0);
+    ASSERT_EQ(b->wait_event(b, 1, &ev, &e), 0);
+    ASSERT_EQ(b->probe(b, "GPU-a", &e), -GS_ENOENT);
+    b->close(b);
+    /* NVML that is not there: a clear error, not a crash. */
+    ASSERT_EQ(dp_backend_open_nvml("/nonexistent/libnvidia-ml.so.1", &b, &e), -GS_EUNAVAIL);
+    ASSERT_CONTAINS(e.msg, "cannot load /nonexistent/libnvidia-ml.so.1");
+    ASSERT_TRUE(b == NULL);
+}
+
+int test_dp_gpus(void)
+{
+    test_parse();
+    test_health();
+    test_none_backend();
+    return 0;
+}

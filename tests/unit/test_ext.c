@@ -1,0 +1,351 @@
+/* tests/unit/test_ext.c - the extender's modules without HTTP: protocol
+ * parsing, node inventory, annotations round trip, the journal (torn and
+ * damaged records), config rows, and the scheduler's bind/release/restore
+ * accounting. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/cluster.h"
+#include "ext/annot.h"
+#include "ext/config.h"
+#include "ext/journal.h"
+#include "ext/nodes.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "test.h"
+
+static void test_proto(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_args a;
+    struct ext_bind b;
+    struct ext_preempt p;
+    const char *s;
+
+    s = "{\"pod\":{\"metadata\":{\"name\":\"p\"}},\"NODENAMES\":[\"a\",\"b\"],\"Nodes\":null}";
+    ASSERT_EQ(ext_args_parse(s, strlen(s), &a, &e), 0);
+    ASSERT_EQ(a.n, 2);
+    ASSERT_STREQ(a.names[1], "b");
+    ASSERT_EQ(a.from_nodes, 0);
+    ext_args_clear(&a);
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"Nodes\":{\"items\":[{\"metadata\":"
+        "{\"name\":\"n1\"}}]}}";
+    ASSERT_EQ(ext_args_parse(s, strlen(s), &a, &e), 0);
+    ASSERT_EQ(a.from_nodes, 1);
+    ASSERT_STREQ(a.names[0], "n1");
+    ext_args_clear(&a);
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"Nodes\":{\"items\":[{}]}}";
+    ASSERT_TRUE(ext_args_parse(s, strlen(s), &a, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "Nodes.items[0].metadata.name");
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}}}";
+    ASSERT_TRUE(ext_args_parse(s, strlen(s), &a, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "NodeNames and Nodes");
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"Pod\":1}";
+    ASSERT_TRUE(ext_args_parse(s, strlen(s), &a, &e) < 0);
+
+    s = "{\"PodName\":\"p\",\"PodNamespace\":\"ns\",\"PodUID\":\"u\",\"node\":\"n\"}";
+    ASSERT_EQ(ext_bind_parse(s, strlen(s), &b, &e), 0);
+    ASSERT_STREQ(b.node, "n");
+    ext_bind_clear(&b);
+    s = "{\"PodName\":\"p\",\"PodNamespace\":\"ns\",\"PodUID\":\"\",\"Node\":\"n\"}";
+    ASSERT_TRUE(ext_bind_parse(s, strlen(s), &b, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "PodUID");
+
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":"
+        "[{\"UID\":\"v1\"}],\"NumPDBViolations\":2}}}";
+    ASSERT_EQ(ext_preempt_parse(s, strlen(s), &p, &e), 0);
+    ASSERT_EQ(p.n, 1);
+    ASSERT_STREQ(p.nodes[0].uids[0], "v1");
+    ASSERT_EQ(p.nodes[0].pdb_violations, 2);
+    ext_preempt_clear(&p);
+    s = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"NodeNameToVictims\":{\"n1\":{\"Pods\":"
+        "[{\"metadata\":{\"name\":\"x\"}}]}}}";
+    ASSERT_TRUE(ext_preempt_parse(s, strlen(s), &p, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "metadata.uid");
+}
+
+static const char *INV =
+    "{\"version\":1,\"updated_at\":\"2026-11-22T15:20:01Z\",\"gpus\":["
+    "{\"index\":0,\"uuid\":\"GPU-0\",\"model\":\"H100\",\"memory_mib\":81559,\"numa_node\":0,"
+    "\"links\":[{\"gpu\":1,\"type\":\"nvlink\"}]},"
+    "{\"index\":1,\"uuid\":\"GPU-1\",\"model\":\"H100\",\"memory_mib\":81559,\"healthy\":false}]}";
+
+static json_t *node_json(const char *name, const char *inv)
+{
+    json_t *n = json_pack("{s:{s:s, s:{s:s}, s:{}}, s:{s:{s:s, s:s, s:s}}}", "metadata", "name",
+                          name, "labels", "zone", "a", "annotations", "status", "allocatable",
+                          "cpu", "8", "memory", "32Gi", "pods", "110");
+    if (inv)
+        json_object_set_new(json_object_get(json_object_get(n, "metadata"), "annotations"),
+                            "gpusched.io/gpu-inventory", json_string(inv));
+    return n;
+}
+
+static void test_nodes(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_node_spec spec;
+    struct ext_node_buf buf;
+    double t;
+    json_t *n = node_json("n1", INV);
+
+    ASSERT_EQ(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e), 0);
+    ASSERT_EQ(spec.n_gpus, 2);
+    ASSERT_EQ(spec.gpus[0].link[1], CORE_LINK_NVLINK);
+    ASSERT_EQ(spec.gpus[1].healthy, 0);
+    ASSERT_EQ(spec.cpu_milli, 8000);
+    ASSERT_EQ(spec.max_pods, 110);
+    ASSERT_EQ(spec.n_labels, 1);
+    ASSERT_NEAR(t, 1795360801.0, 0.5);
+    ext_node_buf_clear(&buf);
+    json_decref(n);
+
+    /* fallback: capacity + labels */
+    n = node_json("n2", NULL);
+    json_object_set_new(json_object_get(json_object_get(n, "metadata"), "labels"),
+                        "nvidia.com/gpu.product", json_string("Tesla-T4"));
+    json_object_set_new(json_object_get(json_object_get(n, "metadata"), "labels"),
+                        "nvidia.com/gpu.memory", json_string("15360"));
+    json_object_set_new(json_object_get(n, "status"), "capacity",
+                        json_pack("{s:s}", "nvidia.com/gpu", "2"));
+    ASSERT_EQ(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e), 0);
+    ASSERT_EQ(spec.n_gpus, 2);
+    ASSERT_STREQ(spec.gpus[1].uuid, "n2/gpu1");
+    ASSERT_EQ(spec.gpus[1].mem_mib, 15360);
+    ASSERT_STREQ(spec.gpus[0].model, "Tesla-T4");
+    ext_node_buf_clear(&buf);
+    json_object_set_new(json_object_get(json_object_get(n, "metadata"), "labels"),
+                        "nvidia.com/gpu.memory", json_string("lots"));
+    ASSERT_TRUE(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "nvidia.com/gpu.memory");
+    json_decref(n);
+
+    static const struct {
+        const char *inv, *needle;
+    } bad[] = {
+        {"{\"version\":2,\"gpus\":[]}", "version"},
+        {"{\"version\":1}", "gpus"},
+        {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\"},"
+         "{\"index\":0,\"uuid\":\"b\",\"model\":\"m\"}]}", "appears twice"},
+        {"{\"version\":1,\"gpus\":[{\"index\":99,\"uuid\":\"a\",\"model\":\"m\"}]}", "index"},
+        {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\",\"links\":"
+         "[{\"gpu\":1,\"type\":\"warp\"}]}]}", "links[0].type"},
+        {"{\"version\":1,\"updated_at\":\"yesterday\",\"gpus\":[]}", "updated_at"},
+        {"[", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = node_json("bad", bad[i].inv);
+        ASSERT_TRUE(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e) < 0);
+        ASSERT_CONTAINS(e.msg, bad[i].needle);
+        ASSERT_CONTAINS(e.msg, "node bad");
+        json_decref(n);
+    }
+}
+
+static void test_annot(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_cluster *c = core_cluster_new();
+    struct core_node_spec spec;
+    struct ext_node_buf buf;
+    struct core_alloc a, b;
+    double t;
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
+                      "\"memory_mib\":1000},{\"index\":1,\"uuid\":\"G1\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+    json_t *n = node_json("n", inv);
+
+    ASSERT_EQ(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e), 0);
+    ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
+    ext_node_buf_clear(&buf);
+    json_decref(n);
+    memset(&a, 0, sizeof a);
+    snprintf(a.pod_uid, sizeof a.pod_uid, "u1");
+    snprintf(a.pod_name, sizeof a.pod_name, "ns/p");
+    snprintf(a.node, sizeof a.node, "n");
+    a.kind = CORE_REQ_SHARED;
+    a.n = 1;
+    a.gpu[0] = 1;
+    a.mig[0] = -1;
+    a.mem_mib[0] = 300;
+    a.milli[0] = 250;
+    json_t *ann = ext_annot_build(core_cluster_find(c, "n"), &a, "gpusched.io/", "T");
+    ASSERT_STREQ(json_string_value(json_object_get(ann, "gpusched.io/gpu-uuids")), "G1");
+    ASSERT_STREQ(json_string_value(json_object_get(ann, "gpusched.io/gpu-milli")), "250");
+    ASSERT_STREQ(ext_annot_node(ann, "gpusched.io/"), "n");
+    memset(&b, 0, sizeof b);
+    ASSERT_EQ(ext_annot_parse(c, ann, "gpusched.io/", &b, &e), 0);
+    ASSERT_EQ(b.kind, CORE_REQ_SHARED);
+    ASSERT_EQ(b.gpu[0], 1);
+    ASSERT_EQ(b.mem_mib[0], 300);
+    ASSERT_EQ(b.milli[0], 250);
+    json_object_set_new(ann, "gpusched.io/gpu-uuids", json_string("G1,nope"));
+    ASSERT_TRUE(ext_annot_parse(c, ann, "gpusched.io/", &b, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "nope is not a GPU of node n");
+    json_object_set_new(ann, "gpusched.io/gpu-uuids", json_string("G1"));
+    json_object_set_new(ann, "gpusched.io/gpu-milli", json_string("2000"));
+    ASSERT_TRUE(ext_annot_parse(c, ann, "gpusched.io/", &b, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "gpu-milli");
+    json_object_set_new(ann, "gpusched.io/node", json_string("other"));
+    ASSERT_EQ(ext_annot_parse(c, ann, "gpusched.io/", &b, &e), -GS_ENOENT);
+    json_decref(ann);
+    core_cluster_free(c);
+}
+
+static int count_rec(void *ud, const json_t *rec, struct gs_err *e)
+{
+    (void)e;
+    (*(int *)ud) += (int)json_integer_value(json_object_get(rec, "n"));
+    return 0;
+}
+
+static void test_journal(const char *dir)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_journal *j;
+    char path[512];
+    int sum = 0, torn = 0;
+
+    ASSERT_EQ(ext_crc32("123456789", 9), 0xcbf43926u);
+    ASSERT_EQ(ext_journal_open(dir, &j, &e), 0);
+    for (int i = 1; i <= 3; i++) {
+        json_t *r = json_pack("{s:i}", "n", i);
+        ASSERT_EQ(ext_journal_append(j, r, &e), 0);
+        json_decref(r);
+    }
+    ext_journal_close(j);
+    snprintf(path, sizeof path, "%s/journal", dir);
+    int fd = open(path, O_WRONLY | O_APPEND);
+    ASSERT_TRUE(write(fd, "12345678 {\"n\":", 14) == 14);
+    close(fd);
+    ASSERT_EQ(ext_journal_open(dir, &j, &e), 0);
+    ASSERT_EQ(ext_journal_replay(j, count_rec, &sum, &torn, &e), 0);
+    ASSERT_EQ(sum, 6);
+    ASSERT_EQ(torn, 1);
+    json_t *r = json_pack("{s:i}", "n", 10);
+    ASSERT_EQ(ext_journal_append(j, r, &e), 0); /* lands after the cut */
+    json_decref(r);
+    sum = 0;
+    ASSERT_EQ(ext_journal_replay(j, count_rec, &sum, &torn, &e), 0);
+    ASSERT_EQ(sum, 16);
+    ASSERT_EQ(torn, 0);
+    json_t *one = json_pack("{s:i}", "n", 5);
+    ASSERT_EQ(ext_journal_rewrite(j, &one, 1, &e), 0);
+    json_decref(one);
+    sum = 0;
+    ASSERT_EQ(ext_journal_replay(j, count_rec, &sum, &torn, &e), 0);
+    ASSERT_EQ(sum, 5);
+    ext_journal_close(j);
+    /* damage before the end is an error naming the line */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    ASSERT_TRUE(write(fd, "00000000 {}\n00000000 {}\n", 24) == 24);
+    close(fd);
+    ASSERT_EQ(ext_journal_open(dir, &j, &e), 0);
+    ASSERT_TRUE(ext_journal_replay(j, count_rec, &sum, &torn, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "journal:1");
+    ext_journal_close(j);
+}
+
+static void test_config(const char *dir)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_config c;
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/ext.yaml", dir);
+    f = fopen(path, "w");
+    fputs("listen: 0.0.0.0:9999\npolicy: spread\ntop_k: 3\ninventory_ttl: 30.5\n"
+          "leader_elect: true\nresource_gpu: example.com/gpu\n", f);
+    fclose(f);
+    ext_config_defaults(&c);
+    ASSERT_EQ(ext_config_load(&c, path, &e), 0);
+    ASSERT_EQ(ext_config_finish(&c, &e), 0);
+    ASSERT_STREQ(c.listen, "0.0.0.0:9999");
+    ASSERT_EQ(c.top_k, 3);
+    ASSERT_NEAR(c.inventory_ttl, 30.5, 1e-9);
+    ASSERT_EQ(c.leader_elect, 1);
+    ASSERT_STREQ(c.names.gpu, "example.com/gpu");
+    ASSERT_STREQ(c.names.gpu_memory, "nvidia.com/gpu-memory");
+    ext_config_clear(&c);
+
+    struct ext_flags *fl;
+    const struct opt *opts = ext_config_opts(&fl);
+    char a0[] = "--top-k", a1[] = "7", a2[] = "--policy=binpack", a3[] = "--in-cluster";
+    char *argv[] = {a0, a1, a2, a3, NULL};
+    int npos = 0;
+    ASSERT_EQ(opt_parse(4, argv, opts, &npos, &e), 0);
+    ext_config_defaults(&c);
+    ext_config_apply_flags(&c, fl);
+    ASSERT_EQ(ext_config_finish(&c, &e), 0);
+    ASSERT_EQ(c.top_k, 7);
+    ASSERT_STREQ(c.policy, "binpack");
+    ASSERT_EQ(c.in_cluster, 1);
+    ASSERT_NEAR(c.inventory_ttl, 300, 0);
+    ext_config_clear(&c);
+    ext_flags_free(fl);
+
+    ext_config_defaults(&c);
+    free(c.log_level);
+    c.log_level = strdup("loud");
+    ASSERT_TRUE(ext_config_finish(&c, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "log_level");
+    ext_config_clear(&c);
+}
+
+static void test_sched(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    json_t *reply;
+    int nodes, allocs;
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+
+    ASSERT_TRUE(ext_sched_new(&(struct ext_sched_opts){.policy = "nope"}, &s, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "nope");
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    json_t *n = node_json("n", inv);
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+    const char *f = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u\"},"
+                    "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
+                    "{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}";
+    ASSERT_EQ(ext_sched_filter(s, f, strlen(f), &reply), 200);
+    ASSERT_EQ(json_array_size(json_object_get(reply, "NodeNames")), 1);
+    json_decref(reply);
+    const char *b = "{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"u\",\"Node\":\"n\"}";
+    ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &reply), 200);
+    json_decref(reply);
+    ext_sched_counts(s, &nodes, &allocs);
+    ASSERT_EQ(allocs, 1);
+    json_t *all = ext_sched_allocations(s);
+    ASSERT_EQ(json_array_size(all), 1);
+    ASSERT_EQ(ext_sched_release(s, "d/p", &e), 0);
+    ASSERT_EQ(ext_sched_release(s, "d/p", &e), -GS_ENOENT);
+    ASSERT_EQ(ext_sched_restore(s, json_array_get(all, 0), &e), 0);
+    ASSERT_EQ(ext_sched_restore(s, json_array_get(all, 0), &e), -GS_ECONFLICT);
+    json_decref(all);
+    ASSERT_EQ(ext_sched_check_inventory(s, 1e12, 10), 0); /* no updated_at: never stale */
+    ext_sched_free(s);
+}
+
+int test_ext(void)
+{
+    char dir[] = "/tmp/gs_ext_XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    test_proto();
+    test_nodes();
+    test_annot();
+    test_journal(dir);
+    test_config(dir);
+    test_sched();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        test_failures++;
+    return test_failures;
+}

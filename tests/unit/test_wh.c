@@ -1,0 +1,268 @@
+/* Unit tests for wh/: AdmissionReview envelopes, validation and mutation
+ * decisions, cluster limits from a NodeList, certificates, base64. */
+#include <gnutls/x509.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "wh/wh_admit.h"
+#include "wh/wh_certs.h"
+#include "wh/wh_review.h"
+
+static void base64_tests(void)
+{
+    static const struct { const char *in, *out; } v[] = {
+        {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="},
+        {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        char *s = wh_base64(v[i].in, strlen(v[i].in));
+        ASSERT_STREQ(s, v[i].out);
+        free(s);
+    }
+}
+
+static void review_tests(void)
+{
+    struct wh_review r;
+    struct gs_err e = GS_ERR_INIT;
+    const char *ok = "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\","
+                     "\"request\":{\"uid\":\"abc\",\"kind\":{\"group\":\"\",\"version\":\"v1\","
+                     "\"kind\":\"Pod\"},\"operation\":\"CREATE\",\"namespace\":\"ml\","
+                     "\"object\":{\"metadata\":{\"generateName\":\"job-\"}}}}";
+
+    ASSERT_EQ(wh_review_parse(ok, strlen(ok), &r, &e), 0);
+    ASSERT_STREQ(r.uid, "abc");
+    ASSERT_STREQ(r.kind, "Pod");
+    ASSERT_STREQ(r.group, "");
+    ASSERT_STREQ(r.operation, "CREATE");
+    ASSERT_STREQ(r.ns, "ml");
+    ASSERT_STREQ(r.name, "job-");
+    ASSERT_TRUE(r.object != NULL);
+
+    json_t *patch = json_pack("[{s:s, s:s, s:s}]", "op", "add", "path", "/a", "value", "b");
+    json_t *resp = wh_review_response(&r, 1, 200, NULL, patch);
+    json_t *in = json_object_get(resp, "response");
+    ASSERT_STREQ(json_string_value(json_object_get(resp, "apiVersion")), "admission.k8s.io/v1");
+    ASSERT_STREQ(json_string_value(json_object_get(in, "uid")), "abc");
+    ASSERT_TRUE(json_is_true(json_object_get(in, "allowed")));
+    ASSERT_STREQ(json_string_value(json_object_get(in, "patchType")), "JSONPatch");
+    ASSERT_STREQ(json_string_value(json_object_get(in, "patch")),
+                 "W3sib3AiOiJhZGQiLCJwYXRoIjoiL2EiLCJ2YWx1ZSI6ImIifV0=");
+    json_decref(resp);
+    json_decref(patch);
+    resp = wh_review_response(&r, 0, 403, "over quota", NULL);
+    in = json_object_get(resp, "response");
+    ASSERT_TRUE(json_is_false(json_object_get(in, "allowed")));
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(in, "status"), "code")), 403);
+    ASSERT_STREQ(json_string_value(json_object_get(json_object_get(in, "status"), "message")),
+                 "over quota");
+    ASSERT_TRUE(json_object_get(in, "patch") == NULL);
+    json_decref(resp);
+    wh_review_clear(&r);
+
+    static const struct { const char *body, *want; } bad[] = {
+        {"", "empty body"},
+        {"{", "not JSON"},
+        {"{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1beta1\"}",
+         "is not supported"},
+        {"{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\",\"request\":"
+         "{\"uid\":\"u\",\"kind\":{\"kind\":\"Pod\"},\"operation\":\"PATCH\"}}",
+         "request.operation: 'PATCH'"},
+        {"{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\",\"request\":"
+         "{\"uid\":\"u\",\"kind\":{},\"operation\":\"CREATE\"}}",
+         "request.kind.kind: missing"},
+        {"{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\",\"request\":"
+         "{\"uid\":\"u\",\"kind\":{\"kind\":\"Pod\"},\"operation\":\"UPDATE\",\"object\":3}}",
+         "request.object: missing for UPDATE"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_EQ(wh_review_parse(bad[i].body, strlen(bad[i].body), &r, &e), -GS_EINVAL);
+        ASSERT_CONTAINS(e.msg, bad[i].want);
+        ASSERT_TRUE(r.root == NULL);
+    }
+}
+
+static json_t *pod_json(const char *text)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    if (!j)
+        fprintf(stderr, "bad test JSON: %s\n", text);
+    return j;
+}
+
+static void admit_tests(void)
+{
+    struct wh_config c;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *p, *patch;
+
+    memset(&c, 0, sizeof c);
+    c.names = *core_names_default();
+    c.scheduler_name = "gpu-scheduler";
+    c.cluster.max_gpu_mem_mib = 16384;
+    c.cluster.max_gpus_per_node = 4;
+    ASSERT_EQ(wh_parse_defaults("ml=fgd,cv=spread", &c, &e), 0);
+    ASSERT_EQ(c.n_defaults, 2);
+    ASSERT_STREQ(c.defaults[1].ns, "cv");
+    ASSERT_STREQ(c.defaults[1].policy, "spread");
+    ASSERT_EQ(wh_parse_defaults("ml", &c, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "'ml' is not NAMESPACE=POLICY");
+    ASSERT_EQ(wh_parse_defaults("ml=Bad Name", &c, &e), -GS_EINVAL);
+    ASSERT_EQ(wh_parse_defaults("ml=fgd", &c, &e), 0);
+
+    /* shared memory over the largest GPU, named by container and resource */
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\"},{\"name\":\"b\",\"resources\":"
+                 "{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"20Gi\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "containers[1].limits[nvidia.com/gpu-memory]: asks for 20Gi per GPU, "
+                           "but the largest GPU in the cluster (unnamed) has 16Gi (container 'b')");
+    json_decref(p);
+    /* the same memory over two GPUs fits */
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"b\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"2\",\"nvidia.com/gpu-memory\":\"20Gi\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    json_decref(p);
+    /* more GPUs than a node has, counted over containers */
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"3\"}}},{\"name\":\"b\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"2\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "asks for 5 GPUs on one node, but the largest node has 4");
+    json_decref(p);
+    /* requests without limits, in an init container */
+    p = pod_json("{\"spec\":{\"initContainers\":[{\"name\":\"i\",\"resources\":{\"requests\":"
+                 "{\"nvidia.com/mig-1g.10gb\":\"1\"}}}],\"containers\":[{\"name\":\"a\"}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "initContainers[0].requests[nvidia.com/mig-1g.10gb]: set without limits");
+    json_decref(p);
+
+    /* quota: a request alone over the namespace's total */
+    struct core_quotas *qs = core_quotas_new();
+    struct core_quota q;
+    json_t *qj = pod_json("{\"apiVersion\":\"gpusched.io/v1\",\"kind\":\"GPUQuota\",\"metadata\":"
+                          "{\"name\":\"q\",\"namespace\":\"ml\"},\"spec\":{\"total\":"
+                          "{\"compute\":\"500m\"}}}");
+    ASSERT_EQ(core_quota_parse(qj, &q, &e), 0);
+    ASSERT_EQ(core_quotas_put(qs, &q, &e), 0);
+    json_decref(qj);
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"1\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "GPUQuota ml/q: GPU compute (GPUs): the pod asks for 1");
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "dev", &e), 0);
+    json_decref(p);
+    core_quotas_free(qs);
+
+    /* mutation: scheduler, canonical request, default policy; existing
+     * annotations get one op per key with '/' escaped */
+    p = pod_json("{\"metadata\":{\"annotations\":{\"x\":\"y\"}},\"spec\":{\"schedulerName\":"
+                 "\"default-scheduler\",\"containers\":[{\"name\":\"a\",\"resources\":"
+                 "{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"2\"}}}]}}");
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", &patch, &e), 0);
+    char *s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
+    ASSERT_STREQ(s, "[{\"op\":\"add\",\"path\":\"/spec/schedulerName\",\"value\":\"gpu-scheduler\"},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1request\","
+                    "\"value\":\"kind=mig,profile=1g.10gb,count=2\"},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1policy\","
+                    "\"value\":\"fgd\"}]");
+    free(s);
+    json_decref(patch);
+    json_decref(p);
+    /* no metadata at all: the patch creates it */
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"1\"}}}]}}");
+    c.scheduler_name = "";
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", &patch, &e), 0);
+    s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
+    ASSERT_STREQ(s, "[{\"op\":\"add\",\"path\":\"/metadata\",\"value\":{}},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/annotations\",\"value\":"
+                    "{\"gpusched.io/request\":\"kind=whole,gpus=1\"}}]");
+    free(s);
+    json_decref(patch);
+    json_decref(p);
+    /* a broken pod gets no patch and an error */
+    p = pod_json("{\"spec\":{\"containers\":[]}}");
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", &patch, &e), -GS_EINVAL);
+    ASSERT_TRUE(patch == NULL);
+    json_decref(p);
+}
+
+static void cluster_tests(void)
+{
+    struct wh_cluster cl;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *nl = pod_json(
+        "{\"items\":[{\"metadata\":{\"name\":\"n1\",\"annotations\":{\"gpusched.io/gpu-inventory\":"
+        "\"{\\\"version\\\":1,\\\"gpus\\\":[{\\\"index\\\":0,\\\"model\\\":\\\"H100\\\","
+        "\\\"memory_mib\\\":81559},{\\\"index\\\":1,\\\"model\\\":\\\"H100\\\","
+        "\\\"memory_mib\\\":81559}]}\"}}},"
+        "{\"metadata\":{\"name\":\"n2\",\"labels\":{\"nvidia.com/gpu.product\":\"Tesla-T4\","
+        "\"nvidia.com/gpu.memory\":\"15360\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"4\"}}},"
+        "{\"metadata\":{\"name\":\"cpu-only\"}}]}");
+    ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), 0);
+    ASSERT_EQ(cl.max_gpu_mem_mib, 81559);
+    ASSERT_STREQ(cl.max_gpu_model, "H100");
+    ASSERT_EQ(cl.max_gpus_per_node, 4);
+    json_decref(nl);
+    nl = pod_json("{\"items\":[{\"metadata\":{\"labels\":{\"nvidia.com/gpu.memory\":\"16Gi\"}}}]}");
+    ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "items[0].metadata.labels[nvidia.com/gpu.memory]: '16Gi' is not a "
+                           "number of MiB");
+    json_decref(nl);
+    nl = pod_json("{\"kind\":\"Node\"}");
+    ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), -GS_EINVAL);
+    json_decref(nl);
+}
+
+static void certs_tests(void)
+{
+    struct wh_certs c;
+    struct gs_err e = GS_ERR_INIT;
+    struct wh_certs_opts o = {.service = "wh", .ns = "sys", .days = 2, .n_ips = 1,
+                              .ips = {"::1"}};
+    gnutls_x509_crt_t ca, crt;
+    gnutls_datum_t d;
+    unsigned status = 1;
+
+    ASSERT_EQ(wh_certs_generate(&o, &c, &e), 0);
+    ASSERT_EQ(gnutls_x509_crt_init(&ca), 0);
+    ASSERT_EQ(gnutls_x509_crt_init(&crt), 0);
+    d.data = (unsigned char *)c.ca_crt;
+    d.size = (unsigned)strlen(c.ca_crt);
+    ASSERT_EQ(gnutls_x509_crt_import(ca, &d, GNUTLS_X509_FMT_PEM), 0);
+    d.data = (unsigned char *)c.tls_crt;
+    d.size = (unsigned)strlen(c.tls_crt);
+    ASSERT_EQ(gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM), 0);
+    ASSERT_EQ(gnutls_x509_crt_verify(crt, &ca, 1, 0, &status), 0);
+    ASSERT_EQ(status, 0);
+    ASSERT_TRUE(gnutls_x509_crt_check_hostname(crt, "wh.sys.svc"));
+    ASSERT_TRUE(gnutls_x509_crt_check_hostname(crt, "wh.sys.svc.cluster.local"));
+    ASSERT_TRUE(!gnutls_x509_crt_check_hostname(crt, "other.sys.svc"));
+    ASSERT_TRUE(gnutls_x509_crt_get_expiration_time(crt) - time(NULL) <= 2 * 86400);
+    gnutls_x509_crt_deinit(ca);
+    gnutls_x509_crt_deinit(crt);
+    ASSERT_TRUE(strncmp(c.tls_key, "-----BEGIN", 10) == 0);
+    char *b = wh_base64(c.ca_crt, strlen(c.ca_crt));
+    ASSERT_STREQ(c.ca_bundle, b);
+    free(b);
+    wh_certs_free(&c);
+
+    o.days = 0;
+    ASSERT_EQ(wh_certs_generate(&o, &c, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "--days");
+    o.days = 1;
+    o.ips[0] = "300.1.1.1";
+    ASSERT_EQ(wh_certs_generate(&o, &c, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "'300.1.1.1' is not an IP address");
+    ASSERT_TRUE(c.tls_crt == NULL);
+}
+
+int test_wh(void)
+{
+    base64_tests();
+    review_tests();
+    admit_tests();
+    cluster_tests();
+    certs_tests();
+    return 0;
+}
