@@ -87,6 +87,7 @@ struct core_cluster {
 
     char models[CORE_MAX_MODELS][CORE_MODEL_MAX];
     int n_models;
+    int model_gpus[CORE_MAX_MODELS]; /* GPUs of each model over all nodes */
 
     uint64_t seed, rng;
 
