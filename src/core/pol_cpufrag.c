@@ -15,15 +15,21 @@
  *
  * where G_n is the node's free GPU share (milli), c_n its free CPU (milli)
  * and r the CPU per milli-GPU of the target workload's GPU classes
- * (popularity-weighted). A pod goes where D = dF + LAMBDA * dS grows least.
+ * (popularity-weighted). When some classes may only use some GPU models
+ * (gpu_spec), every milli-GPU the pod takes on model t also costs
+ * MODEL_W * rho_t, the pressure of the restricted classes on t, so that pods
+ * free to go anywhere leave scarce, wanted models to the pods that need
+ * them. A pod goes where D = dF + LAMBDA * dS + MODEL_W * sum rho_t * share
+ * grows least.
  * D is compared in steps of STEP milli-GPU, and equal steps go to the seeded
  * node order, as FGD's integer-truncated sigmoid does: descending the exact
  * value packs too greedily and leaves more behind (docs/policy-cpufrag.md).
  *
  * A sharing pod (one GPU, a share below 1000) tries every GPU it fits on and
  * takes the one with the least exact D, the fullest on ties. Other pods take
- * GPUs as FGD does. Constants were chosen on `default` and `cpu200` and
- * confirmed on the other openb traces; see docs/policy-cpufrag.md.
+ * GPUs as FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`,
+ * MODEL_W on `gpuspec20` and `gpuspec25`; all were confirmed on the other
+ * openb traces (docs/policy-cpufrag.md).
  *
  * Static data only; the target workload M and F_n(M) come from core/frag.c.
  */
@@ -35,6 +41,7 @@
 
 #define LAMBDA 2.0   /* weight of a stranded milli-GPU against a fragmented one */
 #define STEP 50.0    /* D values within one step (milli-GPU) tie */
+#define MODEL_W 0.5  /* weight of a milli-GPU of a model under pressure 1 */
 #define MAX_STEPS 100000
 
 static int sharing(const struct core_request *r)
@@ -57,6 +64,43 @@ static double cpu_per_milli(const struct core_cluster *c)
     return gpu > 0 ? cpu / gpu : 0;
 }
 
+/* Model pressure: how much of the target workload's GPU demand can only
+ * run on model t (or a set of models including it), per GPU of that set,
+ * relative to the whole workload's demand per GPU of the cluster. 1 means
+ * the pods restricted to t alone would fill it as fast as the average pod
+ * fills the cluster. Classes open to every model add nothing. Fills
+ * rho[0..n_models-1]; returns 0 when no class is restricted. */
+static int model_pressure(const struct core_cluster *c, double *rho)
+{
+    double all = 0, gpus = 0;
+    int any = 0;
+    for (int t = 0; t < c->n_models; t++) {
+        rho[t] = 0;
+        gpus += core_cluster_model_gpus(c, t);
+    }
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *k = &c->wclasses[m];
+        double demand = k->p * k->num_gpu * k->milli, set = 0;
+        all += demand;
+        if (demand <= 0)
+            continue;
+        for (int t = 0; t < c->n_models; t++)
+            if ((k->model_mask >> t) & 1)
+                set += core_cluster_model_gpus(c, t);
+        if (set <= 0 || set >= gpus)
+            continue;
+        for (int t = 0; t < c->n_models; t++)
+            if ((k->model_mask >> t) & 1)
+                rho[t] += demand / set;
+        any = 1;
+    }
+    if (!any || all <= 0)
+        return 0;
+    for (int t = 0; t < c->n_models; t++)
+        rho[t] /= all / gpus;
+    return 1;
+}
+
 static double stranded(double r, int64_t free_cpu, int free_share)
 {
     if (r <= 0)
@@ -76,6 +120,9 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
     int64_t cpu_after = n->free_cpu_milli - cy->req->cpu_milli;
     int share[CORE_MAX_GPUS];
 
+    double rho[CORE_MAX_MODELS];
+    int pressure = cy->req->num_gpu > 0 && model_pressure(c, rho);
+
     before += LAMBDA * stranded(r, n->free_cpu_milli, p->free_share);
     for (int i = 0; i < n->n_gpus; i++)
         share[i] = p->share[i];
@@ -94,7 +141,8 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
             int take = core_pod_share(cy, &n->gpus[i]);
             share[i] -= take;
             double d = core_frag_eval(c, n, cpu_after, share) +
-                       LAMBDA * stranded(r, cpu_after, p->free_share - take) - before;
+                       LAMBDA * stranded(r, cpu_after, p->free_share - take) - before +
+                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * take : 0);
             share[i] += take;
             if (*best_pos < 0 || d < best - 1e-9 ||
                 (d < best + 1e-9 && share[i] < share[*best_pos])) {
@@ -105,6 +153,7 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
         return best;
     }
     int used = 0;
+    double pen = 0;
     if (cy->req->kind == CORE_REQ_WHOLE || cy->req->kind == CORE_REQ_SHARED) {
         int pos[CORE_MAX_GPUS], k = 0;
         for (int i = 0; i < n->n_gpus; i++)
@@ -121,10 +170,12 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
             int take = core_pod_share(cy, &n->gpus[pos[i]]);
             share[pos[i]] -= take;
             used += take;
+            if (pressure)
+                pen += MODEL_W * rho[n->gpus[pos[i]].model_id] * take;
         }
     }
     return core_frag_eval(c, n, cpu_after, share) +
-           LAMBDA * stranded(r, cpu_after, p->free_share - used) - before;
+           LAMBDA * stranded(r, cpu_after, p->free_share - used) - before + pen;
 }
 
 /* Raw score: minus the number of STEPs D takes (higher is better). */

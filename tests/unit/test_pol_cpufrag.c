@@ -1,6 +1,7 @@
 /* Unit tests for the cpufrag policy (core/pol_cpufrag.c): it is listed, it
  * keeps CPU-only pods off nodes whose GPUs need the CPU, it descends
- * fragmentation on the GPU level, its normalisation keeps the winner and
+ * fragmentation on the GPU level, it keeps scarce wanted models for the pods
+ * restricted to them, its normalisation keeps the winner and
  * the order, and it places pods with no target workload at all. */
 #include <stdio.h>
 #include <string.h>
@@ -124,6 +125,57 @@ static void gpu_choice_tests(void)
     core_cluster_free(c);
 }
 
+/* Model pressure: a quarter of the pods need P100 (2 of the cluster's 10
+ * GPUs), a quarter need G2 (8 GPUs). FGD's fragmentation is the same on
+ * both nodes for a pod free to use either; cpufrag leaves it off the scarce
+ * P100s whatever the seed, and a P100 pod still gets one. */
+static void model_pressure_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[3] = {
+        {4000, 1, 1000, "P100", 25}, {4000, 1, 1000, "G2", 25}, {4000, 1, 1000, "", 50}};
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "p100", 64000, 2, "P100");
+        add_node(c, "g2", 96000, 8, "G2");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 3, 1.0, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "any", 4000, 1, CORE_MILLI);
+        ASSERT_STREQ(place(c, pol, &p, &d), "g2");
+        make_pod(&p, "shared", 4000, 1, 500);
+        ASSERT_STREQ(place(c, pol, &p, &d), "g2");
+        make_pod(&p, "needs-p100", 4000, 1, CORE_MILLI);
+        snprintf(p.req.types[0], sizeof p.req.types[0], "P100");
+        p.req.n_types = 1;
+        ASSERT_STREQ(place(c, pol, &p, &d), "p100");
+        core_cluster_free(c);
+    }
+}
+
+/* The per-model GPU counts the pressure is computed from follow node
+ * additions, replacements and removals. */
+static void model_count_tests(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    add_node(c, "a", 64000, 2, "P100");
+    add_node(c, "b", 96000, 8, "G2");
+    add_node(c, "c", 96000, 4, "G2");
+    ASSERT_EQ(core_cluster_model_count(c), 2);
+    ASSERT_EQ(core_cluster_model_gpus(c, 0), 2);
+    ASSERT_EQ(core_cluster_model_gpus(c, 1), 12);
+    add_node(c, "a", 64000, 1, "P100"); /* replace: 2 GPUs -> 1 */
+    ASSERT_EQ(core_cluster_model_gpus(c, 0), 1);
+    ASSERT_EQ(core_cluster_remove_node(c, "b", &e), 0);
+    ASSERT_EQ(core_cluster_model_gpus(c, 1), 4);
+    ASSERT_EQ(core_cluster_model_gpus(c, 7), 0);
+    ASSERT_EQ(core_cluster_model_gpus(c, -1), 0);
+    core_cluster_free(c);
+}
+
 /* Scores: the winner gets 100, others stay below in the same order, and
  * nodes the pod does not fit get 0. */
 static void score_tests(void)
@@ -172,6 +224,8 @@ int test_pol_cpufrag(void)
     registry_tests();
     cpu_only_pod_tests();
     gpu_choice_tests();
+    model_pressure_tests();
+    model_count_tests();
     score_tests();
     no_workload_tests();
     return test_failures;
