@@ -76,7 +76,7 @@ static int model_pressure(const struct core_cluster *c, double *rho)
     int any = 0;
     for (int t = 0; t < c->n_models; t++) {
         rho[t] = 0;
-        gpus += core_cluster_model_gpus(c, t);
+        gpus += c->model_gpus[t];
     }
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
@@ -86,7 +86,7 @@ static int model_pressure(const struct core_cluster *c, double *rho)
             continue;
         for (int t = 0; t < c->n_models; t++)
             if ((k->model_mask >> t) & 1)
-                set += core_cluster_model_gpus(c, t);
+                set += c->model_gpus[t];
         if (set <= 0 || set >= gpus)
             continue;
         for (int t = 0; t < c->n_models; t++)
@@ -109,6 +109,51 @@ static double stranded(double r, int64_t free_cpu, int free_share)
     return s > 0 ? s : 0;
 }
 
+/* F_n(M) (core_frag_eval) after each of k single-GPU options: option o
+ * takes take[o] from the GPU at position opt[o] and leaves free_cpu. One
+ * pass over the classes serves every option, summing in the same order as
+ * core_frag_eval, so the values are the same to the last bit. */
+static void frag_options(const struct core_cluster *c, const struct core_node *n,
+                         int64_t free_cpu, const int *share, const int *opt, const int *take,
+                         int k, double *f)
+{
+    const struct core_node_priv *p = n->priv;
+    int total = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        total += share[i];
+    for (int o = 0; o < k; o++)
+        f[o] = 0;
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *w = &c->wclasses[m];
+        int fits_cpu = w->num_gpu > 0 && free_cpu >= w->cpu_milli;
+        int cnt = 0, small = 0;
+        for (int i = 0; fits_cpu && i < n->n_gpus; i++) {
+            if (!p->usable[i])
+                continue;
+            if (((w->model_mask >> n->gpus[i].model_id) & 1) && share[i] >= w->milli)
+                cnt++;
+            else
+                small += share[i];
+        }
+        for (int o = 0; o < k; o++) {
+            int fm = total - take[o];
+            if (fits_cpu) {
+                int i = opt[o], before = share[i], after = before - take[o];
+                int ok = (w->model_mask >> n->gpus[i].model_id) & 1;
+                int was = ok && before >= w->milli, now = ok && after >= w->milli;
+                int cnt_o = cnt - was + now;
+                int small_o = small - (was ? 0 : before) + (now ? 0 : after);
+                if (cnt_o >= w->num_gpu)
+                    fm = small_o;
+            }
+            f[o] += w->p * fm;
+        }
+    }
+    for (int o = 0; o < k; o++)
+        if (total - take[o] == 0)
+            f[o] = 0;
+}
+
 /* D for the pod on node n (lower is better); for a sharing pod, *best_pos
  * is the GPU that earns it (-1 if none fits). */
 static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *n, int *best_pos)
@@ -128,22 +173,25 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
         share[i] = p->share[i];
     *best_pos = -1;
     if (sharing(cy->req)) {
-        double best = 0;
+        int opt[CORE_MAX_GPUS], take[CORE_MAX_GPUS], k = 0;
+        double f[CORE_MAX_GPUS], best = 0;
         for (int i = 0; i < n->n_gpus; i++) {
             if (!core_gpu_fits(cy, &n->gpus[i]))
                 continue;
             /* on a one-model node, GPUs with equal free shares are alike */
             int seen = 0;
-            for (int j = 0; p->homogeneous && j < i && !seen; j++)
-                seen = share[j] == share[i] && core_gpu_fits(cy, &n->gpus[j]);
+            for (int j = 0; p->homogeneous && j < k && !seen; j++)
+                seen = share[opt[j]] == share[i];
             if (seen)
                 continue;
-            int take = core_pod_share(cy, &n->gpus[i]);
-            share[i] -= take;
-            double d = core_frag_eval(c, n, cpu_after, share) +
-                       LAMBDA * stranded(r, cpu_after, p->free_share - take) - before +
-                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * take : 0);
-            share[i] += take;
+            take[k] = core_pod_share(cy, &n->gpus[i]);
+            opt[k++] = i;
+        }
+        frag_options(c, n, cpu_after, share, opt, take, k, f);
+        for (int o = 0; o < k; o++) {
+            int i = opt[o];
+            double d = f[o] + LAMBDA * stranded(r, cpu_after, p->free_share - take[o]) - before +
+                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * take[o] : 0);
             if (*best_pos < 0 || d < best - 1e-9 ||
                 (d < best + 1e-9 && share[i] < share[*best_pos])) {
                 best = d;
