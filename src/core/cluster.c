@@ -196,6 +196,8 @@ static void count_models(struct core_cluster *c, const struct core_node *n, int 
 {
     for (int i = 0; i < n->n_gpus; i++)
         c->model_gpus[n->gpus[i].model_id] += sign;
+    if (n->n_gpus)
+        c->cap_ver++;
 }
 
 int core_cluster_model_count(const struct core_cluster *c)
