@@ -154,6 +154,21 @@ static void frag_options(const struct core_cluster *c, const struct core_node *n
             f[o] = 0;
 }
 
+/* r, and whether some class is restricted, and rho: derived once per
+ * target workload and model capacity, kept in the cluster: wstats[0] = r,
+ * wstats[1] = 1 when some class is restricted, wstats[2 + t] = rho_t.
+ * Expects M prepared (core_node_frag does that). */
+static const double *workload_stats(struct core_cluster *c)
+{
+    if (c->wstats_wver != c->wver || c->wstats_cap_ver != c->cap_ver) {
+        c->wstats[0] = cpu_per_milli(c);
+        c->wstats[1] = model_pressure(c, c->wstats + 2);
+        c->wstats_wver = c->wver;
+        c->wstats_cap_ver = c->cap_ver;
+    }
+    return c->wstats;
+}
+
 /* D for the pod on node n (lower is better); for a sharing pod, *best_pos
  * is the GPU that earns it (-1 if none fits). */
 static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *n, int *best_pos)
@@ -161,12 +176,13 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
     struct core_cluster *c = cy->cluster;
     const struct core_node_priv *p = n->priv;
     double before = core_node_frag(c, n); /* also prepares M */
-    double r = cpu_per_milli(c);
+    const double *ws = workload_stats(c);
+    double r = ws[0];
     int64_t cpu_after = n->free_cpu_milli - cy->req->cpu_milli;
     int share[CORE_MAX_GPUS];
 
-    double rho[CORE_MAX_MODELS];
-    int pressure = cy->req->num_gpu > 0 && model_pressure(c, rho);
+    int pressure = cy->req->num_gpu > 0 && ws[1] > 0;
+    const double *rho = ws + 2;
 
     before += LAMBDA * stranded(r, n->free_cpu_milli, p->free_share);
     for (int i = 0; i < n->n_gpus; i++)
