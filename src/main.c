@@ -16,6 +16,7 @@ static const struct cmd cmds[] = {
     {"extender", cmd_extender, "kube-scheduler extender: filter, prioritize, bind, preempt"},
     {"device-plugin", cmd_device_plugin, "node agent: kubelet device plugin for NVIDIA GPUs"},
     {"webhook", cmd_webhook, "admission webhook: validate and normalise GPU pods, quotas"},
+    {"status", cmd_status, "who holds which GPU: per node and GPU, per model, quotas"},
     {"simulate", cmd_simulate, "replay a cluster + workload trace, compare scheduling policies"},
     {"gen-trace", cmd_gen_trace, "generate a synthetic cluster and workload (openb CSV schema)"},
     {"version", cmd_version, "print the version"},
@@ -59,6 +60,11 @@ int cmd_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* Installed as kubectl-gpusched, the binary is a kubectl plugin:
+     * `kubectl gpusched status ...`, and `kubectl gpusched` alone is status. */
+    const char *base = strrchr(argv[0], '/');
+    if (strcmp(base ? base + 1 : argv[0], "kubectl-gpusched") == 0 && argc < 2)
+        return cmd_status(argc, argv);
     if (argc < 2) {
         list_cmds(stderr);
         return 2;

@@ -16,6 +16,7 @@ int cmd_help(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);
 int cmd_gen_trace(int argc, char **argv);
 int cmd_webhook(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 int cmd_extender(int argc, char **argv);
 int cmd_device_plugin(int argc, char **argv);
 

@@ -34,13 +34,14 @@ static void metrics_handler(void *ud, const struct http_request *req, struct htt
 {
     struct dp_plugin *p = ud;
 
-    if (strcmp(req->method, "GET") != 0)
-        return http_resp_error(resp, 405, "method %s not allowed", req->method);
-    if (strcmp(req->path, "/metrics") == 0) {
+    if (strcmp(req->method, "GET") != 0) {
+        http_resp_error(resp, 405, "method %s not allowed", req->method);
+    } else if (strcmp(req->path, "/metrics") == 0) {
         char *m = dp_plugin_metrics(p);
-        if (!m)
-            return http_resp_error(resp, 500, "out of memory");
-        http_resp_text(resp, 200, "text/plain; version=0.0.4", m);
+        if (m)
+            http_resp_text(resp, 200, "text/plain; version=0.0.4", m);
+        else
+            http_resp_error(resp, 500, "out of memory");
         free(m);
     } else if (strcmp(req->path, "/healthz") == 0) {
         http_resp_text(resp, 200, "text/plain", "ok\n");

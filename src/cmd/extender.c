@@ -15,6 +15,7 @@
 #include "ext/config.h"
 #include "ext/sched.h"
 #include "ext/server.h"
+#include "ext/quotas.h"
 #include "ext/standalone.h"
 #include "kube/client.h"
 #include "util/log.h"
@@ -65,6 +66,8 @@ struct running {
     struct ext_cluster *cl;
 };
 
+static void set_quotas(void *ud, struct core_quotas *set) { ext_sched_set_quotas(ud, set); }
+
 static void collect(void *ud, struct metrics *m)
 {
     struct running *r = ud;
@@ -83,6 +86,7 @@ int cmd_extender(int argc, char **argv)
     struct ext_sched *s = NULL;
     struct ext_standalone *sa = NULL;
     struct ext_cluster *cl = NULL;
+    struct ext_quotas *quotas = NULL;
     struct kube_client *kc = NULL;
     struct ext_server *srv = NULL;
     enum log_level lv;
@@ -177,6 +181,13 @@ int cmd_extender(int argc, char **argv)
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
     }
+    if ((cfg.nodes && cfg.quotas &&
+         ext_quotas_from_file(cfg.quotas, set_quotas, s, m, &quotas, &e) < 0) ||
+        (!cfg.nodes && ext_quotas_watch(kc, (int)cfg.events, set_quotas, s, m, &quotas, &e) < 0)) {
+        fprintf(stderr, "gpusched extender: quotas: %s\n", e.msg);
+        status = 2;
+        goto out;
+    }
     if (ext_server_start(&so, &srv, &e) < 0) {
         fprintf(stderr, "gpusched extender: %s\n", e.msg);
         goto out;
@@ -194,6 +205,7 @@ int cmd_extender(int argc, char **argv)
     status = 0;
 out:
     ext_server_stop(srv);
+    ext_quotas_stop(quotas);
     ext_cluster_stop(cl);
     ext_standalone_close(sa);
     kube_client_free(kc);

@@ -166,8 +166,9 @@ int cmd_webhook(int argc, char **argv)
 {
     const char *listen = "0.0.0.0:8443", *cert = NULL, *key = NULL, *quotas = NULL;
     const char *nodes = NULL, *max_mem = NULL, *max_model = NULL, *sched = "gpu-scheduler";
-    const char *defaults = NULL, *level = "info", *format = "text";
+    const char *defaults = NULL, *level = "info", *format = "text", *kubeconfig = NULL;
     long max_gpus = 0, max_body = 1 << 20;
+    int in_cluster = 0;
     int npos;
     struct gs_err e = GS_ERR_INIT;
     const struct opt opts[] = {
@@ -175,6 +176,8 @@ int cmd_webhook(int argc, char **argv)
         OPT_STR("tls-cert", &cert, "FILE", "serving certificate, PEM (reloaded on change)"),
         OPT_STR("tls-key", &key, "FILE", "its private key, PEM (reloaded on change)"),
         OPT_STR("quotas", &quotas, "FILE", "GPUQuota objects, JSON or YAML (reloaded on change)"),
+        OPT_STR("kubeconfig", &kubeconfig, "FILE", "watch GPUQuota objects in this cluster"),
+        OPT_BOOL("in-cluster", &in_cluster, "... in the cluster of the pod's service account"),
         OPT_STR("nodes", &nodes, "FILE", "NodeList JSON: learn the largest GPU and node from it"),
         OPT_STR("max-gpu-memory", &max_mem, "QTY", "memory of the largest GPU (e.g. 80Gi)"),
         OPT_STR("max-gpu-model", &max_model, "NAME", "its model name, for messages"),
@@ -251,9 +254,29 @@ int cmd_webhook(int argc, char **argv)
     if (max_gpus)
         o.config.cluster.max_gpus_per_node = (int)max_gpus;
 
+    struct kube_client *kc = NULL;
+    if (quotas && (kubeconfig || in_cluster)) {
+        fprintf(stderr, "gpusched webhook: --quotas and --kubeconfig/--in-cluster exclude each "
+                        "other\n");
+        return 2;
+    }
+    if (kubeconfig || in_cluster) {
+        struct kube_config kcfg;
+        int rc2 = kubeconfig ? kube_config_load_file(kubeconfig, NULL, &kcfg, &e)
+                             : kube_config_in_cluster(NULL, &kcfg, &e);
+        if (rc2 == 0)
+            rc2 = kube_client_new(&kcfg, NULL, &kc, &e);
+        kube_config_clear(&kcfg);
+        if (rc2 < 0) {
+            fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+            return 2;
+        }
+    }
+    o.kc = kc;
     struct wh_server *s;
     if (wh_server_start(&o, &s, &e) < 0) {
         fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+        kube_client_free(kc);
         return 1;
     }
     struct sigaction sa;
@@ -272,5 +295,6 @@ int cmd_webhook(int argc, char **argv)
     }
     log_info("webhook", "stopping");
     wh_server_stop(s);
+    kube_client_free(kc);
     return 0;
 }

@@ -98,6 +98,33 @@ static int index_add(int **idx, int *cap, void *const *elems, int n, int pos, ke
     return 0;
 }
 
+/* Removes the element at position `pos` from the index, where the caller
+ * will move the last element (position `last`) into `pos`. Linear probing
+ * with backward-shift deletion, so no tombstones accumulate. */
+static void index_del(int *idx, int cap, void *const *elems, int pos, int last, key_fn key)
+{
+    size_t mask = (size_t)cap - 1;
+    size_t s = core_hash_str(key(elems[pos])) & mask;
+    while (idx[s] != pos + 1)
+        s = (s + 1) & mask;
+    size_t hole = s;
+    for (size_t j = (hole + 1) & mask; idx[j]; j = (j + 1) & mask) {
+        size_t home = core_hash_str(key(elems[idx[j] - 1])) & mask;
+        /* move j back into the hole unless its home lies in (hole, j] */
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            idx[hole] = idx[j];
+            hole = j;
+        }
+    }
+    idx[hole] = 0;
+    if (last != pos) { /* the last element will live at pos */
+        s = core_hash_str(key(elems[last])) & mask;
+        while (idx[s] != last + 1)
+            s = (s + 1) & mask;
+        idx[s] = pos + 1;
+    }
+}
+
 /* ---- lifecycle -------------------------------------------------------- */
 
 struct core_cluster *core_cluster_new(void)
@@ -129,6 +156,8 @@ static void node_free(struct core_node *n)
     for (int i = 0; i < n->n_gpus; i++)
         free(n->gpus[i].mig);
     free(n->gpus);
+    free(n->priv->fc_cnt);
+    free(n->priv->fc_small);
     free(n->name);
     free(n);
 }
@@ -256,11 +285,14 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
         const struct core_gpu *g = &n->gpus[i];
         p->usable[i] = g->healthy && !g->mig_enabled;
         p->share[i] = p->usable[i] ? core_gpu_free_share(g) : 0;
+        p->gfree[i] = (int16_t)g->free_milli;
+        p->gwhole[i] = g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+        p->gmodel[i] = (uint8_t)g->model_id;
         if (!p->usable[i])
             continue;
         p->free_share += p->share[i];
         p->n_usable++;
-        p->n_whole += g->n_pods == 0 && g->free_milli == CORE_MILLI && g->free_mem_mib == g->mem_mib;
+        p->n_whole += p->gwhole[i];
         if (g->free_milli > p->max_free_milli)
             p->max_free_milli = g->free_milli;
         p->model_mask |= 1ULL << g->model_id;
@@ -289,18 +321,6 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
         double f = core_node_frag(c, n);
         c->frag_sum += f - (had_frag ? old_frag : 0);
     }
-}
-
-double core_node_frag(struct core_cluster *c, const struct core_node *n)
-{
-    struct core_node_priv *p = n->priv;
-    if (c->wdirty)
-        core_workload_prepare(c);
-    if (p->frag_wver != c->wver) {
-        p->frag = core_frag_eval(c, n, n->free_cpu_milli, p->share);
-        p->frag_wver = c->wver;
-    }
-    return p->frag;
 }
 
 /* ---- nodes ------------------------------------------------------------ */
@@ -644,10 +664,11 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
 
 static void alloc_remove_at(struct core_cluster *c, int i)
 {
+    int last = c->n_allocs - 1;
+    index_del(c->alloc_index, c->alloc_index_cap, (void *const *)c->allocs, i, last, alloc_key);
     free(c->allocs[i]);
-    c->allocs[i] = c->allocs[--c->n_allocs];
-    index_rebuild(&c->alloc_index, &c->alloc_index_cap, (void *const *)c->allocs, c->n_allocs,
-                  alloc_key);
+    c->allocs[i] = c->allocs[last];
+    c->n_allocs--;
 }
 
 int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs_err *e)
@@ -665,14 +686,15 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
     if (c->frag_sum_wver == c->wver && n->priv->frag_wver == c->wver)
         c->frag_sum -= n->priv->frag;
     count_models(c, n, -1);
+    int last = c->n_nodes - 1;
+    index_del(c->node_index, c->node_index_cap, (void *const *)c->nodes, pos, last, node_key);
     node_free(n);
-    c->nodes[pos] = c->nodes[--c->n_nodes];
+    c->nodes[pos] = c->nodes[last];
+    c->n_nodes--;
     if (pos < c->n_nodes) {
         c->nodes[pos]->priv->pos = pos;
         c->hot[pos] = c->hot[c->n_nodes];
     }
-    index_rebuild(&c->node_index, &c->node_index_cap, (void *const *)c->nodes, c->n_nodes,
-                  node_key);
     return 0;
 }
 

@@ -150,33 +150,81 @@ void core_workload_prepare(struct core_cluster *c)
     free(learned);
 }
 
-double core_frag_eval(const struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
-                      const int *share)
+/* Recomputes F_n(M) and the per-class counts from scratch. */
+static double frag_full(struct core_cluster *c, const struct core_node *n)
 {
-    const struct core_node_priv *p = n->priv;
-    int total = 0;
-    for (int i = 0; i < n->n_gpus; i++)
-        total += share[i];
-    if (total == 0)
-        return 0;
+    struct core_node_priv *p = n->priv;
+    if (p->fc_cap < c->n_wclasses) {
+        int cap = c->n_wclasses;
+        int *a = realloc(p->fc_cnt, (size_t)cap * sizeof *a);
+        if (a)
+            p->fc_cnt = a;
+        int *b = realloc(p->fc_small, (size_t)cap * sizeof *b);
+        if (b)
+            p->fc_small = b;
+        if (!a || !b)
+            return 0;
+        p->fc_cap = cap;
+    }
+    int total = p->free_share;
     double f = 0;
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        int fm = total;
-        if (k->num_gpu > 0 && free_cpu >= k->cpu_milli) {
-            int cnt = 0, small = 0;
-            for (int i = 0; i < n->n_gpus; i++) {
-                if (!p->usable[i])
-                    continue;
-                if (((k->model_mask >> n->gpus[i].model_id) & 1) && share[i] >= k->milli)
-                    cnt++;
-                else
-                    small += share[i];
-            }
-            if (cnt >= k->num_gpu)
-                fm = small;
+        int cnt = 0, small = 0;
+        for (int i = 0; i < n->n_gpus; i++) {
+            if (!p->usable[i])
+                continue;
+            if (((k->model_mask >> n->gpus[i].model_id) & 1) && p->share[i] >= k->milli)
+                cnt++;
+            else
+                small += p->share[i];
         }
+        p->fc_cnt[m] = cnt;
+        p->fc_small[m] = small;
+        int fm = k->num_gpu > 0 && n->free_cpu_milli >= k->cpu_milli && cnt >= k->num_gpu
+                     ? small : total;
         f += k->p * fm;
+    }
+    return f;
+}
+
+double core_node_frag(struct core_cluster *c, const struct core_node *n)
+{
+    struct core_node_priv *p = n->priv;
+    if (c->wdirty)
+        core_workload_prepare(c);
+    if (p->frag_wver != c->wver) {
+        p->frag = frag_full(c, n);
+        p->frag_wver = c->wver;
+    }
+    return p->frag;
+}
+
+double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
+                       const int *pos, const int *take, int k)
+{
+    const struct core_node_priv *p = n->priv;
+    int total = p->free_share;
+    for (int j = 0; j < k; j++)
+        total -= take[j];
+    double f = 0;
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *w = &c->wclasses[m];
+        int cnt = p->fc_cnt[m], small = p->fc_small[m];
+        for (int j = 0; j < k; j++) {
+            int g = p->share[pos[j]], g2 = g - take[j];
+            int ok = (w->model_mask >> n->gpus[pos[j]].model_id) & 1;
+            if (ok && g >= w->milli)
+                cnt--;
+            else
+                small -= g;
+            if (ok && g2 >= w->milli)
+                cnt++;
+            else
+                small += g2;
+        }
+        int fm = w->num_gpu > 0 && free_cpu >= w->cpu_milli && cnt >= w->num_gpu ? small : total;
+        f += w->p * fm;
     }
     return f;
 }

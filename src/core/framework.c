@@ -170,7 +170,7 @@ static int fitting(const struct core_cycle *cy, const struct core_node *n, int *
 {
     int k = 0;
     for (int i = 0; i < n->n_gpus; i++)
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             pos[k++] = i;
     return k;
 }

@@ -39,6 +39,10 @@ struct core_node_priv {
     uint64_t model_mask;
     int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
     int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
+    /* per position, so fit checks need not touch struct core_gpu */
+    int16_t gfree[CORE_MAX_GPUS];  /* free_milli */
+    uint8_t gwhole[CORE_MAX_GPUS]; /* entirely free: a whole-GPU pod fits */
+    uint8_t gmodel[CORE_MAX_GPUS]; /* model_id */
     int free_share;            /* sum of share[] */
     int n_usable;              /* healthy GPUs not in MIG mode */
     int n_whole;               /* usable GPUs entirely free (no pod at all) */
@@ -48,6 +52,11 @@ struct core_node_priv {
     uint64_t key_hash;
     double frag;               /* F_n(M), valid when frag_wver == cluster wver */
     uint64_t frag_wver;
+    /* per class m of M, with the frag: usable GPUs of an allowed model with
+     * share >= m's milli (cnt), and the share of all other usable GPUs
+     * (small); lets fgd price a placement in O(|M|) per changed GPU */
+    int *fc_cnt, *fc_small;
+    int fc_cap;
     /* per-decision memo of NODE_STATE scores */
     uint64_t memo_epoch;
 };
@@ -129,8 +138,10 @@ int core_model_id(struct core_cluster *c, const char *model, int add);
 
 /* frag.c */
 void core_workload_prepare(struct core_cluster *c);
-double core_frag_eval(const struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
-                      const int *share);
+/* F_n(M) after taking take[j] from the share of GPU pos[j] (j < k) and
+ * leaving free_cpu; needs core_node_frag(c, n) to be current. */
+double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
+                       const int *pos, const int *take, int k);
 void core_workload_seen(struct core_cluster *c, const struct core_alloc *a);
 void core_workload_free(struct core_cluster *c);
 
@@ -158,5 +169,20 @@ static inline uint64_t core_mix64(uint64_t x)
 }
 
 uint64_t core_hash_str(const char *s);
+
+/* core_gpu_fits() for the GPU at position i, from the node's cache. */
+static inline int core_fits_pos(const struct core_cycle *cy, const struct core_node *n, int i)
+{
+    const struct core_node_priv *p = n->priv;
+    if (!p->usable[i] || !((cy->model_mask >> p->gmodel[i]) & 1))
+        return 0;
+    if (cy->req->kind == CORE_REQ_WHOLE)
+        return p->gwhole[i];
+    if (cy->req->kind != CORE_REQ_SHARED)
+        return 0;
+    if (cy->req->mem_mib > 0)
+        return core_gpu_fits(cy, &n->gpus[i]);
+    return p->gfree[i] >= cy->req->milli;
+}
 
 #endif

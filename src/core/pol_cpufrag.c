@@ -109,51 +109,6 @@ static double stranded(double r, int64_t free_cpu, int free_share)
     return s > 0 ? s : 0;
 }
 
-/* F_n(M) (core_frag_eval) after each of k single-GPU options: option o
- * takes take[o] from the GPU at position opt[o] and leaves free_cpu. One
- * pass over the classes serves every option, summing in the same order as
- * core_frag_eval, so the values are the same to the last bit. */
-static void frag_options(const struct core_cluster *c, const struct core_node *n,
-                         int64_t free_cpu, const int *share, const int *opt, const int *take,
-                         int k, double *f)
-{
-    const struct core_node_priv *p = n->priv;
-    int total = 0;
-    for (int i = 0; i < n->n_gpus; i++)
-        total += share[i];
-    for (int o = 0; o < k; o++)
-        f[o] = 0;
-    for (int m = 0; m < c->n_wclasses; m++) {
-        const struct core_wclass *w = &c->wclasses[m];
-        int fits_cpu = w->num_gpu > 0 && free_cpu >= w->cpu_milli;
-        int cnt = 0, small = 0;
-        for (int i = 0; fits_cpu && i < n->n_gpus; i++) {
-            if (!p->usable[i])
-                continue;
-            if (((w->model_mask >> n->gpus[i].model_id) & 1) && share[i] >= w->milli)
-                cnt++;
-            else
-                small += share[i];
-        }
-        for (int o = 0; o < k; o++) {
-            int fm = total - take[o];
-            if (fits_cpu) {
-                int i = opt[o], before = share[i], after = before - take[o];
-                int ok = (w->model_mask >> n->gpus[i].model_id) & 1;
-                int was = ok && before >= w->milli, now = ok && after >= w->milli;
-                int cnt_o = cnt - was + now;
-                int small_o = small - (was ? 0 : before) + (now ? 0 : after);
-                if (cnt_o >= w->num_gpu)
-                    fm = small_o;
-            }
-            f[o] += w->p * fm;
-        }
-    }
-    for (int o = 0; o < k; o++)
-        if (total - take[o] == 0)
-            f[o] = 0;
-}
-
 /* r, and whether some class is restricted, and rho: derived once per
  * target workload and model capacity, kept in the cluster: wstats[0] = r,
  * wstats[1] = 1 when some class is restricted, wstats[2 + t] = rho_t.
@@ -179,37 +134,30 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
     const double *ws = workload_stats(c);
     double r = ws[0];
     int64_t cpu_after = n->free_cpu_milli - cy->req->cpu_milli;
-    int share[CORE_MAX_GPUS];
-
+    int pos[CORE_MAX_GPUS], take[CORE_MAX_GPUS], k = 0;
     int pressure = cy->req->num_gpu > 0 && ws[1] > 0;
     const double *rho = ws + 2;
 
     before += LAMBDA * stranded(r, n->free_cpu_milli, p->free_share);
-    for (int i = 0; i < n->n_gpus; i++)
-        share[i] = p->share[i];
     *best_pos = -1;
     if (sharing(cy->req)) {
-        int opt[CORE_MAX_GPUS], take[CORE_MAX_GPUS], k = 0;
-        double f[CORE_MAX_GPUS], best = 0;
+        double best = 0;
         for (int i = 0; i < n->n_gpus; i++) {
-            if (!core_gpu_fits(cy, &n->gpus[i]))
+            if (!core_fits_pos(cy, n, i))
                 continue;
             /* on a one-model node, GPUs with equal free shares are alike */
             int seen = 0;
             for (int j = 0; p->homogeneous && j < k && !seen; j++)
-                seen = share[opt[j]] == share[i];
+                seen = p->share[pos[j]] == p->share[i];
             if (seen)
                 continue;
-            take[k] = core_pod_share(cy, &n->gpus[i]);
-            opt[k++] = i;
-        }
-        frag_options(c, n, cpu_after, share, opt, take, k, f);
-        for (int o = 0; o < k; o++) {
-            int i = opt[o];
-            double d = f[o] + LAMBDA * stranded(r, cpu_after, p->free_share - take[o]) - before +
-                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * take[o] : 0);
+            int one = core_pod_share(cy, &n->gpus[i]);
+            pos[k++] = i;
+            double d = core_frag_after(c, n, cpu_after, &i, &one, 1) +
+                       LAMBDA * stranded(r, cpu_after, p->free_share - one) - before +
+                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * one : 0);
             if (*best_pos < 0 || d < best - 1e-9 ||
-                (d < best + 1e-9 && share[i] < share[*best_pos])) {
+                (d < best + 1e-9 && p->share[i] < p->share[*best_pos])) {
                 best = d;
                 *best_pos = i;
             }
@@ -219,26 +167,26 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
     int used = 0;
     double pen = 0;
     if (cy->req->kind == CORE_REQ_WHOLE || cy->req->kind == CORE_REQ_SHARED) {
-        int pos[CORE_MAX_GPUS], k = 0;
         for (int i = 0; i < n->n_gpus; i++)
-            if (core_gpu_fits(cy, &n->gpus[i]))
+            if (core_fits_pos(cy, n, i))
                 pos[k++] = i;
         /* the num_gpu fitting GPUs with the least free share */
         for (int i = 1; i < k; i++)
-            for (int j = i; j > 0 && share[pos[j]] < share[pos[j - 1]]; j--) {
+            for (int j = i; j > 0 && p->share[pos[j]] < p->share[pos[j - 1]]; j--) {
                 int t = pos[j];
                 pos[j] = pos[j - 1];
                 pos[j - 1] = t;
             }
-        for (int i = 0; i < cy->req->num_gpu && i < k; i++) {
-            int take = core_pod_share(cy, &n->gpus[pos[i]]);
-            share[pos[i]] -= take;
-            used += take;
+        if (k > cy->req->num_gpu)
+            k = cy->req->num_gpu;
+        for (int i = 0; i < k; i++) {
+            take[i] = core_pod_share(cy, &n->gpus[pos[i]]);
+            used += take[i];
             if (pressure)
-                pen += MODEL_W * rho[n->gpus[pos[i]].model_id] * take;
+                pen += MODEL_W * rho[n->gpus[pos[i]].model_id] * take[i];
         }
     }
-    return core_frag_eval(c, n, cpu_after, share) +
+    return core_frag_after(c, n, cpu_after, pos, take, k) +
            LAMBDA * stranded(r, cpu_after, p->free_share - used) - before + pen;
 }
 

@@ -32,26 +32,22 @@ static int fgd_eval(const struct core_cycle *cy, const struct core_node *n, int 
     const struct core_node_priv *p = n->priv;
     double before = core_node_frag(c, n);
     int64_t cpu_after = n->free_cpu_milli - cy->req->cpu_milli;
-    int share[CORE_MAX_GPUS];
+    int pos[CORE_MAX_GPUS], take[CORE_MAX_GPUS], k = 0;
 
-    for (int i = 0; i < n->n_gpus; i++)
-        share[i] = p->share[i];
     *best_pos = -1;
     if (sharing(cy->req)) {
         int best = -1, tried[CORE_MAX_GPUS], n_tried = 0, tried_score[CORE_MAX_GPUS];
         for (int i = 0; i < n->n_gpus; i++) {
-            if (!core_gpu_fits(cy, &n->gpus[i]))
+            if (!core_fits_pos(cy, n, i))
                 continue;
             int s = -1;
             /* on a one-model node, GPUs with equal free shares score alike */
             for (int t = 0; p->homogeneous && t < n_tried; t++)
-                if (share[tried[t]] == share[i])
+                if (p->share[tried[t]] == p->share[i])
                     s = tried_score[t];
             if (s < 0) {
-                int take = core_pod_share(cy, &n->gpus[i]);
-                share[i] -= take;
-                s = delta_score(core_frag_eval(c, n, cpu_after, share) - before);
-                share[i] += take;
+                int one = core_pod_share(cy, &n->gpus[i]);
+                s = delta_score(core_frag_after(c, n, cpu_after, &i, &one, 1) - before);
                 tried[n_tried] = i;
                 tried_score[n_tried++] = s;
             }
@@ -63,21 +59,22 @@ static int fgd_eval(const struct core_cycle *cy, const struct core_node *n, int 
         return best < 0 ? 0 : best;
     }
     if (cy->req->kind == CORE_REQ_WHOLE || cy->req->kind == CORE_REQ_SHARED) {
-        int pos[CORE_MAX_GPUS], k = 0;
         for (int i = 0; i < n->n_gpus; i++)
-            if (core_gpu_fits(cy, &n->gpus[i]))
+            if (core_fits_pos(cy, n, i))
                 pos[k++] = i;
         /* the num_gpu fitting GPUs with the least free share */
         for (int i = 1; i < k; i++)
-            for (int j = i; j > 0 && share[pos[j]] < share[pos[j - 1]]; j--) {
+            for (int j = i; j > 0 && p->share[pos[j]] < p->share[pos[j - 1]]; j--) {
                 int t = pos[j];
                 pos[j] = pos[j - 1];
                 pos[j - 1] = t;
             }
-        for (int i = 0; i < cy->req->num_gpu && i < k; i++)
-            share[pos[i]] -= core_pod_share(cy, &n->gpus[pos[i]]);
+        if (k > cy->req->num_gpu)
+            k = cy->req->num_gpu;
+        for (int i = 0; i < k; i++)
+            take[i] = core_pod_share(cy, &n->gpus[pos[i]]);
     }
-    return delta_score(core_frag_eval(c, n, cpu_after, share) - before);
+    return delta_score(core_frag_after(c, n, cpu_after, pos, take, k) - before);
 }
 
 static int fgd_score(const struct core_cycle *cy, const struct core_node *n)

@@ -51,12 +51,12 @@ static int spread_pick(const struct core_cycle *cy, const struct core_node *n,
 
 const struct core_policy core_policy_binpack = {
     "binpack", "most used node and GPU first: keeps whole nodes free for big jobs",
-    CORE_POLICY_NODE_STATE, binpack_score, NULL, binpack_pick,
+    0, binpack_score, NULL, binpack_pick,
 };
 
 const struct core_policy core_policy_spread = {
     "spread", "least used node and GPU first: spreads load and failure impact",
-    CORE_POLICY_NODE_STATE, spread_score, NULL, spread_pick,
+    0, spread_score, NULL, spread_pick,
 };
 
 /* ---- topology --------------------------------------------------------- */
@@ -65,7 +65,7 @@ static uint32_t fitting_mask(const struct core_cycle *cy, const struct core_node
 {
     uint32_t m = 0;
     for (int i = 0; i < n->n_gpus; i++)
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             m |= 1u << i;
     return m;
 }

@@ -44,7 +44,7 @@ static int random_pick(const struct core_cycle *cy, const struct core_node *n,
         return core_pick_order(cy, n, a, 0);
     int pos[CORE_MAX_GPUS], k = 0;
     for (int i = 0; i < n->n_gpus; i++)
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             pos[k++] = i;
     if (k < cy->req->num_gpu)
         return -GS_ENOFIT;
@@ -75,7 +75,7 @@ static int dotprod_score(const struct core_cycle *cy, const struct core_node *n)
 
 const struct core_policy core_policy_dotprod = {
     "dotprod", "smallest dot product of free resources and request (openb baseline)",
-    CORE_POLICY_NODE_STATE, dotprod_score, NULL, NULL,
+    0, dotprod_score, NULL, NULL,
 };
 
 /* ---- clustering ------------------------------------------------------- */
@@ -103,7 +103,7 @@ static int clustering_score(const struct core_cycle *cy, const struct core_node 
 
 const struct core_policy core_policy_clustering = {
     "clustering", "pods of the same GPU shape together (openb GpuClustering baseline)",
-    CORE_POLICY_NODE_STATE, clustering_score, NULL, NULL,
+    0, clustering_score, NULL, NULL,
 };
 
 /* ---- packing ---------------------------------------------------------- */
@@ -121,7 +121,7 @@ static int packing_score(const struct core_cycle *cy, const struct core_node *n)
             continue;
         usable++;
         all_free &= p->share[i] == CORE_MILLI;
-        if (core_gpu_fits(cy, &n->gpus[i]))
+        if (core_fits_pos(cy, n, i))
             pos[k++] = i;
     }
     if (all_free)
@@ -174,5 +174,5 @@ void pol_minmax(const struct core_cycle *cy, int *s, int n)
 
 const struct core_policy core_policy_bestfit = {
     "bestfit", "least free CPU and GPU left after placement (openb BestFit)",
-    CORE_POLICY_NODE_STATE, bestfit_score, pol_minmax, NULL,
+    0, bestfit_score, pol_minmax, NULL,
 };

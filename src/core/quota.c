@@ -4,15 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <yaml.h>
 
 #include "core/cluster.h"
 #include "core/quota.h"
 
 #define MIB (1024 * 1024)
-#define QUOTA_MAX_DOC (4u << 20)  /* quota file size */
-#define YAML_MAX_NODES 200000     /* JSON values built from one YAML file */
-#define YAML_MAX_DEPTH 64
 
 /* ---- one GPUQuota object ---------------------------------------------------- */
 
@@ -46,6 +42,9 @@ static int parse_limits(json_t *obj, const char *field, int allow_model,
                            f, allow_model ? "model, " : "");
         if (json_is_integer(v)) {
             snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+            s = buf;
+        } else if (json_is_real(v)) { /* YAML's plain 2.5 */
+            snprintf(buf, sizeof buf, "%.15g", json_real_value(v));
             s = buf;
         } else if (json_is_string(v)) {
             s = json_string_value(v);
@@ -169,185 +168,29 @@ fail:
     return -GS_EINVAL;
 }
 
-/* ---- quota files: JSON, or YAML converted to JSON values ---------------------- */
+/* ---- lists of GPUQuota objects --------------------------------------------- */
 
-struct yconv {
-    yaml_document_t *doc;
-    long nodes;
-    struct gs_err *e;
-};
-
-static json_t *yaml_scalar(const yaml_node_t *n)
-{
-    const char *s = (const char *)n->data.scalar.value;
-    size_t len = n->data.scalar.length;
-    const char *tag = n->tag ? (const char *)n->tag : "";
-
-    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || strcmp(tag, YAML_STR_TAG) == 0)
-        return json_stringn(s, len);
-    if (len == 0 || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
-        strcmp(s, "NULL") == 0)
-        return json_null();
-    if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
-        return json_true();
-    if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0 || strcmp(s, "FALSE") == 0)
-        return json_false();
-    /* plain integers stay integers; anything else (16Gi, 2.5) stays a string,
-     * which every quantity field accepts */
-    const char *p = s + (*s == '-' || *s == '+');
-    size_t digits = strspn(p, "0123456789");
-    if (digits && digits <= 18 && p[digits] == '\0')
-        return json_integer(strtoll(s, NULL, 10));
-    return json_stringn(s, len);
-}
-
-static json_t *yaml_to_json(struct yconv *c, yaml_node_t *n, int depth)
-{
-    json_t *out;
-
-    if (!n) {
-        gs_errf(c->e, GS_EINVAL, "YAML: dangling node");
-        return NULL;
-    }
-    if (++c->nodes > YAML_MAX_NODES || depth > YAML_MAX_DEPTH) {
-        gs_errf(c->e, GS_ETOOBIG, "YAML: more than %d values or %d levels (aliases expanding?)",
-                YAML_MAX_NODES, YAML_MAX_DEPTH);
-        return NULL;
-    }
-    switch (n->type) {
-    case YAML_SCALAR_NODE:
-        return yaml_scalar(n);
-    case YAML_SEQUENCE_NODE:
-        out = json_array();
-        for (yaml_node_item_t *it = n->data.sequence.items.start;
-             out && it < n->data.sequence.items.top; it++) {
-            json_t *v = yaml_to_json(c, yaml_document_get_node(c->doc, *it), depth + 1);
-            if (!v || json_array_append_new(out, v) < 0) {
-                json_decref(out);
-                return NULL;
-            }
-        }
-        return out;
-    case YAML_MAPPING_NODE:
-        out = json_object();
-        for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
-             out && p < n->data.mapping.pairs.top; p++) {
-            yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
-            if (!k || k->type != YAML_SCALAR_NODE) {
-                gs_errf(c->e, GS_EINVAL, "YAML line %lu: mapping keys must be scalars",
-                        k ? (unsigned long)k->start_mark.line + 1 : 0UL);
-                json_decref(out);
-                return NULL;
-            }
-            json_t *v = yaml_to_json(c, yaml_document_get_node(c->doc, p->value), depth + 1);
-            if (!v || json_object_set_new(out, (const char *)k->data.scalar.value, v) < 0) {
-                json_decref(out);
-                return NULL;
-            }
-        }
-        return out;
-    case YAML_NO_NODE:
-        break;
-    }
-    return json_null();
-}
-
-/* Every YAML document of the text as one JSON array of documents. */
-static json_t *yaml_docs(const char *text, size_t len, struct gs_err *e)
-{
-    yaml_parser_t p;
-    json_t *docs = json_array();
-    struct yconv c = {NULL, 0, e};
-
-    if (!docs || !yaml_parser_initialize(&p)) {
-        json_decref(docs);
-        gs_errf(e, GS_ENOMEM, "out of memory");
-        return NULL;
-    }
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    for (;;) {
-        yaml_document_t doc;
-        if (!yaml_parser_load(&p, &doc)) {
-            gs_errf(e, GS_EINVAL, "YAML line %lu: %s", (unsigned long)p.problem_mark.line + 1,
-                    p.problem ? p.problem : "syntax error");
-            json_decref(docs);
-            docs = NULL;
-            break;
-        }
-        yaml_node_t *root = yaml_document_get_root_node(&doc);
-        if (!root) {
-            yaml_document_delete(&doc);
-            break;
-        }
-        c.doc = &doc;
-        json_t *v = yaml_to_json(&c, root, 0);
-        yaml_document_delete(&doc);
-        if (!v) {
-            json_decref(docs);
-            docs = NULL;
-            break;
-        }
-        if (!json_is_null(v))
-            json_array_append_new(docs, v);
-        else
-            json_decref(v);
-    }
-    yaml_parser_delete(&p);
-    return docs;
-}
-
-int core_quota_parse_doc(const char *text, size_t len, struct core_quota **out, int *n,
+int core_quota_parse_doc(const json_t *doc, struct core_quota **out, int *n,
                          core_quota_bad_fn bad, void *ud, struct gs_err *e)
 {
-    json_t *root, *items = NULL;
-    size_t i, skip = 0;
+    const json_t *items = NULL;
+    size_t i, total;
 
     *out = NULL;
     *n = 0;
-    if (len > QUOTA_MAX_DOC)
-        return gs_errf(e, GS_ETOOBIG, "quota file larger than %u bytes", QUOTA_MAX_DOC);
-    while (skip < len && isspace((unsigned char)text[skip]))
-        skip++;
-    if (skip < len && (text[skip] == '[' || text[skip] == '{')) {
-        json_error_t je;
-        root = json_loadb(text, len, 0, &je);
-        if (!root)
-            return gs_errf(e, GS_EINVAL, "JSON line %d: %s", je.line, je.text);
-    } else {
-        json_t *docs = yaml_docs(text, len, e);
-        if (!docs)
-            return -GS_EINVAL;
-        /* one document holding a list or a List, or several objects */
-        if (json_array_size(docs) == 1 && !json_is_object(json_array_get(docs, 0))) {
-            root = json_incref(json_array_get(docs, 0));
-            json_decref(docs);
-        } else if (json_array_size(docs) == 1 &&
-                   json_object_get(json_array_get(docs, 0), "items")) {
-            root = json_incref(json_array_get(docs, 0));
-            json_decref(docs);
-        } else {
-            root = docs;
-        }
-    }
-    if (json_is_array(root))
-        items = root;
-    else if (json_is_object(root) && json_is_array(json_object_get(root, "items")))
-        items = json_object_get(root, "items");
-    else if (json_is_object(root) && json_object_get(root, "kind"))
-        items = NULL; /* a single object */
-    else {
-        json_decref(root);
-        return gs_errf(e, GS_EINVAL, "quota file: expected a list of GPUQuota objects");
-    }
-    size_t total = items ? json_array_size(items) : 1;
+    if (json_is_array(doc))
+        items = doc;
+    else if (json_is_object(doc) && json_is_array(json_object_get(doc, "items")))
+        items = json_object_get(doc, "items");
+    else if (!json_is_object(doc) || !json_object_get(doc, "kind"))
+        return gs_errf(e, GS_EINVAL, "expected a list of GPUQuota objects");
+    total = items ? json_array_size(items) : 1;
     struct core_quota *qs = calloc(total ? total : 1, sizeof *qs);
-    if (!qs) {
-        json_decref(root);
+    if (!qs)
         return gs_errf(e, GS_ENOMEM, "out of memory");
-    }
     for (i = 0; i < total; i++) {
         struct gs_err qe = GS_ERR_INIT;
-        const json_t *obj = items ? json_array_get(items, i) : root;
+        const json_t *obj = items ? json_array_get(items, i) : doc;
         if (core_quota_parse(obj, &qs[*n], &qe) < 0) {
             if (bad)
                 bad(ud, (int)i, &qe);
@@ -355,7 +198,6 @@ int core_quota_parse_doc(const char *text, size_t len, struct core_quota **out, 
         }
         (*n)++;
     }
-    json_decref(root);
     *out = qs;
     return 0;
 }
@@ -626,6 +468,48 @@ int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_allo
             out[j].milli += a->milli[i];
     }
     return k;
+}
+
+void core_quota_use_on_node(const struct core_request *req, const struct core_node *n,
+                            struct core_quota_use *u)
+{
+    const struct core_gpu *pick = NULL;
+    for (int g = 0; g < n->n_gpus && !pick; g++)
+        if (core_request_model_ok(req, n->gpus[g].model) &&
+            (req->kind == CORE_REQ_MIG) == (n->gpus[g].mig_enabled != 0))
+            pick = &n->gpus[g];
+    if (!pick && n->n_gpus > 0)
+        pick = &n->gpus[0];
+    core_quota_use_of(req, pick ? pick->model : "", pick ? pick->mem_mib : 0, u);
+    if (req->kind == CORE_REQ_MIG && pick)
+        for (int i = 0; i < pick->n_mig; i++)
+            if (strcmp(pick->mig[i].profile, req->mig_profile) == 0) {
+                u->mem_mib = (int64_t)req->mig_count * pick->mig[i].mem_mib;
+                break;
+            }
+}
+
+int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, struct gs_err *e)
+{
+    core_quotas_reset_usage(s);
+    for (int i = 0; i < core_cluster_alloc_count(c); i++) {
+        const struct core_alloc *a = core_cluster_alloc(c, i);
+        struct core_quota_use u[CORE_MAX_GPUS];
+        char ns[CORE_NAME_MAX];
+        int k = core_quota_use_of_alloc(c, a, u);
+        snprintf(ns, sizeof ns, "%.*s", (int)strcspn(a->pod_name, "/"), a->pod_name);
+        if (k > 0 && core_quotas_charge(s, ns, u, k, 1, e) < 0)
+            return -GS_ENOMEM;
+    }
+    return 0;
+}
+
+int core_quotas_has(const struct core_quotas *s, const char *ns)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->q[i].ns, ns) == 0)
+            return 1;
+    return 0;
 }
 
 int core_quotas_admit(const struct core_quotas *s, const char *ns,

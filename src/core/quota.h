@@ -74,12 +74,13 @@ int core_quota_parse(const json_t *obj, struct core_quota *q, struct gs_err *e);
 /* Called once per broken object of a quota file: `index` is its position. */
 typedef void (*core_quota_bad_fn)(void *ud, int index, const struct gs_err *e);
 
-/* Parses a quota file's text: a JSON or YAML list of GPUQuota objects, a
- * List with `items`, or YAML documents separated by `---`. Good objects are
- * returned in *out (malloc'd array of *n, caller frees); each broken one is
- * reported to bad() and skipped. Fails only when the text as a whole cannot
- * be read (syntax, not a list, over `max_len` bytes). */
-int core_quota_parse_doc(const char *text, size_t len, struct core_quota **out, int *n,
+/* Reads a list of GPUQuota objects: a JSON array, a List with `items`
+ * (what `kubectl get gpuquotas -A -o json` prints), or one object. A quota
+ * file is YAML or JSON: read it with kube_yaml_load() first. Good objects
+ * are returned in *out (malloc'd array of *n, caller frees); each broken
+ * one is reported to bad() and skipped. Fails only when `doc` is not a
+ * list at all. */
+int core_quota_parse_doc(const json_t *doc, struct core_quota **out, int *n,
                          core_quota_bad_fn bad, void *ud, struct gs_err *e);
 
 /* What `req` would hold on GPUs of `model` with `gpu_mem_mib` each
@@ -90,6 +91,7 @@ void core_quota_use_of(const struct core_request *req, const char *model, int64_
 
 struct core_cluster;
 struct core_alloc;
+struct core_node;
 
 /* What an allocation holds, one entry per GPU model it touches (usually
  * one), read from the node it is on: whole GPUs with their full memory,
@@ -98,6 +100,12 @@ struct core_alloc;
  * the extender charges quotas from its rebuilt allocation state. */
 int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_alloc *a,
                             struct core_quota_use *out);
+
+/* What `req` would hold on node `n`: on the first GPU model of the node
+ * that the request accepts (gpu-type), MIG memory from the node's instances
+ * of the profile. */
+void core_quota_use_on_node(const struct core_request *req, const struct core_node *n,
+                            struct core_quota_use *u);
 
 struct core_quotas;
 
@@ -116,6 +124,11 @@ int core_quotas_charge(struct core_quotas *s, const char *ns, const struct core_
                        int n, int sign, struct gs_err *e);
 /* Forgets all usage (before rebuilding it from the allocation state). */
 void core_quotas_reset_usage(struct core_quotas *s);
+/* Usage recounted from every allocation of the cluster: exact whatever
+ * happened since (rebuilds, restarts, releases). O(allocations). */
+int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, struct gs_err *e);
+/* Does namespace `ns` have at least one quota? */
+int core_quotas_has(const struct core_quotas *s, const char *ns);
 
 /* Would holding `u` on top of current usage exceed a quota of `ns`?
  * Returns 0, or -GS_ENOFIT with e->msg saying which quota, which limit,

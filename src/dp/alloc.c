@@ -13,6 +13,11 @@ void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap)
     snprintf(buf, cap, "%s/%s/%s", a->ns, a->pod, a->container);
 }
 
+void dp_assign_uid_key(const struct dp_assign *a, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "uid:%s/%.700s", a->uid, a->container);
+}
+
 /* ---- matching ------------------------------------------------------------- */
 
 static const char *or_(const char *s, const char *def)
@@ -162,7 +167,7 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             char ukey[DP_KEY_MAX];
             snprintf(out->container, sizeof out->container, "%s", cname);
             dp_assign_key(out, key, sizeof key);
-            snprintf(ukey, sizeof ukey, "uid:%s/%.700s", out->uid, cname);
+            dp_assign_uid_key(out, ukey, sizeof ukey);
             int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key) &&
                        !is_claimed(claimed, n_claimed, ukey);
             if (!mine) {
@@ -292,20 +297,22 @@ static void ann(struct kvs *k, char *key, char *val)
     k->n_ann++;
 }
 
-/* Adds /dev/<name> when <dev_dir>/<name> exists on the host. */
+/* Adds /dev/<name> when <dev_dir>/<name> exists: dev_dir is where the
+ * plugin sees the host's /dev (itself, or a mount of it), and the spec
+ * names the host path kubelet will use. */
 static void devspec(struct kvs *k, const char *dev_dir, const char *name)
 {
     struct stat st;
-    char *host = keep_s(k, dev_dir, "/");
-    size_t hl = strlen(host);
+    char *seen = keep_s(k, dev_dir, "/");
+    size_t sl = strlen(seen);
 
-    snprintf(host + hl, sizeof k->strs[0] - hl, "%s", name);
-    if (stat(host, &st) != 0)
+    snprintf(seen + sl, sizeof k->strs[0] - sl, "%s", name);
+    if (stat(seen, &st) != 0)
         return;
     V1beta1__DeviceSpec *d = &k->dev[k->n_dev];
     v1beta1__device_spec__init(d);
     d->container_path = keep_s(k, "/dev/", name);
-    d->host_path = host;
+    d->host_path = d->container_path;
     d->permissions = (char *)"rw";
     k->devp[k->n_dev++] = d;
 }

@@ -37,8 +37,11 @@ struct dp_assign {
     int milli;               /* per GPU compute, thousandths (0 = none) */
 };
 
-/* "ns/pod/container" of an assignment, the key of the claimed set. */
+/* The two keys of a container in the claimed set: "ns/pod/container" (what
+ * kubelet's pod-resources names) and "uid:<pod uid>/container" (which tells
+ * a pod re-created under the same name from the old one). */
 void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap);
+void dp_assign_uid_key(const struct dp_assign *a, char *buf, size_t cap);
 
 /* Picks the container being admitted. `pods` is a PodList (or an array of
  * Pods); `claimed` holds "ns/pod/container" keys of containers that already
@@ -52,9 +55,10 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
 
 /* Options of the Allocate answer. */
 struct dp_alloc_opts {
-    const char *dev_dir;      /* host directory of the NVIDIA device nodes
-                                 ("/dev"); DeviceSpecs are added for those
-                                 that exist there. NULL = none. */
+    const char *dev_dir;      /* where the plugin sees the host's /dev ("/dev",
+                                 or a mount of it): DeviceSpecs are added
+                                 for the NVIDIA nodes that exist there.
+                                 NULL = none. */
     const char *annot_prefix; /* "gpusched.io/" */
 };
 

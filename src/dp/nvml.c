@@ -223,9 +223,9 @@ static void discover_links(struct nvml *v, struct dp_inventory *inv)
         for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
             int active = 0;
             nvmlPciInfo_t pci;
-            if (v->nvmlDeviceGetNvLinkState(v->dev[i], l, &active) != NVML_SUCCESS)
-                break; /* NOT_SUPPORTED (no NVLink) or past the last link */
-            if (!active)
+            /* NOT_SUPPORTED (no NVLink, or a disabled link) or past the
+             * GPU's last link: look at every index, as links may have gaps. */
+            if (v->nvmlDeviceGetNvLinkState(v->dev[i], l, &active) != NVML_SUCCESS || !active)
                 continue;
             memset(&pci, 0, sizeof pci);
             if (v->nvmlDeviceGetNvLinkRemotePciInfo_v2(v->dev[i], l, &pci) != NVML_SUCCESS)

@@ -187,9 +187,10 @@ static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc
     V1beta1__PreferredAllocationRequest *rq =
         v1beta1__preferred_allocation_request__unpack(NULL, len, req);
 
-    if (!rq)
-        return dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT,
-                            "cannot parse PreferredAllocationRequest");
+    if (!rq) {
+        dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreferredAllocationRequest");
+        return;
+    }
     size_t n = rq->n_container_requests;
     V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
     V1beta1__ContainerPreferredAllocationResponse *cr = calloc(n + 1, sizeof *cr);
@@ -252,12 +253,11 @@ static int collect_claimed(struct dp_plugin *p, const char *resource, char ***ou
     cap = 2 * p->n_claims + pr.n + 1;
     *out = calloc((size_t)cap, sizeof **out);
     *n = 0;
-    for (int i = 0; *out && i < p->n_claims; i++) {
-        if (strcmp(p->claims[i].resource, resource) != 0)
-            continue;
-        (*out)[(*n)++] = strdup(p->claims[i].key);
-        (*out)[(*n)++] = strdup(p->claims[i].uid_key);
-    }
+    /* Our own record by pod UID: a pod re-created under the same name
+     * (a StatefulSet's) is a new pod. */
+    for (int i = 0; *out && i < p->n_claims; i++)
+        if (strcmp(p->claims[i].resource, resource) == 0)
+            (*out)[(*n)++] = strdup(p->claims[i].uid_key);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; *out && i < pr.n; i++)
         (*out)[(*n)++] = strdup(pr.e[i].key);
@@ -300,7 +300,7 @@ static void add_claim_locked(struct dp_plugin *p, const struct dp_assign *a, con
     struct claim *c = &p->claims[p->n_claims++];
     memset(c, 0, sizeof *c);
     dp_assign_key(a, c->key, sizeof c->key);
-    snprintf(c->uid_key, sizeof c->uid_key, "uid:%s/%.700s", a->uid, a->container);
+    dp_assign_uid_key(a, c->uid_key, sizeof c->uid_key);
     snprintf(c->resource, sizeof c->resource, "%s", resource);
     c->ids = ids;
     c->at_ms = t;
@@ -310,9 +310,9 @@ static int claimed_locked(const struct dp_plugin *p, const struct dp_assign *a)
 {
     char key[DP_KEY_MAX];
 
-    dp_assign_key(a, key, sizeof key);
+    dp_assign_uid_key(a, key, sizeof key);
     for (int i = 0; i < p->n_claims; i++)
-        if (strcmp(p->claims[i].key, key) == 0)
+        if (strcmp(p->claims[i].uid_key, key) == 0)
             return 1;
     return 0;
 }
@@ -331,7 +331,9 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     rc = p->cfg.api->list_pods(p->cfg.api->ud, &pods, e);
-    for (int attempt = 0; rc == 0; attempt++) {
+    /* Each round either claims a container or learns one more claimed, so
+     * this ends. */
+    while (rc == 0) {
         rc = dp_alloc_match(pods, p->cfg.node_name, s->name, p->cfg.alloc.annot_prefix,
                             (int)n_ids, claimed, n_claimed, a, e);
         if (rc)
@@ -344,7 +346,7 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
                     rc = gs_errf(e, GS_ENOENT, "pod %s/%s: assigned GPU %s is not on node %s",
                                  a->ns, a->pod, a->uuids[i], p->cfg.node_name);
                 else if (!g->healthy)
-                    rc = gs_errf(e, GS_EUNAVAIL, "pod %s/%s: assigned GPU %s is unhealthy: %s",
+                    rc = gs_errf(e, GS_ECONFLICT, "pod %s/%s: assigned GPU %s is unhealthy: %s",
                                  a->ns, a->pod, a->uuids[i], g->reason);
             }
             if (rc == 0)
@@ -361,7 +363,7 @@ static int assign_from_api(struct server *s, char *const *ids, size_t n_ids, str
         }
         claimed = more;
         char key[DP_KEY_MAX];
-        dp_assign_key(a, key, sizeof key);
+        dp_assign_uid_key(a, key, sizeof key);
         if (!(claimed[n_claimed] = strdup(key))) {
             rc = gs_errf(e, GS_ENOMEM, "out of memory");
             break;
@@ -435,17 +437,19 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
             break;
         }
         /* Every ID must be one we advertise, whichever way we answer. */
-        struct dp_assign probe;
-        rc = assign_from_ids(s, c->devices_ids, c->n_devices_ids, &probe, &e);
+        struct dp_assign by_ids;
+        rc = assign_from_ids(s, c->devices_ids, c->n_devices_ids, &by_ids, &e);
         if (rc)
             break;
         if (p->cfg.api) {
             rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e);
-            status = rc == -GS_ENOENT || rc == -GS_EUNAVAIL ? DP_GRPC_FAILED_PRECONDITION
-                     : rc == -GS_EINVAL                     ? DP_GRPC_FAILED_PRECONDITION
-                                                            : DP_GRPC_UNAVAILABLE;
+            /* The API server or kubelet not answering is worth a retry;
+             * anything else is about the pod and needs a person. */
+            status = rc == -GS_EUNAVAIL || rc == -GS_EIO || rc == -GS_EPROTO
+                         ? DP_GRPC_UNAVAILABLE
+                         : DP_GRPC_FAILED_PRECONDITION;
         } else {
-            a[i] = probe;
+            a[i] = by_ids;
         }
         if (rc)
             gs_err_prefix(&e, "container_requests[%zu]", i);
@@ -489,8 +493,10 @@ static void h_prestart(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
     char assumed[DP_KEY_MAX] = "";
     char *key = NULL;
 
-    if (!rq)
-        return dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreStartContainerRequest");
+    if (!rq) {
+        dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse PreStartContainerRequest");
+        return;
+    }
     if (!p->cfg.api || rq->n_devices_ids == 0)
         goto ok;
     key = ids_key(rq->devices_ids, rq->n_devices_ids);
@@ -727,10 +733,13 @@ static void *health_thread(void *arg)
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
-            log_info("dp", "health event on %s: XID %llu (%s)%s%s", ev.all ? "all GPUs" : ev.uuid,
-                     (unsigned long long)ev.xid, dp_xid_class_name(k), e.msg[0] ? ": " : "",
-                     e.msg);
             changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, now_ms());
+            /* A failing event source repeats at once: say it when it
+             * changes something, and do not spin on it. */
+            if (!ev.all || changed)
+                log_info("dp", "health event on %s: XID %llu (%s)%s%s",
+                         ev.all ? "all GPUs" : ev.uuid, (unsigned long long)ev.xid,
+                         dp_xid_class_name(k), e.msg[0] ? ": " : "", e.msg);
         } else if (rc == 2) {
             rediscover_locked(p);
             changed = 1;
@@ -744,6 +753,10 @@ static void *health_thread(void *arg)
             notify_all(p);
         if (changed || restart)
             wake(p);
+        if (rc == 1 && ev.all) {
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
     }
     return NULL;
 }
@@ -1015,6 +1028,14 @@ char *dp_plugin_metrics(struct dp_plugin *p)
             (unsigned long long)p->n_prestart_err, (unsigned long long)p->n_register,
             (unsigned long long)p->n_register_err, (unsigned long long)p->n_publish_err);
     pthread_mutex_unlock(&p->mu);
+    fprintf(f, "# HELP gpusched_dp_streams Open ListAndWatch streams (kubelet connections).\n"
+               "# TYPE gpusched_dp_streams gauge\n");
+    pthread_mutex_lock(&p->srv_mu);
+    for (int i = 0; i < p->n_srv; i++)
+        if (p->srv[i].srv)
+            fprintf(f, "gpusched_dp_streams{resource=\"%s\"} %d\n", p->srv[i].name,
+                    dp_grpc_server_streams(p->srv[i].srv));
+    pthread_mutex_unlock(&p->srv_mu);
     fclose(f);
     return buf;
 }

@@ -30,6 +30,8 @@ static const struct row rows[] = {
      100000},
     {"nodes", C_STR, F(nodes), "FILE", "standalone: NodeList JSON file", 0, 0},
     {"state_dir", C_STR, F(state_dir), "DIR", "standalone: journal directory", 0, 0},
+    {"quotas", C_STR, F(quotas), "FILE", "standalone: GPUQuota objects, YAML or JSON (re-read "
+     "on change; cluster mode watches gpuquotas)", 0, 0},
     {"kubeconfig", C_STR, F(kubeconfig), "FILE", "cluster: kubeconfig file", 0, 0},
     {"in_cluster", C_BOOL, F(in_cluster), NULL, "cluster: use the pod's service account", 0, 0},
     {"inventory_ttl", C_DBL, F(inventory_ttl), "SECONDS",

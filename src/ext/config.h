@@ -21,6 +21,7 @@ struct ext_config {
     char *policy;
     long top_k;
     char *nodes, *state_dir;              /* standalone */
+    char *quotas;                         /* standalone: GPUQuota file */
     char *kubeconfig;                     /* cluster; in_cluster without it */
     long in_cluster;
     double inventory_ttl;                 /* seconds; 0 = never stale */

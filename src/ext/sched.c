@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "core/policy.h"
+#include "core/quota.h"
 #include "ext/annot.h"
 #include "ext/nodes.h"
 #include "ext/proto.h"
@@ -121,6 +122,8 @@ struct ext_sched {
     int n_need_restore;
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
+    struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
+    struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
 };
 
 json_t *ext_error(const char *fmt, ...)
@@ -154,7 +157,8 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         free(s);
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
     }
-    if (!(s->c = core_cluster_new())) {
+    if (!(s->c = core_cluster_new()) || !(s->quotas = core_quotas_new())) {
+        core_cluster_free(s->c);
         free(s);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
@@ -186,6 +190,16 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_stale = metrics_add(m, METRIC_GAUGE, "gpusched_nodes_stale",
                                  "Nodes whose GPU inventory is older than inventory_ttl.", NULL,
                                  NULL, 0, e);
+        s->m_ns_usage = metrics_add(m, METRIC_GAUGE, "gpusched_namespace_gpu_usage",
+                                    "GPU resources held per namespace and model (resource: "
+                                    "gpus, memory_mib, milli).", "namespace,model,resource",
+                                    NULL, 0, e);
+        s->m_quota_limit = metrics_add(m, METRIC_GAUGE, "gpusched_quota_limit",
+                                       "GPUQuota limits (model \"\" = the total).",
+                                       "namespace,quota,model,resource", NULL, 0, e);
+        s->m_quota_used = metrics_add(m, METRIC_GAUGE, "gpusched_quota_used",
+                                      "Use counted against each GPUQuota limit.",
+                                      "namespace,quota,model,resource", NULL, 0, e);
     }
     *out = s;
     return 0;
@@ -208,8 +222,36 @@ void ext_sched_free(struct ext_sched *s)
     free(s->pods.b);
     free(s->inv.b);
     core_cluster_free(s->c);
+    core_quotas_free(s->quotas);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q)
+{
+    pthread_mutex_lock(&s->mu);
+    core_quotas_free(s->quotas);
+    s->quotas = q;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Brings quota usage up to date for a pod of `ns`; 1 when ns has a quota.
+ * Called with the lock held. */
+static int quota_prepare(struct ext_sched *s, const struct core_pod *pod)
+{
+    if (pod->req.kind == CORE_REQ_NONE || !s->quotas || !core_quotas_has(s->quotas, pod->ns))
+        return 0;
+    core_quotas_recount(s->quotas, s->c, NULL);
+    return 1;
+}
+
+/* Would the pod on node n exceed its namespace's quota? Lock held. */
+static int quota_blocks(struct ext_sched *s, const struct core_pod *pod, const struct core_node *n,
+                        struct gs_err *e)
+{
+    struct core_quota_use u;
+    core_quota_use_on_node(&pod->req, n, &u);
+    return core_quotas_check(s->quotas, pod->ns, &u, 1, e) < 0;
 }
 
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
@@ -662,6 +704,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
 
     pthread_mutex_lock(&s->mu);
     struct pod *p = pod.req.kind != CORE_REQ_NONE ? remember(s, a.pod) : NULL;
+    int quota = quota_prepare(s, &pod);
     for (int i = 0; i < a.n; i++) {
         struct core_status st;
         struct core_node *n = core_cluster_find(s->c, a.names[i]);
@@ -676,6 +719,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
                                 json_string("node is unknown to gpusched (no Node object seen)"));
         } else if (core_filter(s->c, n, &pod, &st)) {
             fit[i] = 1;
+            if (quota && quota_blocks(s, &pod, n, &e)) {
+                fit[i] = 0;
+                json_object_set_new(failed, a.names[i], json_string(e.msg));
+            }
         } else {
             json_object_set_new(st.code == CORE_UNRESOLVABLE ? unres : failed, a.names[i],
                                 json_string(st.reason));
@@ -875,6 +922,12 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **r
     /* the pod's identity in the allocation is the one /bind names */
     snprintf(pod.uid, sizeof pod.uid, "%s", uid);
     rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    if (rc == 0 && quota_prepare(s, &pod)) {
+        struct core_quota_use u[CORE_MAX_GPUS];
+        int k = core_quota_use_of_alloc(s->c, &alloc, u);
+        if (k > 0 && core_quotas_check(s->quotas, pod.ns, u, k, &e) < 0)
+            rc = -GS_ENOFIT;
+    }
     if (rc == 0)
         rc = core_reserve(s->c, &alloc, &e);
     if (rc == 0) {
@@ -1075,12 +1128,18 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     }
     snprintf(uid, uidcap, "%s", p->uid);
     total = core_cluster_node_count(s->c);
+    int quota = quota_prepare(s, &pod);
     for (int i = 0; i < total; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
+        struct gs_err qe = GS_ERR_INIT;
         int k;
-        if (core_filter(s->c, n, &pod, &st))
-            continue;
+        if (core_filter(s->c, n, &pod, &st)) {
+            if (!quota || !quota_blocks(s, &pod, n, &qe))
+                continue;
+            st.plugin = "quota";
+            snprintf(st.reason, sizeof st.reason, "%.255s", qe.msg);
+        }
         const char *pl = st.plugin ? st.plugin : "filter";
         for (k = 0; k < ng && strcmp(g[k].plugin, pl) != 0; k++)
             ;
@@ -1128,6 +1187,31 @@ json_t *ext_sched_allocations(struct ext_sched *s)
 
 /* ---- metrics --------------------------------------------------------------- */
 
+static const char *const quota_res[3] = {"gpus", "memory_mib", "milli"};
+
+static void usage_metric(void *ud, const char *ns, const char *model,
+                         const struct core_quota_limits *u)
+{
+    struct ext_sched *s = ud;
+    const int64_t v[3] = {u->gpus, u->mem_mib, u->milli};
+    for (int i = 0; i < 3; i++)
+        metric_set(s->m_ns_usage, (const char *[]){ns, model, quota_res[i]}, (double)v[i]);
+}
+
+static void quota_metric(void *ud, const struct core_quota_row *r)
+{
+    struct ext_sched *s = ud;
+    const int64_t l[3] = {r->limit.gpus, r->limit.mem_mib, r->limit.milli};
+    const int64_t u[3] = {r->used.gpus, r->used.mem_mib, r->used.milli};
+    for (int i = 0; i < 3; i++) {
+        if (l[i] == CORE_QUOTA_NONE)
+            continue;
+        const char *lv[] = {r->ns, r->quota, r->model, quota_res[i]};
+        metric_set(s->m_quota_limit, lv, (double)l[i]);
+        metric_set(s->m_quota_used, lv, (double)u[i]);
+    }
+}
+
 void ext_sched_collect(struct ext_sched *s, struct metrics *m)
 {
     struct core_stats st;
@@ -1154,6 +1238,12 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
         }
     }
     core_cluster_stats(s->c, &st);
+    metric_reset(s->m_ns_usage);
+    metric_reset(s->m_quota_limit);
+    metric_reset(s->m_quota_used);
+    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_foreach_usage(s->quotas, usage_metric, s);
+    core_quotas_foreach(s->quotas, quota_metric, s);
     pthread_mutex_unlock(&s->mu);
     metric_set(s->m_frag, NULL, st.frag_milli);
     metric_set(s->m_allocs, NULL, st.pods);

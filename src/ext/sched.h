@@ -61,6 +61,12 @@ struct ext_sched_opts {
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
 void ext_sched_free(struct ext_sched *s);
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
+/* Replaces the GPUQuotas in force (takes ownership of q; core/quota.h).
+ * /filter and /bind then refuse a pod that would exceed its namespace's
+ * quota, counted from the current allocations; /metrics shows usage per
+ * namespace and model and each quota's limit and use. */
+struct core_quotas;
+void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q);
 const struct core_names *ext_sched_names(const struct ext_sched *s);
 
 /* ---- nodes ---- */

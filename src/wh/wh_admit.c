@@ -1,9 +1,9 @@
 /* wh/wh_admit.c - see wh_admit.h. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ext/nodes.h"
 #include "wh/wh_admit.h"
 
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e)
@@ -55,56 +55,27 @@ int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names
                           struct wh_cluster *out, struct gs_err *e)
 {
     json_t *items = json_object_get(nodelist, "items"), *node;
-    char annot[128];
     size_t i;
 
     memset(out, 0, sizeof *out);
     if (!json_is_array(items))
         return gs_errf(e, GS_EINVAL, "items: expected a NodeList");
-    snprintf(annot, sizeof annot, "%sgpu-inventory", names->annot_prefix);
     json_array_foreach(items, i, node) {
-        json_t *meta = json_object_get(node, "metadata");
-        const char *inv = json_string_value(json_object_get(json_object_get(meta, "annotations"),
-                                                            annot));
-        if (inv) {
-            json_t *j = json_loads(inv, 0, NULL), *gpus = json_object_get(j, "gpus"), *g;
-            size_t k;
-            if (!json_is_array(gpus)) {
-                json_decref(j);
-                return gs_errf(e, GS_EINVAL, "items[%zu].metadata.annotations[%s]: not a GPU "
-                                             "inventory", i, annot);
-            }
-            json_array_foreach(gpus, k, g) {
-                json_t *mem = json_object_get(g, "memory_mib");
-                consider(out, json_string_value(json_object_get(g, "model")),
-                         json_is_integer(mem) ? json_integer_value(mem) : 0, 0);
-            }
-            consider(out, NULL, 0, (int)json_array_size(gpus));
-            json_decref(j);
-            continue;
+        /* the extender's own reading of a node, so both agree on its GPUs */
+        struct core_node_spec spec;
+        struct ext_node_buf buf = {0};
+        double updated;
+        int rc = ext_node_spec(node, names, &spec, &buf, &updated, e);
+        if (rc == 0) {
+            for (int g = 0; g < spec.n_gpus; g++)
+                consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
+            consider(out, NULL, 0, spec.n_gpus);
         }
-        json_t *labels = json_object_get(meta, "labels");
-        const char *model = json_string_value(json_object_get(labels, "nvidia.com/gpu.product"));
-        const char *mem = json_string_value(json_object_get(labels, "nvidia.com/gpu.memory"));
-        json_t *cap = json_object_get(json_object_get(json_object_get(node, "status"),
-                                                      "capacity"), names->gpu);
-        int64_t mib = 0, count = 0;
-        if (mem) { /* MiB, a plain number (docs/annotations.md) */
-            char *end;
-            errno = 0;
-            mib = strtoll(mem, &end, 10);
-            if (errno || end == mem || *end || mib < 0)
-                return gs_errf(e, GS_EINVAL, "items[%zu].metadata.labels[nvidia.com/gpu.memory]: "
-                                             "'%.32s' is not a number of MiB", i, mem);
+        ext_node_buf_clear(&buf);
+        if (rc < 0) {
+            gs_err_prefix(e, "items[%zu]", i);
+            return rc;
         }
-        if (json_is_string(cap) &&
-            core_quantity_parse(json_string_value(cap), 1, &count, names->gpu, e) < 0) {
-            gs_err_prefix(e, "items[%zu].status.capacity", i);
-            return -GS_EINVAL;
-        }
-        if (count > CORE_MAX_GPUS)
-            count = CORE_MAX_GPUS;
-        consider(out, model, mib, (int)count);
     }
     return 0;
 }

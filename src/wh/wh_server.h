@@ -8,19 +8,21 @@
  * misspelt quota never reaches the cluster. A body that is not an
  * AdmissionReview gets 400 with the reason; the server keeps serving.
  *
- * The caller's main loop calls wh_server_tick() about once a second: it
- * reloads the TLS pair and the quota file when they change (a broken new
- * quota file keeps the old quotas; a broken object in it is logged, counted
- * in gpusched_webhook_quota_objects_broken and skipped).
+ * Quotas come from a file or, in a cluster, from a watch of GPUQuota
+ * objects (ext/quotas.h: re-read on change; broken objects are logged,
+ * counted in gpusched_quota_objects_broken and ignored). The caller's main
+ * loop calls wh_server_tick() about once a second to reload the TLS pair
+ * when it changes.
  *
  * Ownership: wh_server_start() returns a server freed by wh_server_stop();
- * the options' strings must outlive it.
+ * the options' strings and client must outlive it.
  */
 #ifndef GPUSCHED_WH_SERVER_H
 #define GPUSCHED_WH_SERVER_H
 
 #include <stddef.h>
 
+#include "kube/client.h"
 #include "util/err.h"
 #include "wh/wh_admit.h"
 
@@ -28,7 +30,8 @@ struct wh_server_opts {
     const char *addr;             /* "0.0.0.0" */
     int port;                     /* 0 = any free port */
     const char *tls_cert, *tls_key;
-    const char *quota_file;       /* NULL = no quotas */
+    const char *quota_file;       /* quotas from this file, or ... */
+    struct kube_client *kc;       /* ... watched in this cluster; neither: none */
     size_t max_body;              /* bytes; 0 = 1 MiB */
     struct wh_config config;
 };

@@ -23,11 +23,13 @@ FAKE = os.path.join(ROOT, "tests", "data", "fake-gpus.json")
 
 
 class PluginProc:
-    def __init__(self, bin_, kdir, gpus_file, *extra, port=None):
+    def __init__(self, bin_, kdir, gpus_file, *extra, port=None, no_api=True):
         self.port = port or free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="dp-log-", delete=False)
-        args = [bin_, "device-plugin", "--kubelet-dir", kdir, "--no-api",
+        args = [bin_, "device-plugin", "--kubelet-dir", kdir,
                 "--metrics-listen", "127.0.0.1:%d" % self.port, "--node-name", "node-a"]
+        if no_api:
+            args.append("--no-api")
         if gpus_file:
             args += ["--fake-gpus", gpus_file]
         self.proc = subprocess.Popen(args + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
@@ -50,6 +52,8 @@ class PluginProc:
             return f.read()
 
     def stop(self):
+        """SIGTERM; returns the exit status (0 for a clean stop, which under
+        ASan also means no leak)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -58,6 +62,7 @@ class PluginProc:
                 self.proc.kill()
                 self.proc.wait()
         os.unlink(self.log.name)
+        return self.proc.returncode
 
 
 @pytest.fixture
@@ -92,10 +97,12 @@ def plugin_factory(gpusched_bin, kdir):
         procs.append(p)
         return p
     yield make
+    codes = []
     for p in procs:
         out = p.output()
-        p.stop()
+        codes.append(p.stop())
         print(out[-3000:])
+    assert all(c == 0 for c in codes), "plugin exit status %s" % codes
 
 
 def edit(path, fn):
@@ -169,9 +176,11 @@ def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_
         p = kubelet.wait_plugin("nvidia.com/gpu")
         r = p.allocate([GPU[2]])
         specs = {d.container_path: (d.host_path, d.permissions) for d in r.devices}
-        assert specs == {"/dev/nvidiactl": (dev + "/nvidiactl", "rw"),
-                         "/dev/nvidia-uvm": (dev + "/nvidia-uvm", "rw"),
-                         "/dev/nvidia2": (dev + "/nvidia2", "rw")}
+        # Present under --dev-dir (the host's /dev as the plugin sees it),
+        # named by their host paths; nvidia-uvm-tools is absent, so left out.
+        assert specs == {"/dev/nvidiactl": ("/dev/nvidiactl", "rw"),
+                         "/dev/nvidia-uvm": ("/dev/nvidia-uvm", "rw"),
+                         "/dev/nvidia2": ("/dev/nvidia2", "rw")}
     finally:
         shutil.rmtree(dev)
 
@@ -240,6 +249,11 @@ def test_kubelet_hanging_up_mid_stream_does_not_hurt(kubelet, plugin_factory, gp
     p.wait(lambda d: health(d)[GPU[0]] == "Unhealthy")
     assert p.allocate([GPU[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
     assert pl.proc.poll() is None
+    # The abandoned streams are gone; kubelet's own is the one left.
+    end = time.monotonic() + 5
+    while 'gpusched_dp_streams{resource="nvidia.com/gpu"} 1\n' not in pl.get("/metrics").text:
+        assert time.monotonic() < end, pl.get("/metrics").text
+        time.sleep(0.1)
 
 
 # --- health -----------------------------------------------------------------------

@@ -48,7 +48,15 @@ def start(bin_, kdir, lib, *extra):
     ctl = tempfile.mkdtemp(prefix="dpctl", dir="/tmp")
     os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
+    os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
+
+
+def put(path, text):
+    """Writes a control file in one step: the library may read it any time."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
@@ -71,8 +79,9 @@ def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
         r = p.allocate([G[1]])
         assert r.envs["NVIDIA_VISIBLE_DEVICES"] == G[1]
     finally:
-        pl.stop()
+        code = pl.stop()
         shutil.rmtree(ctl)
+    assert code == 0
 
 
 def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
@@ -82,13 +91,15 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         p = k.wait_plugin("nvidia.com/gpu")
         p.wait(lambda d: len(d) == 2)
         # An ignored application XID, then a transient one on a GPU that is lost.
-        with open(os.path.join(ctl, "xid"), "w") as f:
-            f.write("0 43\n")
-        time.sleep(0.5)
+        put(os.path.join(ctl, "xid"), "0 43\n")
+        wait_gone = time.monotonic() + 5
+        while os.path.exists(os.path.join(ctl, "xid")):  # the library took it
+            assert time.monotonic() < wait_gone
+            time.sleep(0.05)
+        time.sleep(0.3)
         assert all(h == "Healthy" for h in health(p.devices()).values())
         open(os.path.join(ctl, "lost"), "w").close()
-        with open(os.path.join(ctl, "xid"), "w") as f:
-            f.write("1 94\n")
+        put(os.path.join(ctl, "xid"), "1 94\n")
         t0 = time.monotonic()
         p.wait(lambda d: health(d)[G[1]] == "Unhealthy", timeout=2)
         assert time.monotonic() - t0 < 1.0
@@ -98,5 +109,24 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         os.unlink(os.path.join(ctl, "lost"))  # the GPU answers again
         p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=4)
     finally:
-        pl.stop()
+        code = pl.stop()
         shutil.rmtree(ctl)
+    assert code == 0
+
+
+def test_nvml_event_wait_failing_marks_every_gpu_until_reprobed(gpusched_bin, env, fake_nvml):
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        p.wait(lambda d: len(d) == 2)
+        open(os.path.join(ctl, "waitfail"), "w").close()
+        p.wait(lambda d: all(h == "Unhealthy" for h in health(d).values()), timeout=3)
+        assert "XID 999" in pl.get("/inventory").json()["gpus"][0]["reason"]
+        os.unlink(os.path.join(ctl, "waitfail"))
+        p.wait(lambda d: all(h == "Healthy" for h in health(d).values()), timeout=6)
+        assert pl.output().count("health event on all GPUs") <= 3  # no log flood
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0

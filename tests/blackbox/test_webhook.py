@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from conftest import free_port, run
+from fake_apiserver import FakeApiServer
 
 QUOTAS = """\
 - apiVersion: gpusched.io/v1
@@ -235,9 +236,9 @@ def test_quota_refuses_a_request_that_alone_exceeds_it(env):
 
 def test_broken_quota_in_file_is_ignored_and_counted(env):
     metrics = env["wh"].get("/metrics").text
-    assert "gpusched_webhook_quota_objects 1\n" in metrics
-    assert "gpusched_webhook_quota_objects_broken 1\n" in metrics
-    assert "object 1 ignored: GPUQuota ml/broken: spec.total.gpu: unknown field" in env["wh"].logs()
+    assert "gpusched_quota_objects 1\n" in metrics
+    assert "gpusched_quota_objects_broken 1\n" in metrics
+    assert "GPUQuota 1 ignored: GPUQuota ml/broken: spec.total.gpu: unknown field" in env["wh"].logs()
 
 
 def test_gpuquota_objects_are_validated(env):
@@ -363,7 +364,7 @@ def test_quota_file_reload(gpusched_bin, tmp_path):
         q.write_text("[{")
         os.utime(q, (time.time() + 10, time.time() + 10))
         deadline = time.time() + 10
-        while "gpusched_webhook_quota_reload_errors_total 1" not in wh.get("/metrics").text:
+        while "gpusched_quota_reload_errors_total 1" not in wh.get("/metrics").text:
             assert time.time() < deadline, wh.logs()
             time.sleep(0.2)
         assert validate(env, pod({"nvidia.com/gpu": "3"}), ns="ns")["allowed"] is False
@@ -450,7 +451,7 @@ def test_start_errors(gpusched_bin, tmp_path):
     bad.write_text("a: [b\n")
     r = start_fails(gpusched_bin, "--tls-cert", str(a / "tls.crt"), "--tls-key",
                     str(a / "tls.key"), "--quotas", str(bad))
-    assert "q.yaml: YAML line" in r.stderr
+    assert "q.yaml: line 2:" in r.stderr
 
 
 def test_gen_certs_names_and_errors(gpusched_bin, tmp_path):
@@ -472,3 +473,29 @@ def test_gen_certs_names_and_errors(gpusched_bin, tmp_path):
     assert r.returncode == 2 and "'nope' is not an IP address" in r.stderr
     r = run(gpusched_bin, "webhook", "gen-certs")
     assert r.returncode == 2 and "--out DIR is required" in r.stderr
+
+
+def test_quotas_watched_in_a_cluster(gpusched_bin, tmp_path):
+    certs = gen_certs(gpusched_bin, tmp_path / "c")
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        api.create("/apis/gpusched.io/v1/namespaces/ml/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "q"}, "spec": {"total": {"gpus": 1}}})
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
+        try:
+            env = {"wh": wh}
+            deadline = time.time() + 10
+            while validate(env, pod({"nvidia.com/gpu": "2"}), ns="ml")["allowed"]:
+                assert time.time() < deadline, wh.logs()
+                time.sleep(0.1)
+            resp = validate(env, pod({"nvidia.com/gpu": "2"}), ns="ml")
+            assert "GPUQuota ml/q: whole GPUs: the pod asks for 2" in resp["status"]["message"]
+            api.update("gpuquotas", "q", "ml", prefix="/apis/gpusched.io/v1",
+                       fn=lambda o: o.__setitem__("spec", {"total": {"gpus": 4}}))
+            deadline = time.time() + 10
+            while not validate(env, pod({"nvidia.com/gpu": "2"}), ns="ml")["allowed"]:
+                assert time.time() < deadline, wh.logs()
+                time.sleep(0.1)
+        finally:
+            assert wh.stop() == 0

@@ -1,11 +1,12 @@
 /* tests/fuzz/fuzz_admission.c - an AdmissionReview body of arbitrary bytes
  * through the webhook's decisions (parse, validate with quotas, mutate,
- * response) and the quota-file parser: no crash, no leak, and every denial
+ * response) and the quota-file reader: no crash, no leak, and every denial
  * carries a reason. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kube/yaml.h"
 #include "wh/wh_admit.h"
 #include "wh/wh_review.h"
 
@@ -35,11 +36,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         wh_parse_defaults("ml=binpack", &c, &e);
     }
 
-    /* the same bytes as a quota file */
-    struct core_quota *qs;
-    int n;
-    if (core_quota_parse_doc((const char *)data, size, &qs, &n, NULL, NULL, &e) == 0)
-        free(qs);
+    /* the same bytes as a quota file (YAML or JSON) */
+    json_t *doc;
+    if (kube_yaml_parse((const char *)data, size, &doc, &e) == 0) {
+        struct core_quota *qs;
+        int n;
+        if (core_quota_parse_doc(doc, &qs, &n, NULL, NULL, &e) == 0)
+            free(qs);
+        json_decref(doc);
+    }
 
     if (wh_review_parse((const char *)data, size, &r, &e) < 0) {
         if (!e.msg[0])

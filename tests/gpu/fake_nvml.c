@@ -13,7 +13,8 @@
  * environment variables:
  *   FAKE_NVML_XID   "<gpu index> <xid>": the next nvmlEventSetWait_v2
  *                   returns that XID event, then the file is removed;
- *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST.
+ *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST;
+ *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,12 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
     unsigned long long xid;
 
     (void)set;
+    const char *wf = getenv("FAKE_NVML_WAIT_FAIL");
+    if (wf && access(wf, F_OK) == 0) {
+        if (fp)
+            fclose(fp);
+        return 999; /* NVML_ERROR_UNKNOWN */
+    }
     if (fp) {
         int n = fscanf(fp, "%d %llu", &idx, &xid);
         fclose(fp);

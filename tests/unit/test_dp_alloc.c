@@ -209,8 +209,10 @@ static void test_match(void)
     ASSERT_CONTAINS(e.msg, "gpusched.io/gpu-memory: 'lots' is not an integer");
     json_decref(pods);
 
-    ASSERT_EQ(dp_alloc_match(json_object(), "n", "nvidia.com/gpu", "gpusched.io/", 1, NULL, 0, &a,
-                             &e), -GS_EPROTO);
+    json_t *notalist = json_object();
+    ASSERT_EQ(dp_alloc_match(notalist, "n", "nvidia.com/gpu", "gpusched.io/", 1, NULL, 0, &a, &e),
+              -GS_EPROTO);
+    json_decref(notalist);
 }
 
 static void test_pack(void)

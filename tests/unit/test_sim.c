@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/cluster.h"
 #include "core/policy.h"
 #include "sim/sim_gen.h"
 #include "sim/sim_report.h"
@@ -238,6 +239,12 @@ static void test_openb_default(void)
     struct sim_config cfg;
     ASSERT_EQ(sim_config_init(&cfg, &t, 1.3, &e), 0);
     ASSERT_EQ(cfg.n_classes, 91);
+    /* the 95 % cut keeps 35 classes, as the paper says */
+    struct core_cluster *c = core_cluster_new();
+    ASSERT_EQ(core_cluster_set_workload(c, cfg.classes, cfg.n_classes, 0.95, &e), 0);
+    core_cluster_frag(c);
+    ASSERT_EQ(core_cluster_workload_size(c), 35);
+    core_cluster_free(c);
     const struct core_policy *pols[] = {core_policy_find("bestfit"), core_policy_find("fgd")};
     uint64_t seeds[] = {42, 43, 44};
     struct sim_run_result r[6];

@@ -193,9 +193,10 @@ static void cluster_tests(void)
     struct gs_err e = GS_ERR_INIT;
     json_t *nl = pod_json(
         "{\"items\":[{\"metadata\":{\"name\":\"n1\",\"annotations\":{\"gpusched.io/gpu-inventory\":"
-        "\"{\\\"version\\\":1,\\\"gpus\\\":[{\\\"index\\\":0,\\\"model\\\":\\\"H100\\\","
-        "\\\"memory_mib\\\":81559},{\\\"index\\\":1,\\\"model\\\":\\\"H100\\\","
-        "\\\"memory_mib\\\":81559}]}\"}}},"
+        "\"{\\\"version\\\":1,\\\"gpus\\\":[{\\\"index\\\":0,\\\"uuid\\\":\\\"GPU-a\\\","
+        "\\\"model\\\":\\\"H100\\\",\\\"memory_mib\\\":81559,\\\"healthy\\\":true},"
+        "{\\\"index\\\":1,\\\"uuid\\\":\\\"GPU-b\\\",\\\"model\\\":\\\"H100\\\","
+        "\\\"memory_mib\\\":81559,\\\"healthy\\\":true}]}\"}}},"
         "{\"metadata\":{\"name\":\"n2\",\"labels\":{\"nvidia.com/gpu.product\":\"Tesla-T4\","
         "\"nvidia.com/gpu.memory\":\"15360\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"4\"}}},"
         "{\"metadata\":{\"name\":\"cpu-only\"}}]}");
@@ -204,10 +205,11 @@ static void cluster_tests(void)
     ASSERT_STREQ(cl.max_gpu_model, "H100");
     ASSERT_EQ(cl.max_gpus_per_node, 4);
     json_decref(nl);
-    nl = pod_json("{\"items\":[{\"metadata\":{\"labels\":{\"nvidia.com/gpu.memory\":\"16Gi\"}}}]}");
+    nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"bad\",\"labels\":{\"nvidia.com/gpu.memory\":"
+                  "\"lots\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"1\"}}}]}");
     ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), -GS_EINVAL);
-    ASSERT_CONTAINS(e.msg, "items[0].metadata.labels[nvidia.com/gpu.memory]: '16Gi' is not a "
-                           "number of MiB");
+    ASSERT_CONTAINS(e.msg, "items[0]");
+    ASSERT_CONTAINS(e.msg, "nvidia.com/gpu.memory");
     json_decref(nl);
     nl = pod_json("{\"kind\":\"Node\"}");
     ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), -GS_EINVAL);

@@ -1,0 +1,244 @@
+"""gpusched device-plugin with an API server: the extender's GPUs, not kubelet's IDs.
+
+The fake kube-apiserver holds the node and the pods with their gpusched.io
+assignment annotations (docs/annotations.md); the fake kubelet allocates
+replica IDs; a fake pod-resources service says which container got which
+IDs. Checks: the node inventory annotation and labels, Allocate answering
+with the assigned GPUs for the oldest pending pod, refusals instead of
+guesses, PreStartContainer catching a swap, concurrent Allocates.
+"""
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import grpc
+import pytest
+
+from fake_apiserver import FakeApiServer
+from fake_kubelet import FakeKubelet, FakePodResources
+from test_device_plugin import FAKE, GPU, PluginProc, edit
+
+ANN = "gpusched.io/"
+
+
+@pytest.fixture
+def world(gpusched_bin):
+    kdir = tempfile.mkdtemp(prefix="dpa", dir="/tmp")
+    gdir = tempfile.mkdtemp(prefix="dpag", dir="/tmp")
+    gpus = os.path.join(gdir, "gpus.json")
+    shutil.copy(FAKE, gpus)
+    api = FakeApiServer().start()
+    api.add_node("node-a", labels={"nvidia.com/gpu.product": "keep-me"})
+    kubelet = FakeKubelet(kdir).start()
+    podres = FakePodResources(os.path.join(kdir, "podres.sock"))
+    kubeconfig = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
+    procs = []
+
+    def start(*extra):
+        p = PluginProc(gpusched_bin, kdir, gpus, "--kubeconfig", kubeconfig,
+                       "--pod-resources-socket", podres.path, "--replicas", "4", *extra,
+                       no_api=False)
+        procs.append(p)
+        return p
+
+    class W:
+        pass
+    w = W()
+    w.api, w.kubelet, w.podres, w.gpus, w.start = api, kubelet, podres, gpus, start
+    yield w
+    codes = []
+    for p in procs:
+        out = p.output()
+        codes.append(p.stop())
+        print(out[-3000:])
+    podres.stop()
+    kubelet.stop()
+    api.stop()
+    shutil.rmtree(kdir, ignore_errors=True)
+    shutil.rmtree(gdir, ignore_errors=True)
+    assert all(c == 0 for c in codes), "plugin exit status %s" % codes
+
+
+def assigned_pod(api, name, uuids, at, n=None, kind="whole", mem=None, milli=None,
+                 node="node-a", containers=None):
+    ann = {ANN + "node": node, ANN + "gpu-uuids": ",".join(uuids), ANN + "assigned-at": at,
+           ANN + "request-kind": kind, ANN + "gpu-indices": ",".join(u[-1] for u in uuids)}
+    if mem is not None:
+        ann[ANN + "gpu-memory"] = str(mem)
+    if milli is not None:
+        ann[ANN + "gpu-milli"] = str(milli)
+    containers = containers or [{"name": "main", "image": "x", "resources": {
+        "limits": {"nvidia.com/gpu": str(n or len(uuids))}}}]
+    return api.add_pod("default", name, containers=containers, annotations=ann, node=node)
+
+
+def inventory(api):
+    node = api.get("nodes", "node-a")
+    return json.loads(node["metadata"]["annotations"].get(ANN + "gpu-inventory", "null"))
+
+
+def wait(pred, timeout=5.0):
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in %.1fs" % timeout)
+        time.sleep(0.05)
+
+
+def test_publishes_inventory_and_missing_labels(world):
+    world.start()
+    inv = wait(lambda: inventory(world.api))
+    assert [g["uuid"] for g in inv["gpus"]] == GPU
+    assert inv["gpus"][0]["links"][0] == {"gpu": 1, "type": "nvlink", "nvlinks": 18}
+    labels = world.api.get("nodes", "node-a")["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "keep-me"  # present: left alone
+    assert labels["nvidia.com/gpu.memory"] == "81559"
+    assert labels["nvidia.com/gpu.count"] == "4"
+    # A health change reaches the annotation, with its reason.
+    edit(world.gpus, lambda d: d["gpus"][2].update(xids=[79]))
+    inv = wait(lambda: (lambda i: i if not i["gpus"][2]["healthy"] else None)(
+        inventory(world.api)), timeout=3)
+    assert inv["gpus"][2]["reason"] == "XID 79 (fatal)"
+
+
+def test_allocate_gives_the_extenders_gpus_oldest_pod_first(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assert p.options.pre_start_required
+    p.wait(lambda d: len(d) == 16)
+    assigned_pod(world.api, "newer", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
+    assigned_pod(world.api, "older", [GPU[3]], "2026-11-22T15:20:01.000000000Z")
+    assigned_pod(world.api, "elsewhere", [GPU[0]], "2026-11-22T15:00:00.000000000Z",
+                 node="node-b")
+    # kubelet picks replica IDs of GPU 0; the answer is the assigned GPU.
+    r = p.allocate([GPU[0] + "::2"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[3]
+    assert r.envs["GPUSCHED_POD"] == "default/older"
+    assert r.annotations[ANN + "pod"] == "default/older"
+    r = p.allocate([GPU[0] + "::1"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[0] + "::0"])
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no pending pod on node node-a" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate(["GPU-unknown::0"])
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_shared_gpu_limits_and_multi_container_split(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    containers = [{"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                  {"name": "side", "image": "x"},
+                  {"name": "b", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    assigned_pod(world.api, "shared", [GPU[0], GPU[2], GPU[3]], "2026-11-22T15:20:01.000000000Z",
+                 kind="shared", mem=8192, milli=250, containers=containers)
+    r = p.allocate([GPU[1] + "::0", GPU[1] + "::1"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "%s,%s" % (GPU[2], GPU[3])  # container b
+    assert r.envs["GPUSCHED_GPU_MEMORY_MIB"] == "8192"
+    assert r.envs["CUDA_DEVICE_MEMORY_LIMIT"] == "8192m"
+    assert r.envs["GPUSCHED_GPU_MILLI"] == "250"
+    assert r.envs["CUDA_DEVICE_SM_LIMIT"] == "25"
+    r = p.allocate([GPU[1] + "::2"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[0]                       # container a
+
+
+def test_refuses_rather_than_guess(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "ghost", ["GPU-not-here"], "2026-11-22T15:20:01.000000000Z")
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[0] + "::0"])
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "GPU-not-here is not on node node-a" in ei.value.details()
+    world.api.delete("pods", "ghost", "default")
+    edit(world.gpus, lambda d: d["gpus"][1].update(xids=[48]))
+    assigned_pod(world.api, "on-bad-gpu", [GPU[1]], "2026-11-22T15:20:01.000000000Z")
+    p.wait(lambda d: any(x.health == "Unhealthy" for x in d))
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[0] + "::0"])
+    assert "assigned GPU %s is unhealthy: XID 48 (fatal)" % GPU[1] in ei.value.details()
+
+
+def test_pod_resources_skips_admitted_containers_and_prestart_catches_a_swap(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "running-already", [GPU[2]], "2026-11-22T15:20:00.000000000Z")
+    assigned_pod(world.api, "a", [GPU[0]], "2026-11-22T15:20:01.000000000Z")
+    assigned_pod(world.api, "b", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
+    # kubelet already gave running-already its devices (e.g. before a plugin restart).
+    world.podres.pods = [("default", "running-already", "main", "nvidia.com/gpu",
+                          [GPU[3] + "::0"])]
+    ra = p.allocate([GPU[3] + "::1"])
+    assert ra.envs["GPUSCHED_POD"] == "default/a"
+    rb = p.allocate([GPU[3] + "::2"])
+    assert rb.envs["GPUSCHED_POD"] == "default/b"
+    # kubelet's record agrees: both start.
+    world.podres.pods += [("default", "a", "main", "nvidia.com/gpu", [GPU[3] + "::1"]),
+                          ("default", "b", "main", "nvidia.com/gpu", [GPU[3] + "::2"])]
+    p.prestart([GPU[3] + "::1"])
+    p.prestart([GPU[3] + "::2"])
+    # Had kubelet given ::1 to b and ::2 to a, each would have the other's GPU.
+    world.podres.pods[1:] = [("default", "b", "main", "nvidia.com/gpu", [GPU[3] + "::1"]),
+                             ("default", "a", "main", "nvidia.com/gpu", [GPU[3] + "::2"])]
+    with pytest.raises(grpc.RpcError) as ei:
+        p.prestart([GPU[3] + "::1"])
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "went to default/b/main" in ei.value.details()
+    assert "assigned to default/a/main" in ei.value.details()
+
+
+def test_pod_recreated_under_the_same_name_is_a_new_pod(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "web-0", [GPU[1]], "2026-11-22T15:20:01.000000000Z")
+    assert p.allocate([GPU[0] + "::0"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    world.api.delete("pods", "web-0", "default")   # a StatefulSet replaces it
+    assigned_pod(world.api, "web-0", [GPU[2]], "2026-11-22T15:21:01.000000000Z")
+    assert p.allocate([GPU[0] + "::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
+
+
+def test_concurrent_allocates_get_distinct_pods(world):
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    for i in range(4):
+        assigned_pod(world.api, "pod%d" % i, [GPU[i]], "2026-11-22T15:20:0%d.000000000Z" % i)
+    results, errors = [], []
+
+    def one(i):
+        try:
+            results.append(p.allocate([GPU[0] + "::%d" % i]).envs["GPUSCHED_POD"])
+        except grpc.RpcError as e:
+            errors.append(e.details())
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert sorted(results) == ["default/pod%d" % i for i in range(4)]
+
+
+def test_api_server_down_means_a_clear_allocate_error(world):
+    pl = world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    world.api.fail("GET", r"/api/v1/pods", 503, times=1)
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[0] + "::0"])
+    assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "503" in ei.value.details()
+    assert pl.proc.poll() is None
+
+
+def test_bad_kubeconfig_is_a_usage_error(gpusched_bin):
+    from conftest import run
+    r = run(gpusched_bin, "device-plugin", "--fake-gpus", FAKE, "--kubeconfig",
+            "/nonexistent/kubeconfig", timeout=10)
+    assert r.returncode == 2 and "/nonexistent/kubeconfig" in r.stderr

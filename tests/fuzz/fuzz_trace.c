@@ -1,0 +1,35 @@
+/*
+ * tests/fuzz/fuzz_trace.c - the trace CSV parser on arbitrary bytes.
+ *
+ * The first byte picks the parser (even: node list, odd: pod list); the rest
+ * is the file. Then, when both parse, the cross-check runs too. Any crash,
+ * leak or sanitizer report is a bug; errors are expected.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim/sim_trace.h"
+
+static const char nodes_ok[] = "sn,cpu_milli,memory_mib,gpu,model\n"
+                               "n1,64000,262144,2,T4\nn2,96000,393216,8,G2\n";
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    struct sim_trace t = {0};
+    struct gs_err e = GS_ERR_INIT;
+    const char *buf = (const char *)data + 1;
+    size_t len = size - 1;
+    if (data[0] & 1) {
+        if (sim_trace_parse_nodes(&t, nodes_ok, sizeof nodes_ok - 1, "nodes.csv", &e) == 0 &&
+            sim_trace_parse_pods(&t, buf, len, "pods.csv", &e) == 0) {
+            int unfit;
+            sim_trace_check(&t, "pods.csv", &unfit, &e);
+        }
+    } else {
+        sim_trace_parse_nodes(&t, buf, len, "nodes.csv", &e);
+    }
+    sim_trace_clear(&t);
+    return 0;
+}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# tests/gpu/run-real-gpu.sh [BUILD_DIR] - the device plugin against a real GPU.
+#
+# Needs an NVIDIA GPU with its driver (libnvidia-ml.so.1, nvidia-smi) and the
+# project's Debian build and test packages (scripts/deps). Builds the binary
+# if BUILD_DIR (default: build) has none, then runs check_real_gpu.py:
+# real NVML discovery and health through the fake kubelet, compared with
+# nvidia-smi, and an Allocate that must return the GPU's UUID. Not part of
+# CI, which has no GPU. Exit status 0 when every check passed.
+set -eu
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+command -v nvidia-smi >/dev/null || { echo "run-real-gpu: nvidia-smi not found: no NVIDIA driver here" >&2; exit 2; }
+if [ ! -x "$build/gpusched" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target gpusched
+fi
+nvidia-smi -L
+exec /usr/bin/python3 tests/gpu/check_real_gpu.py "$build/gpusched"
