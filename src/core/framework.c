@@ -1,6 +1,7 @@
 /*
  * core/framework.c - one scheduling decision: prepare the cycle, filter,
- * score (with a per-decision memo so identical nodes are scored once),
+ * score (NODE_STATE policies through a cache keyed by exact node state and
+ * request, so identical nodes and unchanged nodes are scored once),
  * normalise, choose the node with the seeded tie-break, choose the GPUs.
  *
  * No allocation per decision: the scratch arrays live in the cluster and

@@ -251,7 +251,8 @@ int sim_write_svg(FILE *f, const struct sim_report *r, const char *title)
                "stroke-dasharray=\"4 3\"/><text x=\"%d\" y=\"%d\">ideal</text>\n",
             W - MR + 12, ly, W - MR + 36, ly, W - MR + 42, ly + 4);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#555\">bands: 25-75 %% over "
-               "seeds; legend: median at 100 %%</text>\n", W - MR + 4, ly + 24);
+               "seeds</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#555\">legend: "
+               "median at 100 %%</text>\n", W - MR + 12, ly + 24, W - MR + 12, ly + 38);
     fprintf(f, "</svg>\n");
     return ferror(f) ? -GS_EIO : 0;
 }
