@@ -215,6 +215,20 @@ const char *core_cluster_model(const struct core_cluster *c, int model_id)
     return model_id >= 0 && model_id < c->n_models ? c->models[model_id] : NULL;
 }
 
+int core_cluster_model_gpus(const struct core_cluster *c, int model_id)
+{
+    return model_id >= 0 && model_id < c->n_models ? c->model_gpus[model_id] : 0;
+}
+
+/* Adds (sign +1) or takes away (-1) a node's GPUs in the per-model counts. */
+static void count_models(struct core_cluster *c, const struct core_node *n, int sign)
+{
+    for (int i = 0; i < n->n_gpus; i++)
+        c->model_gpus[n->gpus[i].model_id] += sign;
+    if (n->n_gpus)
+        c->cap_ver++;
+}
+
 int core_cluster_model_count(const struct core_cluster *c)
 {
     return c->n_models;
@@ -291,10 +305,14 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     qsort(k->share, (size_t)k->n_usable, sizeof k->share[0], cmp_int);
     k->free_cpu = n->free_cpu_milli;
     k->model_mask = p->model_mask;
+    for (int i = 0; i < n->n_gpus && !k->gpu_mem; i++)
+        if (p->usable[i])
+            k->gpu_mem = n->gpus[i].mem_mib;
     for (int t = 0; t < CORE_NTAGS; t++)
         if (p->tag_count[t])
             k->tags |= 1u << t;
-    uint64_t h = core_mix64((uint64_t)k->free_cpu) ^ core_mix64(k->model_mask + 7);
+    uint64_t h = core_mix64((uint64_t)k->free_cpu) ^ core_mix64(k->model_mask + 7) ^
+                 core_mix64((uint64_t)k->gpu_mem + 13);
     h = core_mix64(h ^ k->tags ^ ((uint64_t)k->n_usable << 40));
     for (int i = 0; i < k->n_usable; i++)
         h = core_mix64(h ^ (uint64_t)k->share[i]);
@@ -563,7 +581,6 @@ static int64_t alloc_milli(const struct core_alloc *a)
 
 static int ensure_scratch(struct core_cluster *c)
 {
-    int need = c->n_nodes + 1;
     int cap = c->cap_nodes;
     struct core_node **f = realloc(c->feasible, (size_t)cap * sizeof *f);
     if (!f)
@@ -577,18 +594,6 @@ static int ensure_scratch(struct core_cluster *c)
     if (!h)
         return -1;
     c->hot = h;
-    if (c->memo_cap < 2 * need) {
-        int mc = 64;
-        while (mc < 2 * need)
-            mc *= 2;
-        struct core_memo_slot *m = calloc((size_t)mc, sizeof *m);
-        if (!m)
-            return -1;
-        free(c->memo);
-        c->memo = m;
-        c->memo_cap = mc;
-        c->memo_epoch = 0;
-    }
     return 0;
 }
 
@@ -625,6 +630,8 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
             c->frag_sum -= old->priv->frag;
         c->nodes[pos] = n;
         n->priv->pos = pos;
+        count_models(c, old, -1);
+        count_models(c, n, 1);
         node_free(old);
         core_node_refresh(c, n);
         return 0;
@@ -641,6 +648,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         node_free(n);
         return gs_errf(e, GS_ENOMEM, "node %s: out of memory", spec->name);
     }
+    count_models(c, n, 1);
     core_node_refresh(c, n);
     return 0;
 }
@@ -668,6 +676,7 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
         }
     if (c->frag_sum_wver == c->wver && n->priv->frag_wver == c->wver)
         c->frag_sum -= n->priv->frag;
+    count_models(c, n, -1);
     int last = c->n_nodes - 1;
     index_del(c->node_index, c->node_index_cap, (void *const *)c->nodes, pos, last, node_key);
     node_free(n);
