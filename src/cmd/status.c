@@ -188,7 +188,7 @@ static int load_quotas(struct status *st, const json_t *doc, struct gs_err *e)
     free(qs);
     if (!st->q)
         return gs_errf(e, GS_ENOMEM, "out of memory");
-    return core_quotas_recount(st->q, st->c, e);
+    return core_quotas_recount(st->q, st->c, NULL, e);
 }
 
 static int from_cluster(struct status *st, const char *kubeconfig, int quotas, struct gs_err *e)

@@ -242,7 +242,7 @@ static int quota_prepare(struct ext_sched *s, const struct core_pod *pod)
 {
     if (pod->req.kind == CORE_REQ_NONE || !s->quotas || !core_quotas_has(s->quotas, pod->ns))
         return 0;
-    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_recount(s->quotas, s->c, pod->ns, NULL);
     return 1;
 }
 
@@ -1393,7 +1393,7 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
     metric_reset(s->m_ns_usage);
     metric_reset(s->m_quota_limit);
     metric_reset(s->m_quota_used);
-    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_recount(s->quotas, s->c, NULL, NULL);
     core_quotas_foreach_usage(s->quotas, usage_metric, s);
     core_quotas_foreach(s->quotas, quota_metric, s);
     pthread_mutex_unlock(&s->mu);
