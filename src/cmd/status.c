@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -28,6 +29,9 @@
 #include "kube/client.h"
 #include "kube/yaml.h"
 #include "util/opt.h"
+
+/* The extender's default inventory_ttl: an older GPU inventory is stale. */
+#define STATUS_INVENTORY_TTL 300.0
 
 struct status {
     const struct core_names *names;
@@ -64,6 +68,8 @@ static void add_nodes(struct status *st, const json_t *items)
         if (ext_node_spec(node, st->names, &spec, &buf, &updated, &e) < 0 ||
             core_cluster_upsert_node(st->c, &spec, &e) < 0)
             warn(st, "node %zu skipped: %s", i, e.msg);
+        else if (updated > 0 && (double)time(NULL) - updated > STATUS_INVENTORY_TTL)
+            core_cluster_set_available(st->c, spec.name, 0, &e); /* shown as stale */
         ext_node_buf_clear(&buf);
     }
 }

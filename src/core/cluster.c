@@ -305,10 +305,14 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     qsort(k->share, (size_t)k->n_usable, sizeof k->share[0], cmp_int);
     k->free_cpu = n->free_cpu_milli;
     k->model_mask = p->model_mask;
+    for (int i = 0; i < n->n_gpus && !k->gpu_mem; i++)
+        if (p->usable[i])
+            k->gpu_mem = n->gpus[i].mem_mib;
     for (int t = 0; t < CORE_NTAGS; t++)
         if (p->tag_count[t])
             k->tags |= 1u << t;
-    uint64_t h = core_mix64((uint64_t)k->free_cpu) ^ core_mix64(k->model_mask + 7);
+    uint64_t h = core_mix64((uint64_t)k->free_cpu) ^ core_mix64(k->model_mask + 7) ^
+                 core_mix64((uint64_t)k->gpu_mem + 13);
     h = core_mix64(h ^ k->tags ^ ((uint64_t)k->n_usable << 40));
     for (int i = 0; i < k->n_usable; i++)
         h = core_mix64(h ^ (uint64_t)k->share[i]);
@@ -577,7 +581,6 @@ static int64_t alloc_milli(const struct core_alloc *a)
 
 static int ensure_scratch(struct core_cluster *c)
 {
-    int need = c->n_nodes + 1;
     int cap = c->cap_nodes;
     struct core_node **f = realloc(c->feasible, (size_t)cap * sizeof *f);
     if (!f)
@@ -591,18 +594,6 @@ static int ensure_scratch(struct core_cluster *c)
     if (!h)
         return -1;
     c->hot = h;
-    if (c->memo_cap < 2 * need) {
-        int mc = 64;
-        while (mc < 2 * need)
-            mc *= 2;
-        struct core_memo_slot *m = calloc((size_t)mc, sizeof *m);
-        if (!m)
-            return -1;
-        free(c->memo);
-        c->memo = m;
-        c->memo_cap = mc;
-        c->memo_epoch = 0;
-    }
     return 0;
 }
 

@@ -208,23 +208,19 @@ double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_
     for (int j = 0; j < k; j++)
         total -= take[j];
     double f = 0;
+    /* branch-free: this loop is most of an fgd decision */
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *w = &c->wclasses[m];
         int cnt = p->fc_cnt[m], small = p->fc_small[m];
         for (int j = 0; j < k; j++) {
             int g = p->share[pos[j]], g2 = g - take[j];
-            int ok = (w->model_mask >> n->gpus[pos[j]].model_id) & 1;
-            if (ok && g >= w->milli)
-                cnt--;
-            else
-                small -= g;
-            if (ok && g2 >= w->milli)
-                cnt++;
-            else
-                small += g2;
+            int ok = (int)((w->model_mask >> p->gmodel[pos[j]]) & 1);
+            int was = ok & (g >= w->milli), is = ok & (g2 >= w->milli);
+            cnt += is - was;
+            small += g2 * !is - g * !was;
         }
-        int fm = w->num_gpu > 0 && free_cpu >= w->cpu_milli && cnt >= w->num_gpu ? small : total;
-        f += w->p * fm;
+        int fit = (w->num_gpu > 0) & (free_cpu >= w->cpu_milli) & (cnt >= w->num_gpu);
+        f += w->p * (fit ? small : total);
     }
     return f;
 }

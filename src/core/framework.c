@@ -7,6 +7,7 @@
  * grow with the node count.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -39,6 +40,18 @@ static int validate_request(const struct core_request *r, struct gs_err *e)
     return 0;
 }
 
+static void pod_key(const struct core_cycle *cy, struct core_pod_key *k)
+{
+    memset(k, 0, sizeof *k);
+    k->cpu_milli = cy->req->cpu_milli;
+    k->mem_mib = cy->req->kind == CORE_REQ_SHARED ? cy->req->mem_mib : 0;
+    k->model_mask = cy->model_mask;
+    k->kind = cy->req->kind;
+    k->num_gpu = cy->req->num_gpu;
+    k->milli = cy->req->milli;
+    k->tag = cy->tag;
+}
+
 int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct core_policy *pol,
                     const struct core_pod *pod, struct gs_err *e)
 {
@@ -64,6 +77,12 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
     case CORE_REQ_SHARED: cy->tag = r->num_gpu == 1 ? CORE_TAG_SHARE : r->num_gpu; break;
     default: cy->tag = r->num_gpu; break;
     }
+    struct core_pod_key k;
+    pod_key(cy, &k);
+    cy->pod_hash = core_mix64((uint64_t)k.cpu_milli) ^ core_mix64((uint64_t)k.mem_mib + 1) ^
+                   core_mix64(k.model_mask + 2) ^
+                   core_mix64(((uint64_t)(uint32_t)k.kind << 48) ^ ((uint64_t)k.num_gpu << 32) ^
+                              ((uint64_t)(uint32_t)k.milli << 8) ^ (uint64_t)k.tag);
     return 0;
 }
 
@@ -251,31 +270,36 @@ static int pick(const struct core_cycle *cy, const struct core_node *n, struct c
 
 /* ---- scoring ---------------------------------------------------------- */
 
-/* Raw score of a feasible node, memoised by node state for NODE_STATE
- * policies within one decision (epoch). */
+/* Raw score of a feasible node; NODE_STATE policies go through the cache
+ * (one-model nodes only: the key does not say which GPU has which model). */
 static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
                      const struct core_node *n)
 {
     const struct core_policy *pol = cy->pol;
     if (!(pol->flags & CORE_POLICY_NODE_STATE) || !n->priv->homogeneous)
         return pol->score(cy, n);
-    const struct core_node_priv *p = n->priv;
-    size_t mask = (size_t)c->memo_cap - 1;
-    size_t s = p->key_hash & mask;
-    for (;;) {
-        struct core_memo_slot *m = &c->memo[s];
-        if (m->epoch != c->memo_epoch) {
-            m->epoch = c->memo_epoch;
-            m->hash = p->key_hash;
-            m->node = n;
-            m->score = pol->score(cy, n);
-            return m->score;
-        }
-        if (m->hash == p->key_hash &&
-            memcmp(&m->node->priv->key, &p->key, sizeof p->key) == 0)
-            return m->score;
-        s = (s + 1) & mask;
+    if (!c->memo) {
+        c->memo = calloc(CORE_MEMO_SLOTS, sizeof *c->memo);
+        if (!c->memo)
+            return pol->score(cy, n);
     }
+    const struct core_node_priv *p = n->priv;
+    struct core_memo_slot *m = &c->memo[core_mix64(p->key_hash ^ cy->pod_hash) &
+                                        (CORE_MEMO_SLOTS - 1)];
+    struct core_pod_key pk;
+    pod_key(cy, &pk);
+    if (m->valid && m->pol == pol && m->wver == c->wver &&
+        memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, &pk, sizeof pk) == 0)
+        return m->score;
+    int score = pol->score(cy, n);
+    /* fgd reads M through core_node_frag, which may have rebuilt it */
+    m->node = p->key;
+    m->pod = pk;
+    m->pol = pol;
+    m->wver = c->wver;
+    m->score = score;
+    m->valid = 1;
+    return score;
 }
 
 static int clamp_score(int s)
@@ -319,7 +343,8 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
 {
     int k = 0;
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
-    c->memo_epoch++;
+    if (c->wdirty && (cy->pol->flags & CORE_POLICY_NODE_STATE))
+        core_workload_prepare(c); /* before the cache compares versions */
     for (int i = 0; i < n; i++) {
         int fit = hot_fit(cy, nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i]);
         if (fit == 0)

@@ -15,6 +15,7 @@
 /* A node's state as the NODE_STATE policies see it; equal keys score alike. */
 struct core_node_key {
     int64_t free_cpu;
+    int64_t gpu_mem;           /* memory of the first usable GPU (shares) */
     uint64_t model_mask;       /* models of the node's usable GPUs */
     uint32_t tags;             /* bit t set: the node holds a pod with tag t */
     int n_usable;
@@ -33,23 +34,24 @@ struct core_node_hot {
 };
 
 struct core_node_priv {
-    int pos;                   /* position in cluster->nodes and ->hot */
-    uint32_t rank;             /* seeded tie-break order, lower wins */
+    /* first: what scoring reads for every feasible node */
+    int free_share;            /* sum of share[] */
+    int n_usable;              /* healthy GPUs not in MIG mode */
     int homogeneous;           /* every usable GPU has the same model */
+    uint32_t rank;             /* seeded tie-break order, lower wins */
+    uint64_t key_hash;
     uint64_t model_mask;
+    int n_whole;               /* usable GPUs entirely free (no pod at all) */
+    int max_free_milli;        /* largest free compute on a usable GPU */
+    int pos;                   /* position in cluster->nodes and ->hot */
     int share[CORE_MAX_GPUS];  /* core_gpu_free_share per position (0 if unusable) */
     int usable[CORE_MAX_GPUS]; /* healthy and not in MIG mode */
     /* per position, so fit checks need not touch struct core_gpu */
     int16_t gfree[CORE_MAX_GPUS];  /* free_milli */
     uint8_t gwhole[CORE_MAX_GPUS]; /* entirely free: a whole-GPU pod fits */
     uint8_t gmodel[CORE_MAX_GPUS]; /* model_id */
-    int free_share;            /* sum of share[] */
-    int n_usable;              /* healthy GPUs not in MIG mode */
-    int n_whole;               /* usable GPUs entirely free (no pod at all) */
-    int max_free_milli;        /* largest free compute on a usable GPU */
     int tag_count[CORE_NTAGS];
     struct core_node_key key;
-    uint64_t key_hash;
     double frag;               /* F_n(M), valid when frag_wver == cluster wver */
     uint64_t frag_wver;
     /* per class m of M, with the frag: usable GPUs of an allowed model with
@@ -57,8 +59,6 @@ struct core_node_priv {
      * (small); lets fgd price a placement in O(|M|) per changed GPU */
     int *fc_cnt, *fc_small;
     int fc_cap;
-    /* per-decision memo of NODE_STATE scores */
-    uint64_t memo_epoch;
 };
 
 /* One class of the target workload, resolved against the cluster's models. */
@@ -76,12 +76,24 @@ struct core_seen_class {
     long count;
 };
 
-struct core_memo_slot {
-    uint64_t epoch;
-    uint64_t hash;
-    const struct core_node *node; /* representative whose key was scored */
-    int score;
+/* What a NODE_STATE score depends on besides the node's key. */
+struct core_pod_key {
+    int64_t cpu_milli, mem_mib;
+    uint64_t model_mask;
+    int32_t kind, num_gpu, milli, tag;
 };
+
+/* Score cache of NODE_STATE policies across decisions: direct-mapped,
+ * keyed by the full node key, pod key, policy and workload version, so an
+ * entry is only ever reused for an identical question. */
+struct core_memo_slot {
+    struct core_node_key node;
+    struct core_pod_key pod;
+    const struct core_policy *pol;
+    uint64_t wver;
+    int score, valid;
+};
+#define CORE_MEMO_SLOTS (1 << 16)
 
 struct core_cluster {
     struct core_node **nodes;
@@ -126,9 +138,7 @@ struct core_cluster {
     /* decision scratch, sized to the node count */
     struct core_node **feasible;
     int *scores;
-    struct core_memo_slot *memo;
-    int memo_cap;
-    uint64_t memo_epoch;
+    struct core_memo_slot *memo; /* CORE_MEMO_SLOTS, allocated on first use */
 };
 
 /* cluster.c */

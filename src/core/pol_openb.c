@@ -21,6 +21,8 @@ int pol_req_total(const struct core_cycle *cy, const struct core_node *n)
     const struct core_request *r = cy->req;
     if (r->kind != CORE_REQ_WHOLE && r->kind != CORE_REQ_SHARED)
         return 0;
+    if (r->kind == CORE_REQ_WHOLE || r->mem_mib == 0) /* the same on every GPU */
+        return r->num_gpu * (r->kind == CORE_REQ_WHOLE ? CORE_MILLI : r->milli);
     for (int i = 0; i < n->n_gpus; i++)
         if (n->priv->usable[i] && ((cy->model_mask >> n->gpus[i].model_id) & 1))
             return r->num_gpu * core_pod_share(cy, &n->gpus[i]);

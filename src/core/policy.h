@@ -32,6 +32,7 @@ struct core_cycle {
     uint64_t model_mask;       /* cluster model ids the pod may use */
     int tag;                   /* clustering tag: CORE_TAG_* */
     uint64_t *rng;             /* the cluster's seeded stream (random policy) */
+    uint64_t pod_hash;         /* of what NODE_STATE scores depend on */
 };
 
 /* Clustering tags: a sharing pod, a MIG pod, or k whole/shared GPUs (1..16). */
@@ -41,8 +42,9 @@ struct core_cycle {
 #define CORE_NTAGS (CORE_MAX_GPUS + 3)
 
 enum core_policy_flags {
-    /* score depends only on the node's free state (model, free CPU, per-GPU
-     * free shares, pod tags) and the pod: identical nodes are scored once */
+    /* score depends only on the node's free state (models, free CPU, per-GPU
+     * free shares, pod tags) and the pod's request: the framework caches it
+     * across nodes and decisions (worth it for costly scores) */
     CORE_POLICY_NODE_STATE = 1 << 0,
     /* the node-level choice is uniform over the nodes that fit */
     CORE_POLICY_RANDOM_NODE = 1 << 1,

@@ -41,8 +41,9 @@ static const struct row rows[] = {
     {"lease_namespace", C_STR, F(lease_namespace), "NS", "Lease namespace (default: own)", 0, 0},
     {"identity", C_STR, F(identity), "ID", "this replica's name (default: hostname)", 0, 0},
     {"lease_duration", C_DBL, F(lease_duration), "SECONDS", "lease duration (default 15)", 0, 0},
-    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up", 0, 0},
-    {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere", 0, 0},
+    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on; "
+                                     "nudge: false in --config turns it off)", 0, 0},
+    {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
