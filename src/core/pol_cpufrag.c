@@ -237,6 +237,6 @@ static int cpufrag_pick(const struct core_cycle *cy, const struct core_node *n,
 
 const struct core_policy core_policy_cpufrag = {
     "cpufrag",
-    "CPU-aware fragmentation descent: FGD plus GPU share stranded for lack of CPU",
+    "CPU-aware fragmentation descent: FGD plus GPUs stranded for lack of CPU and scarce models",
     CORE_POLICY_NODE_STATE, cpufrag_score, cpufrag_normalize, cpufrag_pick,
 };
