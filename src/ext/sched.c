@@ -146,7 +146,7 @@ static void decision(struct ext_sched *s, const char *verb, const char *result)
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e)
 {
     struct ext_sched *s = calloc(1, sizeof *s);
-    const char *pname = opts->policy ? opts->policy : "fgd";
+    const char *pname = opts->policy ? opts->policy : EXT_DEFAULT_POLICY;
     if (!s)
         return gs_errf(e, GS_ENOMEM, "out of memory");
     s->opts = *opts;

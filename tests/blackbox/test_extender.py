@@ -286,6 +286,16 @@ def test_prioritize_range_and_policy_annotation(ext):
     assert scores["a100-2"] > scores["a100-1"]
 
 
+def test_default_policy_is_cpufrag(ext):
+    # docs/benchmark.md: cpufrag beats fgd on every openb trace, so it is the default
+    p = pod("dflt", {"nvidia.com/gpu": "1"})
+    ext.place(p)
+    assert ext.debug(p).json()["policy"] == "cpufrag"
+    q = pod("byannot", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/policy": "fgd"})
+    ext.place(q)
+    assert ext.debug(q).json()["policy"] == "fgd"
+
+
 def test_unknown_policy_is_an_error(ext):
     p = pod("pol", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/policy": "nope"})
     f = ext.filter(p)
