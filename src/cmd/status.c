@@ -519,10 +519,6 @@ int cmd_status(int argc, char **argv)
     const char *usage = "gpusched status [--kubeconfig FILE | --state-dir DIR --nodes FILE] "
                         "[-o wide|json] [--quotas]";
 
-    /* -o is the kubectl spelling; opt parses long names, so map it */
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "-o") == 0)
-            argv[i] = (char *)"--o";
     int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
     if (rc == OPT_HELP) {
         opt_usage(stdout, usage, opts);
