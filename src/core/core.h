@@ -56,6 +56,17 @@ struct core_status {
 
 struct core_policy;
 
+/* core_filter over many nodes for one pod, for callers that filter a list
+ * (the extender's /filter): the request is checked once and each node is
+ * decided from its packed filter line, the full plugin chain running only
+ * where that line cannot decide. fit[i] gets exactly what core_filter
+ * returns for nodes[i] (0 for a NULL entry). Returns how many fit, or a
+ * negative GS_E* code for an invalid request (then every fit[i] is 0).
+ * Writes no reasons: call core_filter on a rejected node for its reason. */
+int core_filter_nodes(struct core_cluster *c, const struct core_pod *pod,
+                      struct core_node *const *nodes, int n, unsigned char *fit,
+                      struct gs_err *e);
+
 /* Does the pod fit on the node now? Runs every filter plugin in order; the
  * first rejection decides. Returns 1 if it fits, 0 if not; *st (optional)
  * gets the code and reason. UNRESOLVABLE means the pod would not fit even if

@@ -364,6 +364,28 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
     return k;
 }
 
+int core_filter_nodes(struct core_cluster *c, const struct core_pod *pod,
+                      struct core_node *const *nodes, int n, unsigned char *fit,
+                      struct gs_err *e)
+{
+    struct core_cycle cy;
+    int rc = core_cycle_init(&cy, c, NULL, pod, e);
+    if (rc < 0) {
+        memset(fit, 0, (size_t)n);
+        return rc;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const struct core_node *node = nodes[i];
+        int f = 0;
+        if (node && (f = hot_fit(&cy, &c->hot[node->priv->pos])) < 0)
+            f = core_filter_cycle(&cy, node, NULL);
+        fit[i] = (unsigned char)f;
+        k += f;
+    }
+    return k;
+}
+
 int core_score(struct core_cluster *c, const struct core_policy *pol, const struct core_pod *pod,
                struct core_node *const *nodes, int n, int *scores, struct gs_err *e)
 {
