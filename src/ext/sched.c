@@ -795,35 +795,49 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         return 200;
     }
     struct sb failed = {0}, unres = {0};
-    char *fit = calloc((size_t)a.n + 1, 1);
+    unsigned char *fit = calloc((size_t)a.n + 1, 1);
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int nfit = 0;
 
+    if (!fit || !nodes) {
+        free(fit);
+        free(nodes);
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        *reply = ext_error("out of memory");
+        decision(s, "filter", "error");
+        return 500;
+    }
     pthread_mutex_lock(&s->mu);
     struct pod *p = pod.req.kind != CORE_REQ_NONE ? remember(s, a.pod) : NULL;
     int quota = quota_prepare(s, &pod);
-    for (int i = 0; i < a.n; i++) {
+    if (pod.req.kind == CORE_REQ_NONE) {
+        memset(fit, 1, (size_t)a.n);
+    } else {
+        for (int i = 0; i < a.n; i++) {
+            nodes[i] = core_cluster_find(s->c, a.names[i]);
+            if (!nodes[i] && a.from_nodes && upsert_locked(s, a.nodes[i], &e) == 0)
+                nodes[i] = core_cluster_find(s->c, a.names[i]);
+        }
+        /* decide every node at once; reasons only for the rejected ones */
+        core_filter_nodes(s->c, &pod, nodes, a.n, fit, NULL);
+    }
+    for (int i = 0; i < a.n && pod.req.kind != CORE_REQ_NONE; i++) {
         struct core_status st;
-        struct core_node *n = core_cluster_find(s->c, a.names[i]);
-        if (!n && a.from_nodes && pod.req.kind != CORE_REQ_NONE &&
-            upsert_locked(s, a.nodes[i], &e) == 0)
-            n = core_cluster_find(s->c, a.names[i]);
-        nodes[i] = n;
-        if (pod.req.kind == CORE_REQ_NONE) {
-            fit[i] = 1;
-        } else if (!n) {
+        if (!nodes[i]) {
             add_reason(&failed, a.names[i], "node is unknown to gpusched (no Node object seen)");
-        } else if (core_filter(s->c, n, &pod, &st)) {
-            fit[i] = 1;
-            if (quota && quota_blocks(s, &pod, n, &e)) {
+        } else if (fit[i]) {
+            if (quota && quota_blocks(s, &pod, nodes[i], &e)) {
                 fit[i] = 0;
                 add_reason(&failed, a.names[i], e.msg);
             }
         } else {
+            core_filter(s->c, nodes[i], &pod, &st);
             add_reason(st.code == CORE_UNRESOLVABLE ? &unres : &failed, a.names[i], st.reason);
         }
-        nfit += fit[i];
     }
+    for (int i = 0; i < a.n; i++)
+        nfit += fit[i];
     /* top-k: keep the policy's best k feasible nodes */
     if (s->opts.top_k > 0 && nfit > s->opts.top_k && pod.req.kind != CORE_REQ_NONE) {
         struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
