@@ -939,6 +939,17 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
     int k = 0;
 
+    if (!nodes || !pos || !sc || !out_scores) {
+        free(nodes);
+        free(pos);
+        free(sc);
+        free(out_scores);
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        *reply = ext_error("out of memory");
+        decision(s, "prioritize", "error");
+        return 500;
+    }
     pthread_mutex_lock(&s->mu);
     if (pod.req.kind != CORE_REQ_NONE) {
         remember(s, a.pod);
@@ -958,11 +969,18 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     struct sb r = {0};
     sb_put(&r, "[", 1);
     for (int i = 0; i < a.n; i++) {
-        char num[32];
-        sb_str(&r, i ? ",{\"Host\":\"" : "{\"Host\":\"");
+        /* scores are 0..10: two digits at most, no printf per node */
+        char num[16] = "\",\"Score\":";
+        size_t nl = strlen(num);
+        if (out_scores[i] >= 10)
+            num[nl++] = (char)('0' + out_scores[i] / 10);
+        num[nl++] = (char)('0' + out_scores[i] % 10);
+        num[nl++] = '}';
+        if (i)
+            sb_put(&r, ",", 1);
+        sb_put(&r, "{\"Host\":\"", 9);
         sb_str(&r, a.names[i]);
-        snprintf(num, sizeof num, "\",\"Score\":%d}", out_scores[i]);
-        sb_str(&r, num);
+        sb_put(&r, num, nl);
     }
     sb_put(&r, "]", 1);
     reply_text(out, &r);
