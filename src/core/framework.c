@@ -274,7 +274,7 @@ static int pick(const struct core_cycle *cy, const struct core_node *n, struct c
 /* Raw score of a feasible node; NODE_STATE policies go through the cache
  * (one-model nodes only: the key does not say which GPU has which model). */
 static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
-                     const struct core_node *n)
+                     const struct core_pod_key *pk, const struct core_node *n)
 {
     const struct core_policy *pol = cy->pol;
     if (!(pol->flags & CORE_POLICY_NODE_STATE) || !n->priv->homogeneous)
@@ -287,15 +287,13 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
     const struct core_node_priv *p = n->priv;
     struct core_memo_slot *m = &c->memo[core_mix64(p->key_hash ^ cy->pod_hash) &
                                         (CORE_MEMO_SLOTS - 1)];
-    struct core_pod_key pk;
-    pod_key(cy, &pk);
     if (m->valid && m->pol == pol && m->wver == c->wver &&
-        memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, &pk, sizeof pk) == 0)
+        memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, pk, sizeof *pk) == 0)
         return m->score;
     int score = pol->score(cy, n);
     /* fgd reads M through core_node_frag, which may have rebuilt it */
     m->node = p->key;
-    m->pod = pk;
+    m->pod = *pk;
     m->pol = pol;
     m->wver = c->wver;
     m->score = score;
@@ -344,6 +342,8 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
 {
     int k = 0;
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
+    struct core_pod_key pk; /* what the score cache compares, the same for every node */
+    pod_key(cy, &pk);
     if (c->wdirty && (cy->pol->flags & CORE_POLICY_NODE_STATE))
         core_workload_prepare(c); /* before the cache compares versions */
     for (int i = 0; i < n; i++) {
@@ -354,7 +354,7 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
         if (fit < 0 && !core_filter_cycle(cy, node, NULL))
             continue;
         c->feasible[k] = node;
-        c->scores[k] = random ? 0 : raw_score(c, cy, node);
+        c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node);
         k++;
     }
     if (!random && cy->pol->normalize && k > 0)
