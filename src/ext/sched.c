@@ -660,10 +660,11 @@ struct sb {
     int oom;
 };
 
-static void sb_put(struct sb *b, const char *p, size_t n)
+/* Makes room for n more bytes (and the NUL); 0, or -1 with b->oom set. */
+static int sb_reserve(struct sb *b, size_t n)
 {
     if (b->oom)
-        return;
+        return -1;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
@@ -671,11 +672,18 @@ static void sb_put(struct sb *b, const char *p, size_t n)
         char *nb = realloc(b->buf, cap);
         if (!nb) {
             b->oom = 1;
-            return;
+            return -1;
         }
         b->buf = nb;
         b->cap = cap;
     }
+    return 0;
+}
+
+static void sb_put(struct sb *b, const char *p, size_t n)
+{
+    if (sb_reserve(b, n) < 0)
+        return;
     memcpy(b->buf + b->len, p, n);
     b->len += n;
     b->buf[b->len] = '\0';
@@ -884,6 +892,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         free(js);
     } else {
         int first = 1;
+        size_t need = failed.len + unres.len + 128; /* the whole reply, allocated once */
+        for (int i = 0; i < a.n; i++)
+            need += fit[i] ? strlen(a.names[i]) + 3 : 0;
+        sb_reserve(&r, need);
         sb_str(&r, "{\"Nodes\":null,\"NodeNames\":[");
         for (int i = 0; i < a.n; i++)
             if (fit[i]) {
@@ -967,6 +979,10 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     pthread_mutex_unlock(&s->mu);
 
     struct sb r = {0};
+    size_t need = 2; /* the whole reply, so that it is allocated once */
+    for (int i = 0; i < a.n; i++)
+        need += strlen(a.names[i]) + sizeof ",{\"Host\":\"\",\"Score\":10}";
+    sb_reserve(&r, need);
     sb_put(&r, "[", 1);
     for (int i = 0; i < a.n; i++) {
         /* scores are 0..10: two digits at most, no printf per node */
