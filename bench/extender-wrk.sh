@@ -4,8 +4,11 @@
 # wrk package), next to the same server's /healthz as the transport ceiling.
 # Prints one table row per (nodes, endpoint): requests/s, p50, p99.
 # Defaults: 10 s per run, 1000 and 5000 nodes x 8 GPUs, 2 wrk threads and
-# 8 connections against 4 server threads.
+# 8 connections against 4 server threads. CONNS=1 measures one client at a
+# time: the latency of a request alone, without queueing behind the
+# scheduler lock.
 set -eu
+conns=${CONNS:-8}; threads=2; [ "$conns" -lt 2 ] && threads=1
 build=$1; secs=${2:-10}; shift 2 2>/dev/null || shift $#
 nodes=${*:-"1000 5000"}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,9 +26,9 @@ for n in $nodes; do
     i=$((i+1)); [ $i -gt 200 ] && { echo "extender did not start"; exit 1; }; sleep 0.1; done
   for ep in healthz filter prioritize; do
     if [ $ep = healthz ]; then
-      out=$(wrk -t2 -c8 -d"${secs}s" --latency "http://127.0.0.1:$port/healthz")
+      out=$(wrk -t$threads -c$conns -d"${secs}s" --latency "http://127.0.0.1:$port/healthz")
     else
-      out=$(BODY="$work/$ep-$n.json" wrk -t2 -c8 -d"${secs}s" --latency \
+      out=$(BODY="$work/$ep-$n.json" wrk -t$threads -c$conns -d"${secs}s" --latency \
             -s "$here/extender_post.lua" "http://127.0.0.1:$port/$ep")
     fi
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
