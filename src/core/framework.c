@@ -65,6 +65,7 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
     cy->req = r;
     cy->pol = pol;
     cy->rng = &c->rng;
+    cy->hot = NULL;
     cy->model_mask = ~0ULL;
     if (r->n_types || r->n_types_exclude) {
         cy->model_mask = 0;
@@ -339,7 +340,7 @@ static int hot_fit(const struct core_cycle *cy, const struct core_node_hot *h)
 /* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
  * leaving the feasible ones in c->feasible and their normalised scores in
  * c->scores. Returns how many are feasible. */
-static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
+static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
                           struct core_node *const *nodes, int n)
 {
     int k = 0;
@@ -347,13 +348,16 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
     if (c->wdirty && (cy->pol->flags & CORE_POLICY_NODE_STATE))
         core_workload_prepare(c); /* before the cache compares versions */
     for (int i = 0; i < n; i++) {
-        int fit = hot_fit(cy, nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i]);
+        const struct core_node_hot *h = nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i];
+        int fit = hot_fit(cy, h);
         if (fit == 0)
             continue;
+        cy->hot = h;
         struct core_node *node = nodes ? nodes[i] : c->nodes[i];
         if (fit < 0 && !core_filter_cycle(cy, node, NULL))
             continue;
         c->feasible[k] = node;
+        c->ranks[k] = h->rank;
         c->scores[k] = random ? 0 : raw_score(c, cy, node);
         k++;
     }
@@ -421,8 +425,7 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
     } else {
         for (int i = 1; i < k; i++)
             if (c->scores[i] > c->scores[best] ||
-                (c->scores[i] == c->scores[best] &&
-                 c->feasible[i]->priv->rank < c->feasible[best]->priv->rank))
+                (c->scores[i] == c->scores[best] && c->ranks[i] < c->ranks[best]))
                 best = i;
     }
     d->node = c->feasible[best];

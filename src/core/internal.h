@@ -29,6 +29,8 @@ struct core_node_hot {
     int64_t free_cpu, free_mem;
     uint64_t model_mask;       /* models of usable GPUs */
     int32_t pods_left;         /* INT32_MAX when unlimited */
+    int32_t free_share;        /* sum of usable GPUs' free shares */
+    uint32_t rank;             /* the node's seeded tie-break rank */
     int16_t n_usable, n_whole, max_free_milli;
     uint8_t available, tainted;
 };
@@ -132,6 +134,7 @@ struct core_cluster {
     /* decision scratch, sized to the node count */
     struct core_node **feasible;
     int *scores;
+    uint32_t *ranks;           /* tie-break ranks of the feasible nodes */
     struct core_memo_slot *memo; /* CORE_MEMO_SLOTS, allocated on first use */
 };
 
