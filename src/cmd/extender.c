@@ -165,6 +165,7 @@ int cmd_extender(int argc, char **argv)
             status = 2;
             goto out;
         }
+        so.allow_release = 1;
     } else {
         struct kube_config kcfg;
         rc = cfg.kubeconfig ? kube_config_load_file(cfg.kubeconfig, NULL, &kcfg, &e)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -28,6 +29,9 @@
 #include "kube/client.h"
 #include "kube/yaml.h"
 #include "util/opt.h"
+
+/* The extender's default inventory_ttl: an older GPU inventory is stale. */
+#define STATUS_INVENTORY_TTL 300.0
 
 struct status {
     const struct core_names *names;
@@ -64,6 +68,8 @@ static void add_nodes(struct status *st, const json_t *items)
         if (ext_node_spec(node, st->names, &spec, &buf, &updated, &e) < 0 ||
             core_cluster_upsert_node(st->c, &spec, &e) < 0)
             warn(st, "node %zu skipped: %s", i, e.msg);
+        else if (updated > 0 && (double)time(NULL) - updated > STATUS_INVENTORY_TTL)
+            core_cluster_set_available(st->c, spec.name, 0, &e); /* shown as stale */
         ext_node_buf_clear(&buf);
     }
 }
@@ -182,7 +188,7 @@ static int load_quotas(struct status *st, const json_t *doc, struct gs_err *e)
     free(qs);
     if (!st->q)
         return gs_errf(e, GS_ENOMEM, "out of memory");
-    return core_quotas_recount(st->q, st->c, e);
+    return core_quotas_recount(st->q, st->c, NULL, e);
 }
 
 static int from_cluster(struct status *st, const char *kubeconfig, int quotas, struct gs_err *e)
@@ -513,10 +519,6 @@ int cmd_status(int argc, char **argv)
     const char *usage = "gpusched status [--kubeconfig FILE | --state-dir DIR --nodes FILE] "
                         "[-o wide|json] [--quotas]";
 
-    /* -o is the kubectl spelling; opt parses long names, so map it */
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "-o") == 0)
-            argv[i] = (char *)"--o";
     int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
     if (rc == OPT_HELP) {
         opt_usage(stdout, usage, opts);

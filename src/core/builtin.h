@@ -9,7 +9,7 @@
 
 extern const struct core_policy core_policy_random, core_policy_dotprod,
     core_policy_clustering, core_policy_packing, core_policy_bestfit, core_policy_fgd,
-    core_policy_binpack, core_policy_spread, core_policy_topology;
+    core_policy_binpack, core_policy_spread, core_policy_topology, core_policy_cpufrag;
 
 /* The pod's total GPU share on node n (num_gpu x its share per GPU). */
 int pol_req_total(const struct core_cycle *cy, const struct core_node *n);

@@ -218,6 +218,20 @@ const char *core_cluster_model(const struct core_cluster *c, int model_id)
     return model_id >= 0 && model_id < c->n_models ? c->models[model_id] : NULL;
 }
 
+int core_cluster_model_gpus(const struct core_cluster *c, int model_id)
+{
+    return model_id >= 0 && model_id < c->n_models ? c->model_gpus[model_id] : 0;
+}
+
+/* Adds (sign +1) or takes away (-1) a node's GPUs in the per-model counts. */
+static void count_models(struct core_cluster *c, const struct core_node *n, int sign)
+{
+    for (int i = 0; i < n->n_gpus; i++)
+        c->model_gpus[n->gpus[i].model_id] += sign;
+    if (n->n_gpus)
+        c->cap_ver++;
+}
+
 int core_cluster_model_count(const struct core_cluster *c)
 {
     return c->n_models;
@@ -625,6 +639,8 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
             c->frag_sum -= old->priv->frag;
         c->nodes[pos] = n;
         n->priv->pos = pos;
+        count_models(c, old, -1);
+        count_models(c, n, 1);
         node_free(old);
         core_node_refresh(c, n);
         return 0;
@@ -641,6 +657,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         node_free(n);
         return gs_errf(e, GS_ENOMEM, "node %s: out of memory", spec->name);
     }
+    count_models(c, n, 1);
     core_node_refresh(c, n);
     return 0;
 }
@@ -668,6 +685,7 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
         }
     if (c->frag_sum_wver == c->wver && n->priv->frag_wver == c->wver)
         c->frag_sum -= n->priv->frag;
+    count_models(c, n, -1);
     int last = c->n_nodes - 1;
     index_del(c->node_index, c->node_index_cap, (void *const *)c->nodes, pos, last, node_key);
     node_free(n);

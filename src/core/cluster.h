@@ -189,6 +189,9 @@ int core_node_gpu_by_uuid(const struct core_node *n, const char *uuid, int *mig)
 /* Name of a cluster-wide GPU model number, and the number of models seen. */
 const char *core_cluster_model(const struct core_cluster *c, int model_id);
 int core_cluster_model_count(const struct core_cluster *c);
+/* GPUs of a model over all nodes (MIG-mode and unhealthy ones included); 0
+ * for an unknown model number. */
+int core_cluster_model_gpus(const struct core_cluster *c, int model_id);
 
 /* ---- reserve / unreserve ---- */
 

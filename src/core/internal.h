@@ -110,6 +110,12 @@ struct core_cluster {
 
     char models[CORE_MAX_MODELS][CORE_MODEL_MAX];
     int n_models;
+    int model_gpus[CORE_MAX_MODELS]; /* GPUs of each model over all nodes */
+    uint64_t cap_ver;          /* bumped whenever model_gpus changes */
+    /* per-workload values a policy derives from M and model_gpus once
+     * (pol_cpufrag.c), valid while wstats_wver/_cap_ver match */
+    double wstats[CORE_MAX_MODELS + 2];
+    uint64_t wstats_wver, wstats_cap_ver;
 
     uint64_t seed, rng;
 

@@ -215,6 +215,8 @@ struct core_quotas {
     int n, cap;
     struct usage *u;
     int nu, capu;
+    int *slot;       /* open-addressing index into u by (ns, model); -1 = empty */
+    int nslot;       /* power of two, > 2 * nu */
 };
 
 struct core_quotas *core_quotas_new(void) { return calloc(1, sizeof(struct core_quotas)); }
@@ -225,6 +227,7 @@ void core_quotas_free(struct core_quotas *s)
         return;
     free(s->q);
     free(s->u);
+    free(s->slot);
     free(s);
 }
 
@@ -260,12 +263,55 @@ int core_quotas_remove(struct core_quotas *s, const char *ns, const char *name)
     return -GS_ENOENT;
 }
 
+static unsigned usage_hash(const char *ns, const char *model)
+{
+    unsigned h = 2166136261u;
+    for (const char *p = ns; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ '/') * 16777619u;
+    for (const char *p = model; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h;
+}
+
+static int *slot_of(const struct core_quotas *s, const char *ns, const char *model)
+{
+    unsigned m = (unsigned)s->nslot - 1, i = usage_hash(ns, model) & m;
+    while (s->slot[i] >= 0) {
+        const struct usage *u = &s->u[s->slot[i]];
+        if (strcmp(u->ns, ns) == 0 && strcmp(u->model, model) == 0)
+            break;
+        i = (i + 1) & m;
+    }
+    return &s->slot[i];
+}
+
+static int reindex(struct core_quotas *s, int nslot)
+{
+    int *slot = malloc((size_t)nslot * sizeof *slot);
+    if (!slot)
+        return -1;
+    free(s->slot);
+    s->slot = slot;
+    s->nslot = nslot;
+    memset(slot, 0xff, (size_t)nslot * sizeof *slot);
+    for (int i = 0; i < s->nu; i++)
+        *slot_of(s, s->u[i].ns, s->u[i].model) = i;
+    return 0;
+}
+
+/* Usage of (ns, model), created at zero when new. O(1) expected: the
+ * extender recounts every allocation while it holds its lock. */
 static struct usage *usage_get(struct core_quotas *s, const char *ns, const char *model,
                                struct gs_err *e)
 {
-    for (int i = 0; i < s->nu; i++)
-        if (strcmp(s->u[i].ns, ns) == 0 && strcmp(s->u[i].model, model) == 0)
-            return &s->u[i];
+    if (s->nslot < 2 * (s->nu + 1) && reindex(s, s->nslot ? 2 * s->nslot : 64) < 0) {
+        gs_errf(e, GS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    int *slot = slot_of(s, ns, model);
+    if (*slot >= 0)
+        return &s->u[*slot];
     if (s->nu == s->capu) {
         int cap = s->capu ? s->capu * 2 : 16;
         struct usage *nu = realloc(s->u, (size_t)cap * sizeof *nu);
@@ -276,10 +322,11 @@ static struct usage *usage_get(struct core_quotas *s, const char *ns, const char
         s->u = nu;
         s->capu = cap;
     }
-    struct usage *u = &s->u[s->nu++];
+    struct usage *u = &s->u[s->nu];
     memset(u, 0, sizeof *u);
     snprintf(u->ns, sizeof u->ns, "%s", ns);
     snprintf(u->model, sizeof u->model, "%s", model);
+    *slot = s->nu++;
     return u;
 }
 
@@ -305,7 +352,12 @@ int core_quotas_charge(struct core_quotas *s, const char *ns, const struct core_
     return 0;
 }
 
-void core_quotas_reset_usage(struct core_quotas *s) { s->nu = 0; }
+void core_quotas_reset_usage(struct core_quotas *s)
+{
+    s->nu = 0;
+    if (s->slot)
+        memset(s->slot, 0xff, (size_t)s->nslot * sizeof *s->slot);
+}
 
 static int model_covered(const char *limit_model, const char *model)
 {
@@ -457,8 +509,10 @@ int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_allo
             if (strcmp(out[j].model, g->model) == 0)
                 break;
         if (j == k) {
-            memset(&out[k], 0, sizeof out[k]);
-            snprintf(out[k].model, sizeof out[k].model, "%s", g->model);
+            size_t len = strnlen(g->model, sizeof out[k].model - 1);
+            memcpy(out[k].model, g->model, len);
+            out[k].model[len] = '\0';
+            out[k].gpus = out[k].mem_mib = out[k].milli = 0;
             k++;
         }
         if (a->kind == CORE_REQ_WHOLE)
@@ -489,15 +543,24 @@ void core_quota_use_on_node(const struct core_request *req, const struct core_no
             }
 }
 
-int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, struct gs_err *e)
+int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, const char *only,
+                        struct gs_err *e)
 {
+    size_t olen = only ? strlen(only) : 0;
+
     core_quotas_reset_usage(s);
     for (int i = 0; i < core_cluster_alloc_count(c); i++) {
         const struct core_alloc *a = core_cluster_alloc(c, i);
         struct core_quota_use u[CORE_MAX_GPUS];
         char ns[CORE_NAME_MAX];
+        if (only && (strncmp(a->pod_name, only, olen) != 0 || a->pod_name[olen] != '/'))
+            continue;
         int k = core_quota_use_of_alloc(c, a, u);
-        snprintf(ns, sizeof ns, "%.*s", (int)strcspn(a->pod_name, "/"), a->pod_name);
+        size_t nl = strcspn(a->pod_name, "/");
+        if (nl >= sizeof ns)
+            nl = sizeof ns - 1;
+        memcpy(ns, a->pod_name, nl);
+        ns[nl] = '\0';
         if (k > 0 && core_quotas_charge(s, ns, u, k, 1, e) < 0)
             return -GS_ENOMEM;
     }

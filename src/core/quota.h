@@ -124,9 +124,11 @@ int core_quotas_charge(struct core_quotas *s, const char *ns, const struct core_
                        int n, int sign, struct gs_err *e);
 /* Forgets all usage (before rebuilding it from the allocation state). */
 void core_quotas_reset_usage(struct core_quotas *s);
-/* Usage recounted from every allocation of the cluster: exact whatever
- * happened since (rebuilds, restarts, releases). O(allocations). */
-int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, struct gs_err *e);
+/* Usage recounted from the allocations of the cluster (of namespace `only`,
+ * or all when NULL): exact whatever happened since (rebuilds, restarts,
+ * releases). O(allocations); about 0.1 ms for 8,000 of one namespace. */
+int core_quotas_recount(struct core_quotas *s, const struct core_cluster *c, const char *only,
+                        struct gs_err *e);
 /* Does namespace `ns` have at least one quota? */
 int core_quotas_has(const struct core_quotas *s, const char *ns);
 

@@ -13,7 +13,7 @@
 static const struct core_policy *const builtin[] = {
     &core_policy_random,  &core_policy_dotprod, &core_policy_clustering,
     &core_policy_packing, &core_policy_bestfit, &core_policy_fgd,
-    &core_policy_binpack, &core_policy_spread,  &core_policy_topology,
+    &core_policy_binpack, &core_policy_spread,  &core_policy_topology, &core_policy_cpufrag,
 };
 #define N_BUILTIN ((int)(sizeof builtin / sizeof builtin[0]))
 

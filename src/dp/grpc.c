@@ -198,6 +198,21 @@ static void unknown_call(struct dp_grpc_server *s, int ok)
         request_unknown(s);
 }
 
+static void unary_done(struct unary_ctx *u)
+{
+    struct dp_grpc_server *s = u->srv;
+
+    grpc_call_unref(u->call);
+    if (u->send_buf)
+        grpc_byte_buffer_destroy(u->send_buf);
+    grpc_slice_unref(u->details);
+    free(u->req);
+    free(u);
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *unary_thread(void *arg)
 {
     struct unary_ctx *u = arg;
@@ -228,35 +243,11 @@ static void *unary_thread(void *arg)
 
     grpc_call_error ce = grpc_call_start_batch(u->call, ops, (size_t)n, &u->done, NULL);
     if (ce != GRPC_CALL_OK) {
-        /* Cannot happen with a well-formed batch; free here as no tag will come. */
+        /* Cannot happen with a well-formed batch; no tag will come. */
         log_error("grpc", "%s: start_batch failed: %d", u->m->path, (int)ce);
-        struct dp_grpc_server *s = u->srv;
-        grpc_call_unref(u->call);
-        if (u->send_buf)
-            grpc_byte_buffer_destroy(u->send_buf);
-        grpc_slice_unref(u->details);
-        free(u->req);
-        free(u);
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_mutex_unlock(&s->mu);
+        unary_done(u);
     }
     return NULL;
-}
-
-static void unary_done(struct unary_ctx *u)
-{
-    struct dp_grpc_server *s = u->srv;
-
-    grpc_call_unref(u->call);
-    if (u->send_buf)
-        grpc_byte_buffer_destroy(u->send_buf);
-    grpc_slice_unref(u->details);
-    free(u->req);
-    free(u);
-    pthread_mutex_lock(&s->mu);
-    s->active--;
-    pthread_mutex_unlock(&s->mu);
 }
 
 static void start_unary(struct slot *sl)

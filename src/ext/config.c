@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ext/config.h"
+#include "ext/sched.h"
 #include "kube/yaml.h"
 #include "util/log.h"
 
@@ -25,7 +26,7 @@ static const struct row rows[] = {
     {"listen", C_STR, F(listen), "HOST:PORT", "address to serve on (default 127.0.0.1:8888)", 0, 0},
     {"tls_cert", C_STR, F(tls_cert), "FILE", "serve HTTPS with this certificate (PEM)", 0, 0},
     {"tls_key", C_STR, F(tls_key), "FILE", "... and this key (PEM)", 0, 0},
-    {"policy", C_STR, F(policy), "NAME", "default placement policy (default fgd)", 0, 0},
+    {"policy", C_STR, F(policy), "NAME", "default placement policy (default " EXT_DEFAULT_POLICY ")", 0, 0},
     {"top_k", C_INT, F(top_k), "K", "/filter keeps only the policy's best K nodes (0 = all)", 0,
      100000},
     {"nodes", C_STR, F(nodes), "FILE", "standalone: NodeList JSON file", 0, 0},
@@ -41,8 +42,9 @@ static const struct row rows[] = {
     {"lease_namespace", C_STR, F(lease_namespace), "NS", "Lease namespace (default: own)", 0, 0},
     {"identity", C_STR, F(identity), "ID", "this replica's name (default: hostname)", 0, 0},
     {"lease_duration", C_DBL, F(lease_duration), "SECONDS", "lease duration (default 15)", 0, 0},
-    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up", 0, 0},
-    {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere", 0, 0},
+    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on; "
+                                     "nudge: false in --config turns it off)", 0, 0},
+    {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
@@ -83,7 +85,7 @@ void ext_config_defaults(struct ext_config *c)
     const struct core_names *d = core_names_default();
     memset(c, 0, sizeof *c);
     c->listen = strdup("127.0.0.1:8888");
-    c->policy = strdup("fgd");
+    c->policy = strdup(EXT_DEFAULT_POLICY);
     c->inventory_ttl = 300;
     c->lease_name = strdup("gpusched-extender");
     c->lease_duration = 15;

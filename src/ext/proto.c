@@ -35,9 +35,9 @@ static int load(const char *body, size_t len, json_t **doc, struct gs_err *e)
     return 0;
 }
 
-static int get_pod(const json_t *doc, const json_t **pod, struct gs_err *e)
+static int check_pod(const json_t *p, const json_t **pod, struct gs_err *e)
 {
-    const json_t *p = ext_iget(doc, "Pod"), *md;
+    const json_t *md;
     if (!p || json_is_null(p))
         return gs_errf(e, GS_EINVAL, "Pod: missing");
     if (!json_is_object(p))
@@ -51,41 +51,384 @@ static int get_pod(const json_t *doc, const json_t **pod, struct gs_err *e)
     return 0;
 }
 
-int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_err *e)
+static int get_pod(const json_t *doc, const json_t **pod, struct gs_err *e)
 {
-    const json_t *names, *nodes;
-    int rc;
+    return check_pod(ext_iget(doc, "Pod"), pod, e);
+}
 
-    memset(a, 0, sizeof *a);
-    if ((rc = load(body, len, &a->doc, e)) < 0)
-        return rc;
-    if ((rc = get_pod(a->doc, &a->pod, e)) < 0)
-        goto fail;
-    names = ext_iget(a->doc, "NodeNames");
-    nodes = ext_iget(a->doc, "Nodes");
-    if (names && !json_is_null(names)) {
-        if (!json_is_array(names)) {
-            rc = gs_errf(e, GS_EINVAL, "NodeNames: not an array");
-            goto fail;
+/* ---- a strict scanner for the top level of ExtenderArgs ------------------ */
+
+struct scan {
+    const char *p, *end, *base;
+    struct gs_err *e;
+};
+
+#define SCAN_MAX_DEPTH 64
+
+static int scan_err(struct scan *sc, const char *what)
+{
+    return gs_errf(sc->e, GS_EINVAL, "request body is not valid JSON: %s at byte %ld", what,
+                   (long)(sc->p - sc->base));
+}
+
+static void ws(struct scan *sc)
+{
+    while (sc->p < sc->end && (*sc->p == ' ' || *sc->p == '\t' || *sc->p == '\n' || *sc->p == '\r'))
+        sc->p++;
+}
+
+static int hex4(const char *p, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Scans a string at sc->p ('"'); when out is set, writes the unescaped
+ * bytes there (at most the raw length) and the length to *olen. */
+static int scan_string(struct scan *sc, char *out, size_t *olen)
+{
+    size_t o = 0;
+    if (sc->p >= sc->end || *sc->p != '"')
+        return scan_err(sc, "expected a string");
+    sc->p++;
+    for (;;) {
+        if (sc->p >= sc->end)
+            return scan_err(sc, "unterminated string");
+        unsigned char c = (unsigned char)*sc->p;
+        if (c == '"') {
+            sc->p++;
+            break;
         }
-        a->n = (int)json_array_size(names);
-        if (a->n && !(a->names = calloc((size_t)a->n, sizeof *a->names))) {
-            rc = gs_errf(e, GS_ENOMEM, "out of memory");
-            goto fail;
+        if (c < 0x20)
+            return scan_err(sc, "control character in a string");
+        if (c != '\\') {
+            if (out)
+                out[o] = (char)c;
+            o++;
+            sc->p++;
+            continue;
         }
-        for (int i = 0; i < a->n; i++) {
-            const json_t *s = json_array_get(names, (size_t)i);
-            if (!json_is_string(s) || !*json_string_value(s)) {
-                rc = gs_errf(e, GS_EINVAL, "NodeNames[%d]: not a node name", i);
-                goto fail;
-            }
-            a->names[i] = json_string_value(s);
+        if (sc->p + 1 >= sc->end)
+            return scan_err(sc, "unterminated escape");
+        char x = sc->p[1];
+        sc->p += 2;
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        const char *k = strchr(from, x);
+        if (x && k) {
+            if (out)
+                out[o] = to[k - from];
+            o++;
+            continue;
         }
+        unsigned u, lo;
+        if (x != 'u' || sc->end - sc->p < 4 || hex4(sc->p, &u) < 0)
+            return scan_err(sc, "bad escape");
+        sc->p += 4;
+        if (u >= 0xd800 && u < 0xdc00) {
+            if (sc->end - sc->p < 6 || sc->p[0] != '\\' || sc->p[1] != 'u' ||
+                hex4(sc->p + 2, &lo) < 0 || lo < 0xdc00 || lo >= 0xe000)
+                return scan_err(sc, "bad surrogate pair");
+            sc->p += 6;
+            u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+        } else if (u >= 0xdc00 && u < 0xe000) {
+            return scan_err(sc, "bad surrogate pair");
+        }
+        /* UTF-8: at most 4 bytes, never longer than the 6-byte escape */
+        char buf[4];
+        int n;
+        if (u < 0x80)
+            buf[0] = (char)u, n = 1;
+        else if (u < 0x800)
+            buf[0] = (char)(0xc0 | (u >> 6)), buf[1] = (char)(0x80 | (u & 0x3f)), n = 2;
+        else if (u < 0x10000)
+            buf[0] = (char)(0xe0 | (u >> 12)), buf[1] = (char)(0x80 | ((u >> 6) & 0x3f)),
+            buf[2] = (char)(0x80 | (u & 0x3f)), n = 3;
+        else
+            buf[0] = (char)(0xf0 | (u >> 18)), buf[1] = (char)(0x80 | ((u >> 12) & 0x3f)),
+            buf[2] = (char)(0x80 | ((u >> 6) & 0x3f)), buf[3] = (char)(0x80 | (u & 0x3f)), n = 4;
+        if (out)
+            memcpy(out + o, buf, (size_t)n);
+        o += (size_t)n;
+    }
+    if (olen)
+        *olen = o;
+    return 0;
+}
+
+static int scan_value(struct scan *sc, int depth);
+
+static int scan_literal(struct scan *sc, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(sc->end - sc->p) < n || memcmp(sc->p, lit, n) != 0)
+        return scan_err(sc, "unexpected character");
+    sc->p += n;
+    return 0;
+}
+
+static int scan_number(struct scan *sc)
+{
+    const char *s = sc->p;
+    if (sc->p < sc->end && *sc->p == '-')
+        sc->p++;
+    if (sc->p >= sc->end || *sc->p < '0' || *sc->p > '9')
+        return scan_err(sc, "bad number");
+    if (*sc->p == '0')
+        sc->p++;
+    else
+        while (sc->p < sc->end && *sc->p >= '0' && *sc->p <= '9')
+            sc->p++;
+    if (sc->p < sc->end && *sc->p == '.') {
+        sc->p++;
+        if (sc->p >= sc->end || *sc->p < '0' || *sc->p > '9')
+            return scan_err(sc, "bad number");
+        while (sc->p < sc->end && *sc->p >= '0' && *sc->p <= '9')
+            sc->p++;
+    }
+    if (sc->p < sc->end && (*sc->p == 'e' || *sc->p == 'E')) {
+        sc->p++;
+        if (sc->p < sc->end && (*sc->p == '+' || *sc->p == '-'))
+            sc->p++;
+        if (sc->p >= sc->end || *sc->p < '0' || *sc->p > '9')
+            return scan_err(sc, "bad number");
+        while (sc->p < sc->end && *sc->p >= '0' && *sc->p <= '9')
+            sc->p++;
+    }
+    return sc->p > s ? 0 : scan_err(sc, "bad number");
+}
+
+/* Skips one container; sc->p is at '{' or '['. */
+static int scan_container(struct scan *sc, int depth)
+{
+    char close = *sc->p == '{' ? '}' : ']';
+    int first = 1, rc;
+    if (depth > SCAN_MAX_DEPTH)
+        return scan_err(sc, "nested too deeply");
+    sc->p++;
+    for (;;) {
+        ws(sc);
+        if (sc->p < sc->end && *sc->p == close && first) {
+            sc->p++;
+            return 0;
+        }
+        if (close == '}') {
+            if ((rc = scan_string(sc, NULL, NULL)) < 0)
+                return rc;
+            ws(sc);
+            if (sc->p >= sc->end || *sc->p != ':')
+                return scan_err(sc, "expected ':'");
+            sc->p++;
+        }
+        if ((rc = scan_value(sc, depth + 1)) < 0)
+            return rc;
+        ws(sc);
+        first = 0;
+        if (sc->p < sc->end && *sc->p == ',') {
+            sc->p++;
+            continue;
+        }
+        if (sc->p < sc->end && *sc->p == close) {
+            sc->p++;
+            return 0;
+        }
+        return scan_err(sc, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static int scan_value(struct scan *sc, int depth)
+{
+    ws(sc);
+    if (sc->p >= sc->end)
+        return scan_err(sc, "unexpected end");
+    switch (*sc->p) {
+    case '"': return scan_string(sc, NULL, NULL);
+    case '{':
+    case '[': return scan_container(sc, depth);
+    case 't': return scan_literal(sc, "true");
+    case 'f': return scan_literal(sc, "false");
+    case 'n': return scan_literal(sc, "null");
+    default: return scan_number(sc);
+    }
+}
+
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 253)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/* NodeNames: an array of strings, unescaped into a->arena. */
+static int scan_names(struct scan *sc, struct ext_args *a, size_t raw_len)
+{
+    size_t cap = 64, used = 0;
+    int rc;
+    if (!(a->arena = malloc(raw_len + 1)) || !(a->names = malloc(cap * sizeof *a->names)))
+        return gs_errf(sc->e, GS_ENOMEM, "out of memory");
+    sc->p++; /* '[' */
+    ws(sc);
+    if (sc->p < sc->end && *sc->p == ']') {
+        sc->p++;
         return 0;
     }
-    if (nodes && !json_is_null(nodes)) {
-        const json_t *items = json_is_object(nodes) ? ext_iget(nodes, "items") : NULL;
-        if (!json_is_array(items) && !(json_is_object(nodes) && (!items || json_is_null(items)))) {
+    for (;;) {
+        size_t n;
+        ws(sc);
+        if (sc->p >= sc->end || *sc->p != '"')
+            return gs_errf(sc->e, GS_EINVAL, "NodeNames[%d]: not a string", a->n);
+        if ((rc = scan_string(sc, a->arena + used, &n)) < 0)
+            return rc;
+        if (!name_ok(a->arena + used, n))
+            return gs_errf(sc->e, GS_EINVAL, "NodeNames[%d]: not a node name", a->n);
+        if ((size_t)a->n == cap) {
+            const char **nn = realloc(a->names, 2 * cap * sizeof *nn);
+            if (!nn)
+                return gs_errf(sc->e, GS_ENOMEM, "out of memory");
+            a->names = nn;
+            cap *= 2;
+        }
+        a->arena[used + n] = '\0';
+        a->names[a->n++] = a->arena + used;
+        used += n + 1;
+        ws(sc);
+        if (sc->p < sc->end && *sc->p == ',') {
+            sc->p++;
+            continue;
+        }
+        if (sc->p < sc->end && *sc->p == ']') {
+            sc->p++;
+            return 0;
+        }
+        return scan_err(sc, "expected ',' or ']' in NodeNames");
+    }
+}
+
+int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_err *e)
+{
+    struct scan sc = {body, body + len, body, e};
+    const char *pod_s = NULL, *pod_e = NULL, *nodes_s = NULL, *nodes_e = NULL;
+    int seen_pod = 0, seen_names = 0, seen_nodes = 0, have_names = 0, rc;
+    char key[16];
+
+    memset(a, 0, sizeof *a);
+    ws(&sc);
+    if (sc.p >= sc.end || *sc.p != '{') {
+        rc = sc.p >= sc.end ? scan_err(&sc, "empty body")
+                            : gs_errf(e, GS_EINVAL, "request body must be a JSON object");
+        goto fail;
+    }
+    sc.p++;
+    ws(&sc);
+    if (sc.p < sc.end && *sc.p == '}') {
+        sc.p++;
+    } else {
+        for (;;) {
+            const char *ks;
+            size_t kl;
+            ws(&sc);
+            ks = sc.p;
+            if ((rc = scan_string(&sc, NULL, &kl)) < 0)
+                goto fail;
+            /* the keys that matter are short; longer ones are skipped */
+            key[0] = '\0';
+            if (kl < sizeof key) {
+                struct scan k2 = {ks, sc.end, sc.base, e};
+                scan_string(&k2, key, &kl);
+                key[kl] = '\0';
+            }
+            ws(&sc);
+            if (sc.p >= sc.end || *sc.p != ':') {
+                rc = scan_err(&sc, "expected ':'");
+                goto fail;
+            }
+            sc.p++;
+            ws(&sc);
+            int which = strcasecmp(key, "pod") == 0         ? 1
+                        : strcasecmp(key, "nodenames") == 0 ? 2
+                        : strcasecmp(key, "nodes") == 0     ? 3
+                                                            : 0;
+            int *seen = which == 1 ? &seen_pod : which == 2 ? &seen_names : &seen_nodes;
+            if (which && (*seen)++) {
+                rc = gs_errf(e, GS_EINVAL, "%s: given twice", key);
+                goto fail;
+            }
+            const char *vs = sc.p;
+            if (which == 2 && sc.p < sc.end && *sc.p == '[') {
+                if ((rc = scan_names(&sc, a, len)) < 0)
+                    goto fail;
+                have_names = 1;
+            } else if (which == 2 && sc.p < sc.end && *sc.p != 'n') {
+                rc = gs_errf(e, GS_EINVAL, "NodeNames: not an array");
+                goto fail;
+            } else if ((rc = scan_value(&sc, 1)) < 0) {
+                goto fail;
+            }
+            if (which == 1)
+                pod_s = vs, pod_e = sc.p;
+            else if (which == 3)
+                nodes_s = vs, nodes_e = sc.p;
+            ws(&sc);
+            if (sc.p < sc.end && *sc.p == ',') {
+                sc.p++;
+                continue;
+            }
+            if (sc.p < sc.end && *sc.p == '}') {
+                sc.p++;
+                break;
+            }
+            rc = scan_err(&sc, "expected ',' or '}'");
+            goto fail;
+        }
+    }
+    ws(&sc);
+    if (sc.p != sc.end) {
+        rc = scan_err(&sc, "trailing characters");
+        goto fail;
+    }
+    if (!pod_s || (pod_e - pod_s == 4 && memcmp(pod_s, "null", 4) == 0)) {
+        rc = gs_errf(e, GS_EINVAL, "Pod: missing");
+        goto fail;
+    }
+    json_error_t je;
+    if (!(a->pod_doc = json_loadb(pod_s, (size_t)(pod_e - pod_s), JSON_REJECT_DUPLICATES, &je))) {
+        rc = gs_errf(e, GS_EINVAL, "Pod: %s", je.text);
+        goto fail;
+    }
+    if ((rc = check_pod(a->pod_doc, &a->pod, e)) < 0)
+        goto fail;
+    if (have_names)
+        return 0;
+    free(a->names);
+    a->names = NULL;
+    if (nodes_s && !(nodes_e - nodes_s == 4 && memcmp(nodes_s, "null", 4) == 0)) {
+        const json_t *nodes, *items;
+        if (!(a->nodes_doc = json_loadb(nodes_s, (size_t)(nodes_e - nodes_s),
+                                        JSON_REJECT_DUPLICATES, &je))) {
+            rc = gs_errf(e, GS_EINVAL, "Nodes: %s", je.text);
+            goto fail;
+        }
+        nodes = a->nodes_doc;
+        items = json_is_object(nodes) ? ext_iget(nodes, "items") : NULL;
+        if (!json_is_object(nodes) || (items && !json_is_array(items) && !json_is_null(items))) {
             rc = gs_errf(e, GS_EINVAL, "Nodes: not a NodeList with an items array");
             goto fail;
         }
@@ -99,9 +442,10 @@ int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_e
         for (int i = 0; i < a->n; i++) {
             const json_t *n = json_array_get(items, (size_t)i);
             const json_t *nm = json_object_get(json_object_get(n, "metadata"), "name");
-            if (!json_is_object(n) || !json_is_string(nm) || !*json_string_value(nm)) {
-                rc = gs_errf(e, GS_EINVAL, "Nodes.items[%d].metadata.name: missing or not a string",
-                             i);
+            if (!json_is_object(n) || !json_is_string(nm) ||
+                !name_ok(json_string_value(nm), json_string_length(nm))) {
+                rc = gs_errf(e, GS_EINVAL, "Nodes.items[%d].metadata.name: missing or not a node "
+                                           "name", i);
                 goto fail;
             }
             a->names[i] = json_string_value(nm);
@@ -119,7 +463,9 @@ void ext_args_clear(struct ext_args *a)
 {
     free(a->names);
     free(a->nodes);
-    json_decref(a->doc);
+    free(a->arena);
+    json_decref(a->pod_doc);
+    json_decref(a->nodes_doc);
     memset(a, 0, sizeof *a);
 }
 

@@ -23,14 +23,20 @@
 /* Case-insensitive member lookup (exact match first). */
 json_t *ext_iget(const json_t *obj, const char *key);
 
-/* ExtenderArgs: the /filter and /prioritize request. */
+/* ExtenderArgs: the /filter and /prioritize request. With 5,000 node
+ * names per request the generic JSON tree costs more than the decision, so
+ * the top level and NodeNames are scanned directly (strict JSON, names
+ * unescaped into one buffer); only Pod, and Nodes when present, become
+ * jansson trees. Node names must be 1..253 characters of [A-Za-z0-9.-_],
+ * so replies can echo them without escaping. */
 struct ext_args {
-    json_t *doc;
+    json_t *pod_doc, *nodes_doc;
     const json_t *pod;          /* the Pod object */
     int from_nodes;             /* 1: the request carried Nodes (full objects) */
     int n;                      /* candidate nodes */
-    const char **names;         /* n names (borrowed from doc) */
+    const char **names;         /* n names (in `arena`, or borrowed from nodes_doc) */
     const json_t **nodes;       /* n Node objects when from_nodes, else NULL */
+    char *arena;
 };
 int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_err *e);
 void ext_args_clear(struct ext_args *a);

@@ -107,6 +107,7 @@ struct pod {
     json_t *obj;          /* the Pod object (for /bind and rebuilds) */
     int unschedulable;    /* its last /filter found no node */
     int need_restore;     /* assignment annotations whose node is not known yet */
+    int binding;          /* a /bind is committing its allocation right now */
     unsigned long seq;    /* last touched */
 };
 
@@ -145,7 +146,7 @@ static void decision(struct ext_sched *s, const char *verb, const char *result)
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e)
 {
     struct ext_sched *s = calloc(1, sizeof *s);
-    const char *pname = opts->policy ? opts->policy : "fgd";
+    const char *pname = opts->policy ? opts->policy : EXT_DEFAULT_POLICY;
     if (!s)
         return gs_errf(e, GS_ENOMEM, "out of memory");
     s->opts = *opts;
@@ -241,7 +242,7 @@ static int quota_prepare(struct ext_sched *s, const struct core_pod *pod)
 {
     if (pod->req.kind == CORE_REQ_NONE || !s->quotas || !core_quotas_has(s->quotas, pod->ns))
         return 0;
-    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_recount(s->quotas, s->c, pod->ns, NULL);
     return 1;
 }
 
@@ -255,8 +256,6 @@ static int quota_blocks(struct ext_sched *s, const struct core_pod *pod, const s
 }
 
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
-
-const struct core_names *ext_sched_names(const struct ext_sched *s) { return s->opts.names; }
 
 void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
 {
@@ -499,14 +498,19 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
             forget(s, p);
         return 0;
     }
-    /* pending: remember GPU pods for /bind (their request is parsed there) */
+    /* pending without an assignment: an allocation it still holds came from
+     * annotations that are gone (a failed bind was undone), unless a bind is
+     * committing it right now */
+    if ((p = smap_get(&s->pods, uid)) && !p->binding && core_alloc_find(s->c, uid))
+        freed = core_unreserve(s->c, uid, NULL) == 0;
+    /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
         if (cp.req.kind != CORE_REQ_NONE)
             remember(s, pod);
         core_pod_clear(&cp);
     }
-    return 0;
+    return freed;
 }
 
 int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
@@ -648,6 +652,88 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     return stale;
 }
 
+/* ---- replies ----------------------------------------------------------------- */
+
+struct sb {
+    char *buf;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_put(struct sb *b, const char *p, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+static void sb_str(struct sb *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* A JSON string literal: quotes, backslashes and control characters escaped. */
+static void sb_quoted(struct sb *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c;
+            sb_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_put(b, esc, 6);
+        } else {
+            size_t n = strcspn(p, "\"\\\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f"
+                                  "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f");
+            sb_put(b, p, n);
+            p += n - 1;
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Takes the text of a string builder as the reply (or a tree on OOM). */
+static void reply_text(struct ext_reply *r, struct sb *b)
+{
+    if (b->oom) {
+        free(b->buf);
+        r->json = ext_error("out of memory");
+        return;
+    }
+    r->text = b->buf;
+    r->len = b->len;
+}
+
+char *ext_reply_take(struct ext_reply *r, size_t *len)
+{
+    char *out = r->text;
+    if (out) {
+        *len = r->len;
+    } else {
+        out = r->json ? json_dumps(r->json, JSON_COMPACT) : NULL;
+        if (!out)
+            out = strdup("{}");
+        *len = out ? strlen(out) : 0;
+    }
+    json_decref(r->json);
+    memset(r, 0, sizeof *r);
+    return out;
+}
+
 /* ---- the verbs ------------------------------------------------------------- */
 
 /* Parses the Pod of a request and picks its policy. Returns 0, or fills
@@ -670,6 +756,15 @@ static int pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_po
     return 0;
 }
 
+/* Appends ,"node":"reason" to a FailedNodes map being built. */
+static void add_reason(struct sb *b, const char *node, const char *reason)
+{
+    sb_put(b, ",\"", 2);
+    sb_str(b, node);
+    sb_put(b, "\":", 2);
+    sb_quoted(b, reason);
+}
+
 struct scored {
     int idx, score;
 };
@@ -680,8 +775,10 @@ static int by_score(const void *a, const void *b)
     return x->score != y->score ? y->score - x->score : x->idx - y->idx;
 }
 
-int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
@@ -697,7 +794,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         decision(s, "filter", "error");
         return 200;
     }
-    json_t *failed = json_object(), *unres = json_object();
+    struct sb failed = {0}, unres = {0};
     char *fit = calloc((size_t)a.n + 1, 1);
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int nfit = 0;
@@ -715,17 +812,15 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         if (pod.req.kind == CORE_REQ_NONE) {
             fit[i] = 1;
         } else if (!n) {
-            json_object_set_new(failed, a.names[i],
-                                json_string("node is unknown to gpusched (no Node object seen)"));
+            add_reason(&failed, a.names[i], "node is unknown to gpusched (no Node object seen)");
         } else if (core_filter(s->c, n, &pod, &st)) {
             fit[i] = 1;
             if (quota && quota_blocks(s, &pod, n, &e)) {
                 fit[i] = 0;
-                json_object_set_new(failed, a.names[i], json_string(e.msg));
+                add_reason(&failed, a.names[i], e.msg);
             }
         } else {
-            json_object_set_new(st.code == CORE_UNRESOLVABLE ? unres : failed, a.names[i],
-                                json_string(st.reason));
+            add_reason(st.code == CORE_UNRESOLVABLE ? &unres : &failed, a.names[i], st.reason);
         }
         nfit += fit[i];
     }
@@ -747,7 +842,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
                 snprintf(why, sizeof why, "fits, but policy %s ranks it below its best %d nodes "
                          "(score %d)", pol->name, s->opts.top_k, order[k].score);
                 fit[order[k].idx] = 0;
-                json_object_set_new(failed, a.names[order[k].idx], json_string(why));
+                add_reason(&failed, a.names[order[k].idx], why);
             }
             nfit = s->opts.top_k;
         }
@@ -759,37 +854,57 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, json_t *
         p->unschedulable = nfit == 0;
     pthread_mutex_unlock(&s->mu);
 
-    json_t *r = json_object();
+    struct sb r = {0};
     if (a.from_nodes) {
         json_t *items = json_array();
         for (int i = 0; i < a.n; i++)
             if (fit[i])
                 json_array_append(items, (json_t *)a.nodes[i]);
-        json_object_set_new(r, "Nodes", json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind",
-                                                  "NodeList", "items", items));
-        json_object_set_new(r, "NodeNames", json_null());
+        json_t *list = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "NodeList",
+                                 "items", items);
+        char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
+        json_decref(list);
+        sb_str(&r, "{\"Nodes\":{");
+        sb_str(&r, js ? js : "");
+        sb_str(&r, "},\"NodeNames\":null");
+        free(js);
     } else {
-        json_t *names = json_array();
+        int first = 1;
+        sb_str(&r, "{\"Nodes\":null,\"NodeNames\":[");
         for (int i = 0; i < a.n; i++)
-            if (fit[i])
-                json_array_append_new(names, json_string(a.names[i]));
-        json_object_set_new(r, "Nodes", json_null());
-        json_object_set_new(r, "NodeNames", names);
+            if (fit[i]) {
+                if (!first)
+                    sb_put(&r, ",", 1);
+                first = 0;
+                sb_put(&r, "\"", 1);
+                sb_str(&r, a.names[i]); /* names are checked: nothing to escape */
+                sb_put(&r, "\"", 1);
+            }
+        sb_put(&r, "]", 1);
     }
-    json_object_set_new(r, "FailedNodes", failed);
-    json_object_set_new(r, "FailedAndUnresolvableNodes", unres);
-    json_object_set_new(r, "Error", json_string(""));
+    sb_str(&r, ",\"FailedNodes\":{");
+    if (failed.buf)
+        sb_put(&r, failed.buf + 1, failed.len - 1); /* drop the leading comma */
+    sb_str(&r, "},\"FailedAndUnresolvableNodes\":{");
+    if (unres.buf)
+        sb_put(&r, unres.buf + 1, unres.len - 1);
+    sb_str(&r, "},\"Error\":\"\"}");
+    r.oom |= failed.oom | unres.oom;
+    free(failed.buf);
+    free(unres.buf);
+    reply_text(out, &r);
     decision(s, "filter", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : nfit ? "fit" : "no_fit");
     free(fit);
     free(nodes);
     core_pod_clear(&pod);
     ext_args_clear(&a);
-    *reply = r;
     return 200;
 }
 
-int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
@@ -807,7 +922,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json
     }
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
-    int *out = calloc((size_t)a.n + 1, sizeof *out);
+    int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
     int k = 0;
 
     pthread_mutex_lock(&s->mu);
@@ -822,21 +937,28 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, json
         }
         if (k && core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0)
             for (int j = 0; j < k; j++) /* 0..100 -> kube-scheduler's 0..10 */
-                out[pos[j]] = (sc[j] * 10 + 50) / 100;
+                out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
     }
     pthread_mutex_unlock(&s->mu);
 
-    json_t *r = json_array();
-    for (int i = 0; i < a.n; i++)
-        json_array_append_new(r, json_pack("{s:s, s:i}", "Host", a.names[i], "Score", out[i]));
+    struct sb r = {0};
+    sb_put(&r, "[", 1);
+    for (int i = 0; i < a.n; i++) {
+        char num[32];
+        sb_str(&r, i ? ",{\"Host\":\"" : "{\"Host\":\"");
+        sb_str(&r, a.names[i]);
+        snprintf(num, sizeof num, "\",\"Score\":%d}", out_scores[i]);
+        sb_str(&r, num);
+    }
+    sb_put(&r, "]", 1);
+    reply_text(out, &r);
     decision(s, "prioritize", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : "scored");
     free(nodes);
     free(pos);
     free(sc);
-    free(out);
+    free(out_scores);
     core_pod_clear(&pod);
     ext_args_clear(&a);
-    *reply = r;
     return 200;
 }
 
@@ -852,8 +974,10 @@ static int status_for(int rc)
     }
 }
 
-int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_bind b;
     struct core_pod pod;
@@ -933,6 +1057,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **r
     if (rc == 0) {
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
+        p->binding = 1;
     }
     pthread_mutex_unlock(&s->mu);
     core_pod_clear(&pod);
@@ -942,11 +1067,15 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **r
         decision(s, "bind", "no_fit");
         return status_for(rc) == 404 ? 404 : 409;
     }
-    if (s->commit.bind &&
-        (rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e)) < 0) {
-        pthread_mutex_lock(&s->mu);
+    if (s->commit.bind)
+        rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
+    pthread_mutex_lock(&s->mu);
+    if ((p = smap_get(&s->pods, uid)))
+        p->binding = 0;
+    if (rc < 0)
         core_unreserve(s->c, uid, NULL);
-        pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0) {
         *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
         json_decref(ann);
         ext_bind_clear(&b);
@@ -962,8 +1091,10 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, json_t **r
     return 200;
 }
 
-int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, json_t **reply)
+int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *rep)
 {
+    json_t **reply = &rep->json;
+    memset(rep, 0, sizeof *rep);
     struct gs_err e = GS_ERR_INIT;
     struct ext_preempt pa;
     struct core_pod pod;
@@ -1187,6 +1318,12 @@ json_t *ext_sched_allocations(struct ext_sched *s)
 
 /* ---- metrics --------------------------------------------------------------- */
 
+/* One (node, model) row of the GPU gauges. */
+struct gpu_row {
+    char node[CORE_NAME_MAX], model[CORE_MODEL_MAX];
+    double gpus, used, free, mem, milli;
+};
+
 static const char *const quota_res[3] = {"gpus", "memory_mib", "milli"};
 
 static void usage_metric(void *ud, const char *ns, const char *model,
@@ -1215,36 +1352,65 @@ static void quota_metric(void *ud, const struct core_quota_row *r)
 void ext_sched_collect(struct ext_sched *s, struct metrics *m)
 {
     struct core_stats st;
+    struct gpu_row *rows = NULL;
+    size_t n = 0, cap = 0;
     (void)m;
     if (!s->m_gpus)
         return;
-    metric_reset(s->m_gpus);
-    metric_reset(s->m_gpus_alloc);
-    metric_reset(s->m_gpus_free);
-    metric_reset(s->m_mem_alloc);
-    metric_reset(s->m_milli_alloc);
+    /* gather under the scheduler lock, publish after it */
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < core_cluster_node_count(s->c); i++) {
-        const struct core_node *n = core_cluster_node(s->c, i);
-        for (int g = 0; g < n->n_gpus; g++) {
-            const struct core_gpu *gp = &n->gpus[g];
-            const char *lv[] = {n->name, gp->model};
+        const struct core_node *nd = core_cluster_node(s->c, i);
+        size_t first = n;
+        for (int g = 0; g < nd->n_gpus; g++) {
+            const struct core_gpu *gp = &nd->gpus[g];
+            size_t k = first;
+            while (k < n && strcmp(rows[k].model, gp->model) != 0)
+                k++;
+            if (k == n) {
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 1024;
+                    struct gpu_row *nr = realloc(rows, nc * sizeof *nr);
+                    if (!nr)
+                        continue;
+                    rows = nr;
+                    cap = nc;
+                }
+                memset(&rows[n], 0, sizeof rows[n]);
+                snprintf(rows[n].node, sizeof rows[n].node, "%s", nd->name);
+                snprintf(rows[n].model, sizeof rows[n].model, "%s", gp->model);
+                n++;
+            }
             int used = gp->n_pods > 0;
-            metric_add(s->m_gpus, lv, 1);
-            metric_add(s->m_gpus_alloc, lv, used);
-            metric_add(s->m_gpus_free, lv, !used && gp->healthy && n->available);
-            metric_add(s->m_mem_alloc, lv, (double)(gp->mem_mib - gp->free_mem_mib));
-            metric_add(s->m_milli_alloc, lv, CORE_MILLI - gp->free_milli);
+            rows[k].gpus += 1;
+            rows[k].used += used;
+            rows[k].free += !used && gp->healthy && nd->available;
+            rows[k].mem += (double)(gp->mem_mib - gp->free_mem_mib);
+            rows[k].milli += CORE_MILLI - gp->free_milli;
         }
     }
     core_cluster_stats(s->c, &st);
     metric_reset(s->m_ns_usage);
     metric_reset(s->m_quota_limit);
     metric_reset(s->m_quota_used);
-    core_quotas_recount(s->quotas, s->c, NULL);
+    core_quotas_recount(s->quotas, s->c, NULL, NULL);
     core_quotas_foreach_usage(s->quotas, usage_metric, s);
     core_quotas_foreach(s->quotas, quota_metric, s);
     pthread_mutex_unlock(&s->mu);
+    metric_reset(s->m_gpus);
+    metric_reset(s->m_gpus_alloc);
+    metric_reset(s->m_gpus_free);
+    metric_reset(s->m_mem_alloc);
+    metric_reset(s->m_milli_alloc);
+    for (size_t k = 0; k < n; k++) {
+        const char *lv[] = {rows[k].node, rows[k].model};
+        metric_set(s->m_gpus, lv, rows[k].gpus);
+        metric_set(s->m_gpus_alloc, lv, rows[k].used);
+        metric_set(s->m_gpus_free, lv, rows[k].free);
+        metric_set(s->m_mem_alloc, lv, rows[k].mem);
+        metric_set(s->m_milli_alloc, lv, rows[k].milli);
+    }
+    free(rows);
     metric_set(s->m_frag, NULL, st.frag_milli);
     metric_set(s->m_allocs, NULL, st.pods);
 }

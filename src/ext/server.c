@@ -14,7 +14,7 @@ struct ext_server {
     struct metric *m_requests, *m_latency;
 };
 
-typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, json_t **reply);
+typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 
 static const struct {
     const char *name;
@@ -62,9 +62,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             reply_json(resp, 405, ext_error("%s: use POST", verbs[i].name));
             return verbs[i].name;
         }
-        json_t *reply = NULL;
-        int status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
-        reply_json(resp, status, reply);
+        struct ext_reply reply;
+        resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
+        resp->content_type = "application/json";
+        resp->body = ext_reply_take(&reply, &resp->body_len);
         return verbs[i].name;
     }
     if (strcmp(req->method, "GET") == 0) {
@@ -99,6 +100,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
     }
     if (strcmp(req->method, "DELETE") == 0 &&
         ns_name(path, "/allocations/", ns, name, sizeof ns) == 0) {
+        if (!s->opts.allow_release) {
+            reply_json(resp, 405, ext_error("cluster mode: delete the pod to free its GPUs"));
+            return "release";
+        }
         struct gs_err e = GS_ERR_INIT;
         char who[520];
         snprintf(who, sizeof who, "%s/%s", ns, name);

@@ -25,6 +25,8 @@ struct ext_server_opts {
     size_t max_body;           /* 0 = 8 MiB */
     struct ext_sched *sched;
     struct metrics *metrics;
+    int allow_release;         /* serve DELETE /allocations (standalone only: in a
+                                  cluster a pod's GPUs are freed by deleting it) */
     int (*ready)(void *ud);    /* NULL = always ready */
     void *ready_ud;
 };

@@ -51,9 +51,15 @@ static int commit_release(void *ud, const char *uid, struct gs_err *e)
     return rc;
 }
 
+struct replay {
+    struct ext_sched *s;
+    json_t *live; /* uid -> its bind record, as written (kept for compaction) */
+};
+
 static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
 {
-    struct ext_sched *s = ud;
+    struct replay *r = ud;
+    struct ext_sched *s = r->s;
     const json_t *op = json_object_get(rec, "op");
     const char *o = json_is_string(op) ? json_string_value(op) : "";
     int rc;
@@ -64,6 +70,9 @@ static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
             log_warn("extender", "journal: dropping an allocation: %s", e->msg);
             return 0;
         }
+        if (rc == 0)
+            json_object_set(r->live, json_string_value(json_object_get(rec, "uid")),
+                            (json_t *)rec);
         return rc;
     }
     if (strcmp(o, "release") == 0) {
@@ -71,6 +80,7 @@ static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
         if (!json_is_string(uid))
             return gs_errf(e, GS_EINVAL, "release record: uid: missing");
         ext_sched_release(s, json_string_value(uid), e); /* absent is fine: node dropped */
+        json_object_del(r->live, json_string_value(uid));
         return 0;
     }
     return gs_errf(e, GS_EINVAL, "record op: '%.32s' is not bind or release", o);
@@ -121,30 +131,25 @@ int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char 
     if ((rc = load_nodes(s, nodes_file, e)) < 0)
         goto fail;
     if (state_dir) {
+        struct replay r = {s, json_object()};
         if ((rc = ext_journal_open(state_dir, &st->j, e)) < 0 ||
-            (rc = ext_journal_replay(st->j, replay_one, s, &torn, e)) < 0)
+            (rc = ext_journal_replay(st->j, replay_one, &r, &torn, e)) < 0) {
+            json_decref(r.live);
             goto fail;
+        }
         if (torn)
             log_warn("extender", "journal in %s: the last record was torn (a crash while "
                      "writing); it was dropped", state_dir);
-        json_t *live = ext_sched_allocations(s), *recs = json_array(), *r;
-        size_t i;
-        json_array_foreach(live, i, r)
-        {
-            json_t *c = json_deep_copy(r);
-            json_object_set_new(c, "op", json_string("bind"));
-            json_array_append_new(recs, c);
-        }
-        json_t **arr = calloc(json_array_size(recs) + 1, sizeof *arr);
-        for (i = 0; arr && i < json_array_size(recs); i++)
-            arr[i] = json_array_get(recs, i);
-        rc = arr ? ext_journal_rewrite(st->j, arr, (int)json_array_size(recs), e)
+        /* compaction: the live bind records, exactly as first written */
+        size_t n = json_object_size(r.live), i = 0;
+        json_t **arr = calloc(n + 1, sizeof *arr), *v;
+        const char *k;
+        json_object_foreach(r.live, k, v) if (arr) arr[i++] = v;
+        rc = arr ? ext_journal_rewrite(st->j, arr, (int)n, e)
                  : gs_errf(e, GS_ENOMEM, "out of memory");
-        log_info("extender", "restored %zu allocations from %s", json_array_size(live),
-                 state_dir);
+        log_info("extender", "restored %zu allocations from %s", n, state_dir);
         free(arr);
-        json_decref(recs);
-        json_decref(live);
+        json_decref(r.live);
         if (rc < 0)
             goto fail;
     }

@@ -11,6 +11,8 @@
 
 struct series {
     char *values[METRICS_MAX_LABELS];
+    uint64_t hash;       /* of the label values, for the index */
+    struct series *chain; /* next in the same index bucket */
     double v;            /* counter / gauge value */
     uint64_t *buckets;   /* histogram: nbuckets + 1 cumulative-at-render counts */
     double sum;
@@ -25,7 +27,9 @@ struct metric {
     char *labels[METRICS_MAX_LABELS];
     int nbuckets;
     double bounds[METRICS_MAX_BUCKETS];
-    struct series *series, *tail;
+    struct series *series, *tail; /* in creation order, for rendering */
+    struct series **index;        /* hash buckets over the series */
+    size_t nindex, nseries;
     struct metrics *reg;
     struct metric *next;
 };
@@ -62,6 +66,7 @@ static void metric_free(struct metric *mt)
     }
     for (int i = 0; i < mt->nlabels; i++)
         free(mt->labels[i]);
+    free(mt->index);
     free(mt->name);
     free(mt->help);
     free(mt);
@@ -183,19 +188,52 @@ void metrics_on_collect(struct metrics *m, metrics_collect_fn fn, void *ud)
     m->collect_ud = ud;
 }
 
+static uint64_t values_hash(const struct metric *mt, const char *const *values)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < mt->nlabels; i++) {
+        for (const char *p = values[i] ? values[i] : ""; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull; /* separator: ("ab","c") != ("a","bc") */
+    }
+    return h;
+}
+
+/* Grows the index to twice the series count when it is full. */
+static int index_grow(struct metric *mt)
+{
+    size_t n = mt->nindex ? mt->nindex * 2 : 64;
+    struct series **idx = calloc(n, sizeof *idx);
+    if (!idx)
+        return -1;
+    for (struct series *s = mt->series; s; s = s->next) {
+        s->chain = idx[s->hash & (n - 1)];
+        idx[s->hash & (n - 1)] = s;
+    }
+    free(mt->index);
+    mt->index = idx;
+    mt->nindex = n;
+    return 0;
+}
+
 /* Finds or creates the series for `values`; called with the lock held.
  * Returns NULL only when out of memory (the update is then dropped). */
 static struct series *find_series(struct metric *mt, const char *const *values, int create)
 {
+    uint64_t h = values_hash(mt, values);
     struct series *s;
-    for (s = mt->series; s; s = s->next) {
-        int i = 0;
-        while (i < mt->nlabels && strcmp(s->values[i], values[i] ? values[i] : "") == 0)
-            i++;
-        if (i == mt->nlabels)
-            return s;
-    }
-    if (!create || !(s = calloc(1, sizeof *s)))
+    if (mt->nindex)
+        for (s = mt->index[h & (mt->nindex - 1)]; s; s = s->chain) {
+            int i = 0;
+            if (s->hash != h)
+                continue;
+            while (i < mt->nlabels && strcmp(s->values[i], values[i] ? values[i] : "") == 0)
+                i++;
+            if (i == mt->nlabels)
+                return s;
+        }
+    if (!create || (mt->nseries + 1 > mt->nindex && index_grow(mt) < 0) ||
+        !(s = calloc(1, sizeof *s)))
         return NULL;
     for (int i = 0; i < mt->nlabels; i++)
         if (!(s->values[i] = strdup(values[i] ? values[i] : ""))) {
@@ -207,11 +245,15 @@ static struct series *find_series(struct metric *mt, const char *const *values, 
         series_free(s, mt->nlabels);
         return NULL;
     }
+    s->hash = h;
+    s->chain = mt->index[h & (mt->nindex - 1)];
+    mt->index[h & (mt->nindex - 1)] = s;
     if (mt->tail)
         mt->tail->next = s;
     else
         mt->series = s;
     mt->tail = s;
+    mt->nseries++;
     return s;
 }
 
@@ -267,6 +309,9 @@ void metric_reset(struct metric *mt)
         series_free(s, mt->nlabels);
     }
     mt->series = mt->tail = NULL;
+    mt->nseries = 0;
+    if (mt->index)
+        memset(mt->index, 0, mt->nindex * sizeof *mt->index);
     pthread_mutex_unlock(&mt->reg->mu);
 }
 
@@ -318,19 +363,40 @@ static void out_printf(struct out *o, const char *fmt, ...)
     }
 }
 
+static void out_put(struct out *o, const char *p, size_t n)
+{
+    if (o->oom)
+        return;
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(o->buf, cap);
+        if (!nb) {
+            o->oom = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, p, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
 /* Escapes a label value or help text: backslash, newline, and (for label
- * values) the double quote. */
+ * values) the double quote; plain runs are copied whole. */
 static void out_escaped(struct out *o, const char *s, int quote)
 {
-    for (; *s; s++) {
-        if (*s == '\\')
-            out_printf(o, "\\\\");
-        else if (*s == '\n')
-            out_printf(o, "\\n");
-        else if (quote && *s == '"')
-            out_printf(o, "\\\"");
-        else
-            out_printf(o, "%c", *s);
+    const char *special = quote ? "\\\n\"" : "\\\n";
+    while (*s) {
+        size_t n = strcspn(s, special);
+        out_put(o, s, n);
+        s += n;
+        if (!*s)
+            break;
+        out_put(o, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+        s++;
     }
 }
 

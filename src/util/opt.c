@@ -58,15 +58,18 @@ int opt_parse(int argc, char **argv, const struct opt *opts, int *npos, struct g
                 argv[pos++] = argv[i];
             break;
         }
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+        /* a one-letter option is spelt -x (kubectl's -o), the others --name */
+        int is_short = a[0] == '-' && a[1] && a[1] != '-' && a[2] == '\0';
+        if (!is_short && (strncmp(a, "--", 2) != 0 || a[2] == '\0')) {
             argv[pos++] = a;
             continue;
         }
-        const char *name = a + 2, *eq = strchr(name, '=');
+        const char *name = a + (is_short ? 1 : 2), *eq = is_short ? NULL : strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const struct opt *o = find(opts, name, len);
         if (!o)
-            return gs_errf(e, GS_EINVAL, "unknown option '--%.*s' (see --help)", (int)len, name);
+            return gs_errf(e, GS_EINVAL, "unknown option '%s%.*s' (see --help)",
+                           is_short ? "-" : "--", (int)len, name);
         if (o->type == OPT_T_BOOL) {
             if (eq)
                 return gs_errf(e, GS_EINVAL, "--%s takes no value", o->name);
@@ -90,7 +93,8 @@ void opt_usage(FILE *out, const char *usage, const struct opt *opts)
     fprintf(out, "usage: %s\n\n", usage);
     for (; opts->type != OPT_T_END; opts++) {
         char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", opts->name, opts->arg ? " " : "",
+        snprintf(left, sizeof left, "%s%s%s%s", opts->name[1] ? "--" : "-", opts->name,
+                 opts->arg ? " " : "",
                  opts->arg ? opts->arg : "");
         fprintf(out, "  %-28s %s\n", left, opts->help);
     }

@@ -3,8 +3,8 @@
  *
  * Each cmd_* declares `static const struct opt opts[] = { OPT_STR("nodes",
  * &nodes, "FILE", "node list (CSV or JSON)"), ..., OPT_END() };` and calls
- * opt_parse(). Flags are `--name VALUE` or `--name=VALUE`; booleans take no
- * value. `--help`/`-h` makes opt_parse return OPT_HELP; the caller prints
+ * opt_parse(). Flags are `--name VALUE` or `--name=VALUE` (a one-letter name is
+ * spelt `-x VALUE`); booleans take no value. `--help`/`-h` makes opt_parse return OPT_HELP; the caller prints
  * opt_usage() and exits 0. Positional arguments are moved to the front of
  * argv and counted in *npos. Errors name the flag.
  */

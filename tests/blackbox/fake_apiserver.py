@@ -197,7 +197,8 @@ class _Route:
 
 
 class FakeApiServer:
-    def __init__(self, host="127.0.0.1", port=0, bookmark_interval=1.0):
+    def __init__(self, host="127.0.0.1", port=0, bookmark_interval=1.0, tls=None):
+        """tls: (cert_file, key_file) to serve HTTPS instead of HTTP."""
         self.lock = threading.Condition()
         self.rv = 0
         self.compacted = 0
@@ -212,13 +213,19 @@ class FakeApiServer:
         handler = type("Handler", (_Handler,), {"api": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
+        self.tls = tls
+        if tls:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.thread = None
 
     # ---- lifecycle ----------------------------------------------------------
     @property
     def url(self):
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self):
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -236,8 +243,15 @@ class FakeApiServer:
     def __exit__(self, *exc):
         self.stop()
 
-    def write_kubeconfig(self, path, namespace="default", token="fake-token"):
+    def write_kubeconfig(self, path, namespace="default", token="fake-token", ca_file=None):
+        """A kubeconfig for this server; ca_file is embedded as
+        certificate-authority-data (HTTPS)."""
         path = str(path)
+        ca = ""
+        if ca_file:
+            import base64
+            with open(ca_file, "rb") as f:
+                ca = "\n    certificate-authority-data: " + base64.b64encode(f.read()).decode()
         with open(path, "w") as f:
             f.write(f"""apiVersion: v1
 kind: Config
@@ -245,7 +259,7 @@ current-context: fake
 clusters:
 - name: fake
   cluster:
-    server: {self.url}
+    server: {self.url}{ca}
 contexts:
 - name: fake
   context:

@@ -17,7 +17,7 @@ from test_extender import Extender, gpu_node, pod
 PREFIX = "gpusched.io/"
 
 
-def wait_for(fn, timeout=10, what="condition"):
+def wait_for(fn, timeout=20, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = fn()
@@ -102,6 +102,10 @@ def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
         f = e.filter(api.get("pods", "late", "default"), ["g1", "g2"])
         assert f["NodeNames"] == [] and set(f["FailedNodes"]) == {"g1", "g2"}
         assert e.metric("gpusched_extender_rebuilds_total") >= 1
+        # GPUs are freed by deleting pods, not by hand
+        r = requests.delete(e.url + "/allocations/default/p0", timeout=5)
+        assert r.status_code == 405 and "delete the pod" in r.json()["error"]
+        assert e.metric("gpusched_allocations") == 2
     finally:
         e.stop()
 
@@ -145,7 +149,7 @@ def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
         got = api.get("pods", "f", "default")
         assert PREFIX + "node" not in got["metadata"]["annotations"]
         assert not got["spec"].get("nodeName")
-        time.sleep(0.3)
+        time.sleep(1.0)  # the watch has seen the patch and its undo by now
         assert e.metric("gpusched_allocations") == 0
         node, r = schedule(e, api, "f", ["g1"])  # kube-scheduler retries
         assert r.status_code == 200
@@ -179,7 +183,7 @@ def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
 
 def test_leader_election(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "l", "1")
-    args = ["--leader-elect", "--lease-duration", "2", "--lease-namespace", "kube-system"]
+    args = ["--leader-elect", "--lease-duration", "5", "--lease-namespace", "kube-system"]
     a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
     wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
     b = start(gpusched_bin, api, tmp_path, *args, "--identity", "b", name="kc-b")
@@ -248,3 +252,90 @@ def test_api_server_errors_do_not_stop_serving(gpusched_bin, api, tmp_path):
         assert e.metric('gpusched_extender_lists_total{resource="pods"') == 1
     finally:
         e.stop()
+
+
+def test_gpuquota_objects_are_watched(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "q", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "none", "namespace": "default"},
+                    "spec": {"total": {"gpus": 0}}})
+        f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
+            e.filter(api.get("pods", "q", "default"), ["g1", "g2"])), what="quota applied")
+        assert all("GPUQuota default/none" in r for r in f["FailedNodes"].values()), f
+        r = e.bind(api.get("pods", "q", "default"), "g1")
+        assert r.status_code == 409 and "GPUQuota" in r.json()["error"], r.text
+        api.delete("gpuquotas", "none", "default", prefix="/apis/gpusched.io/v1")
+        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+                 what="quota removed")
+    finally:
+        e.stop()
+
+
+def _self_signed(tmp_path, cn):
+    import subprocess as sp
+    cert, key = tmp_path / f"{cn}.crt", tmp_path / f"{cn}.key"
+    sp.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_tls_is_verified(gpusched_bin, tmp_path):
+    cert, key = _self_signed(tmp_path, "apiserver")
+    other, _ = _self_signed(tmp_path, "someone-else")
+    with FakeApiServer(tls=(cert, key)) as api:
+        api.add_node("g1", **node_kwargs("g1"))
+        good = api.write_kubeconfig(tmp_path / "good", ca_file=cert)
+        e = Extender(gpusched_bin, ["--kubeconfig", good, "--inventory-ttl", "0"])
+        try:
+            e.wait_ready(path="/readyz")
+            assert e.metric("gpusched_gpus") == 2
+        finally:
+            e.stop()
+        # a server whose certificate the CA did not sign is never trusted
+        bad = api.write_kubeconfig(tmp_path / "bad", ca_file=other)
+        seen = len(api.requests)
+        port = __import__("conftest").free_port()
+        import subprocess as sp
+        proc = sp.Popen([gpusched_bin, "extender", "--kubeconfig", bad, "--listen",
+                         f"127.0.0.1:{port}"], stderr=sp.PIPE, text=True)
+        try:
+            proc.wait(timeout=3)  # it may give up at once on an untrusted server ...
+        except sp.TimeoutExpired:  # ... or keep retrying, never ready
+            assert requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 503
+            proc.terminate()
+            proc.wait(timeout=10)
+        err = proc.stderr.read()
+        assert "SSL" in err or "certificate" in err.lower(), err
+        assert len(api.requests) == seen  # not one request got past the handshake
+
+
+def test_extender_serves_https(gpusched_bin, tmp_path):
+    from test_extender import STANDARD_NODES, write_nodes
+    cert, key = _self_signed(tmp_path, "extender")
+    nodes = write_nodes(tmp_path / "nodes.json", STANDARD_NODES)
+    port = __import__("conftest").free_port()
+    import subprocess as sp
+    proc = sp.Popen([gpusched_bin, "extender", "--nodes", nodes, "--listen", f"127.0.0.1:{port}",
+                     "--tls-cert", cert, "--tls-key", key], stderr=sp.PIPE, text=True)
+    try:
+        r = wait_for(lambda: _get(f"https://127.0.0.1:{port}/healthz", cert), what="https")
+        assert r.text == "ok\n"
+        r = requests.post(f"https://127.0.0.1:{port}/filter", verify=cert, timeout=5,
+                          json={"Pod": pod("t", {"nvidia.com/gpu": "1"}), "NodeNames": ["a100-1"]})
+        assert r.json()["NodeNames"] == ["a100-1"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _get(url, ca):
+    try:
+        return requests.get(url, verify=ca, timeout=2)
+    except requests.exceptions.ConnectionError:
+        return None

@@ -17,7 +17,7 @@ DATA = os.path.join(ROOT, "tests", "data")
 SMALL_NODES = os.path.join(DATA, "sim_nodes.csv")
 SMALL_PODS = os.path.join(DATA, "sim_pods.csv")
 SIX = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd"]
-ALL = SIX + ["binpack", "spread", "topology"]
+ALL = SIX + ["binpack", "spread", "topology", "cpufrag"]
 
 # Published means, unallocated GPU % at arrived = 100 %, seeds 42-51.
 PUBLISHED_DEFAULT = {"random": 13.70, "dotprod": 9.38, "clustering": 8.35,

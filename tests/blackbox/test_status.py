@@ -151,6 +151,9 @@ def test_cluster(gpusched_bin, tmp_path):
         n = gpu_node("g1", n=2)
         api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
                      capacity=n["status"]["allocatable"])
+        old = gpu_node("old", n=1, updated_at="2020-01-01T00:00:00Z")
+        api.add_node("old", labels={}, annotations=old["metadata"]["annotations"],
+                     capacity=old["status"]["allocatable"])
         api.add_pod("ml", "a", annotations=assigned("g1", ["GPU-g1-0"]), node="g1",
                     phase="Running")
         api.add_pod("ml", "b", annotations=assigned("g1", ["GPU-g1-1"], "shared", 4096, 300),
@@ -169,10 +172,12 @@ def test_cluster(gpusched_bin, tmp_path):
         q = doc["quotas"][0]
         assert (q["namespace"], q["quota"], q["limit"], q["used"]["milli"]) == \
             ("ml", "q", {"milli": 2000}, 1300)
+        assert [n["available"] for n in doc["nodes"] if n["name"] == "old"] == [False]
         # KUBECONFIG is honoured, as kubectl plugins get it
         env = dict(os.environ, KUBECONFIG=kc)
         r = run(gpusched_bin, "status", env=env)
         assert r.returncode == 0 and "ml/a" in r.stdout, r.stderr
+        assert any(line.startswith("old ") and " stale " in line for line in r.stdout.splitlines())
         # `kubectl gpusched` alone runs the plugin with no arguments: status
         plugin = tmp_path / "kubectl-gpusched"
         os.symlink(os.path.abspath(gpusched_bin), plugin)

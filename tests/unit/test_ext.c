@@ -299,7 +299,8 @@ static void test_sched(void)
 {
     struct gs_err e = GS_ERR_INIT;
     struct ext_sched *s;
-    json_t *reply;
+    struct ext_reply reply;
+    size_t rlen;
     int nodes, allocs;
     const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
                       "\"memory_mib\":1000}]}";
@@ -314,11 +315,15 @@ static void test_sched(void)
                     "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
                     "{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}";
     ASSERT_EQ(ext_sched_filter(s, f, strlen(f), &reply), 200);
-    ASSERT_EQ(json_array_size(json_object_get(reply, "NodeNames")), 1);
-    json_decref(reply);
+    char *txt = ext_reply_take(&reply, &rlen);
+    json_t *fr = json_loads(txt, 0, NULL);
+    ASSERT_EQ(json_array_size(json_object_get(fr, "NodeNames")), 1);
+    ASSERT_EQ(rlen, strlen(txt));
+    json_decref(fr);
+    free(txt);
     const char *b = "{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"u\",\"Node\":\"n\"}";
     ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &reply), 200);
-    json_decref(reply);
+    free(ext_reply_take(&reply, &rlen));
     ext_sched_counts(s, &nodes, &allocs);
     ASSERT_EQ(allocs, 1);
     json_t *all = ext_sched_allocations(s);

@@ -400,14 +400,14 @@ static void test_lease(struct kube_client *c)
     struct gs_err e = GS_ERR_INIT;
     struct kube_leader *a, *b;
     struct kube_leader_opts o = {.ns = "kube-system", .name = "ext", .identity = "a",
-                                 .lease_s = 1, .renew_s = 0.2, .retry_s = 0.1};
+                                 .lease_s = 3, .renew_s = 0.2, .retry_s = 0.1};
     ASSERT_EQ(kube_leader_start(c, &o, &a, &e), 0);
     for (int i = 0; i < 300 && !kube_leader_is_leader(a); i++)
         usleep(10000);
     ASSERT_TRUE(kube_leader_is_leader(a));
     o.identity = "b";
     ASSERT_EQ(kube_leader_start(c, &o, &b, &e), 0);
-    usleep(1500000); /* longer than the lease: a keeps renewing, b must wait */
+    usleep(3300000); /* longer than the lease: a keeps renewing, b must wait */
     ASSERT_TRUE(kube_leader_is_leader(a));
     ASSERT_TRUE(!kube_leader_is_leader(b));
     kube_leader_stop(a); /* releases the lease */

@@ -72,6 +72,19 @@ int test_metrics(void)
     ASSERT_TRUE(metrics_add(m, METRIC_HISTOGRAM, "z", "", NULL, (double[]){2, 1}, 2, &e) == NULL);
     ASSERT_CONTAINS(e.msg, "ascending");
     ASSERT_TRUE(metrics_add(m, METRIC_GAUGE, "w", "", "a,b,c,d,e", NULL, 0, &e) == NULL);
+    /* many label sets: each one found again, and reset empties the index */
+    struct metric *many = metrics_add(m, METRIC_GAUGE, "many", "", "node,model", NULL, 0, &e);
+    char node[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(node, sizeof node, "node-%05d", i);
+        metric_set(many, (const char *[]){node, "A100"}, i);
+    }
+    ASSERT_NEAR(metric_value(many, (const char *[]){"node-04321", "A100"}), 4321, 0);
+    ASSERT_NEAR(metric_value(many, (const char *[]){"node-0432", "1A100"}), 0, 0);
+    metric_reset(many);
+    ASSERT_NEAR(metric_value(many, (const char *[]){"node-04321", "A100"}), 0, 0);
+    metric_set(many, (const char *[]){"x", "y"}, 2);
+    ASSERT_NEAR(metric_value(many, (const char *[]){"x", "y"}), 2, 0);
     metrics_free(m);
     return test_failures;
 }

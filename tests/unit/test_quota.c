@@ -161,6 +161,12 @@ static void use_fn(void *ud, const char *ns, const char *model, const struct cor
     (*(int *)ud)++;
 }
 
+static void sum_fn(void *ud, const char *ns, const char *model, const struct core_quota_limits *u)
+{
+    (void)ns, (void)model;
+    *(int64_t *)ud += u->mem_mib;
+}
+
 static void accounting_tests(void)
 {
     struct core_quotas *s = core_quotas_new();
@@ -338,8 +344,11 @@ static void alloc_tests(void)
     ASSERT_EQ(core_quotas_put(qs, &q, &e), 0);
     ASSERT_TRUE(core_quotas_has(qs, "ml"));
     ASSERT_TRUE(!core_quotas_has(qs, "cv"));
-    ASSERT_EQ(core_quotas_recount(qs, c, &e), 0);
-    ASSERT_EQ(core_quotas_recount(qs, c, &e), 0); /* idempotent */
+    ASSERT_EQ(core_quotas_recount(qs, c, "cv", &e), 0); /* another namespace: nothing */
+    struct core_quota_use big = {"Tesla-T4", 0, 6144, 0};
+    ASSERT_EQ(core_quotas_check(qs, "ml", &big, 1, &e), 0);
+    ASSERT_EQ(core_quotas_recount(qs, c, NULL, &e), 0);
+    ASSERT_EQ(core_quotas_recount(qs, c, "ml", &e), 0); /* idempotent */
     struct core_request sh = {.kind = CORE_REQ_SHARED, .num_gpu = 1, .mem_mib = 4096,
                               .milli = 100};
     strcpy(sh.types[0], "T4");
@@ -362,8 +371,38 @@ static void alloc_tests(void)
     core_cluster_free(c);
 }
 
+/* Many namespaces and models: usage stays per (namespace, model). */
+static void many_tests(void)
+{
+    struct core_quotas *s = core_quotas_new();
+    struct gs_err e = GS_ERR_INIT;
+    char ns[32];
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < 500; i++) {
+            struct core_quota_use u = {"", 1, i, 2};
+            snprintf(u.model, sizeof u.model, "M%d", i % 3);
+            snprintf(ns, sizeof ns, "ns%d", i);
+            ASSERT_EQ(core_quotas_charge(s, ns, &u, 1, 1, &e), 0);
+        }
+    int64_t sum = 0;
+    int n = 0;
+    core_quotas_foreach_usage(s, sum_fn, &sum);
+    core_quotas_foreach_usage(s, use_fn, &n);
+    ASSERT_EQ(n, 500);
+    ASSERT_EQ(sum, 2 * (499 * 500 / 2));
+    core_quotas_reset_usage(s);
+    n = 0;
+    core_quotas_foreach_usage(s, use_fn, &n);
+    ASSERT_EQ(n, 0);
+    struct core_quota_use u = {"M1", 1, 7, 0};
+    ASSERT_EQ(core_quotas_charge(s, "ns4", &u, 1, 1, &e), 0);
+    core_quotas_foreach_usage(s, sum_fn, &sum);
+    core_quotas_free(s);
+}
+
 int test_quota(void)
 {
+    many_tests();
     alloc_tests();
     parse_tests();
     file_tests();

@@ -42,6 +42,17 @@ int test_util(void)
     ASSERT_EQ(opt_parse(1, bad2, opts, &npos, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "--nope");
 
+    const char *o = NULL;
+    const struct opt sopts[] = {OPT_STR("o", &o, "FMT", "output"), OPT_END()};
+    char s0[] = "-o", s1[] = "json";
+    char *sargv[] = {s0, s1};
+    ASSERT_EQ(opt_parse(2, sargv, sopts, &npos, &e), 0);
+    ASSERT_STREQ(o, "json");
+    char t0[] = "-x";
+    char *targv[] = {t0};
+    ASSERT_EQ(opt_parse(1, targv, sopts, &npos, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "'-x'");
+
     char host[64];
     int port = 0;
     ASSERT_EQ(http_parse_listen("127.0.0.1:8080", host, sizeof host, &port, &e), 0);

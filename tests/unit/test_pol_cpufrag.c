@@ -1,0 +1,232 @@
+/* Unit tests for the cpufrag policy (core/pol_cpufrag.c): it is listed, it
+ * keeps CPU-only pods off nodes whose GPUs need the CPU, it descends
+ * fragmentation on the GPU level, it keeps scarce wanted models for the pods
+ * restricted to them, its normalisation keeps the winner and
+ * the order, and it places pods with no target workload at all. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "test.h"
+
+static void add_node(struct core_cluster *c, const char *name, int64_t cpu_milli, int gpus,
+                     const char *model)
+{
+    struct core_node_spec s;
+    struct gs_err e = GS_ERR_INIT;
+    memset(&s, 0, sizeof s);
+    s.name = name;
+    s.cpu_milli = cpu_milli;
+    s.mem_bytes = 1LL << 40;
+    s.n_gpus = gpus;
+    for (int i = 0; i < gpus; i++) {
+        s.gpus[i].index = i;
+        snprintf(s.gpus[i].uuid, sizeof s.gpus[i].uuid, "GPU-%s-%d", name, i);
+        snprintf(s.gpus[i].model, sizeof s.gpus[i].model, "%s", model);
+        s.gpus[i].healthy = 1;
+        s.gpus[i].numa = -1;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+}
+
+static void make_pod(struct core_pod *p, const char *uid, int64_t cpu, int num_gpu, int milli)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->uid, sizeof p->uid, "%s", uid);
+    snprintf(p->name, sizeof p->name, "%s", uid);
+    p->req.cpu_milli = cpu;
+    p->req.mem_bytes = 1 << 20;
+    p->req.num_gpu = num_gpu;
+    p->req.milli = milli;
+    p->req.kind = num_gpu == 0       ? CORE_REQ_NONE
+                  : milli >= CORE_MILLI ? CORE_REQ_WHOLE
+                                        : CORE_REQ_SHARED;
+}
+
+/* Places the pod with the policy and commits it; returns the node name. */
+static const char *place(struct core_cluster *c, const struct core_policy *pol,
+                         const struct core_pod *p, struct core_decision *d)
+{
+    struct gs_err e = GS_ERR_INIT;
+    if (core_schedule_one(c, pol, p, d, &e) < 0 || core_reserve(c, &d->alloc, &e) < 0) {
+        fprintf(stderr, "place %s: %s\n", p->uid, e.msg);
+        return "";
+    }
+    return d->alloc.node;
+}
+
+static void registry_tests(void)
+{
+    const struct core_policy *p = core_policy_find("cpufrag");
+    ASSERT_TRUE(p != NULL);
+    int listed = 0;
+    for (int i = 0; i < core_policy_count(); i++)
+        listed += strcmp(core_policy_at(i)->name, "cpufrag") == 0;
+    ASSERT_EQ(listed, 1);
+    ASSERT_TRUE(p && p->summary && p->summary[0]);
+}
+
+/* The motivating case: an 8-GPU node with 12 cores per GPU and a CPU-rich
+ * 2-GPU node. A CPU-only pod on the 8-GPU node would leave too little CPU
+ * for its GPUs; FGD cannot tell the two apart (one pod of each class still
+ * fits on both), cpufrag must choose the CPU-rich node whatever the seed. */
+static void cpu_only_pod_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[2] = {
+        {11000, 1, 1000, "", 80}, /* GPU pods: 11 cores per GPU */
+        {12000, 0, 0, "", 20},    /* CPU-only pods */
+    };
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "gpu-dense", 96000, 8, "G2");
+        add_node(c, "cpu-rich", 104000, 2, "T4");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 2, 1.0, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "cpu-only", 12000, 0, 0);
+        ASSERT_STREQ(place(c, pol, &p, &d), "cpu-rich");
+        /* and a GPU pod then still finds all 8 GPUs fed */
+        make_pod(&p, "gpu-1", 11000, 1, CORE_MILLI);
+        ASSERT_TRUE(pol != NULL && strlen(place(c, pol, &p, &d)) > 0);
+        core_cluster_free(c);
+    }
+}
+
+/* GPU level: with 500-milli pods typical, a 100-milli pod goes on the free
+ * GPU (which still fits a 500 afterwards) and not, as best fit would put it,
+ * on the 550 GPU (which would not). */
+static void gpu_choice_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_class m[1] = {{1000, 1, 500, "", 1}};
+    struct core_pod p;
+    struct core_decision d;
+    add_node(c, "n", 64000, 2, "V100");
+    ASSERT_EQ(core_cluster_set_workload(c, m, 1, 1.0, &e), 0);
+    make_pod(&p, "a", 1000, 1, 450);
+    ASSERT_STREQ(place(c, pol, &p, &d), "n");
+    ASSERT_EQ(d.alloc.n, 1);
+    int used = d.alloc.gpu[0];
+    make_pod(&p, "b", 1000, 1, 100);
+    ASSERT_STREQ(place(c, pol, &p, &d), "n");
+    ASSERT_EQ(d.alloc.n, 1);
+    ASSERT_EQ(d.alloc.gpu[0], 1 - used);
+    ASSERT_EQ(d.alloc.milli[0], 100);
+    /* a 500 then goes on the GPU with 550 left, the best remaining fit */
+    make_pod(&p, "c", 1000, 1, 500);
+    ASSERT_STREQ(place(c, pol, &p, &d), "n");
+    ASSERT_EQ(d.alloc.gpu[0], used);
+    core_cluster_free(c);
+}
+
+/* Model pressure: a quarter of the pods need P100 (2 of the cluster's 10
+ * GPUs), a quarter need G2 (8 GPUs). FGD's fragmentation is the same on
+ * both nodes for a pod free to use either; cpufrag leaves it off the scarce
+ * P100s whatever the seed, and a P100 pod still gets one. */
+static void model_pressure_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[3] = {
+        {4000, 1, 1000, "P100", 25}, {4000, 1, 1000, "G2", 25}, {4000, 1, 1000, "", 50}};
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "p100", 64000, 2, "P100");
+        add_node(c, "g2", 96000, 8, "G2");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 3, 1.0, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "any", 4000, 1, CORE_MILLI);
+        ASSERT_STREQ(place(c, pol, &p, &d), "g2");
+        make_pod(&p, "shared", 4000, 1, 500);
+        ASSERT_STREQ(place(c, pol, &p, &d), "g2");
+        make_pod(&p, "needs-p100", 4000, 1, CORE_MILLI);
+        snprintf(p.req.types[0], sizeof p.req.types[0], "P100");
+        p.req.n_types = 1;
+        ASSERT_STREQ(place(c, pol, &p, &d), "p100");
+        core_cluster_free(c);
+    }
+}
+
+/* The per-model GPU counts the pressure is computed from follow node
+ * additions, replacements and removals. */
+static void model_count_tests(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    add_node(c, "a", 64000, 2, "P100");
+    add_node(c, "b", 96000, 8, "G2");
+    add_node(c, "c", 96000, 4, "G2");
+    ASSERT_EQ(core_cluster_model_count(c), 2);
+    ASSERT_EQ(core_cluster_model_gpus(c, 0), 2);
+    ASSERT_EQ(core_cluster_model_gpus(c, 1), 12);
+    add_node(c, "a", 64000, 1, "P100"); /* replace: 2 GPUs -> 1 */
+    ASSERT_EQ(core_cluster_model_gpus(c, 0), 1);
+    ASSERT_EQ(core_cluster_remove_node(c, "b", &e), 0);
+    ASSERT_EQ(core_cluster_model_gpus(c, 1), 4);
+    ASSERT_EQ(core_cluster_model_gpus(c, 7), 0);
+    ASSERT_EQ(core_cluster_model_gpus(c, -1), 0);
+    core_cluster_free(c);
+}
+
+/* Scores: the winner gets 100, others stay below in the same order, and
+ * nodes the pod does not fit get 0. */
+static void score_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_class m[2] = {{11000, 1, 1000, "", 80}, {12000, 0, 0, "", 20}};
+    struct core_pod p;
+    add_node(c, "gpu-dense", 96000, 8, "G2");
+    add_node(c, "cpu-rich", 104000, 2, "T4");
+    add_node(c, "tiny", 4000, 1, "T4");
+    ASSERT_EQ(core_cluster_set_workload(c, m, 2, 1.0, &e), 0);
+    struct core_node *nodes[3] = {core_cluster_find(c, "gpu-dense"),
+                                  core_cluster_find(c, "cpu-rich"), core_cluster_find(c, "tiny")};
+    int scores[3] = {-1, -1, -1};
+    make_pod(&p, "cpu-only", 12000, 0, 0);
+    ASSERT_EQ(core_score(c, pol, &p, nodes, 3, scores, &e), 0);
+    ASSERT_EQ(scores[1], 100);
+    ASSERT_TRUE(scores[0] >= 0 && scores[0] < 100);
+    ASSERT_EQ(scores[2], 0); /* 4 cores: does not fit */
+    core_cluster_free(c);
+}
+
+/* Without a target workload (an extender that has seen no pod yet) nothing
+ * is fragmented or stranded: every node ties and the pod is still placed. */
+static void no_workload_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new();
+    struct core_pod p;
+    struct core_decision d;
+    add_node(c, "a", 32000, 4, "T4");
+    add_node(c, "b", 32000, 4, "T4");
+    make_pod(&p, "x", 2000, 2, CORE_MILLI);
+    ASSERT_TRUE(strlen(place(c, pol, &p, &d)) > 0);
+    ASSERT_EQ(d.alloc.n, 2);
+    make_pod(&p, "y", 2000, 1, 300);
+    ASSERT_TRUE(strlen(place(c, pol, &p, &d)) > 0);
+    ASSERT_EQ(d.alloc.milli[0], 300);
+    core_cluster_free(c);
+}
+
+int test_pol_cpufrag(void)
+{
+    registry_tests();
+    cpu_only_pod_tests();
+    gpu_choice_tests();
+    model_pressure_tests();
+    model_count_tests();
+    score_tests();
+    no_workload_tests();
+    return test_failures;
+}
