@@ -290,7 +290,7 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
                                         (CORE_MEMO_SLOTS - 1)];
     struct core_pod_key pk;
     pod_key(cy, &pk);
-    if (m->valid && m->pol == pol && m->wver == c->wver &&
+    if (m->valid && m->pol == pol && m->wver == c->wver && m->cap_ver == c->cap_ver &&
         memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, &pk, sizeof pk) == 0)
         return m->score;
     int score = pol->score(cy, n);
@@ -299,6 +299,7 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
     m->pod = pk;
     m->pol = pol;
     m->wver = c->wver;
+    m->cap_ver = c->cap_ver;
     m->score = score;
     m->valid = 1;
     return score;

@@ -86,13 +86,14 @@ struct core_pod_key {
 };
 
 /* Score cache of NODE_STATE policies across decisions: direct-mapped,
- * keyed by the full node key, pod key, policy and workload version, so an
- * entry is only ever reused for an identical question. */
+ * keyed by the full node key, pod key, policy, workload version and the
+ * cluster's per-model capacity version, so an entry is only ever reused for
+ * an identical question. */
 struct core_memo_slot {
     struct core_node_key node;
     struct core_pod_key pod;
     const struct core_policy *pol;
-    uint64_t wver;
+    uint64_t wver, cap_ver;
     int score, valid;
 };
 #define CORE_MEMO_SLOTS (1 << 16)

@@ -48,8 +48,9 @@ struct core_cycle {
 
 enum core_policy_flags {
     /* score depends only on the node's free state (models, free CPU, per-GPU
-     * free shares, pod tags) and the pod's request: the framework caches it
-     * across nodes and decisions (worth it for costly scores) */
+     * free shares, pod tags), the pod's request, the target workload M and
+     * the cluster's GPUs per model: the framework caches it across nodes and
+     * decisions (worth it for costly scores) */
     CORE_POLICY_NODE_STATE = 1 << 0,
     /* the node-level choice is uniform over the nodes that fit */
     CORE_POLICY_RANDOM_NODE = 1 << 1,
