@@ -199,4 +199,24 @@ static inline int core_fits_pos(const struct core_cycle *cy, const struct core_n
     return p->gfree[i] >= cy->req->milli;
 }
 
+/* The fragmentation policies' GPU choice for a non-sharing pod: the
+ * num_gpu fitting GPUs with the least free share (lowest position on ties),
+ * written to pos[]; returns how many (fewer when fewer fit). */
+static inline int core_least_free_fitting(const struct core_cycle *cy, const struct core_node *n,
+                                          int *pos)
+{
+    const struct core_node_priv *p = n->priv;
+    int k = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        if (core_fits_pos(cy, n, i))
+            pos[k++] = i;
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && p->share[pos[j]] < p->share[pos[j - 1]]; j--) {
+            int t = pos[j];
+            pos[j] = pos[j - 1];
+            pos[j - 1] = t;
+        }
+    return k > cy->req->num_gpu ? cy->req->num_gpu : k;
+}
+
 #endif
