@@ -176,6 +176,7 @@ void core_cluster_free(struct core_cluster *c)
     free(c->alloc_index);
     core_workload_free(c);
     free(c->hot);
+    free(c->ranks);
     free(c->feasible);
     free(c->scores);
     free(c->memo);
@@ -191,8 +192,10 @@ void core_cluster_set_seed(struct core_cluster *c, uint64_t seed)
 {
     c->seed = seed;
     c->rng = core_mix64(seed ^ 0x5eed5eed5eedULL);
-    for (int i = 0; i < c->n_nodes; i++)
+    for (int i = 0; i < c->n_nodes; i++) {
         c->nodes[i]->priv->rank = node_rank(seed, c->nodes[i]->name);
+        c->hot[i].rank = c->nodes[i]->priv->rank;
+    }
 }
 
 /* ---- models ----------------------------------------------------------- */
@@ -258,6 +261,8 @@ static void hot_update(struct core_cluster *c, const struct core_node *n)
     h->free_mem = n->free_mem_bytes;
     h->model_mask = p->model_mask;
     h->pods_left = n->max_pods ? n->max_pods - n->n_pods : INT32_MAX;
+    h->free_share = p->free_share;
+    h->rank = p->rank;
     h->n_usable = (int16_t)p->n_usable;
     h->n_whole = (int16_t)p->n_whole;
     h->max_free_milli = (int16_t)p->max_free_milli;
@@ -594,6 +599,10 @@ static int ensure_scratch(struct core_cluster *c)
     if (!h)
         return -1;
     c->hot = h;
+    uint32_t *r = realloc(c->ranks, (size_t)cap * sizeof *r);
+    if (!r)
+        return -1;
+    c->ranks = r;
     return 0;
 }
 

@@ -65,6 +65,7 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
     cy->req = r;
     cy->pol = pol;
     cy->rng = &c->rng;
+    cy->hot = NULL;
     cy->model_mask = ~0ULL;
     if (r->n_types || r->n_types_exclude) {
         cy->model_mask = 0;
@@ -287,7 +288,7 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
     const struct core_node_priv *p = n->priv;
     struct core_memo_slot *m = &c->memo[core_mix64(p->key_hash ^ cy->pod_hash) &
                                         (CORE_MEMO_SLOTS - 1)];
-    if (m->valid && m->pol == pol && m->wver == c->wver &&
+    if (m->valid && m->pol == pol && m->wver == c->wver && m->cap_ver == c->cap_ver &&
         memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, pk, sizeof *pk) == 0)
         return m->score;
     int score = pol->score(cy, n);
@@ -296,6 +297,7 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
     m->pod = *pk;
     m->pol = pol;
     m->wver = c->wver;
+    m->cap_ver = c->cap_ver;
     m->score = score;
     m->valid = 1;
     return score;
@@ -337,7 +339,7 @@ static int hot_fit(const struct core_cycle *cy, const struct core_node_hot *h)
 /* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
  * leaving the feasible ones in c->feasible and their normalised scores in
  * c->scores. Returns how many are feasible. */
-static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
+static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
                           struct core_node *const *nodes, int n)
 {
     int k = 0;
@@ -347,13 +349,16 @@ static int score_feasible(struct core_cluster *c, const struct core_cycle *cy,
     if (c->wdirty && (cy->pol->flags & CORE_POLICY_NODE_STATE))
         core_workload_prepare(c); /* before the cache compares versions */
     for (int i = 0; i < n; i++) {
-        int fit = hot_fit(cy, nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i]);
+        const struct core_node_hot *h = nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i];
+        int fit = hot_fit(cy, h);
         if (fit == 0)
             continue;
+        cy->hot = h;
         struct core_node *node = nodes ? nodes[i] : c->nodes[i];
         if (fit < 0 && !core_filter_cycle(cy, node, NULL))
             continue;
         c->feasible[k] = node;
+        c->ranks[k] = h->rank;
         c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node);
         k++;
     }
@@ -443,8 +448,7 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
     } else {
         for (int i = 1; i < k; i++)
             if (c->scores[i] > c->scores[best] ||
-                (c->scores[i] == c->scores[best] &&
-                 c->feasible[i]->priv->rank < c->feasible[best]->priv->rank))
+                (c->scores[i] == c->scores[best] && c->ranks[i] < c->ranks[best]))
                 best = i;
     }
     d->node = c->feasible[best];

@@ -29,6 +29,8 @@ struct core_node_hot {
     int64_t free_cpu, free_mem;
     uint64_t model_mask;       /* models of usable GPUs */
     int32_t pods_left;         /* INT32_MAX when unlimited */
+    int32_t free_share;        /* sum of usable GPUs' free shares */
+    uint32_t rank;             /* the node's seeded tie-break rank */
     int16_t n_usable, n_whole, max_free_milli;
     uint8_t available, tainted;
 };
@@ -84,13 +86,14 @@ struct core_pod_key {
 };
 
 /* Score cache of NODE_STATE policies across decisions: direct-mapped,
- * keyed by the full node key, pod key, policy and workload version, so an
- * entry is only ever reused for an identical question. */
+ * keyed by the full node key, pod key, policy, workload version and the
+ * cluster's per-model capacity version, so an entry is only ever reused for
+ * an identical question. */
 struct core_memo_slot {
     struct core_node_key node;
     struct core_pod_key pod;
     const struct core_policy *pol;
-    uint64_t wver;
+    uint64_t wver, cap_ver;
     int score, valid;
 };
 #define CORE_MEMO_SLOTS (1 << 16)
@@ -138,6 +141,7 @@ struct core_cluster {
     /* decision scratch, sized to the node count */
     struct core_node **feasible;
     int *scores;
+    uint32_t *ranks;           /* tie-break ranks of the feasible nodes */
     struct core_memo_slot *memo; /* CORE_MEMO_SLOTS, allocated on first use */
 };
 
@@ -193,6 +197,26 @@ static inline int core_fits_pos(const struct core_cycle *cy, const struct core_n
     if (cy->req->mem_mib > 0)
         return core_gpu_fits(cy, &n->gpus[i]);
     return p->gfree[i] >= cy->req->milli;
+}
+
+/* The fragmentation policies' GPU choice for a non-sharing pod: the
+ * num_gpu fitting GPUs with the least free share (lowest position on ties),
+ * written to pos[]; returns how many (fewer when fewer fit). */
+static inline int core_least_free_fitting(const struct core_cycle *cy, const struct core_node *n,
+                                          int *pos)
+{
+    const struct core_node_priv *p = n->priv;
+    int k = 0;
+    for (int i = 0; i < n->n_gpus; i++)
+        if (core_fits_pos(cy, n, i))
+            pos[k++] = i;
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && p->share[pos[j]] < p->share[pos[j - 1]]; j--) {
+            int t = pos[j];
+            pos[j] = pos[j - 1];
+            pos[j - 1] = t;
+        }
+    return k > cy->req->num_gpu ? cy->req->num_gpu : k;
 }
 
 #endif

@@ -59,18 +59,7 @@ static int fgd_eval(const struct core_cycle *cy, const struct core_node *n, int 
         return best < 0 ? 0 : best;
     }
     if (cy->req->kind == CORE_REQ_WHOLE || cy->req->kind == CORE_REQ_SHARED) {
-        for (int i = 0; i < n->n_gpus; i++)
-            if (core_fits_pos(cy, n, i))
-                pos[k++] = i;
-        /* the num_gpu fitting GPUs with the least free share */
-        for (int i = 1; i < k; i++)
-            for (int j = i; j > 0 && p->share[pos[j]] < p->share[pos[j - 1]]; j--) {
-                int t = pos[j];
-                pos[j] = pos[j - 1];
-                pos[j - 1] = t;
-            }
-        if (k > cy->req->num_gpu)
-            k = cy->req->num_gpu;
+        k = core_least_free_fitting(cy, n, pos);
         for (int i = 0; i < k; i++)
             take[i] = core_pod_share(cy, &n->gpus[pos[i]]);
     }

@@ -11,20 +11,17 @@
 #include "core/internal.h"
 
 /* Percentage of the node's GPU share (or CPU for CPU-only pods) in use after
- * placing the pod. */
+ * placing the pod; reads the node's filter line (cy->hot). */
 static int used_after_pct(const struct core_cycle *cy, const struct core_node *n)
 {
-    const struct core_node_priv *p = n->priv;
-    int usable = 0;
-    for (int i = 0; i < n->n_gpus; i++)
-        usable += p->usable[i];
-    if (cy->req->kind == CORE_REQ_NONE || cy->req->kind == CORE_REQ_MIG || usable == 0) {
+    const struct core_node_hot *h = cy->hot;
+    if (cy->req->kind == CORE_REQ_NONE || cy->req->kind == CORE_REQ_MIG || h->n_usable == 0) {
         if (n->cpu_milli <= 0)
             return 0;
-        return (int)(100 * (n->cpu_milli - n->free_cpu_milli + cy->req->cpu_milli) / n->cpu_milli);
+        return (int)(100 * (n->cpu_milli - h->free_cpu + cy->req->cpu_milli) / n->cpu_milli);
     }
-    int total = usable * CORE_MILLI;
-    return 100 * (total - p->free_share + pol_req_total(cy, n)) / total;
+    int total = h->n_usable * CORE_MILLI;
+    return 100 * (total - h->free_share + pol_req_total(cy, n)) / total;
 }
 
 static int binpack_score(const struct core_cycle *cy, const struct core_node *n)

@@ -70,8 +70,8 @@ const struct core_policy core_policy_random = {
 
 static int dotprod_score(const struct core_cycle *cy, const struct core_node *n)
 {
-    double cpu = (double)n->free_cpu_milli / MAX_CPU * ((double)cy->req->cpu_milli / MAX_CPU);
-    double gpu = (double)n->priv->free_share / MAX_GPU * ((double)pol_req_total(cy, n) / MAX_GPU);
+    double cpu = (double)cy->hot->free_cpu / MAX_CPU * ((double)cy->req->cpu_milli / MAX_CPU);
+    double gpu = (double)cy->hot->free_share / MAX_GPU * ((double)pol_req_total(cy, n) / MAX_GPU);
     return (int)floor(100.0 * (1.0 - 0.5 * (cpu + gpu)));
 }
 
@@ -154,8 +154,8 @@ const struct core_policy core_policy_packing = {
 
 static int bestfit_score(const struct core_cycle *cy, const struct core_node *n)
 {
-    double cpu = (double)(n->free_cpu_milli - cy->req->cpu_milli) / MAX_CPU;
-    double gpu = (double)(n->priv->free_share - pol_req_total(cy, n)) / MAX_GPU;
+    double cpu = (double)(cy->hot->free_cpu - cy->req->cpu_milli) / MAX_CPU;
+    double gpu = (double)(cy->hot->free_share - pol_req_total(cy, n)) / MAX_GPU;
     return (int)floor(100.0 * (1.0 - (0.5 * cpu + 0.5 * gpu)));
 }
 

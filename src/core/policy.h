@@ -24,6 +24,8 @@
 
 /* Per-decision state (the k8s CycleState): written once before filtering,
  * then only read by filters and scores. */
+struct core_node_hot;
+
 struct core_cycle {
     struct core_cluster *cluster;
     const struct core_pod *pod;
@@ -33,6 +35,9 @@ struct core_cycle {
     int tag;                   /* clustering tag: CORE_TAG_* */
     uint64_t *rng;             /* the cluster's seeded stream (random policy) */
     uint64_t pod_hash;         /* of what NODE_STATE scores depend on */
+    /* private to the core: the filter line of the node being scored, so
+     * cheap scores need not touch the node */
+    const struct core_node_hot *hot;
 };
 
 /* Clustering tags: a sharing pod, a MIG pod, or k whole/shared GPUs (1..16). */
@@ -43,8 +48,9 @@ struct core_cycle {
 
 enum core_policy_flags {
     /* score depends only on the node's free state (models, free CPU, per-GPU
-     * free shares, pod tags) and the pod's request: the framework caches it
-     * across nodes and decisions (worth it for costly scores) */
+     * free shares, pod tags), the pod's request, the target workload M and
+     * the cluster's GPUs per model: the framework caches it across nodes and
+     * decisions (worth it for costly scores) */
     CORE_POLICY_NODE_STATE = 1 << 0,
     /* the node-level choice is uniform over the nodes that fit */
     CORE_POLICY_RANDOM_NODE = 1 << 1,

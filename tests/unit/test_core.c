@@ -519,6 +519,37 @@ static int dummy_score(const struct core_cycle *cy, const struct core_node *n)
     return n->n_gpus;
 }
 
+static int capacity_score(const struct core_cycle *cy, const struct core_node *n)
+{
+    (void)n;
+    int g = core_cluster_model_gpus(cy->cluster, 0);
+    return g > 100 ? 100 : g;
+}
+
+/* The NODE_STATE score cache must not serve a score computed before the
+ * cluster's capacity changed. */
+static void test_score_cache(void)
+{
+    static const struct core_policy cap = {"capacity-test", "test", CORE_POLICY_NODE_STATE,
+                                           capacity_score, NULL, NULL};
+    struct core_cluster *c = core_cluster_new();
+    tc_node(c, "a", 8000, 16, 2, "T4", 16384);
+    struct core_node *nodes[1] = {core_cluster_find(c, "a")};
+    struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 100);
+    int s = -1;
+    ASSERT_EQ(core_score(c, &cap, &p, nodes, 1, &s, NULL), 0);
+    ASSERT_EQ(s, 2);
+    tc_node(c, "b", 8000, 16, 4, "T4", 16384);
+    nodes[0] = core_cluster_find(c, "a");
+    ASSERT_EQ(core_score(c, &cap, &p, nodes, 1, &s, NULL), 0);
+    ASSERT_EQ(s, 6);
+    ASSERT_EQ(core_cluster_remove_node(c, "b", NULL), 0);
+    nodes[0] = core_cluster_find(c, "a");
+    ASSERT_EQ(core_score(c, &cap, &p, nodes, 1, &s, NULL), 0);
+    ASSERT_EQ(s, 2);
+    core_cluster_free(c);
+}
+
 static void test_registry(void)
 {
     const char *names[] = {"random", "dotprod", "clustering", "packing", "bestfit",
@@ -643,6 +674,7 @@ int test_core(void)
     test_topology();
     test_preempt();
     test_registry();
+    test_score_cache();
     test_tiebreak();
     test_frag();
     return 0;
