@@ -26,12 +26,19 @@
  * value packs too greedily and leaves more behind (docs/policy-cpufrag.md).
  *
  * A sharing pod (one GPU, a share below 1000) tries every GPU it fits on and
- * takes the one with the least exact D, the fullest on ties. Other pods take
- * GPUs as FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`,
- * MODEL_W on `gpuspec20` and `gpuspec25`; all were confirmed on the other
- * openb traces (docs/policy-cpufrag.md).
+ * takes the one with the least exact D, the fullest on ties. For it, D also
+ * has FILL_W * (waste(f - s) - waste(f)), f the GPU's free share and s the
+ * pod's: waste(x) is what is left of x when it is packed as fully as it can
+ * be with the popular sharing sizes of M. FGD only asks whether one pod of
+ * a class still fits, so it cannot tell 700 - 300 = 400 (filled exactly by a
+ * 400) from 1000 - 300 = 700 (a 600 leaves 100). Other pods take GPUs as
+ * FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`, MODEL_W
+ * on `gpuspec20` and `gpuspec25`, FILL_W on `default`, `gpushare40` and
+ * `gpushare80`; all were confirmed on the other openb traces
+ * (docs/policy-cpufrag.md).
  *
- * Static data only; the target workload M and F_n(M) come from core/frag.c.
+ * State: the fill table, per thread, keyed on the exact set of popular
+ * sizes; the target workload M and F_n(M) come from core/frag.c.
  */
 #include <math.h>
 #include <string.h>
