@@ -26,14 +26,22 @@
  * value packs too greedily and leaves more behind (docs/policy-cpufrag.md).
  *
  * A sharing pod (one GPU, a share below 1000) tries every GPU it fits on and
- * takes the one with the least exact D, the fullest on ties. Other pods take
- * GPUs as FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`,
- * MODEL_W on `gpuspec20` and `gpuspec25`; all were confirmed on the other
- * openb traces (docs/policy-cpufrag.md).
+ * takes the one with the least exact D, the fullest on ties. For it, D also
+ * has FILL_W * (waste(f - s) - waste(f)), f the GPU's free share and s the
+ * pod's: waste(x) is what is left of x when it is packed as fully as it can
+ * be with the popular sharing sizes of M. FGD only asks whether one pod of
+ * a class still fits, so it cannot tell 700 - 300 = 400 (filled exactly by a
+ * 400) from 1000 - 300 = 700 (a 600 leaves 100). Other pods take GPUs as
+ * FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`, MODEL_W
+ * on `gpuspec20` and `gpuspec25`, FILL_W on `default`, `gpushare40` and
+ * `gpushare80`; all were confirmed on the other openb traces
+ * (docs/policy-cpufrag.md).
  *
- * Static data only; the target workload M and F_n(M) come from core/frag.c.
+ * State: the fill table, per thread, keyed on the exact set of popular
+ * sizes; the target workload M and F_n(M) come from core/frag.c.
  */
 #include <math.h>
+#include <string.h>
 
 #include "core/builtin.h"
 #include "core/core.h"
@@ -42,6 +50,8 @@
 #define LAMBDA 2.0   /* weight of a stranded milli-GPU against a fragmented one */
 #define STEP 50.0    /* D values within one step (milli-GPU) tie */
 #define MODEL_W 0.5  /* weight of a milli-GPU of a model under pressure 1 */
+#define FILL_W 2.0      /* weight of a milli-GPU that no popular sharing class can fill */
+#define FILL_MIN_P 0.01 /* a sharing class is popular from this share of the sharing pods */
 #define MAX_STEPS 100000
 
 static int sharing(const struct core_request *r)
@@ -124,6 +134,50 @@ static const double *workload_stats(struct core_cluster *c)
     return c->wstats;
 }
 
+/* Per thread, the fill table of the last set of popular sharing sizes:
+ * waste[x] is x minus the largest sum of popular sizes (repeats allowed)
+ * that fits in x milli. Keyed on the exact set, so it can never be stale. */
+struct fill_cache {
+    uint64_t sizes[16]; /* bit s: size s milli is popular (s < 1000) */
+    int valid;
+    short waste[1001];
+};
+static _Thread_local struct fill_cache fill;
+
+static const short *fill_waste(const struct core_cluster *c)
+{
+    uint64_t sizes[16] = {0};
+    double all = 0;
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *k = &c->wclasses[m];
+        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000)
+            all += k->p;
+    }
+    for (int m = 0; m < c->n_wclasses; m++) {
+        const struct core_wclass *k = &c->wclasses[m];
+        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000 && k->p >= FILL_MIN_P * all)
+            sizes[k->milli >> 6] |= UINT64_C(1) << (k->milli & 63);
+    }
+    if (fill.valid && memcmp(sizes, fill.sizes, sizeof sizes) == 0)
+        return fill.waste;
+    char ok[1001] = {1};
+    int list[1000], n = 0, best = 0;
+    for (int sz = 1; sz < 1000; sz++)
+        if ((sizes[sz >> 6] >> (sz & 63)) & 1)
+            list[n++] = sz;
+    fill.waste[0] = 0;
+    for (int v = 1; v <= 1000; v++) {
+        for (int j = 0; j < n && list[j] <= v && !ok[v]; j++)
+            ok[v] = ok[v - list[j]];
+        if (ok[v])
+            best = v;
+        fill.waste[v] = (short)(v - best);
+    }
+    memcpy(fill.sizes, sizes, sizeof sizes);
+    fill.valid = 1;
+    return fill.waste;
+}
+
 /* D for the pod on node n (lower is better); for a sharing pod, *best_pos
  * is the GPU that earns it (-1 if none fits). */
 static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *n, int *best_pos)
@@ -142,6 +196,7 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
     *best_pos = -1;
     if (sharing(cy->req)) {
         double best = 0;
+        const short *waste = fill_waste(c);
         for (int i = 0; i < n->n_gpus; i++) {
             if (!core_fits_pos(cy, n, i))
                 continue;
@@ -155,7 +210,8 @@ static double cpufrag_eval(const struct core_cycle *cy, const struct core_node *
             pos[k++] = i;
             double d = core_frag_after(c, n, cpu_after, &i, &one, 1) +
                        LAMBDA * stranded(r, cpu_after, p->free_share - one) - before +
-                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * one : 0);
+                       (pressure ? MODEL_W * rho[n->gpus[i].model_id] * one : 0) +
+                       FILL_W * (waste[p->share[i] - one] - waste[p->share[i]]);
             if (*best_pos < 0 || d < best - 1e-9 ||
                 (d < best + 1e-9 && p->share[i] < p->share[*best_pos])) {
                 best = d;

@@ -1,6 +1,7 @@
 /* Unit tests for the cpufrag policy (core/pol_cpufrag.c): it is listed, it
  * keeps CPU-only pods off nodes whose GPUs need the CPU, it descends
- * fragmentation on the GPU level, it keeps scarce wanted models for the pods
+ * fragmentation on the GPU level, it fills GPUs with the popular sharing
+ * sizes, it keeps scarce wanted models for the pods
  * restricted to them, its normalisation keeps the winner and
  * the order, and it places pods with no target workload at all. */
 #include <stdio.h>
@@ -125,6 +126,35 @@ static void gpu_choice_tests(void)
     core_cluster_free(c);
 }
 
+/* Fill: with 600- and 400-milli pods typical, a second 300 goes on the GPU
+ * the first 300 left at 700 (a 400 then fills it exactly), not on the free
+ * GPU, which FGD's fragmentation alone prefers (400 left fits no 600, while
+ * 700 fits both classes, and so does 1000). */
+static void fill_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[2] = {{1000, 1, 600, "", 1}, {1000, 1, 400, "", 1}};
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "n", 64000, 2, "V100");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 2, 1.0, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "a", 1000, 1, 300);
+        ASSERT_STREQ(place(c, pol, &p, &d), "n");
+        int first = d.alloc.gpu[0];
+        make_pod(&p, "b", 1000, 1, 300);
+        ASSERT_STREQ(place(c, pol, &p, &d), "n");
+        ASSERT_EQ(d.alloc.gpu[0], first);
+        make_pod(&p, "c", 1000, 1, 400);
+        ASSERT_STREQ(place(c, pol, &p, &d), "n");
+        ASSERT_EQ(d.alloc.gpu[0], first);
+        core_cluster_free(c);
+    }
+}
+
 /* Model pressure: a quarter of the pods need P100 (2 of the cluster's 10
  * GPUs), a quarter need G2 (8 GPUs). FGD's fragmentation is the same on
  * both nodes for a pod free to use either; cpufrag leaves it off the scarce
@@ -224,6 +254,7 @@ int test_pol_cpufrag(void)
     registry_tests();
     cpu_only_pod_tests();
     gpu_choice_tests();
+    fill_tests();
     model_pressure_tests();
     model_count_tests();
     score_tests();
