@@ -74,14 +74,14 @@ static int split_list(char *s, const char **out, int max, const char *flag)
 
 static int gen_certs(int argc, char **argv)
 {
-    const char *service = "gpusched-webhook", *ns = "gpusched-system", *out = NULL;
+    const char *service = "gpusched-webhook", *ns = "gpusched", *out = NULL;
     const char *dns = NULL, *ips = NULL;
     long days = 365;
     int npos;
     struct gs_err e = GS_ERR_INIT;
     const struct opt opts[] = {
         OPT_STR("service", &service, "NAME", "the webhook's Service (default gpusched-webhook)"),
-        OPT_STR("namespace", &ns, "NS", "its namespace (default gpusched-system)"),
+        OPT_STR("namespace", &ns, "NS", "its namespace (default gpusched)"),
         OPT_STR("out", &out, "DIR", "write ca.crt, ca.key, tls.crt, tls.key, ca-bundle.txt here"),
         OPT_STR("dns", &dns, "NAMES", "extra DNS names, comma-separated"),
         OPT_STR("ip", &ips, "ADDRS", "IP addresses, comma-separated (e.g. 127.0.0.1)"),

@@ -20,7 +20,7 @@
 
 struct wh_certs_opts {
     const char *service;           /* "gpusched-webhook" */
-    const char *ns;                /* "gpusched-system" */
+    const char *ns;                /* "gpusched" */
     int n_dns;                     /* extra DNS names */
     const char *dns[WH_CERTS_MAX_NAMES];
     int n_ips;                     /* IP addresses ("127.0.0.1", "::1") */
