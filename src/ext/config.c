@@ -42,8 +42,8 @@ static const struct row rows[] = {
     {"lease_namespace", C_STR, F(lease_namespace), "NS", "Lease namespace (default: own)", 0, 0},
     {"identity", C_STR, F(identity), "ID", "this replica's name (default: hostname)", 0, 0},
     {"lease_duration", C_DBL, F(lease_duration), "SECONDS", "lease duration (default 15)", 0, 0},
-    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on; "
-                                     "nudge: false in --config turns it off)", 0, 0},
+    {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on)",
+     0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
@@ -189,9 +189,13 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
 
 /* ---- flags -------------------------------------------------------------- */
 
+/* Every boolean key also gets a --no-<flag> form, so a setting that
+ * defaults on (nudge, events) or that a config file turned on can be turned
+ * off from the command line. */
 struct ext_flags {
-    struct opt opts[NROWS + 2];
-    char names[NROWS][40];
+    struct opt opts[2 * NROWS + 2];
+    char names[NROWS][40], neg_names[NROWS][44];
+    int noflag[NROWS];
     const char *str[NROWS];
     long num[NROWS];
     double dbl[NROWS];
@@ -202,14 +206,14 @@ struct ext_flags {
 const struct opt *ext_config_opts(struct ext_flags **out)
 {
     struct ext_flags *f = calloc(1, sizeof *f);
-    size_t i;
+    size_t i, k = 1;
     if (!f)
         return NULL;
     f->opts[0] = (struct opt)OPT_STR("config", &f->config, "FILE", "YAML config file (keys as "
                                      "the flags, with '_' for '-')");
     for (i = 0; i < NROWS; i++) {
         const struct row *r = &rows[i];
-        struct opt *o = &f->opts[i + 1];
+        struct opt *o = &f->opts[k++];
         snprintf(f->names[i], sizeof f->names[i], "%s", r->key);
         for (char *p = f->names[i]; *p; p++)
             if (*p == '_')
@@ -222,10 +226,14 @@ const struct opt *ext_config_opts(struct ext_flags **out)
             *o = (struct opt)OPT_INT(f->names[i], &f->num[i], r->arg, r->help, r->min, r->max);
             break;
         case C_DBL: *o = (struct opt)OPT_DBL(f->names[i], &f->dbl[i], r->arg, r->help); break;
-        case C_BOOL: *o = (struct opt)OPT_BOOL(f->names[i], &f->flag[i], r->help); break;
+        case C_BOOL:
+            *o = (struct opt)OPT_BOOL(f->names[i], &f->flag[i], r->help);
+            snprintf(f->neg_names[i], sizeof f->neg_names[i], "no-%s", f->names[i]);
+            f->opts[k++] = (struct opt)OPT_BOOL(f->neg_names[i], &f->noflag[i], "... off");
+            break;
         }
     }
-    f->opts[NROWS + 1] = (struct opt)OPT_END();
+    f->opts[k] = (struct opt)OPT_END();
     *out = f;
     return f->opts;
 }
@@ -240,8 +248,8 @@ void ext_config_apply_flags(struct ext_config *c, struct ext_flags *f)
             *long_at(c, r) = f->num[i];
         else if (r->type == C_DBL && !isnan(f->dbl[i]))
             *dbl_at(c, r) = f->dbl[i];
-        else if (r->type == C_BOOL && f->flag[i])
-            *long_at(c, r) = 1;
+        else if (r->type == C_BOOL && (f->flag[i] || f->noflag[i]))
+            *long_at(c, r) = !f->noflag[i];
     }
 }
 

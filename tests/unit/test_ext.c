@@ -284,6 +284,20 @@ static void test_config(const char *dir)
     ASSERT_STREQ(c.policy, "binpack");
     ASSERT_EQ(c.in_cluster, 1);
     ASSERT_NEAR(c.inventory_ttl, 300, 0);
+    ASSERT_EQ(c.nudge, 1); /* defaults on */
+    ASSERT_EQ(c.events, 1);
+    ext_config_clear(&c);
+    ext_flags_free(fl);
+
+    /* booleans that default on can be turned off by flag */
+    opts = ext_config_opts(&fl);
+    char b0[] = "--no-nudge", b1[] = "--events";
+    char *bargv[] = {b0, b1, NULL};
+    ASSERT_EQ(opt_parse(2, bargv, opts, &npos, &e), 0);
+    ext_config_defaults(&c);
+    ext_config_apply_flags(&c, fl);
+    ASSERT_EQ(c.nudge, 0);
+    ASSERT_EQ(c.events, 1);
     ext_config_clear(&c);
     ext_flags_free(fl);
 
