@@ -286,13 +286,15 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
             return pol->score(cy, n);
     }
     const struct core_node_priv *p = n->priv;
-    struct core_memo_slot *m = &c->memo[core_mix64(p->key_hash ^ cy->pod_hash) &
-                                        (CORE_MEMO_SLOTS - 1)];
-    if (m->valid && m->pol == pol && m->wver == c->wver && m->cap_ver == c->cap_ver &&
-        memcmp(&m->node, &p->key, sizeof p->key) == 0 && memcmp(&m->pod, pk, sizeof *pk) == 0)
+    uint64_t h = core_mix64(p->key_hash ^ cy->pod_hash);
+    struct core_memo_slot *m = &c->memo[h & (CORE_MEMO_SLOTS - 1)];
+    if (m->valid && m->hash == h && m->pol == pol && m->wver == c->wver &&
+        m->cap_ver == c->cap_ver && memcmp(&m->node, &p->key, sizeof p->key) == 0 &&
+        memcmp(&m->pod, pk, sizeof *pk) == 0)
         return m->score;
     int score = pol->score(cy, n);
     /* fgd reads M through core_node_frag, which may have rebuilt it */
+    m->hash = h;
     m->node = p->key;
     m->pod = *pk;
     m->pol = pol;

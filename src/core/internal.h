@@ -93,10 +93,11 @@ struct core_memo_slot {
     struct core_node_key node;
     struct core_pod_key pod;
     const struct core_policy *pol;
+    uint64_t hash;             /* of node and pod key: most mismatches end here */
     uint64_t wver, cap_ver;
     int score, valid;
 };
-#define CORE_MEMO_SLOTS (1 << 16)
+#define CORE_MEMO_SLOTS (1 << 18)
 
 struct core_cluster {
     struct core_node **nodes;
