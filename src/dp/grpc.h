@@ -4,7 +4,7 @@
  * Kubelet talks gRPC over unix sockets in both directions: it calls the
  * plugin's DevicePlugin service, and the plugin calls kubelet's Registration
  * and PodResourcesLister services. The grpc C core library is a completion-
- * queue API with no generated stubs, so this module wraps it once:
+ * queue API with no generated service code, so this module wraps it once:
  *
  *   - a server on one unix socket with a table of methods. Unary handlers
  *     get the request bytes and fill a reply (bytes or a gRPC status). Each
