@@ -6,7 +6,7 @@
  * arrays; removal swaps the last element into the hole and rebuilds the
  * index (removals are rare next to lookups). Every change to a node goes
  * through core_node_refresh(), which recomputes the cached per-GPU shares,
- * the scoring key and the node's fragmentation.
+ * the scoring key and the node's fragmentation, and renews its state stamp.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -180,6 +180,10 @@ void core_cluster_free(struct core_cluster *c)
     free(c->feasible);
     free(c->scores);
     free(c->memo);
+    for (int i = 0; c->cols && i < CORE_COLS; i++)
+        free(c->cols[i].e);
+    free(c->cols);
+    free(c->stamps);
     free(c);
 }
 
@@ -268,6 +272,7 @@ static void hot_update(struct core_cluster *c, const struct core_node *n)
     h->max_free_milli = (int16_t)p->max_free_milli;
     h->available = (uint8_t)n->available;
     h->tainted = n->n_taints > 0;
+    c->stamps[p->pos] = ++c->stamp_seq;
 }
 
 /* Recomputes the node's cached state after any change and keeps the
@@ -603,6 +608,10 @@ static int ensure_scratch(struct core_cluster *c)
     if (!r)
         return -1;
     c->ranks = r;
+    uint64_t *st = realloc(c->stamps, (size_t)cap * sizeof *st);
+    if (!st)
+        return -1;
+    c->stamps = st;
     return 0;
 }
 
@@ -694,6 +703,7 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
     if (pos < c->n_nodes) {
         c->nodes[pos]->priv->pos = pos;
         c->hot[pos] = c->hot[c->n_nodes];
+        c->stamps[pos] = c->stamps[c->n_nodes];
     }
     return 0;
 }

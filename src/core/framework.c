@@ -1,7 +1,9 @@
 /*
  * core/framework.c - one scheduling decision: prepare the cycle, filter,
- * score (NODE_STATE policies through a cache keyed by exact node state and
- * request, so identical nodes and unchanged nodes are scored once),
+ * score (NODE_STATE policies through per-node score columns, so a node that
+ * did not change since the same question was asked is not scored again, and
+ * behind them a cache keyed by exact node state and request, so identical
+ * nodes are scored once),
  * normalise, choose the node with the seeded tie-break, choose the GPUs.
  *
  * No allocation per decision: the scratch arrays live in the cluster and
@@ -305,6 +307,50 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
     return score;
 }
 
+/* The score column for this decision's question: the one asked before if
+ * it is still current, else the least recently used one, emptied and
+ * re-keyed. NULL when out of memory (then every node goes to raw_score). */
+static struct core_score_col *score_col(struct core_cluster *c, const struct core_cycle *cy,
+                                        const struct core_pod_key *pk)
+{
+    if (!c->cols) {
+        c->cols = calloc(CORE_COLS, sizeof *c->cols);
+        if (!c->cols)
+            return NULL;
+    }
+    c->col_tick++;
+    struct core_score_col *col = &c->cols[0];
+    for (int i = 0; i < CORE_COLS; i++) {
+        struct core_score_col *k = &c->cols[i];
+        if (k->used && k->pod_hash == cy->pod_hash && k->pol == cy->pol && k->wver == c->wver &&
+            k->cap_ver == c->cap_ver && memcmp(&k->pod, pk, sizeof *pk) == 0) {
+            col = k;
+            if (k->cap >= c->n_nodes) {
+                k->used = c->col_tick;
+                return k;
+            }
+            break; /* the cluster grew: start the column again */
+        }
+        if (k->used < col->used)
+            col = k;
+    }
+    if (col->cap < c->cap_nodes) {
+        struct core_col_entry *e = realloc(col->e, (size_t)c->cap_nodes * sizeof *e);
+        if (!e)
+            return NULL;
+        col->e = e;
+        col->cap = c->cap_nodes;
+    }
+    memset(col->e, 0, (size_t)col->cap * sizeof *col->e);
+    col->pod = *pk;
+    col->pol = cy->pol;
+    col->pod_hash = cy->pod_hash;
+    col->wver = c->wver;
+    col->cap_ver = c->cap_ver;
+    col->used = c->col_tick;
+    return col;
+}
+
 static int clamp_score(int s)
 {
     return s < 0 ? 0 : s > CORE_MAX_SCORE ? CORE_MAX_SCORE : s;
@@ -348,8 +394,12 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
     struct core_pod_key pk; /* what the score cache compares, the same for every node */
     pod_key(cy, &pk);
-    if (c->wdirty && (cy->pol->flags & CORE_POLICY_NODE_STATE))
-        core_workload_prepare(c); /* before the cache compares versions */
+    struct core_score_col *col = NULL;
+    if (!random && (cy->pol->flags & CORE_POLICY_NODE_STATE)) {
+        if (c->wdirty)
+            core_workload_prepare(c); /* before the caches compare versions */
+        col = score_col(c, cy, &pk);
+    }
     for (int i = 0; i < n; i++) {
         const struct core_node_hot *h = nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i];
         int fit = hot_fit(cy, h);
@@ -361,7 +411,17 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
             continue;
         c->feasible[k] = node;
         c->ranks[k] = h->rank;
-        c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node);
+        if (col) {
+            int pos = nodes ? node->priv->pos : i;
+            struct core_col_entry *ce = &col->e[pos];
+            if (ce->stamp != c->stamps[pos]) {
+                ce->score = raw_score(c, cy, &pk, node);
+                ce->stamp = c->stamps[pos];
+            }
+            c->scores[k] = ce->score;
+        } else {
+            c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node);
+        }
         k++;
     }
     if (!random && cy->pol->normalize && k > 0)

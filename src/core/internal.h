@@ -99,6 +99,28 @@ struct core_memo_slot {
 };
 #define CORE_MEMO_SLOTS (1 << 18)
 
+/* Score columns of NODE_STATE policies, in front of the score cache: for
+ * each of the last CORE_COLS questions (pod key, policy, workload and
+ * capacity versions), the raw score of every node position, stamped with
+ * the node's state stamp when it was scored. A node's stamp is renewed on
+ * every change of the node (cluster->stamps, unique over the cluster's
+ * life), so a matching stamp means the same node in the same state. A
+ * decision reads its column in node order, next to the filter lines, and
+ * scores only the nodes that changed since the same question was asked. */
+struct core_col_entry {
+    uint64_t stamp;            /* 0: empty (stamps start at 1) */
+    int32_t score;
+};
+struct core_score_col {
+    struct core_pod_key pod;
+    const struct core_policy *pol;
+    uint64_t pod_hash, wver, cap_ver;
+    uint64_t used;             /* cluster->col_tick of the last use; 0 never */
+    int cap;                   /* entries in e */
+    struct core_col_entry *e;  /* by node position */
+};
+#define CORE_COLS 64
+
 struct core_cluster {
     struct core_node **nodes;
     int n_nodes, cap_nodes;
@@ -138,12 +160,16 @@ struct core_cluster {
     int64_t milli_alloc;
 
     struct core_node_hot *hot; /* parallel to nodes */
+    uint64_t *stamps;          /* parallel to nodes: state stamp (see core_score_col) */
+    uint64_t stamp_seq;        /* last stamp given */
 
     /* decision scratch, sized to the node count */
     struct core_node **feasible;
     int *scores;
     uint32_t *ranks;           /* tie-break ranks of the feasible nodes */
     struct core_memo_slot *memo; /* CORE_MEMO_SLOTS, allocated on first use */
+    struct core_score_col *cols; /* CORE_COLS, allocated on first use */
+    uint64_t col_tick;
 };
 
 /* cluster.c */
