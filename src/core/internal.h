@@ -119,7 +119,7 @@ struct core_score_col {
     int cap;                   /* entries in e */
     struct core_col_entry *e;  /* by node position */
 };
-#define CORE_COLS 64
+#define CORE_COLS 256
 
 struct core_cluster {
     struct core_node **nodes;

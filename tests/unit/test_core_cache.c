@@ -183,7 +183,8 @@ static void test_columns_evict(void)
     int bad = 0;
     for (int round = 0; round < 3; round++)
         for (int s = 0; s < CORE_COLS + 8; s++) {
-            struct core_pod p = tc_pod("q", CORE_REQ_SHARED, 1, 50 + 10 * s, 0, 1000 + 100 * s);
+            struct core_pod p =
+                tc_pod("q", CORE_REQ_SHARED, 1, 100 + 100 * (s % 9), 0, 1000 + 100 * s);
             bad += check_scores(c, pol, &p);
         }
     ASSERT_EQ(bad, 0);
