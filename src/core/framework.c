@@ -334,12 +334,12 @@ static struct core_score_col *score_col(struct core_cluster *c, const struct cor
         if (k->used < col->used)
             col = k;
     }
-    if (col->cap < c->cap_nodes) {
-        struct core_col_entry *e = realloc(col->e, (size_t)c->cap_nodes * sizeof *e);
+    if (col->cap < c->n_nodes) {
+        struct core_col_entry *e = realloc(col->e, (size_t)c->n_nodes * sizeof *e);
         if (!e)
             return NULL;
         col->e = e;
-        col->cap = c->cap_nodes;
+        col->cap = c->n_nodes;
     }
     memset(col->e, 0, (size_t)col->cap * sizeof *col->e);
     col->pod = *pk;
