@@ -10,7 +10,7 @@
  * machine does not inflate it) and decisions per CPU second.
  *
  *   build/bench_core [--nodes 5000] [--decisions 20000] [--load 0.6]
- *                    [--policy bestfit,fgd,...]
+ *                    [--policy bestfit,fgd,...] [--learned]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +58,9 @@ static void to_pod(const struct sim_pod *p, long uid, struct core_pod *cp)
     }
 }
 
-static struct core_cluster *make_cluster(int n_nodes, const struct sim_config *cfg)
+/* learned: no target workload, so the core learns M from the pods it
+ * reserves, as the extender does */
+static struct core_cluster *make_cluster(int n_nodes, const struct sim_config *cfg, int learned)
 {
     static const char *const models[] = {"G2", "T4", "V100M32"};
     struct core_cluster *c = core_cluster_new();
@@ -81,7 +83,8 @@ static struct core_cluster *make_cluster(int n_nodes, const struct sim_config *c
             abort();
     }
     free(s);
-    core_cluster_set_workload(c, cfg->classes, cfg->n_classes, 0.95, NULL);
+    if (!learned)
+        core_cluster_set_workload(c, cfg->classes, cfg->n_classes, 0.95, NULL);
     core_cluster_set_seed(c, 42);
     return c;
 }
@@ -90,6 +93,7 @@ int main(int argc, char **argv)
 {
     long n_nodes = 5000, decisions = 20000;
     double load = 0.6;
+    int learned = 0;
     const char *policies = "random,dotprod,clustering,packing,bestfit,fgd,binpack,spread,topology";
     int npos = 0;
     struct gs_err e = GS_ERR_INIT;
@@ -99,6 +103,8 @@ int main(int argc, char **argv)
                 100000000),
         OPT_DBL("load", &load, "F", "GPU share held before measuring (default 0.6)"),
         OPT_STR("policy", &policies, "LIST", "comma-separated policies (default: all)"),
+        OPT_BOOL("learned", &learned, "no target workload: M is learned from reserved pods "
+                 "(the extender's configuration)"),
         OPT_END(),
     };
     int rc = opt_parse(argc, argv, opts, &npos, &e);
@@ -126,7 +132,8 @@ int main(int argc, char **argv)
     long *held = malloc((size_t)n_pods * sizeof *held);
     struct core_pod *cp = calloc(1, sizeof *cp);
     printf("%ld nodes x 8 GPUs, load %.0f %%, %ld decisions per policy "
-           "(filter + score + choose GPUs + reserve)\n\n", n_nodes, load * 100, decisions);
+           "(filter + score + choose GPUs + reserve), workload %s\n\n", n_nodes, load * 100,
+           decisions, learned ? "learned" : "set");
     printf("%-12s %10s %10s %10s %10s %12s\n", "policy", "mean_us", "p50_us", "p99_us", "max_us",
            "per_cpu_s");
 
@@ -140,7 +147,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_core: unknown policy '%s'\n", name);
             return 2;
         }
-        struct core_cluster *c = make_cluster((int)n_nodes, &cfg);
+        struct core_cluster *c = make_cluster((int)n_nodes, &cfg, learned);
         struct core_decision d;
         struct core_stats st;
         long next = 0, head = 0, tail = 0;
