@@ -167,17 +167,35 @@ static double frag_full(struct core_cluster *c, const struct core_node *n)
         p->fc_cap = cap;
     }
     int total = p->free_share;
+    /* on a one-model node the GPUs big enough for a class are the top of the
+     * sorted usable shares (the node key's), so suffix sums answer each
+     * class in a short scan; with a learned M this runs for every feasible
+     * node on every decision */
+    const int *sorted = p->key.share;
+    int nu = p->key.n_usable, above[CORE_MAX_GPUS + 1];
+    above[nu] = 0;
+    for (int j = nu - 1; j >= 0; j--)
+        above[j] = above[j + 1] + sorted[j];
     double f = 0;
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
         int cnt = 0, small = 0;
-        for (int i = 0; i < n->n_gpus; i++) {
-            if (!p->usable[i])
-                continue;
-            if (((k->model_mask >> n->gpus[i].model_id) & 1) && p->share[i] >= k->milli)
-                cnt++;
-            else
-                small += p->share[i];
+        if (p->homogeneous) {
+            int j = nu;
+            if (k->model_mask & p->model_mask)
+                while (j > 0 && sorted[j - 1] >= k->milli)
+                    j--;
+            cnt = nu - j;
+            small = total - above[j];
+        } else {
+            for (int i = 0; i < n->n_gpus; i++) {
+                if (!p->usable[i])
+                    continue;
+                if (((k->model_mask >> n->gpus[i].model_id) & 1) && p->share[i] >= k->milli)
+                    cnt++;
+                else
+                    small += p->share[i];
+            }
         }
         p->fc_cnt[m] = cnt;
         p->fc_small[m] = small;
