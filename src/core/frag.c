@@ -176,13 +176,17 @@ static double frag_full(struct core_cluster *c, const struct core_node *n)
     above[nu] = 0;
     for (int j = nu - 1; j >= 0; j--)
         above[j] = above[j + 1] + sorted[j];
+    /* locals, so the stores below need not reload them */
+    int *fc_cnt = p->fc_cnt, *fc_small = p->fc_small, one_model = p->homogeneous;
+    uint64_t models = p->model_mask;
+    int64_t free_cpu = n->free_cpu_milli;
     double f = 0;
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
         int cnt = 0, small = 0;
-        if (p->homogeneous) {
+        if (one_model) {
             int j = nu;
-            if (k->model_mask & p->model_mask)
+            if (k->model_mask & models)
                 while (j > 0 && sorted[j - 1] >= k->milli)
                     j--;
             cnt = nu - j;
@@ -197,10 +201,9 @@ static double frag_full(struct core_cluster *c, const struct core_node *n)
                     small += p->share[i];
             }
         }
-        p->fc_cnt[m] = cnt;
-        p->fc_small[m] = small;
-        int fm = k->num_gpu > 0 && n->free_cpu_milli >= k->cpu_milli && cnt >= k->num_gpu
-                     ? small : total;
+        fc_cnt[m] = cnt;
+        fc_small[m] = small;
+        int fm = k->num_gpu > 0 && free_cpu >= k->cpu_milli && cnt >= k->num_gpu ? small : total;
         f += k->p * fm;
     }
     return f;
