@@ -147,15 +147,24 @@ static _Thread_local struct fill_cache fill;
 static const short *fill_waste(const struct core_cluster *c)
 {
     uint64_t sizes[16] = {0};
-    double all = 0;
+    double all = 0, top = 0;
+    int hole = 0; /* what the most popular sharing class leaves of a GPU */
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000)
+        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000) {
             all += k->p;
+            if (k->p > top) {
+                top = k->p;
+                hole = 1000 - k->milli;
+            }
+        }
     }
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000 && k->p >= FILL_MIN_P * all)
+        /* sizes that fit the top class's hole, and are rarer than it, are
+         * all taken by those holes: no other GPU can count on them */
+        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000 && k->p >= FILL_MIN_P * all &&
+            !(k->milli <= hole && k->p < top))
             sizes[k->milli >> 6] |= UINT64_C(1) << (k->milli & 63);
     }
     if (fill.valid && memcmp(sizes, fill.sizes, sizeof sizes) == 0)
