@@ -166,20 +166,22 @@ static const short *fill_waste(const struct core_cluster *c)
     }
     /* The sizes that fit the hole a `big` pod leaves: if they are fewer
      * than the `big` pods, those holes take them all, and no other GPU can
-     * count on them (openb: 810 leaves 190, and the 160s are 7 % as many). */
+     * count on them (openb: 810 leaves 190, and the 160s are 7 % as many).
+     * A big of 500 or less fills its own holes. */
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        if (shared_one(k) && k->milli == big)
+        if (!shared_one(k))
+            continue;
+        if (k->milli == big)
             demand += k->p;
-        else if (shared_one(k) && k->milli <= 1000 - big)
+        else if (k->milli <= 1000 - big)
             supply += k->p;
-    }
-    int absorbed = supply < demand ? 1000 - big : 0;
-    for (int m = 0; m < c->n_wclasses; m++) {
-        const struct core_wclass *k = &c->wclasses[m];
-        if (shared_one(k) && k->p >= FILL_MIN_P * all && k->milli > absorbed)
+        if (k->p >= FILL_MIN_P * all)
             sizes[k->milli >> 6] |= UINT64_C(1) << (k->milli & 63);
     }
+    if (2 * big > 1000 && supply < demand) /* clear sizes 0..1000 - big */
+        for (int w = 0, last = 1000 - big; w <= last >> 6; w++)
+            sizes[w] &= last - 64 * w >= 63 ? 0 : ~((UINT64_C(2) << (last - 64 * w)) - 1);
     if (fill.valid && memcmp(sizes, fill.sizes, sizeof sizes) == 0)
         return fill.waste;
     char ok[1001] = {1};
