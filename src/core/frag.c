@@ -16,6 +16,11 @@
 #include "core/internal.h"
 
 #define SEEN_MAX 4096
+/* A learned M is rebuilt when a class appears, or once the pods counted
+ * have grown by 1/REFRESH_DIV since the last rebuild: every rebuild makes
+ * every cached score and F_n(M) stale, and one pod more moves no class's
+ * share by more than 1/count. */
+#define REFRESH_DIV 32
 
 void core_workload_free(struct core_cluster *c)
 {
@@ -26,6 +31,7 @@ void core_workload_free(struct core_cluster *c)
     c->wclasses = NULL;
     c->seen = NULL;
     c->n_wsrc = c->n_wclasses = c->n_seen = c->cap_seen = 0;
+    c->seen_total = c->seen_at_prepare = 0;
 }
 
 int core_cluster_set_workload(struct core_cluster *c, const struct core_class *classes, int n,
@@ -115,6 +121,7 @@ void core_workload_prepare(struct core_cluster *c)
         src = learned;
         n = c->n_seen;
         coverage = 0.95;
+        c->seen_at_prepare = c->seen_total;
     }
     int *order = calloc((size_t)n + 1, sizeof *order);
     struct core_wclass *w = realloc(c->wclasses, ((size_t)n + 1) * sizeof *w);
@@ -267,7 +274,9 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
         struct core_seen_class *s = &c->seen[i];
         if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli) {
             s->count++;
-            c->wdirty = 1;
+            c->seen_total++;
+            if (c->seen_total - c->seen_at_prepare >= 1 + c->seen_at_prepare / REFRESH_DIV)
+                c->wdirty = 1;
             return;
         }
     }
@@ -282,5 +291,6 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
         c->cap_seen = cap;
     }
     c->seen[c->n_seen++] = (struct core_seen_class){a->cpu_milli, a->n, milli, 1};
+    c->seen_total++;
     c->wdirty = 1;
 }

@@ -154,6 +154,8 @@ struct core_cluster {
     int wdirty;                /* M must be rebuilt before use */
     struct core_seen_class *seen;
     int n_seen, cap_seen;
+    int64_t seen_total;        /* pods counted in seen */
+    int64_t seen_at_prepare;   /* seen_total when M was last rebuilt from it */
 
     double frag_sum;           /* sum of node frag, valid when frag_sum_wver == wver */
     uint64_t frag_sum_wver;

@@ -145,9 +145,38 @@ static void run(int explicit_workload)
     core_cluster_free(c);
 }
 
+/* A learned M is rebuilt for every pod while few are counted, then once
+ * the count has grown by 1/32, and at once for a new class. */
+static void learned_refresh(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    ASSERT_EQ(tc_node(c, "m", 1000000, 512, 8, "T4", 16384), 0);
+    int rebuilds = 0, late = 0;
+    for (int i = 0; i < 70; i++) { /* 7 of the 8 GPUs */
+        char uid[32];
+        snprintf(uid, sizeof uid, "a%d", i);
+        struct core_pod p = tc_pod(uid, CORE_REQ_SHARED, 1, 100, 0, 10);
+        uint64_t wver = c->wver;
+        ASSERT_EQ(tc_place(c, "m", &p, "fgd"), 0);
+        core_cluster_frag(c); /* rebuilds M when it is due */
+        rebuilds += c->wver != wver;
+        late += i >= 40 && c->wver != wver;
+    }
+    ASSERT_TRUE(rebuilds >= 33 && rebuilds < 70);
+    ASSERT_TRUE(late > 0 && late <= 20);
+    ASSERT_EQ(core_cluster_workload_size(c), 1);
+    struct core_pod b = tc_pod("b", CORE_REQ_SHARED, 1, 300, 0, 10);
+    uint64_t wver = c->wver;
+    ASSERT_EQ(tc_place(c, "m", &b, "fgd"), 0);
+    core_cluster_frag(c);
+    ASSERT_TRUE(c->wver != wver); /* a new class: at once */
+    core_cluster_free(c);
+}
+
 int test_core_frag(void)
 {
     run(1);
     run(0);
+    learned_refresh();
     return 0;
 }
