@@ -1028,21 +1028,27 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     for (int i = 0; i < a.n; i++)
         need += (a.list ? a.list->len[i] : strlen(a.names[i])) +
                 sizeof ",{\"Host\":\"\",\"Score\":10}";
-    sb_reserve(&r, need);
-    sb_put(&r, "[", 1);
-    for (int i = 0; i < a.n; i++) {
-        /* scores are 0..10: two digits at most, no printf per node */
-        char num[16] = "\",\"Score\":";
-        size_t nl = strlen(num);
-        if (out_scores[i] >= 10)
-            num[nl++] = (char)('0' + out_scores[i] / 10);
-        num[nl++] = (char)('0' + out_scores[i] % 10);
-        num[nl++] = '}';
-        if (i)
-            sb_put(&r, ",", 1);
-        sb_put(&r, "{\"Host\":\"", 9);
-        sb_put(&r, a.names[i], a.list ? a.list->len[i] : strlen(a.names[i]));
-        sb_put(&r, num, nl);
+    if (sb_reserve(&r, need) == 0) {
+        /* written in place: the buffer holds the whole reply */
+        static const char host[] = "{\"Host\":\"", score[] = "\",\"Score\":";
+        char *w = r.buf + r.len;
+        *w++ = '[';
+        for (int i = 0; i < a.n; i++) {
+            size_t nl = a.list ? a.list->len[i] : strlen(a.names[i]);
+            if (i)
+                *w++ = ',';
+            memcpy(w, host, sizeof host - 1);
+            w += sizeof host - 1;
+            memcpy(w, a.names[i], nl);
+            w += nl;
+            memcpy(w, score, sizeof score - 1);
+            w += sizeof score - 1;
+            if (out_scores[i] >= 10) /* scores are 0..10: two digits at most */
+                *w++ = (char)('0' + out_scores[i] / 10);
+            *w++ = (char)('0' + out_scores[i] % 10);
+            *w++ = '}';
+        }
+        r.len = (size_t)(w - r.buf);
     }
     sb_put(&r, "]", 1);
     reply_text(out, &r);

@@ -90,6 +90,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!ctx)
             return MHD_NO;
         *con_cls = ctx;
+        /* a declared length within bounds: the body buffer, allocated once */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        char *end;
+        unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
+        if (n > 0 && *end == '\0' && n <= s->opts.max_body && (ctx->buf = malloc(n + 1)))
+            ctx->cap = n + 1;
         return MHD_YES;
     }
     if (*upload_size) {
