@@ -109,63 +109,46 @@ static void add_pods(struct status *st, const json_t *items)
     }
 }
 
+/* Folds journal records into uid -> live bind record. */
+struct journal_fold {
+    struct status *st;
+    json_t *live;
+};
+
+static int fold_record(void *ud, const json_t *rec, struct gs_err *e)
+{
+    struct journal_fold *jf = ud;
+    const char *op = json_string_value(json_object_get(rec, "op"));
+    const char *uid = json_string_value(json_object_get(rec, "uid"));
+    (void)e;
+    if (op && uid && strcmp(op, "bind") == 0)
+        json_object_set(jf->live, uid, (json_t *)rec);
+    else if (op && uid && strcmp(op, "release") == 0)
+        json_object_del(jf->live, uid);
+    else
+        warn(jf->st, "journal record without op/uid skipped");
+    return 0;
+}
+
 /* Reads DIR/journal without writing it: binds and releases in order. */
 static int read_journal(struct status *st, const char *dir, struct gs_err *e)
 {
-    char path[4096];
-    FILE *f;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    long lineno = 0;
-    json_t *live = json_object(); /* uid -> bind record */
-
-    snprintf(path, sizeof path, "%s/journal", dir);
-    if (!(f = fopen(path, "rb"))) {
-        json_decref(live);
-        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
-    }
-    while ((n = getline(&line, &cap, f)) > 0) {
-        json_t *rec = NULL;
-        char hex[9], *end;
-        lineno++;
-        if (line[n - 1] == '\n' && n > 10 && line[8] == ' ' &&
-            (size_t)n <= EXT_JOURNAL_MAX_RECORD + 10) {
-            memcpy(hex, line, 8);
-            hex[8] = '\0';
-            unsigned long crc = strtoul(hex, &end, 16);
-            if (!*end && crc == ext_crc32(line + 9, (size_t)n - 10))
-                rec = json_loadb(line + 9, (size_t)n - 10, 0, NULL);
-        }
-        if (!rec) {
-            if (fgetc(f) == EOF)
-                break; /* the last record, being written or torn: skip it */
-            free(line);
-            fclose(f);
-            json_decref(live);
-            return gs_errf(e, GS_EINVAL, "%s:%ld: damaged record", path, lineno);
-        }
-        const char *op = json_string_value(json_object_get(rec, "op"));
-        const char *uid = json_string_value(json_object_get(rec, "uid"));
-        if (op && uid && strcmp(op, "bind") == 0)
-            json_object_set(live, uid, rec);
-        else if (op && uid && strcmp(op, "release") == 0)
-            json_object_del(live, uid);
-        else
-            warn(st, "%s:%ld: record without op/uid skipped", path, lineno);
-        json_decref(rec);
-    }
-    free(line);
-    fclose(f);
+    struct journal_fold jf = {st, json_object()};
+    int torn;
     const char *uid;
     json_t *rec;
-    json_object_foreach(live, uid, rec) {
+    int rc = ext_journal_read(dir, fold_record, &jf, &torn, e);
+    if (rc < 0) {
+        json_decref(jf.live);
+        return rc;
+    }
+    json_object_foreach(jf.live, uid, rec) {
         const char *ns = json_string_value(json_object_get(rec, "ns"));
         const char *name = json_string_value(json_object_get(rec, "name"));
         add_alloc(st, uid, ns ? ns : "default", name ? name : "",
                   json_object_get(rec, "annotations"));
     }
-    json_decref(live);
+    json_decref(jf.live);
     return 0;
 }
 

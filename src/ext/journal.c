@@ -88,25 +88,28 @@ static json_t *decode(const char *line, size_t len)
     return json_loadb(line + 9, len - 9, 0, NULL);
 }
 
-int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *torn,
-                       struct gs_err *e)
+/* Hands every good record of `path` to fn in order; *good: the offset
+ * after the last one. */
+static int read_records(const char *path, ext_journal_fn fn, void *ud, int *torn, long *good,
+                        struct gs_err *e)
 {
-    FILE *f = fopen(j->path, "rb");
+    FILE *f = fopen(path, "rb");
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    long good = 0, lineno = 0;
+    long lineno = 0;
     int rc = 0;
 
     *torn = 0;
+    *good = 0;
     if (!f)
-        return gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
     while ((n = getline(&line, &cap, f)) > 0) {
         int complete = line[n - 1] == '\n';
         json_t *rec;
         lineno++;
         if ((size_t)n > EXT_JOURNAL_MAX_RECORD + 10) {
-            rc = gs_errf(e, GS_EINVAL, "%s:%ld: record longer than %u bytes", j->path, lineno,
+            rc = gs_errf(e, GS_EINVAL, "%s:%ld: record longer than %u bytes", path, lineno,
                          EXT_JOURNAL_MAX_RECORD);
             break;
         }
@@ -115,7 +118,7 @@ int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *
             int c = fgetc(f);
             if (c != EOF) {
                 rc = gs_errf(e, GS_EINVAL, "%s:%ld: damaged record (bad checksum or JSON) "
-                                           "before the end of the journal", j->path, lineno);
+                                           "before the end of the journal", path, lineno);
                 break;
             }
             *torn = 1; /* the last record was cut short: drop it */
@@ -124,16 +127,33 @@ int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *
         rc = fn(ud, rec, e);
         json_decref(rec);
         if (rc < 0) {
-            gs_err_prefix(e, "%s:%ld", j->path, lineno);
+            gs_err_prefix(e, "%s:%ld", path, lineno);
             break;
         }
-        good = ftell(f);
+        *good = ftell(f);
     }
     free(line);
     fclose(f);
+    return rc;
+}
+
+int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *torn,
+                       struct gs_err *e)
+{
+    long good;
+    int rc = read_records(j->path, fn, ud, torn, &good, e);
     if (rc == 0 && *torn && ftruncate(j->fd, good) < 0)
         return gs_errf(e, GS_EIO, "%s: cannot cut the torn record: %s", j->path, strerror(errno));
     return rc;
+}
+
+int ext_journal_read(const char *dir, ext_journal_fn fn, void *ud, int *torn, struct gs_err *e)
+{
+    char path[4096];
+    long good;
+    if ((size_t)snprintf(path, sizeof path, "%s/journal", dir) >= sizeof path)
+        return gs_errf(e, GS_EINVAL, "state dir path is too long");
+    return read_records(path, fn, ud, torn, &good, e);
 }
 
 static char *encode(const json_t *rec, size_t *len, struct gs_err *e)

@@ -34,6 +34,9 @@ int ext_journal_open(const char *dir, struct ext_journal **out, struct gs_err *e
  * torn last record was dropped. */
 int ext_journal_replay(struct ext_journal *j, ext_journal_fn fn, void *ud, int *torn,
                        struct gs_err *e);
+/* Like replay, for a reader that must not write (gpusched status): opens
+ * DIR/journal read-only and leaves a torn last record in place. */
+int ext_journal_read(const char *dir, ext_journal_fn fn, void *ud, int *torn, struct gs_err *e);
 int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e);
 int ext_journal_rewrite(struct ext_journal *j, json_t *const *recs, int n, struct gs_err *e);
 void ext_journal_close(struct ext_journal *j);

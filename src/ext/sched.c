@@ -112,6 +112,7 @@ struct pod {
     int unschedulable;    /* its last /filter found no node */
     int need_restore;     /* assignment annotations whose node is not known yet */
     int binding;          /* a /bind is committing its allocation right now */
+    int bound;            /* this replica's /bind committed its allocation */
     unsigned long seq;    /* last touched */
 };
 
@@ -490,6 +491,8 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     pod_identity(pod, &uid, &ns, &name);
     if (!uid || !*uid || !name)
         return 0;
+    if ((p = smap_get(&s->pods, uid)))
+        p->seq = ++s->seq; /* seen (ext_sched_replace_pods counts on it) */
     if (deleted || finished(pod)) {
         freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = smap_get(&s->pods, uid)))
@@ -513,8 +516,9 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     }
     /* pending without an assignment: an allocation it still holds came from
      * annotations that are gone (a failed bind was undone), unless a bind is
-     * committing it right now */
-    if ((p = smap_get(&s->pods, uid)) && !p->binding && core_alloc_find(s->c, uid))
+     * committing it right now or committed it (then this view predates the
+     * annotations: a list taken before the patch) */
+    if ((p = smap_get(&s->pods, uid)) && !p->binding && !p->bound && core_alloc_find(s->c, uid))
         freed = core_unreserve(s->c, uid, NULL) == 0;
     /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
@@ -534,15 +538,41 @@ int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
     return freed;
 }
 
+/* A pod whose allocation survives a relist: a bind is committing it, or
+ * this replica committed it and the list may have been taken before its
+ * annotations were written (the watch delivers them next). */
+static int keeps_through_relist(const struct pod *p) { return p && (p->binding || p->bound); }
+
 void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
 {
     size_t i;
     const json_t *pod;
     pthread_mutex_lock(&s->mu);
-    while (core_cluster_alloc_count(s->c) > 0)
-        core_unreserve(s->c, core_cluster_alloc(s->c, 0)->pod_uid, NULL);
-    SMAP_FOREACH(&s->pods, it) forget(s, it->val);
+    for (int k = 0; k < core_cluster_alloc_count(s->c);) {
+        const struct core_alloc *a = core_cluster_alloc(s->c, k);
+        if (keeps_through_relist(smap_get(&s->pods, a->pod_uid)))
+            k++;
+        else
+            core_unreserve(s->c, a->pod_uid, NULL);
+    }
+    SMAP_FOREACH(&s->pods, it)
+    {
+        if (!keeps_through_relist(it->val) || !core_alloc_find(s->c, it->key))
+            forget(s, it->val);
+    }
+    unsigned long before = s->seq;
     json_array_foreach(items, i, pod) observe_locked(s, pod, 0);
+    /* a kept pod the list does not have was deleted while we were away,
+     * unless its bind is still committing (that commit then fails and
+     * undoes itself) */
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (p->seq <= before && !p->binding) {
+            core_unreserve(s->c, p->uid, NULL);
+            forget(s, p);
+        }
+    }
     int n = core_cluster_alloc_count(s->c);
     pthread_mutex_unlock(&s->mu);
     log_info("extender", "rebuilt the allocation state from %zu pods: %d hold GPUs",
@@ -1170,8 +1200,10 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     if (s->commit.bind)
         rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
     pthread_mutex_lock(&s->mu);
-    if ((p = smap_get(&s->pods, uid)))
+    if ((p = smap_get(&s->pods, uid))) {
         p->binding = 0;
+        p->bound = rc == 0;
+    }
     if (rc < 0)
         core_unreserve(s->c, uid, NULL);
     pthread_mutex_unlock(&s->mu);

@@ -205,6 +205,7 @@ class FakeApiServer:
         self.store = {}        # (prefix, plural) -> {(ns, name): obj}
         self.history = []      # (rv, type, coll, ns, obj)
         self.faults = []       # [method, regex, status, times, message]
+        self.delays = []       # [method, regex, seconds, times]
         self.requests = []
         self.watch_gen = 0     # bumped by drop_watches()
         self.drop_gone = False
@@ -280,6 +281,13 @@ users:
         with self.lock:
             self.faults.append([method.upper(), re.compile(pattern), status, times, message])
 
+    def delay(self, method, pattern, seconds, times=1):
+        """The next `times` requests with this method whose path matches
+        `pattern` are held `seconds` before they are served (a slow apiserver;
+        other requests go on meanwhile)."""
+        with self.lock:
+            self.delays.append([method.upper(), re.compile(pattern), seconds, times])
+
     def drop_watches(self, gone=False):
         """Closes every open watch stream: abruptly, or with gone=True after
         an ERROR event with code 410 (the client must list again)."""
@@ -293,6 +301,14 @@ users:
         with self.lock:
             self.compacted = self.rv
             self.history.clear()
+
+    def _take_delay(self, method, path):
+        with self.lock:
+            for d in self.delays:
+                if d[0] == method and d[1].search(path) and d[3] > 0:
+                    d[3] -= 1
+                    return d[2]
+        return 0
 
     def _take_fault(self, method, path):
         with self.lock:
@@ -560,6 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._control(url.path, body or {})
         with api.lock:
             api.requests.append((method, self.path, body))
+        time.sleep(api._take_delay(method, self.path))
         fault = api._take_fault(method, self.path)
         if fault:
             return self._send(fault[0], _status(fault[0], "Injected", fault[1]))

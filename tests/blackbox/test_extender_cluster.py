@@ -181,6 +181,45 @@ def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_relist_during_a_bind_keeps_its_gpus(gpusched_bin, api, tmp_path):
+    """A 410 relist whose list predates a bind's annotations must not drop
+    the GPUs that bind holds: a second pod then finds them taken."""
+    add_gpu_pod(api, "x", "2")
+    add_gpu_pod(api, "y", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for n in ("x", "y"):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
+                     what="pods cached")
+        api.delay("PATCH", r"/pods/x$", 2.0)  # the bind's annotation patch is slow
+        import threading
+        res = {}
+        t = threading.Thread(target=lambda: res.__setitem__(
+            "x", e.bind(api.get("pods", "x", "default"), "g1")))
+        t.start()
+        wait_for(lambda: e.metric('gpusched_gpus_allocated{node="g1"') == 2, what="x reserved")
+        rebuilds = e.metric("gpusched_extender_rebuilds_total")
+        api.drop_watches(gone=True)  # relist while x's patch is still held
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") > rebuilds, what="relist")
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+        r = e.bind(api.get("pods", "y", "default"), "g1")
+        assert r.status_code == 409, r.text
+        t.join(timeout=30)
+        assert res["x"].status_code == 200, res["x"].text
+        assert api.get("pods", "x", "default")["spec"]["nodeName"] == "g1"
+        assert not api.get("pods", "y", "default")["spec"].get("nodeName")
+        # a relist taken after the commit: still exactly one allocation
+        api.drop_watches(gone=True)
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") > rebuilds + 1,
+                 what="second relist")
+        assert e.metric("gpusched_allocations") == 1
+        # and the pod's deletion frees the GPUs
+        api.delete("pods", "x", "default")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="x freed")
+    finally:
+        e.stop()
+
+
 def test_leader_election(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "l", "1")
     args = ["--leader-elect", "--lease-duration", "5", "--lease-namespace", "kube-system"]

@@ -220,10 +220,21 @@ static void test_journal(const char *dir)
     int fd = open(path, O_WRONLY | O_APPEND);
     ASSERT_TRUE(write(fd, "12345678 {\"n\":", 14) == 14);
     close(fd);
+    struct stat before, after;
+    ASSERT_EQ(stat(path, &before), 0);
+    /* the read-only reader skips the torn record and leaves it in place */
+    ASSERT_EQ(ext_journal_read(dir, count_rec, &sum, &torn, &e), 0);
+    ASSERT_EQ(sum, 6);
+    ASSERT_EQ(torn, 1);
+    ASSERT_EQ(stat(path, &after), 0);
+    ASSERT_EQ(after.st_size, before.st_size);
+    sum = 0;
     ASSERT_EQ(ext_journal_open(dir, &j, &e), 0);
     ASSERT_EQ(ext_journal_replay(j, count_rec, &sum, &torn, &e), 0);
     ASSERT_EQ(sum, 6);
     ASSERT_EQ(torn, 1);
+    ASSERT_EQ(stat(path, &after), 0);
+    ASSERT_TRUE(after.st_size < before.st_size); /* replay cut it */
     json_t *r = json_pack("{s:i}", "n", 10);
     ASSERT_EQ(ext_journal_append(j, r, &e), 0); /* lands after the cut */
     json_decref(r);
