@@ -24,11 +24,6 @@ struct http_server {
     struct timespec cert_mtime, key_mtime; /* of the files last loaded */
 };
 
-/* Each connection's buffer for reading: large enough that a 70 KB
- * /filter body arrives in a few reads, not one per 16 KB (MHD's default
- * pool is 32 KB, half of it for reading). */
-#define HTTP_CONN_MEMORY (256u << 10)
-
 /* Per-connection state while the body arrives. */
 struct conn_ctx {
     char *buf;
@@ -234,15 +229,12 @@ static struct MHD_Daemon *daemon_start(struct http_server *s, int listen_fd)
         return MHD_start_daemon(
             s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listen_fd,
             MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
-            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY, MHD_OPTION_ARRAY,
+            on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
             s->cert ? tls : none, MHD_OPTION_END);
     return MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             &s->ss, MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-                            MHD_OPTION_ARRAY,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
                             s->cert ? tls : none, MHD_OPTION_END);
 }
 
