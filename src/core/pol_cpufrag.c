@@ -31,7 +31,10 @@
  * pod's: waste(x) is what is left of x when it is packed as fully as it can
  * be with the popular sharing sizes of M. FGD only asks whether one pod of
  * a class still fits, so it cannot tell 700 - 300 = 400 (filled exactly by a
- * 400) from 1000 - 300 = 700 (a 600 leaves 100). Other pods take GPUs as
+ * 400) from 1000 - 300 = 700 (a 600 leaves 100). The sizes small enough for
+ * the hole that the most popular sharing size leaves do not count when they
+ * are fewer than that size's pods: those holes take them all (on openb the
+ * 810s leave 190, and the 160s are 7 % as many). Other pods take GPUs as
  * FGD does. LAMBDA and STEP were chosen on `default` and `cpu200`, MODEL_W
  * on `gpuspec20` and `gpuspec25`, FILL_W on `default`, `gpushare40` and
  * `gpushare80`; all were confirmed on the other openb traces
@@ -50,7 +53,7 @@
 #define LAMBDA 2.0   /* weight of a stranded milli-GPU against a fragmented one */
 #define STEP 50.0    /* D values within one step (milli-GPU) tie */
 #define MODEL_W 0.5  /* weight of a milli-GPU of a model under pressure 1 */
-#define FILL_W 2.0      /* weight of a milli-GPU that no popular sharing class can fill */
+#define FILL_W 6.0      /* weight of a milli-GPU that no filling sharing size can fill */
 #define FILL_MIN_P 0.01 /* a sharing class is popular from this share of the sharing pods */
 #define MAX_STEPS 100000
 
@@ -134,30 +137,55 @@ static const double *workload_stats(struct core_cluster *c)
     return c->wstats;
 }
 
-/* Per thread, the fill table of the last set of popular sharing sizes:
- * waste[x] is x minus the largest sum of popular sizes (repeats allowed)
- * that fits in x milli. Keyed on the exact set, so it can never be stale. */
+/* Per thread, the fill table of the last set of filling sizes (popular,
+ * and not all taken by the top size's holes): waste[x] is x minus the
+ * largest sum of those sizes (repeats allowed) that fits in x milli. Keyed
+ * on the exact set, so it can never be stale. */
 struct fill_cache {
-    uint64_t sizes[16]; /* bit s: size s milli is popular (s < 1000) */
+    uint64_t sizes[16]; /* bit s: size s milli fills (s < 1000) */
     int valid;
     short waste[1001];
 };
 static _Thread_local struct fill_cache fill;
 
+static int shared_one(const struct core_wclass *k)
+{
+    return k->num_gpu == 1 && k->milli > 0 && k->milli < 1000;
+}
+
 static const short *fill_waste(const struct core_cluster *c)
 {
     uint64_t sizes[16] = {0};
-    double all = 0;
+    double all = 0, top = 0, demand = 0, supply = 0;
+    int big = 1000; /* the size of the most popular sharing class */
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000)
+        if (shared_one(k)) {
             all += k->p;
+            if (k->p > top) {
+                top = k->p;
+                big = k->milli;
+            }
+        }
     }
+    /* The sizes that fit the hole a `big` pod leaves: if they are fewer
+     * than the `big` pods, those holes take them all, and no other GPU can
+     * count on them (openb: 810 leaves 190, and the 160s are 7 % as many).
+     * A big of 500 or less fills its own holes. */
     for (int m = 0; m < c->n_wclasses; m++) {
         const struct core_wclass *k = &c->wclasses[m];
-        if (k->num_gpu == 1 && k->milli > 0 && k->milli < 1000 && k->p >= FILL_MIN_P * all)
+        if (!shared_one(k))
+            continue;
+        if (k->milli == big)
+            demand += k->p;
+        else if (k->milli <= 1000 - big)
+            supply += k->p;
+        if (k->p >= FILL_MIN_P * all)
             sizes[k->milli >> 6] |= UINT64_C(1) << (k->milli & 63);
     }
+    if (2 * big > 1000 && supply < demand) /* clear sizes 0..1000 - big */
+        for (int w = 0, last = 1000 - big; w <= last >> 6; w++)
+            sizes[w] &= last - 64 * w >= 63 ? 0 : ~((UINT64_C(2) << (last - 64 * w)) - 1);
     if (fill.valid && memcmp(sizes, fill.sizes, sizeof sizes) == 0)
         return fill.waste;
     char ok[1001] = {1};

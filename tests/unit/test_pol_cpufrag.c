@@ -155,6 +155,35 @@ static void fill_tests(void)
     }
 }
 
+/* Fill with the top class's hole fillers set aside: 800 is the most common
+ * size and leaves 200, so the rare 150s are all taken by 800 GPUs and no
+ * other GPU can count on them. A 650 on the GPU a 150 left at 850 would
+ * leave 200, which only a 150 fills, and take the one place an 800 still
+ * fits besides a free GPU; on the free GPU it leaves 350, which a 300
+ * fills. Counting the 150 as a filler (the rule before) put the 650 next
+ * to the 150. */
+static void fill_absorbed_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[3] = {{1000, 1, 800, "", 10}, {1000, 1, 300, "", 4}, {1000, 1, 150, "", 1}};
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "n", 64000, 2, "V100");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 3, 1.0, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "a", 1000, 1, 150);
+        ASSERT_STREQ(place(c, pol, &p, &d), "n");
+        int first = d.alloc.gpu[0];
+        make_pod(&p, "b", 1000, 1, 650);
+        ASSERT_STREQ(place(c, pol, &p, &d), "n");
+        ASSERT_EQ(d.alloc.gpu[0], 1 - first);
+        core_cluster_free(c);
+    }
+}
+
 /* Model pressure: a quarter of the pods need P100 (2 of the cluster's 10
  * GPUs), a quarter need G2 (8 GPUs). FGD's fragmentation is the same on
  * both nodes for a pod free to use either; cpufrag leaves it off the scarce
@@ -255,6 +284,7 @@ int test_pol_cpufrag(void)
     cpu_only_pod_tests();
     gpu_choice_tests();
     fill_tests();
+    fill_absorbed_tests();
     model_pressure_tests();
     model_count_tests();
     score_tests();
