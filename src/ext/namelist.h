@@ -52,6 +52,11 @@ struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const cha
                                       int n);
 void ext_namelist_put(struct ext_namelist *l);
 
+/* Arrays longer than this (in request bytes) are not kept: 5,000 node
+ * names take ~70-150 KB, and a few hostile 8 MiB bodies must not pin
+ * several times their size in the cache. */
+#define EXT_NAMELIST_KEEP_MAX (2u << 20)
+
 struct ext_namecache;
 /* A cache of up to `slots` lists (the least recently used goes first). */
 struct ext_namecache *ext_namecache_new(int slots);

@@ -322,14 +322,16 @@ static int scan_names(struct scan *sc, struct ext_args *a, size_t raw_len)
     }
 }
 
-/* Replaces freshly scanned names by a list the cache keeps. */
+/* Replaces freshly scanned names by a list, which the cache keeps unless
+ * the array is longer than EXT_NAMELIST_KEEP_MAX. */
 static int keep_names(struct ext_namecache *cache, struct ext_args *a, const char *s,
                       const char *end, struct gs_err *e)
 {
     struct ext_namelist *l = ext_namelist_new(s, (size_t)(end - s), a->names, a->n);
     if (!l)
         return gs_errf(e, GS_ENOMEM, "out of memory");
-    ext_namecache_add(cache, l);
+    if ((size_t)(end - s) <= EXT_NAMELIST_KEEP_MAX)
+        ext_namecache_add(cache, l);
     free(a->names);
     free(a->arena);
     a->arena = NULL;

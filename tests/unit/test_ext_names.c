@@ -116,6 +116,22 @@ static void test_parse_cached(void)
     ASSERT_EQ(a.n, 0);
     ASSERT_STREQ(a.list->quoted, "");
     ext_args_clear(&a);
+
+    /* an array over EXT_NAMELIST_KEEP_MAX is a list for its request only */
+    size_t big = EXT_NAMELIST_KEEP_MAX + 64, k = 0;
+    char *s7 = malloc(big + 256);
+    k += (size_t)sprintf(s7, "{\"Pod\":{\"metadata\":{\"name\":\"p7\"}},\"NodeNames\":[");
+    for (int i = 0; k < big; i++)
+        k += (size_t)sprintf(s7 + k, "%s\"big-%07d\"", i ? "," : "", i);
+    k += (size_t)sprintf(s7 + k, "]}");
+    ASSERT_EQ(ext_args_parse_cached(c, s7, k, &a, &e), 0);
+    ASSERT_EQ(ext_args_parse_cached(c, s7, k, &b, &e), 0);
+    ASSERT_TRUE(a.list != NULL && b.list != NULL && a.list != b.list);
+    ASSERT_EQ(a.n, b.n);
+    ASSERT_STREQ(b.names[b.n - 1], a.names[a.n - 1]);
+    ext_args_clear(&a);
+    ext_args_clear(&b);
+    free(s7);
     ext_namecache_free(c);
 }
 
