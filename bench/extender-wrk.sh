@@ -6,7 +6,11 @@
 # Defaults: 10 s per run, 1000 and 5000 nodes x 8 GPUs, 2 wrk threads and
 # 8 connections against 4 server threads. CONNS=1 measures one client at a
 # time: the latency of a request alone, without queueing behind the
-# scheduler lock.
+# scheduler lock. Each /filter and /prioritize runs twice: once with the
+# same request again and again ("same pod"), once with a different pod in
+# every request ("new pod": distinct name and UID, same GPU request), so
+# that nothing keyed on the request bytes or the pod flatters the numbers.
+# PODS=same or PODS=new runs only that one.
 set -eu
 conns=${CONNS:-8}; threads=2; [ "$conns" -lt 2 ] && threads=1
 build=$1; secs=${2:-10}; shift 2 2>/dev/null || shift $#
@@ -17,26 +21,31 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT INT TERM
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"; exit 1; }
 /usr/bin/python3 "$here/extender_gen.py" "$work" $nodes
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-printf "%-6s %-11s %10s %9s %9s\n" nodes endpoint "req/s" p50 p99
+pods=${PODS:-"same new"}
+printf "%-6s %-11s %-8s %10s %9s %9s\n" nodes endpoint pod "req/s" p50 p99
 for n in $nodes; do
   "$build/gpusched" extender --nodes "$work/nodes-$n.json" --listen "127.0.0.1:$port" \
       --log-level warn --threads 4 &
   pid=$!
   i=0; until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
     i=$((i+1)); [ $i -gt 200 ] && { echo "extender did not start"; exit 1; }; sleep 0.1; done
-  for ep in healthz filter prioritize; do
+  runs="healthz:-"
+  for p in $pods; do runs="$runs filter:$p prioritize:$p"; done
+  for run in $runs; do
+    ep=${run%%:*}; pod=${run#*:}
     if [ $ep = healthz ]; then
       out=$(wrk -t$threads -c$conns -d"${secs}s" --latency "http://127.0.0.1:$port/healthz")
     else
-      out=$(BODY="$work/$ep-$n.json" wrk -t$threads -c$conns -d"${secs}s" --latency \
-            -s "$here/extender_post.lua" "http://127.0.0.1:$port/$ep")
+      unique=0; [ "$pod" = new ] && unique=1
+      out=$(BODY="$work/$ep-$n.json" UNIQUE=$unique wrk -t$threads -c$conns -d"${secs}s" \
+            --latency -s "$here/extender_post.lua" "http://127.0.0.1:$port/$ep")
     fi
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     p50=$(echo "$out" | awk '$1 == "50%" {print $2}')
     p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
     non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
     [ -n "$non2xx" ] && { echo "$ep: $non2xx non-2xx answers"; exit 1; }
-    printf "%-6s %-11s %10s %9s %9s\n" "$n" "/$ep" "$rps" "$p50" "$p99"
+    printf "%-6s %-11s %-8s %10s %9s %9s\n" "$n" "/$ep" "$pod" "$rps" "$p50" "$p99"
   done
   kill $pid; wait $pid 2>/dev/null || true
 done

@@ -123,4 +123,11 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
 int core_preempt(struct core_cluster *c, const struct core_node *n, const struct core_pod *pod,
                  const char **victims, int max, int *n_victims, struct gs_err *e);
 
+/* The node's position in the cluster: core_cluster_node(c, pos) is n. A
+ * position stays while the node is updated in place and changes only when
+ * nodes are removed, so callers that remember nodes by name (the
+ * extender's NodeNames cache) keep positions, not pointers, which an update
+ * replaces. */
+int core_node_pos(const struct core_node *n);
+
 #endif

@@ -322,10 +322,35 @@ static int scan_names(struct scan *sc, struct ext_args *a, size_t raw_len)
     }
 }
 
+/* Replaces freshly scanned names by a list, which the cache keeps unless
+ * the array is longer than EXT_NAMELIST_KEEP_MAX. */
+static int keep_names(struct ext_namecache *cache, struct ext_args *a, const char *s,
+                      const char *end, struct gs_err *e)
+{
+    struct ext_namelist *l = ext_namelist_new(s, (size_t)(end - s), a->names, a->n);
+    if (!l)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    if ((size_t)(end - s) <= EXT_NAMELIST_KEEP_MAX)
+        ext_namecache_add(cache, l);
+    free(a->names);
+    free(a->arena);
+    a->arena = NULL;
+    a->list = l;
+    a->names = l->names;
+    return 0;
+}
+
 int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_err *e)
+{
+    return ext_args_parse_cached(NULL, body, len, a, e);
+}
+
+int ext_args_parse_cached(struct ext_namecache *cache, const char *body, size_t len,
+                          struct ext_args *a, struct gs_err *e)
 {
     struct scan sc = {body, body + len, body, e};
     const char *pod_s = NULL, *pod_e = NULL, *nodes_s = NULL, *nodes_e = NULL;
+    const char *names_s = NULL, *names_e = NULL;
     int seen_pod = 0, seen_names = 0, seen_nodes = 0, have_names = 0, rc;
     char key[16];
 
@@ -373,8 +398,17 @@ int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_e
             }
             const char *vs = sc.p;
             if (which == 2 && sc.p < sc.end && *sc.p == '[') {
-                if ((rc = scan_names(&sc, a, len)) < 0)
+                size_t span;
+                if (cache && (a->list = ext_namecache_match(cache, sc.p,
+                                                            (size_t)(sc.end - sc.p), &span))) {
+                    sc.p += span;
+                    a->n = a->list->n;
+                    a->names = a->list->names;
+                } else if ((rc = scan_names(&sc, a, len)) < 0) {
                     goto fail;
+                } else {
+                    names_s = vs, names_e = sc.p;
+                }
                 have_names = 1;
             } else if (which == 2 && sc.p < sc.end && *sc.p != 'n') {
                 rc = gs_errf(e, GS_EINVAL, "NodeNames: not an array");
@@ -415,9 +449,16 @@ int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_e
     }
     if ((rc = check_pod(a->pod_doc, &a->pod, e)) < 0)
         goto fail;
-    if (have_names)
+    if (have_names) {
+        if (cache && names_s && (rc = keep_names(cache, a, names_s, names_e, e)) < 0)
+            goto fail;
         return 0;
-    free(a->names);
+    }
+    if (a->list)
+        ext_namelist_put(a->list);
+    else
+        free(a->names);
+    a->list = NULL;
     a->names = NULL;
     if (nodes_s && !(nodes_e - nodes_s == 4 && memcmp(nodes_s, "null", 4) == 0)) {
         const json_t *nodes, *items;
@@ -461,7 +502,10 @@ fail:
 
 void ext_args_clear(struct ext_args *a)
 {
-    free(a->names);
+    if (a->list)
+        ext_namelist_put(a->list);
+    else
+        free(a->names);
     free(a->nodes);
     free(a->arena);
     json_decref(a->pod_doc);

@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "ext/namelist.h"
 #include "util/err.h"
 
 /* Case-insensitive member lookup (exact match first). */
@@ -31,6 +32,7 @@ json_t *ext_iget(const json_t *obj, const char *key);
  * so replies can echo them without escaping. */
 struct ext_args {
     json_t *pod_doc, *nodes_doc;
+    struct ext_namelist *list;  /* NodeNames as a cached list (names are its), or NULL */
     const json_t *pod;          /* the Pod object */
     int from_nodes;             /* 1: the request carried Nodes (full objects) */
     int n;                      /* candidate nodes */
@@ -39,6 +41,11 @@ struct ext_args {
     char *arena;
 };
 int ext_args_parse(const char *body, size_t len, struct ext_args *a, struct gs_err *e);
+/* The same, taking NodeNames from `cache` when the request repeats an array
+ * kept there, and keeping the array it scans otherwise (ext/namelist.h):
+ * a->list is set whenever the request carried NodeNames. */
+int ext_args_parse_cached(struct ext_namecache *cache, const char *body, size_t len,
+                          struct ext_args *a, struct gs_err *e);
 void ext_args_clear(struct ext_args *a);
 
 /* ExtenderBindingArgs. */

@@ -101,6 +101,10 @@ static void *smap_del(struct smap *m, const char *k)
 
 /* ---- state ---------------------------------------------------------------- */
 
+/* NodeNames arrays remembered: /filter's candidates and /prioritize's
+ * (/filter's answer), for a couple of profiles or schedulers at once. */
+#define EXT_NAMELISTS 4
+
 /* A pod the extender has seen. */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
@@ -120,6 +124,11 @@ struct ext_sched {
     struct ext_commit commit;
     struct smap pods;     /* uid -> struct pod */
     struct smap inv;      /* node name -> double* inventory updated_at */
+    /* NodeNames arrays seen lately (ext/namelist.h); their node positions
+     * are valid while node_gen, bumped whenever a node comes or goes, is
+     * what they were resolved at */
+    struct ext_namecache *lists;
+    unsigned long node_gen;
     unsigned long seq;
     int n_need_restore;
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
@@ -159,12 +168,15 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         free(s);
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
     }
-    if (!(s->c = core_cluster_new()) || !(s->quotas = core_quotas_new())) {
+    if (!(s->c = core_cluster_new()) || !(s->quotas = core_quotas_new()) ||
+        !(s->lists = ext_namecache_new(EXT_NAMELISTS))) {
         core_cluster_free(s->c);
+        core_quotas_free(s->quotas);
         free(s);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
+    s->node_gen = 1;
     if (opts->metrics) {
         struct metrics *m = opts->metrics;
         s->m_decisions = metrics_add(m, METRIC_COUNTER, "gpusched_extender_decisions_total",
@@ -225,6 +237,7 @@ void ext_sched_free(struct ext_sched *s)
     free(s->inv.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
+    ext_namecache_free(s->lists);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -591,7 +604,10 @@ static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err 
     int rc = ext_node_spec(node, s->opts.names, &spec, &buf, &updated, e);
     if (rc < 0)
         return rc;
+    int before = core_cluster_node_count(s->c);
     rc = core_cluster_upsert_node(s->c, &spec, e);
+    if (core_cluster_node_count(s->c) != before)
+        s->node_gen++;
     if (rc == 0) {
         double *t = smap_get(&s->inv, spec.name);
         if (!t && (t = malloc(sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
@@ -602,6 +618,15 @@ static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err 
             *t = updated;
     }
     ext_node_buf_clear(&buf);
+    return rc;
+}
+
+static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e)
+{
+    int rc = core_cluster_remove_node(s->c, name, e);
+    if (rc == 0)
+        s->node_gen++;
+    free(smap_del(&s->inv, name));
     return rc;
 }
 
@@ -618,8 +643,7 @@ int ext_sched_upsert_node(struct ext_sched *s, const json_t *node, struct gs_err
 int ext_sched_remove_node(struct ext_sched *s, const char *name, struct gs_err *e)
 {
     pthread_mutex_lock(&s->mu);
-    int rc = core_cluster_remove_node(s->c, name, e);
-    free(smap_del(&s->inv, name));
+    int rc = remove_locked(s, name, e);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -646,8 +670,7 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items)
     for (int k = core_cluster_node_count(s->c) - 1; k >= 0; k--) {
         char *name = strdup(core_cluster_node(s->c, k)->name);
         if (name && !smap_get(&keep, name)) {
-            free(smap_del(&s->inv, name));
-            core_cluster_remove_node(s->c, name, NULL);
+            remove_locked(s, name, NULL);
         }
         free(name);
     }
@@ -803,6 +826,28 @@ static void add_reason(struct sb *b, const char *node, const char *reason)
     sb_quoted(b, reason);
 }
 
+/* The request's nodes (NULL: not in the cluster). A NodeNames list keeps
+ * its names' positions and is looked up again only when nodes came or went
+ * since; full Nodes are looked up by name. Lock held. */
+static void resolve(struct ext_sched *s, const struct ext_args *a, struct core_node **nodes)
+{
+    struct ext_namelist *l = a->list;
+    if (!l) {
+        for (int i = 0; i < a->n; i++)
+            nodes[i] = core_cluster_find(s->c, a->names[i]);
+        return;
+    }
+    if (l->gen != s->node_gen) {
+        for (int i = 0; i < l->n; i++) {
+            const struct core_node *n = core_cluster_find(s->c, l->names[i]);
+            l->pos[i] = n ? core_node_pos(n) : -1;
+        }
+        l->gen = s->node_gen;
+    }
+    for (int i = 0; i < l->n; i++)
+        nodes[i] = l->pos[i] < 0 ? NULL : core_cluster_node(s->c, l->pos[i]);
+}
+
 struct scored {
     int idx, score;
 };
@@ -822,7 +867,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     struct core_pod pod;
     const struct core_policy *pol;
 
-    if (ext_args_parse(body, len, &a, &e) < 0) {
+    if (ext_args_parse_cached(s->lists, body, len, &a, &e) < 0) {
         *reply = ext_error("%s", e.msg);
         decision(s, "filter", "bad_request");
         return 400;
@@ -852,11 +897,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     if (pod.req.kind == CORE_REQ_NONE) {
         memset(fit, 1, (size_t)a.n);
     } else {
-        for (int i = 0; i < a.n; i++) {
-            nodes[i] = core_cluster_find(s->c, a.names[i]);
-            if (!nodes[i] && a.from_nodes && upsert_locked(s, a.nodes[i], &e) == 0)
+        resolve(s, &a, nodes);
+        for (int i = 0; i < a.n && a.from_nodes; i++)
+            if (!nodes[i] && upsert_locked(s, a.nodes[i], &e) == 0)
                 nodes[i] = core_cluster_find(s->c, a.names[i]);
-        }
         /* decide every node at once; reasons only for the rejected ones */
         core_filter_nodes(s->c, &pod, nodes, a.n, fit, NULL);
     }
@@ -921,21 +965,23 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         sb_str(&r, "},\"NodeNames\":null");
         free(js);
     } else {
-        int first = 1;
-        size_t need = failed.len + unres.len + 128; /* the whole reply, allocated once */
-        for (int i = 0; i < a.n; i++)
-            need += fit[i] ? strlen(a.names[i]) + 3 : 0;
-        sb_reserve(&r, need);
+        /* runs of fitting nodes are copied from the list's own reply text */
+        const char *q = a.list->quoted;
+        const size_t *qo = a.list->qoff;
+        sb_reserve(&r, failed.len + unres.len + qo[a.n] + 128); /* allocated once */
         sb_str(&r, "{\"Nodes\":null,\"NodeNames\":[");
-        for (int i = 0; i < a.n; i++)
-            if (fit[i]) {
+        for (int i = 0, j, first = 1; i < a.n; i = j) {
+            for (j = i; j < a.n && fit[j]; j++)
+                ;
+            if (j > i) {
                 if (!first)
                     sb_put(&r, ",", 1);
+                sb_put(&r, q + qo[i], qo[j] - qo[i] - 1);
                 first = 0;
-                sb_put(&r, "\"", 1);
-                sb_str(&r, a.names[i]); /* names are checked: nothing to escape */
-                sb_put(&r, "\"", 1);
+            } else {
+                j++;
             }
+        }
         sb_put(&r, "]", 1);
     }
     sb_str(&r, ",\"FailedNodes\":{");
@@ -966,7 +1012,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     struct core_pod pod;
     const struct core_policy *pol;
 
-    if (ext_args_parse(body, len, &a, &e) < 0) {
+    if (ext_args_parse_cached(s->lists, body, len, &a, &e) < 0) {
         *reply = ext_error("%s", e.msg);
         decision(s, "prioritize", "bad_request");
         return 400;
@@ -995,13 +1041,12 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     pthread_mutex_lock(&s->mu);
     if (pod.req.kind != CORE_REQ_NONE) {
         remember(s, a.pod);
-        for (int i = 0; i < a.n; i++) {
-            struct core_node *n = core_cluster_find(s->c, a.names[i]);
-            if (n) {
+        resolve(s, &a, nodes);
+        for (int i = 0; i < a.n; i++)
+            if (nodes[i]) {
                 pos[k] = i;
-                nodes[k++] = n;
+                nodes[k++] = nodes[i];
             }
-        }
         if (k && core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0)
             for (int j = 0; j < k; j++) /* 0..100 -> kube-scheduler's 0..10 */
                 out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
@@ -1011,22 +1056,29 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     struct sb r = {0};
     size_t need = 2; /* the whole reply, so that it is allocated once */
     for (int i = 0; i < a.n; i++)
-        need += strlen(a.names[i]) + sizeof ",{\"Host\":\"\",\"Score\":10}";
-    sb_reserve(&r, need);
-    sb_put(&r, "[", 1);
-    for (int i = 0; i < a.n; i++) {
-        /* scores are 0..10: two digits at most, no printf per node */
-        char num[16] = "\",\"Score\":";
-        size_t nl = strlen(num);
-        if (out_scores[i] >= 10)
-            num[nl++] = (char)('0' + out_scores[i] / 10);
-        num[nl++] = (char)('0' + out_scores[i] % 10);
-        num[nl++] = '}';
-        if (i)
-            sb_put(&r, ",", 1);
-        sb_put(&r, "{\"Host\":\"", 9);
-        sb_str(&r, a.names[i]);
-        sb_put(&r, num, nl);
+        need += (a.list ? a.list->len[i] : strlen(a.names[i])) +
+                sizeof ",{\"Host\":\"\",\"Score\":10}";
+    if (sb_reserve(&r, need) == 0) {
+        /* written in place: the buffer holds the whole reply */
+        static const char host[] = "{\"Host\":\"", score[] = "\",\"Score\":";
+        char *w = r.buf + r.len;
+        *w++ = '[';
+        for (int i = 0; i < a.n; i++) {
+            size_t nl = a.list ? a.list->len[i] : strlen(a.names[i]);
+            if (i)
+                *w++ = ',';
+            memcpy(w, host, sizeof host - 1);
+            w += sizeof host - 1;
+            memcpy(w, a.names[i], nl);
+            w += nl;
+            memcpy(w, score, sizeof score - 1);
+            w += sizeof score - 1;
+            if (out_scores[i] >= 10) /* scores are 0..10: two digits at most */
+                *w++ = (char)('0' + out_scores[i] / 10);
+            *w++ = (char)('0' + out_scores[i] % 10);
+            *w++ = '}';
+        }
+        r.len = (size_t)(w - r.buf);
     }
     sb_put(&r, "]", 1);
     reply_text(out, &r);

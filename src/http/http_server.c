@@ -24,6 +24,9 @@ struct http_server {
     struct timespec cert_mtime, key_mtime; /* of the files last loaded */
 };
 
+/* Bodies up to this size get their whole buffer when the request starts. */
+#define HTTP_PREALLOC (1u << 20)
+
 /* Per-connection state while the body arrives. */
 struct conn_ctx {
     char *buf;
@@ -90,6 +93,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!ctx)
             return MHD_NO;
         *con_cls = ctx;
+        /* the body buffer allocated once for the declared length (up to
+         * HTTP_PREALLOC: a larger body grows the buffer as it arrives, so a
+         * header alone cannot make the server commit memory) */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        char *end;
+        unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
+        if (n > 0 && *end == '\0' && n <= s->opts.max_body && n <= HTTP_PREALLOC &&
+            (ctx->buf = malloc(n + 1)))
+            ctx->cap = n + 1;
         return MHD_YES;
     }
     if (*upload_size) {
