@@ -6,6 +6,7 @@ lost; a failed Binding leaves no GPU held; two replicas elect one leader and
 the other answers /bind with 503; freed GPUs nudge pending pods; a stale
 inventory takes a node out; pods that fit nowhere get an Event.
 """
+import threading
 import time
 
 import pytest
@@ -157,15 +158,24 @@ def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
         e.stop()
 
 
-def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
+def two_pods_for_g1(bin_, api, tmp_path):
+    """Pods x and y, each wanting both of g1's GPUs, seen by a started extender."""
     add_gpu_pod(api, "x", "2")
     add_gpu_pod(api, "y", "2")
-    e = start(gpusched_bin, api, tmp_path)
+    e = start(bin_, api, tmp_path)
     try:
         for n in ("x", "y"):
             wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
                      what="pods cached")
-        import threading
+    except BaseException:
+        e.stop()
+        raise
+    return e
+
+
+def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
+    e = two_pods_for_g1(gpusched_bin, api, tmp_path)
+    try:
         res = {}
         ts = [threading.Thread(target=lambda n=n: res.__setitem__(
             n, e.bind(api.get("pods", n, "default"), "g1"))) for n in ("x", "y")]
@@ -184,15 +194,9 @@ def test_race_for_the_last_gpu_in_cluster(gpusched_bin, api, tmp_path):
 def test_relist_during_a_bind_keeps_its_gpus(gpusched_bin, api, tmp_path):
     """A 410 relist whose list predates a bind's annotations must not drop
     the GPUs that bind holds: a second pod then finds them taken."""
-    add_gpu_pod(api, "x", "2")
-    add_gpu_pod(api, "y", "2")
-    e = start(gpusched_bin, api, tmp_path)
+    e = two_pods_for_g1(gpusched_bin, api, tmp_path)
     try:
-        for n in ("x", "y"):
-            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
-                     what="pods cached")
         api.delay("PATCH", r"/pods/x$", 2.0)  # the bind's annotation patch is slow
-        import threading
         res = {}
         t = threading.Thread(target=lambda: res.__setitem__(
             "x", e.bind(api.get("pods", "x", "default"), "g1")))

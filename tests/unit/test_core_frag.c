@@ -13,11 +13,7 @@
 
 static uint64_t rnd_state = 5;
 
-static int rnd(int n)
-{
-    rnd_state = rnd_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (int)((rnd_state >> 33) % (uint64_t)n);
-}
+static int rnd(int n) { return tc_rnd(&rnd_state, n); }
 
 static void random_node(struct core_cluster *c, int i)
 {

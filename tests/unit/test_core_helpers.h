@@ -11,6 +11,13 @@
 #include "core/core.h"
 #include "core/policy.h"
 
+/* A seeded generator for randomised tests: a number in [0, n). */
+static inline int tc_rnd(uint64_t *state, int n)
+{
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (int)((*state >> 33) % (uint64_t)n);
+}
+
 /* A node with n GPUs of one model, each gpu_mem MiB, all healthy. */
 static inline int tc_node(struct core_cluster *c, const char *name, int64_t cpu_milli,
                           int64_t mem_gib, int n, const char *model, int64_t gpu_mem)
