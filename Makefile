@@ -24,6 +24,7 @@ demo: build
 	@mkdir -p $(DEMO_DIR)
 	$(BUILD)/gpusched gen-trace --out $(DEMO_DIR) --seed 1
 	$(BUILD)/gpusched simulate --nodes $(DEMO_DIR)/nodes.csv --pods $(DEMO_DIR)/pods.csv \
+	    --policy random,dotprod,clustering,packing,bestfit,fgd,cpufrag \
 	    --seeds 42-46 --plot $(DEMO_DIR)/unallocated.svg --json $(DEMO_DIR)/results.json
 	@echo "plot: $(DEMO_DIR)/unallocated.svg  results: $(DEMO_DIR)/results.json"
 
