@@ -15,5 +15,7 @@ extern const struct core_policy core_policy_random, core_policy_dotprod,
 int pol_req_total(const struct core_cycle *cy, const struct core_node *n);
 /* Integer min-max rescale of n raw scores to 0..100; all equal -> all 0. */
 void pol_minmax(const struct core_cycle *cy, int *s, int n);
+/* The lowest and highest of s[0..n-1] (n >= 1). */
+void pol_range(const int *s, int n, int *lo, int *hi);
 
 #endif

@@ -281,13 +281,8 @@ static int cpufrag_score(const struct core_cycle *cy, const struct core_node *n)
 static void cpufrag_normalize(const struct core_cycle *cy, int *s, int n)
 {
     (void)cy;
-    int lo = s[0], hi = s[0];
-    for (int i = 1; i < n; i++) {
-        if (s[i] < lo)
-            lo = s[i];
-        if (s[i] > hi)
-            hi = s[i];
-    }
+    int lo, hi;
+    pol_range(s, n, &lo, &hi);
     for (int i = 0; i < n; i++)
         s[i] = s[i] == hi ? CORE_MAX_SCORE
                           : (int)((int64_t)(s[i] - lo) * (CORE_MAX_SCORE - 2) / (hi - lo));

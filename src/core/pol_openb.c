@@ -159,17 +159,23 @@ static int bestfit_score(const struct core_cycle *cy, const struct core_node *n)
     return (int)floor(100.0 * (1.0 - (0.5 * cpu + 0.5 * gpu)));
 }
 
+void pol_range(const int *s, int n, int *lo, int *hi)
+{
+    *lo = *hi = s[0];
+    for (int i = 1; i < n; i++) {
+        if (s[i] < *lo)
+            *lo = s[i];
+        if (s[i] > *hi)
+            *hi = s[i];
+    }
+}
+
 /* Min-max rescale to 0..100 in integers; all equal -> all 0. */
 void pol_minmax(const struct core_cycle *cy, int *s, int n)
 {
     (void)cy;
-    int lo = s[0], hi = s[0];
-    for (int i = 1; i < n; i++) {
-        if (s[i] < lo)
-            lo = s[i];
-        if (s[i] > hi)
-            hi = s[i];
-    }
+    int lo, hi;
+    pol_range(s, n, &lo, &hi);
     for (int i = 0; i < n; i++)
         s[i] = hi == lo ? 0 : (int)((int64_t)(s[i] - lo) * CORE_MAX_SCORE / (hi - lo));
 }
