@@ -436,7 +436,7 @@ static int ctr_host(const struct ctx *c, json_t *lim, json_t *req, struct ctr_re
                                                                       {"memory", 1}};
     for (int i = 0; i < 2; i++) {
         json_t *v = req ? json_object_get(req, host[i].res) : NULL;
-        const char *from = "requests", *s;
+        const char *from = "requests", *s = NULL;
         char buf[32];
         int64_t x;
         if (!v && lim) {

@@ -101,7 +101,7 @@ static int parse_mig(json_t *arr, struct dp_gpu *g, const char *where, struct gs
         return gs_errf(e, GS_EINVAL, "%s.mig: more than %d instances", where, DP_MAX_MIG);
     json_array_foreach(arr, i, m) {
         struct dp_mig *mi = &g->mig[i];
-        long long x;
+        long long x = 0;
         snprintf(w, sizeof w, "%s.mig[%zu]", where, i);
         if (!json_is_object(m))
             return gs_errf(e, GS_EINVAL, "%s: must be an object", w);
@@ -137,7 +137,7 @@ static int parse_links(json_t *arr, struct dp_fake_state *st, int gi, int n, con
     if (!json_is_array(arr))
         return gs_errf(e, GS_EINVAL, "%s.links: must be an array", where);
     json_array_foreach(arr, i, l) {
-        long long peer, nv;
+        long long peer = 0, nv = 0;
         char type[16];
         snprintf(w, sizeof w, "%s.links[%zu]", where, i);
         if (!json_is_object(l))
@@ -168,7 +168,7 @@ static int parse_links(json_t *arr, struct dp_fake_state *st, int gi, int n, con
 static int parse_gpu(json_t *o, struct dp_fake_state *st, int i, int n, struct gs_err *e)
 {
     char w[32];
-    long long x;
+    long long x = 0;
     struct dp_gpu *g = &st->inv.gpu[i];
     json_t *v;
 

@@ -42,7 +42,7 @@ static int str_field(const json_t *o, const char *k, char *dst, size_t cap, int 
 static int parse_gpu(const json_t *g, int i, struct core_gpu_spec *out, struct gs_err *e)
 {
     char where[32];
-    long long v;
+    long long v = 0;
     const json_t *links, *l, *mig, *m;
     size_t j;
     int rc;

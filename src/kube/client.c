@@ -381,7 +381,7 @@ void kube_now_micro(char *buf, size_t cap)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, cap, "%s.%06ldZ", base, ts.tv_nsec / 1000);
+    snprintf(buf, cap, "%s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
 }
 
 int kube_parse_time(const char *s, double *out)
