@@ -700,6 +700,7 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
     node_free(n);
     c->nodes[pos] = c->nodes[last];
     c->n_nodes--;
+    c->stamp_seq++; /* core_cluster_version moves: the node set changed */
     if (pos < c->n_nodes) {
         c->nodes[pos]->priv->pos = pos;
         c->hot[pos] = c->hot[c->n_nodes];

@@ -130,4 +130,18 @@ int core_preempt(struct core_cluster *c, const struct core_node *n, const struct
  * replaces. */
 int core_node_pos(const struct core_node *n);
 
+/* The node's state stamp: renewed on every change of the node (its
+ * allocations, inventory, availability, labels, taints) and never given
+ * twice over the cluster's life, so an equal stamp means the same node in
+ * the same state, and core_filter answers it the same way. Never 0. */
+uint64_t core_node_stamp(const struct core_cluster *c, const struct core_node *n);
+
+/* Moves whenever anything core_filter or core_score reads changes: a node
+ * added, updated, removed or marked (un)available, an allocation reserved
+ * or released, the target workload (explicit or learned) or the per-model
+ * GPU counts. Equal versions give equal answers to the same question (the
+ * random policy and the tie-break seed aside), which lets the extender keep
+ * answers to repeated requests. */
+uint64_t core_cluster_version(const struct core_cluster *c);
+
 #endif

@@ -1,6 +1,20 @@
-/* core/nodepos.c - core_node_pos (core.h): a node's position in its
- * cluster, for callers outside the core that remember nodes by position. */
+/* core/nodepos.c - a node's position and state stamp, and the cluster's
+ * version (core.h): for callers outside the core that remember nodes by
+ * position and keep answers across requests (the extender). */
 #include "core/core.h"
 #include "core/internal.h"
 
 int core_node_pos(const struct core_node *n) { return n->priv->pos; }
+
+uint64_t core_node_stamp(const struct core_cluster *c, const struct core_node *n)
+{
+    return c->stamps[n->priv->pos];
+}
+
+/* Every counter here only grows, except wdirty, which drops to 0 exactly
+ * when core_workload_prepare bumps wver (a rebuild that changes no answer:
+ * every score prepares first). So the sum moves on every change. */
+uint64_t core_cluster_version(const struct core_cluster *c)
+{
+    return c->stamp_seq + c->wver + c->cap_ver + (uint64_t)c->wdirty;
+}

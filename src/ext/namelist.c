@@ -60,6 +60,12 @@ struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const cha
     return l;
 }
 
+struct ext_namelist *ext_namelist_ref(struct ext_namelist *l)
+{
+    __atomic_add_fetch(&l->refs, 1, __ATOMIC_ACQ_REL);
+    return l;
+}
+
 void ext_namelist_put(struct ext_namelist *l)
 {
     if (!l || __atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) > 0)
@@ -129,7 +135,7 @@ struct ext_namelist *ext_namecache_match(struct ext_namecache *c, const char *p,
 void ext_namecache_add(struct ext_namecache *c, struct ext_namelist *l)
 {
     struct ext_namelist *drop = NULL;
-    __atomic_add_fetch(&l->refs, 1, __ATOMIC_ACQ_REL);
+    ext_namelist_ref(l);
     pthread_mutex_lock(&c->mu);
     if (c->n == c->slots)
         drop = c->l[--c->n];

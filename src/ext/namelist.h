@@ -50,6 +50,8 @@ struct ext_namelist {
  * raw[0..raw_len) ('[' to ']'). NULL when out of memory. */
 struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const char *const *names,
                                       int n);
+/* Another reference to l (returned). */
+struct ext_namelist *ext_namelist_ref(struct ext_namelist *l);
 void ext_namelist_put(struct ext_namelist *l);
 
 /* Arrays longer than this (in request bytes) are not kept: 5,000 node

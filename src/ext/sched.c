@@ -11,6 +11,7 @@
 #include "core/policy.h"
 #include "core/quota.h"
 #include "ext/annot.h"
+#include "ext/memo.h"
 #include "ext/nodes.h"
 #include "ext/proto.h"
 #include "ext/sched.h"
@@ -104,6 +105,9 @@ static void *smap_del(struct smap *m, const char *k)
 /* NodeNames arrays remembered: /filter's candidates and /prioritize's
  * (/filter's answer), for a couple of profiles or schedulers at once. */
 #define EXT_NAMELISTS 4
+/* Answers kept (ext/memo.h): a /filter and a /prioritize entry per list
+ * and pod shape, for a few shapes at once. */
+#define EXT_MEMO_SLOTS 8
 
 /* A pod the extender has seen. */
 struct pod {
@@ -129,6 +133,7 @@ struct ext_sched {
      * what they were resolved at */
     struct ext_namecache *lists;
     unsigned long node_gen;
+    struct ext_memo *memo;
     unsigned long seq;
     int n_need_restore;
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
@@ -169,7 +174,8 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
     }
     if (!(s->c = core_cluster_new()) || !(s->quotas = core_quotas_new()) ||
-        !(s->lists = ext_namecache_new(EXT_NAMELISTS))) {
+        !(s->lists = ext_namecache_new(EXT_NAMELISTS)) || !(s->memo = ext_memo_new(EXT_MEMO_SLOTS))) {
+        ext_namecache_free(s->lists);
         core_cluster_free(s->c);
         core_quotas_free(s->quotas);
         free(s);
@@ -237,6 +243,7 @@ void ext_sched_free(struct ext_sched *s)
     free(s->inv.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
+    ext_memo_free(s->memo);
     ext_namecache_free(s->lists);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -782,7 +789,13 @@ static void reply_text(struct ext_reply *r, struct sb *b)
 char *ext_reply_take(struct ext_reply *r, size_t *len)
 {
     char *out = r->text;
-    if (out) {
+    if (r->shared) {
+        out = malloc(r->shared->len + 1);
+        if (out)
+            memcpy(out, r->shared->buf, r->shared->len + 1);
+        *len = out ? r->shared->len : 0;
+        ext_text_put(r->shared);
+    } else if (out) {
         *len = r->len;
     } else {
         out = r->json ? json_dumps(r->json, JSON_COMPACT) : NULL;
@@ -858,6 +871,119 @@ static int by_score(const void *a, const void *b)
     return x->score != y->score ? y->score - x->score : x->idx - y->idx;
 }
 
+/* The /filter reply: the fitting nodes (as full objects when the request
+ * carried them), then the reasons gathered for the others. */
+static void filter_reply(struct sb *r, const struct ext_args *a, const unsigned char *fit,
+                         const struct sb *failed, const struct sb *unres)
+{
+    if (a->from_nodes) {
+        json_t *items = json_array();
+        for (int i = 0; i < a->n; i++)
+            if (fit[i])
+                json_array_append(items, (json_t *)a->nodes[i]);
+        json_t *list = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "NodeList",
+                                 "items", items);
+        char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
+        json_decref(list);
+        sb_str(r, "{\"Nodes\":{");
+        sb_str(r, js ? js : "");
+        sb_str(r, "},\"NodeNames\":null");
+        free(js);
+    } else {
+        /* runs of fitting nodes are copied from the list's own reply text */
+        const char *q = a->list->quoted;
+        const size_t *qo = a->list->qoff;
+        sb_reserve(r, failed->len + unres->len + qo[a->n] + 128); /* allocated once */
+        sb_str(r, "{\"Nodes\":null,\"NodeNames\":[");
+        for (int i = 0, j, first = 1; i < a->n; i = j) {
+            for (j = i; j < a->n && fit[j]; j++)
+                ;
+            if (j > i) {
+                if (!first)
+                    sb_put(r, ",", 1);
+                sb_put(r, q + qo[i], qo[j] - qo[i] - 1);
+                first = 0;
+            } else {
+                j++;
+            }
+        }
+        sb_put(r, "]", 1);
+    }
+    sb_str(r, ",\"FailedNodes\":{");
+    if (failed->buf)
+        sb_put(r, failed->buf + 1, failed->len - 1); /* drop the leading comma */
+    sb_str(r, "},\"FailedAndUnresolvableNodes\":{");
+    if (unres->buf)
+        sb_put(r, unres->buf + 1, unres->len - 1);
+    sb_str(r, "},\"Error\":\"\"}");
+    r->oom |= failed->oom | unres->oom;
+}
+
+static const char unknown_node[] = "node is unknown to gpusched (no Node object seen)";
+
+/* Brings an entry's verdicts up to the cluster's state: only the nodes
+ * whose state stamp moved since the entry saw them (every node of a new
+ * entry) are decided again. Returns 1 when a verdict or a reason changed
+ * (the kept reply is dropped), 0 when none did, -1 when out of memory.
+ * Lock held; nodes resolved unless the entry is current. */
+static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const struct core_pod *pod,
+                       struct core_node *const *nodes)
+{
+    uint64_t ver = core_cluster_version(s->c);
+    int k = 0, changed = 0, oom = 0;
+    if (en->version == ver)
+        return 0;
+    int *idx = malloc(((size_t)en->n + 1) * sizeof *idx);
+    struct core_node **sub = malloc(((size_t)en->n + 1) * sizeof *sub);
+    unsigned char *subfit = malloc((size_t)en->n + 1);
+    if (!idx || !sub || !subfit) {
+        free(idx);
+        free(sub);
+        free(subfit);
+        return -1;
+    }
+    for (int i = 0; i < en->n; i++) {
+        uint64_t st = nodes[i] ? core_node_stamp(s->c, nodes[i]) : 0;
+        if (en->fit[i] != EXT_FIT_UNSET && st == en->stamp[i])
+            continue;
+        en->stamp[i] = st;
+        idx[k] = i;
+        sub[k++] = nodes[i];
+    }
+    core_filter_nodes(s->c, pod, sub, k, subfit, NULL);
+    for (int j = 0; j < k; j++) {
+        int i = idx[j], v = EXT_FIT_YES;
+        struct core_status st;
+        const char *why = NULL;
+        if (!sub[j]) {
+            v = EXT_FIT_UNKNOWN;
+        } else if (!subfit[j]) {
+            core_filter(s->c, sub[j], pod, &st);
+            v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
+            why = st.reason;
+        }
+        if (v == en->fit[i] && (!why || strcmp(why, en->reason[i]) == 0))
+            continue;
+        changed = 1;
+        en->nfit += (v == EXT_FIT_YES) - (en->fit[i] == EXT_FIT_YES);
+        free(en->reason[i]);
+        en->reason[i] = NULL;
+        en->fit[i] = (unsigned char)v;
+        if (why && !(en->reason[i] = strdup(why))) {
+            en->nfit -= en->fit[i] == EXT_FIT_YES;
+            en->fit[i] = EXT_FIT_UNSET; /* decided again next time */
+            oom = 1;
+        }
+    }
+    free(idx);
+    free(sub);
+    free(subfit);
+    if (changed || oom)
+        ext_memo_set_reply(en, NULL);
+    en->version = oom ? 0 : ver;
+    return oom ? -1 : changed;
+}
+
 int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
     json_t **reply = &out->json;
@@ -877,51 +1003,71 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         decision(s, "filter", "error");
         return 200;
     }
+    int gpu = pod.req.kind != CORE_REQ_NONE;
+    char *key = NULL;
+    size_t klen = 0;
+    /* a GPU pod asked about a NodeNames list is answered from a kept entry
+     * (ext/memo.h; verdicts do not depend on the policy), any other from
+     * an entry of its own */
+    int memo = gpu && a.list && a.n <= EXT_MEMO_NODES_MAX &&
+               ext_memo_key(&pod, NULL, &key, &klen) == 0;
     struct sb failed = {0}, unres = {0};
     unsigned char *fit = calloc((size_t)a.n + 1, 1);
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
-    int nfit = 0;
+    struct ext_memo_entry own = {0}, *en = NULL;
+    struct ext_text *kept = NULL;
+    int nfit = 0, modified = 0, ok = 1;
+    unsigned long epoch = 0;
+    uint64_t ver = 0;
 
-    if (!fit || !nodes) {
-        free(fit);
-        free(nodes);
-        core_pod_clear(&pod);
-        ext_args_clear(&a);
-        *reply = ext_error("out of memory");
-        decision(s, "filter", "error");
-        return 500;
+    if (!fit || !nodes || (gpu && !memo && ext_memo_entry_init(&own, a.n) < 0)) {
+        free(key);
+        ok = 0;
+        goto done;
     }
     pthread_mutex_lock(&s->mu);
-    struct pod *p = pod.req.kind != CORE_REQ_NONE ? remember(s, a.pod) : NULL;
+    struct pod *p = gpu ? remember(s, a.pod) : NULL;
     int quota = quota_prepare(s, &pod);
-    if (pod.req.kind == CORE_REQ_NONE) {
+    if (!gpu) {
         memset(fit, 1, (size_t)a.n);
+    } else if (!(en = memo ? ext_memo_get(s->memo, a.list, EXT_MEMO_FILTER, key, klen) : &own)) {
+        ok = 0;
     } else {
-        resolve(s, &a, nodes);
-        for (int i = 0; i < a.n && a.from_nodes; i++)
-            if (!nodes[i] && upsert_locked(s, a.nodes[i], &e) == 0)
-                nodes[i] = core_cluster_find(s->c, a.names[i]);
-        /* decide every node at once; reasons only for the rejected ones */
-        core_filter_nodes(s->c, &pod, nodes, a.n, fit, NULL);
+        if (!memo || en->version != core_cluster_version(s->c) || quota || s->opts.top_k > 0) {
+            resolve(s, &a, nodes);
+            for (int i = 0; i < a.n && a.from_nodes; i++)
+                if (!nodes[i] && upsert_locked(s, a.nodes[i], &e) == 0)
+                    nodes[i] = core_cluster_find(s->c, a.names[i]);
+        }
+        ok = memo_decide(s, en, &pod, nodes) >= 0;
+        epoch = en->epoch;
+        ver = en->version;
     }
-    for (int i = 0; i < a.n && pod.req.kind != CORE_REQ_NONE; i++) {
-        struct core_status st;
-        if (!nodes[i]) {
-            add_reason(&failed, a.names[i], "node is unknown to gpusched (no Node object seen)");
-        } else if (fit[i]) {
-            if (quota && quota_blocks(s, &pod, nodes[i], &e)) {
-                fit[i] = 0;
-                add_reason(&failed, a.names[i], e.msg);
+    if (ok && en && memo && en->reply && !quota && s->opts.top_k <= 0) {
+        kept = ext_text_ref(en->reply); /* nothing changed what it says */
+        nfit = en->nfit;
+    } else if (ok && en) {
+        /* the verdicts, and the checks that are per request (quotas) */
+        for (int i = 0; i < a.n; i++) {
+            switch (en->fit[i]) {
+            case EXT_FIT_YES:
+                fit[i] = 1;
+                if (quota && quota_blocks(s, &pod, nodes[i], &e)) {
+                    fit[i] = 0;
+                    modified = 1;
+                    add_reason(&failed, a.names[i], e.msg);
+                }
+                break;
+            case EXT_FIT_UNKNOWN: add_reason(&failed, a.names[i], unknown_node); break;
+            case EXT_FIT_NEVER: add_reason(&unres, a.names[i], en->reason[i]); break;
+            default: add_reason(&failed, a.names[i], en->reason[i]); break;
             }
-        } else {
-            core_filter(s->c, nodes[i], &pod, &st);
-            add_reason(st.code == CORE_UNRESOLVABLE ? &unres : &failed, a.names[i], st.reason);
         }
     }
-    for (int i = 0; i < a.n; i++)
+    for (int i = 0; i < a.n && !kept; i++)
         nfit += fit[i];
     /* top-k: keep the policy's best k feasible nodes */
-    if (s->opts.top_k > 0 && nfit > s->opts.top_k && pod.req.kind != CORE_REQ_NONE) {
+    if (ok && !kept && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
         struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
         int *sc = calloc((size_t)nfit, sizeof *sc);
         struct scored *order = calloc((size_t)nfit, sizeof *order);
@@ -941,61 +1087,52 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
                 add_reason(&failed, a.names[order[k].idx], why);
             }
             nfit = s->opts.top_k;
+            modified = 1;
         }
         free(fn);
         free(sc);
         free(order);
     }
-    if (p)
+    if (ok && !kept && !modified && memo && en->reply)
+        kept = ext_text_ref(en->reply); /* per-request checks changed nothing */
+    if (p && ok)
         p->unschedulable = nfit == 0;
     pthread_mutex_unlock(&s->mu);
-
-    struct sb r = {0};
-    if (a.from_nodes) {
-        json_t *items = json_array();
-        for (int i = 0; i < a.n; i++)
-            if (fit[i])
-                json_array_append(items, (json_t *)a.nodes[i]);
-        json_t *list = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "NodeList",
-                                 "items", items);
-        char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
-        json_decref(list);
-        sb_str(&r, "{\"Nodes\":{");
-        sb_str(&r, js ? js : "");
-        sb_str(&r, "},\"NodeNames\":null");
-        free(js);
-    } else {
-        /* runs of fitting nodes are copied from the list's own reply text */
-        const char *q = a.list->quoted;
-        const size_t *qo = a.list->qoff;
-        sb_reserve(&r, failed.len + unres.len + qo[a.n] + 128); /* allocated once */
-        sb_str(&r, "{\"Nodes\":null,\"NodeNames\":[");
-        for (int i = 0, j, first = 1; i < a.n; i = j) {
-            for (j = i; j < a.n && fit[j]; j++)
-                ;
-            if (j > i) {
-                if (!first)
-                    sb_put(&r, ",", 1);
-                sb_put(&r, q + qo[i], qo[j] - qo[i] - 1);
-                first = 0;
-            } else {
-                j++;
-            }
-        }
-        sb_put(&r, "]", 1);
+done:
+    ext_memo_entry_clear(&own);
+    if (!ok) {
+        *reply = ext_error("out of memory");
+        decision(s, "filter", "error");
+        free(failed.buf);
+        free(unres.buf);
+        free(fit);
+        free(nodes);
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        return 500;
     }
-    sb_str(&r, ",\"FailedNodes\":{");
-    if (failed.buf)
-        sb_put(&r, failed.buf + 1, failed.len - 1); /* drop the leading comma */
-    sb_str(&r, "},\"FailedAndUnresolvableNodes\":{");
-    if (unres.buf)
-        sb_put(&r, unres.buf + 1, unres.len - 1);
-    sb_str(&r, "},\"Error\":\"\"}");
-    r.oom |= failed.oom | unres.oom;
+    if (kept) {
+        out->shared = kept;
+    } else {
+        struct sb r = {0};
+        filter_reply(&r, &a, fit, &failed, &unres);
+        if (memo && !modified && !r.oom) {
+            /* kept for the next request that asks the same */
+            if ((out->shared = ext_text_wrap(r.buf, r.len))) {
+                pthread_mutex_lock(&s->mu);
+                if (en->epoch == epoch && en->version == ver && !en->reply)
+                    ext_memo_set_reply(en, ext_text_ref(out->shared));
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                *reply = ext_error("out of memory");
+            }
+        } else {
+            reply_text(out, &r);
+        }
+    }
     free(failed.buf);
     free(unres.buf);
-    reply_text(out, &r);
-    decision(s, "filter", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : nfit ? "fit" : "no_fit");
+    decision(s, "filter", !gpu ? "no_gpu" : nfit ? "fit" : "no_fit");
     free(fit);
     free(nodes);
     core_pod_clear(&pod);
@@ -1022,10 +1159,40 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
         decision(s, "prioritize", "error");
         return 400; /* prioritize errors are ignored by kube-scheduler anyway */
     }
+    int gpu = pod.req.kind != CORE_REQ_NONE;
+    char *key = NULL;
+    size_t klen = 0;
+    /* a GPU pod asked about a NodeNames list, by a policy that does not
+     * draw at random, is answered from a kept reply while the cluster's
+     * version has not moved (ext/memo.h): scores are normalised over all
+     * feasible nodes, so any change starts the answer again */
+    int memo = gpu && a.list && a.n <= EXT_MEMO_NODES_MAX &&
+               !(pol->flags & CORE_POLICY_RANDOM_NODE) &&
+               ext_memo_key(&pod, pol->name, &key, &klen) == 0;
+    struct ext_memo_entry *en = NULL;
+    unsigned long epoch = 0;
+    uint64_t ver = 0;
+
+    pthread_mutex_lock(&s->mu);
+    if (gpu)
+        remember(s, a.pod);
+    if (memo && (en = ext_memo_get(s->memo, a.list, EXT_MEMO_PRIORITIZE, key, klen))) {
+        if (en->reply && en->version == core_cluster_version(s->c))
+            out->shared = ext_text_ref(en->reply);
+        epoch = en->epoch;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (out->shared) {
+        decision(s, "prioritize", "scored");
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        return 200;
+    }
+
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
     int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
-    int k = 0;
+    int k = 0, scored = 0;
 
     if (!nodes || !pos || !sc || !out_scores) {
         free(nodes);
@@ -1039,17 +1206,17 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
         return 500;
     }
     pthread_mutex_lock(&s->mu);
-    if (pod.req.kind != CORE_REQ_NONE) {
-        remember(s, a.pod);
+    if (gpu) {
         resolve(s, &a, nodes);
         for (int i = 0; i < a.n; i++)
             if (nodes[i]) {
                 pos[k] = i;
                 nodes[k++] = nodes[i];
             }
-        if (k && core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0)
-            for (int j = 0; j < k; j++) /* 0..100 -> kube-scheduler's 0..10 */
-                out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
+        scored = !k || core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0;
+        for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
+            out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
+        ver = core_cluster_version(s->c);
     }
     pthread_mutex_unlock(&s->mu);
 
@@ -1081,8 +1248,22 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
         r.len = (size_t)(w - r.buf);
     }
     sb_put(&r, "]", 1);
-    reply_text(out, &r);
-    decision(s, "prioritize", pod.req.kind == CORE_REQ_NONE ? "no_gpu" : "scored");
+    if (en && scored && !r.oom) {
+        /* kept while nothing changes: the same entry, the same version */
+        if (!(out->shared = ext_text_wrap(r.buf, r.len))) {
+            *reply = ext_error("out of memory");
+        } else {
+            pthread_mutex_lock(&s->mu);
+            if (en->epoch == epoch && core_cluster_version(s->c) == ver) {
+                en->version = ver;
+                ext_memo_set_reply(en, ext_text_ref(out->shared));
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+    } else {
+        reply_text(out, &r);
+    }
+    decision(s, "prioritize", gpu ? "scored" : "no_gpu");
     free(nodes);
     free(pos);
     free(sc);

@@ -104,10 +104,12 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
 /* A reply is either a JSON tree or, on the hot paths (/filter and
  * /prioritize with NodeNames), text written directly: encoding 5,000
  * names through a tree costs more than deciding. */
+struct ext_text;
 struct ext_reply {
     json_t *json;  /* owned, or NULL */
     char *text;    /* malloc'd JSON text, or NULL */
     size_t len;
+    struct ext_text *shared; /* or a reference to a kept reply text (ext/memo.h) */
 };
 /* Moves the reply into a malloc'd JSON string (*len set); frees the rest. */
 char *ext_reply_take(struct ext_reply *r, size_t *len);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ext/memo.h"
 #include "ext/server.h"
 #include "http/http_server.h"
 #include "version.h"
@@ -25,6 +26,8 @@ static const struct {
     {"bind", ext_sched_bind},
     {"preempt", ext_sched_preempt},
 };
+
+static void text_free(void *t) { ext_text_put(t); }
 
 static void reply_json(struct http_response *resp, int status, json_t *obj)
 {
@@ -65,6 +68,13 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         struct ext_reply reply;
         resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
         resp->content_type = "application/json";
+        if (reply.shared) { /* sent from the kept text, not copied */
+            resp->body = reply.shared->buf;
+            resp->body_len = reply.shared->len;
+            resp->body_free = text_free;
+            resp->body_owner = reply.shared;
+            return verbs[i].name;
+        }
         resp->body = ext_reply_take(&reply, &resp->body_len);
         return verbs[i].name;
     }

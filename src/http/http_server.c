@@ -64,13 +64,21 @@ static char *read_file(const char *path, struct gs_err *e)
 
 static enum MHD_Result send_resp(struct MHD_Connection *c, struct http_response *r)
 {
-    struct MHD_Response *mr = MHD_create_response_from_buffer(
-        r->body_len, r->body ? r->body : (char *)"",
-        r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *mr;
     enum MHD_Result ret;
 
+    if (r->body && r->body_free)
+        mr = MHD_create_response_from_buffer_with_free_callback_cls(r->body_len, r->body,
+                                                                    r->body_free, r->body_owner);
+    else
+        mr = MHD_create_response_from_buffer(r->body_len, r->body ? r->body : (char *)"",
+                                             r->body ? MHD_RESPMEM_MUST_FREE
+                                                     : MHD_RESPMEM_PERSISTENT);
     if (!mr) {
-        free(r->body);
+        if (r->body && r->body_free)
+            r->body_free(r->body_owner);
+        else
+            free(r->body);
         return MHD_NO;
     }
     MHD_add_response_header(mr, "Content-Type",
@@ -128,7 +136,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
 
-    struct http_response resp = {200, NULL, NULL, 0};
+    struct http_response resp = {200, NULL, NULL, 0, NULL, NULL};
     if (ctx->too_big) {
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
     } else {

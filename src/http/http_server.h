@@ -19,7 +19,7 @@
  *
  * Ownership: http_server_start() returns a server freed by http_server_stop().
  * resp->body is malloc'd by the handler (or the http_resp_* helpers) and
- * freed by the server.
+ * freed by the server, or released through resp->body_free.
  */
 #ifndef GPUSCHED_HTTP_SERVER_H
 #define GPUSCHED_HTTP_SERVER_H
@@ -44,6 +44,10 @@ struct http_response {
     const char *content_type; /* static string; "application/json" unless set */
     char *body;               /* malloc'd, freed by the server; NULL = empty */
     size_t body_len;
+    /* or, when set, body belongs to body_owner and the server calls
+     * body_free(body_owner) once it is sent (a reply shared with a cache) */
+    void (*body_free)(void *owner);
+    void *body_owner;
 };
 
 typedef void (*http_handler)(void *ud, const struct http_request *req,

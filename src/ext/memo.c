@@ -1,0 +1,240 @@
+/* ext/memo.c - see memo.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ext/memo.h"
+
+struct ext_text *ext_text_wrap(char *buf, size_t len)
+{
+    struct ext_text *t = malloc(sizeof *t);
+    if (!t) {
+        free(buf);
+        return NULL;
+    }
+    t->refs = 1;
+    t->len = len;
+    t->buf = buf;
+    return t;
+}
+
+struct ext_text *ext_text_ref(struct ext_text *t)
+{
+    if (t)
+        __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
+    return t;
+}
+
+void ext_text_put(struct ext_text *t)
+{
+    if (t && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(t->buf);
+        free(t);
+    }
+}
+
+struct ext_memo {
+    int slots;
+    uint64_t tick;
+    unsigned long epochs;
+    struct ext_memo_entry *e;
+};
+
+struct ext_memo *ext_memo_new(int slots)
+{
+    struct ext_memo *m = calloc(1, sizeof *m);
+    if (!m || !(m->e = calloc((size_t)slots, sizeof *m->e))) {
+        free(m);
+        return NULL;
+    }
+    m->slots = slots;
+    return m;
+}
+
+void ext_memo_entry_clear(struct ext_memo_entry *en)
+{
+    if (en->reason)
+        for (int i = 0; i < en->n; i++)
+            free(en->reason[i]);
+    free(en->fit);
+    free(en->stamp);
+    free(en->reason);
+    ext_text_put(en->reply);
+    ext_namelist_put(en->list);
+    free(en->key);
+    memset(en, 0, sizeof *en);
+}
+
+void ext_memo_free(struct ext_memo *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->slots; i++)
+        ext_memo_entry_clear(&m->e[i]);
+    free(m->e);
+    free(m);
+}
+
+/* ---- the pod key ---------------------------------------------------------- */
+
+struct kbuf {
+    char *p;
+    size_t len, cap;
+    int bad; /* out of memory or over EXT_MEMO_KEY_MAX */
+};
+
+static void put(struct kbuf *b, const void *p, size_t n)
+{
+    if (b->bad)
+        return;
+    if (b->len + n > EXT_MEMO_KEY_MAX) {
+        b->bad = 1;
+        return;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 512;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->bad = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+static void put_i64(struct kbuf *b, int64_t v) { put(b, &v, sizeof v); }
+
+/* Length-prefixed, so that no two different lists of strings write the
+ * same bytes; NULL is told apart from "". */
+static void put_str(struct kbuf *b, const char *s)
+{
+    put_i64(b, s ? (int64_t)strlen(s) : -1);
+    if (s)
+        put(b, s, strlen(s));
+}
+
+int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, size_t *len)
+{
+    struct kbuf b = {0};
+    const struct core_request *r = &pod->req;
+    put_str(&b, policy);
+    put_i64(&b, r->kind);
+    put_i64(&b, r->num_gpu);
+    put_i64(&b, r->mem_mib);
+    put_i64(&b, r->milli);
+    put_str(&b, r->mig_profile);
+    put_i64(&b, r->mig_count);
+    put_i64(&b, r->cpu_milli);
+    put_i64(&b, r->mem_bytes);
+    put_i64(&b, r->n_types);
+    for (int i = 0; i < r->n_types; i++)
+        put_str(&b, r->types[i]);
+    put_i64(&b, r->n_types_exclude);
+    for (int i = 0; i < r->n_types_exclude; i++)
+        put_str(&b, r->types_exclude[i]);
+    put_i64(&b, pod->n_selector);
+    for (int i = 0; i < pod->n_selector; i++) {
+        put_str(&b, pod->selector_keys[i]);
+        put_str(&b, pod->selector_values[i]);
+    }
+    put_i64(&b, pod->n_terms);
+    for (int t = 0; t < pod->n_terms; t++) {
+        const struct core_term *term = &pod->terms[t];
+        put_i64(&b, term->n_reqs);
+        for (int i = 0; i < term->n_reqs; i++) {
+            const struct core_requirement *q = &term->reqs[i];
+            put_str(&b, q->key);
+            put_i64(&b, q->field);
+            put_i64(&b, q->op);
+            put_i64(&b, q->n_values);
+            for (int v = 0; v < q->n_values; v++)
+                put_str(&b, q->values[v]);
+        }
+    }
+    put_i64(&b, pod->n_tolerations);
+    for (int i = 0; i < pod->n_tolerations; i++) {
+        const struct core_toleration *t = &pod->tolerations[i];
+        put_str(&b, t->key);
+        put_str(&b, t->value);
+        put_i64(&b, t->op_exists);
+        put_str(&b, t->effect);
+    }
+    if (b.bad) {
+        free(b.p);
+        return -1;
+    }
+    *key = b.p;
+    *len = b.len;
+    return 0;
+}
+
+/* ---- entries -------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    return h;
+}
+
+struct ext_memo_entry *ext_memo_get(struct ext_memo *m, struct ext_namelist *list, int verb,
+                                    char *key, size_t key_len)
+{
+    uint64_t h = hash_bytes(key, key_len) ^ (uint64_t)verb;
+    struct ext_memo_entry *lru = &m->e[0];
+    m->tick++;
+    for (int i = 0; i < m->slots; i++) {
+        struct ext_memo_entry *en = &m->e[i];
+        if (en->list == list && en->verb == verb && en->key_hash == h &&
+            en->key_len == key_len && memcmp(en->key, key, key_len) == 0) {
+            en->used = m->tick;
+            free(key);
+            return en;
+        }
+        if (en->used < lru->used)
+            lru = en;
+    }
+    ext_memo_entry_clear(lru);
+    if (verb == EXT_MEMO_FILTER && ext_memo_entry_init(lru, list->n) < 0) {
+        free(key);
+        return NULL;
+    }
+    lru->list = ext_namelist_ref(list);
+    lru->verb = verb;
+    lru->key = key;
+    lru->key_len = key_len;
+    lru->key_hash = h;
+    lru->used = m->tick;
+    lru->epoch = ++m->epochs;
+    return lru;
+}
+
+int ext_memo_entry_init(struct ext_memo_entry *en, int nodes)
+{
+    size_t n = (size_t)nodes + 1;
+    en->n = nodes;
+    en->fit = calloc(n, 1);
+    en->stamp = calloc(n, sizeof *en->stamp);
+    en->reason = calloc(n, sizeof *en->reason);
+    if (!en->fit || !en->stamp || !en->reason) {
+        free(en->fit);
+        free(en->stamp);
+        free(en->reason);
+        en->fit = NULL;
+        en->stamp = NULL;
+        en->reason = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void ext_memo_set_reply(struct ext_memo_entry *en, struct ext_text *t)
+{
+    ext_text_put(en->reply);
+    en->reply = t;
+}
