@@ -130,11 +130,12 @@ int core_preempt(struct core_cluster *c, const struct core_node *n, const struct
  * replaces. */
 int core_node_pos(const struct core_node *n);
 
-/* The node's state stamp: renewed on every change of the node (its
- * allocations, inventory, availability, labels, taints) and never given
- * twice over the cluster's life, so an equal stamp means the same node in
- * the same state, and core_filter answers it the same way. Never 0. */
-uint64_t core_node_stamp(const struct core_cluster *c, const struct core_node *n);
+/* Every node's state stamp, by position (core_node_pos): renewed on every
+ * change of the node (its allocations, inventory, availability, labels,
+ * taints) and never given twice over the cluster's life, so an equal stamp
+ * means the same node in the same state, and core_filter answers it the
+ * same way. Never 0. Valid until a node is added or removed. */
+const uint64_t *core_cluster_stamps(const struct core_cluster *c);
 
 /* Moves whenever anything core_filter or core_score reads changes: a node
  * added, updated, removed or marked (un)available, an allocation reserved

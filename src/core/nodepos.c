@@ -6,10 +6,7 @@
 
 int core_node_pos(const struct core_node *n) { return n->priv->pos; }
 
-uint64_t core_node_stamp(const struct core_cluster *c, const struct core_node *n)
-{
-    return c->stamps[n->priv->pos];
-}
+const uint64_t *core_cluster_stamps(const struct core_cluster *c) { return c->stamps; }
 
 /* Every counter here only grows, except wdirty, which drops to 0 exactly
  * when core_workload_prepare bumps wver (a rebuild that changes no answer:

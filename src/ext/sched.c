@@ -839,17 +839,10 @@ static void add_reason(struct sb *b, const char *node, const char *reason)
     sb_quoted(b, reason);
 }
 
-/* The request's nodes (NULL: not in the cluster). A NodeNames list keeps
- * its names' positions and is looked up again only when nodes came or went
- * since; full Nodes are looked up by name. Lock held. */
-static void resolve(struct ext_sched *s, const struct ext_args *a, struct core_node **nodes)
+/* A NodeNames list's positions in the core's node array (-1: unknown),
+ * looked up again only when nodes came or went since. Lock held. */
+static const int *list_positions(struct ext_sched *s, struct ext_namelist *l)
 {
-    struct ext_namelist *l = a->list;
-    if (!l) {
-        for (int i = 0; i < a->n; i++)
-            nodes[i] = core_cluster_find(s->c, a->names[i]);
-        return;
-    }
     if (l->gen != s->node_gen) {
         for (int i = 0; i < l->n; i++) {
             const struct core_node *n = core_cluster_find(s->c, l->names[i]);
@@ -857,8 +850,21 @@ static void resolve(struct ext_sched *s, const struct ext_args *a, struct core_n
         }
         l->gen = s->node_gen;
     }
-    for (int i = 0; i < l->n; i++)
-        nodes[i] = l->pos[i] < 0 ? NULL : core_cluster_node(s->c, l->pos[i]);
+    return l->pos;
+}
+
+/* The request's nodes (NULL: not in the cluster): a NodeNames list by its
+ * positions, full Nodes by name. Lock held. */
+static void resolve(struct ext_sched *s, const struct ext_args *a, struct core_node **nodes)
+{
+    if (!a->list) {
+        for (int i = 0; i < a->n; i++)
+            nodes[i] = core_cluster_find(s->c, a->names[i]);
+        return;
+    }
+    const int *pos = list_positions(s, a->list);
+    for (int i = 0; i < a->n; i++)
+        nodes[i] = pos[i] < 0 ? NULL : core_cluster_node(s->c, pos[i]);
 }
 
 struct scored {
@@ -923,13 +929,14 @@ static const char unknown_node[] = "node is unknown to gpusched (no Node object 
 
 /* Brings an entry's verdicts up to the cluster's state: only the nodes
  * whose state stamp moved since the entry saw them (every node of a new
- * entry) are decided again. Returns 1 when a verdict or a reason changed
- * (the kept reply is dropped), 0 when none did, -1 when out of memory.
- * Lock held; nodes resolved unless the entry is current. */
+ * entry) are decided again. pos: the nodes' positions (-1: unknown).
+ * Returns 1 when a verdict or a reason changed (the kept reply is
+ * dropped), 0 when none did, -1 when out of memory. Lock held. */
 static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const struct core_pod *pod,
-                       struct core_node *const *nodes)
+                       const int *pos)
 {
     uint64_t ver = core_cluster_version(s->c);
+    const uint64_t *stamps = core_cluster_stamps(s->c);
     int k = 0, changed = 0, oom = 0;
     if (en->version == ver)
         return 0;
@@ -943,12 +950,12 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
         return -1;
     }
     for (int i = 0; i < en->n; i++) {
-        uint64_t st = nodes[i] ? core_node_stamp(s->c, nodes[i]) : 0;
+        uint64_t st = pos[i] < 0 ? 0 : stamps[pos[i]];
         if (en->fit[i] != EXT_FIT_UNSET && st == en->stamp[i])
             continue;
         en->stamp[i] = st;
         idx[k] = i;
-        sub[k++] = nodes[i];
+        sub[k++] = pos[i] < 0 ? NULL : core_cluster_node(s->c, pos[i]);
     }
     core_filter_nodes(s->c, pod, sub, k, subfit, NULL);
     for (int j = 0; j < k; j++) {
@@ -1012,15 +1019,19 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     int memo = gpu && a.list && a.n <= EXT_MEMO_NODES_MAX &&
                ext_memo_key(&pod, NULL, &key, &klen) == 0;
     struct sb failed = {0}, unres = {0};
-    unsigned char *fit = calloc((size_t)a.n + 1, 1);
-    struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
+    /* per node: fits, and the node; a kept reply needs neither */
+    unsigned char *fit = NULL;
+    struct core_node **nodes = NULL;
     struct ext_memo_entry own = {0}, *en = NULL;
+    int *own_pos = gpu && !memo ? malloc(((size_t)a.n + 1) * sizeof *own_pos) : NULL;
     struct ext_text *kept = NULL;
     int nfit = 0, modified = 0, ok = 1;
     unsigned long epoch = 0;
     uint64_t ver = 0;
 
-    if (!fit || !nodes || (gpu && !memo && ext_memo_entry_init(&own, a.n) < 0)) {
+    if (!memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
+                  !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)) ||
+                  (gpu && (!own_pos || ext_memo_entry_init(&own, a.n) < 0)))) {
         free(key);
         ok = 0;
         goto done;
@@ -1033,20 +1044,31 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     } else if (!(en = memo ? ext_memo_get(s->memo, a.list, EXT_MEMO_FILTER, key, klen) : &own)) {
         ok = 0;
     } else {
-        if (!memo || en->version != core_cluster_version(s->c) || quota || s->opts.top_k > 0) {
+        const int *pos = NULL;
+        if (!memo) {
             resolve(s, &a, nodes);
             for (int i = 0; i < a.n && a.from_nodes; i++)
                 if (!nodes[i] && upsert_locked(s, a.nodes[i], &e) == 0)
                     nodes[i] = core_cluster_find(s->c, a.names[i]);
+            for (int i = 0; i < a.n; i++)
+                own_pos[i] = nodes[i] ? core_node_pos(nodes[i]) : -1;
+            pos = own_pos;
+        } else {
+            pos = list_positions(s, a.list);
         }
-        ok = memo_decide(s, en, &pod, nodes) >= 0;
+        ok = memo_decide(s, en, &pod, pos) >= 0;
         epoch = en->epoch;
         ver = en->version;
     }
     if (ok && en && memo && en->reply && !quota && s->opts.top_k <= 0) {
         kept = ext_text_ref(en->reply); /* nothing changed what it says */
         nfit = en->nfit;
+    } else if (ok && en && memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
+                                    !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)))) {
+        ok = 0;
     } else if (ok && en) {
+        if (memo && (quota || s->opts.top_k > 0))
+            resolve(s, &a, nodes);
         /* the verdicts, and the checks that are per request (quotas) */
         for (int i = 0; i < a.n; i++) {
             switch (en->fit[i]) {
@@ -1100,6 +1122,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     pthread_mutex_unlock(&s->mu);
 done:
     ext_memo_entry_clear(&own);
+    free(own_pos);
     if (!ok) {
         *reply = ext_error("out of memory");
         decision(s, "filter", "error");

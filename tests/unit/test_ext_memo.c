@@ -371,11 +371,11 @@ static void test_version(void)
     spec.gpus[0].healthy = 1;
     uint64_t v0 = core_cluster_version(c);
     ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
-    uint64_t v1 = core_cluster_version(c), st = core_node_stamp(c, core_cluster_find(c, "x"));
+    uint64_t v1 = core_cluster_version(c), st = core_cluster_stamps(c)[core_node_pos(core_cluster_find(c, "x"))];
     ASSERT_TRUE(v1 != v0 && st != 0);
     ASSERT_EQ(core_cluster_set_available(c, "x", 0, &e), 0);
     ASSERT_TRUE(core_cluster_version(c) != v1);
-    ASSERT_TRUE(core_node_stamp(c, core_cluster_find(c, "x")) != st);
+    ASSERT_TRUE(core_cluster_stamps(c)[core_node_pos(core_cluster_find(c, "x"))] != st);
     v1 = core_cluster_version(c);
     spec.name = "y";
     ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
