@@ -31,6 +31,19 @@ struct smap {
     size_t nb, n;
 };
 
+/* Sizes the table for n entries at once (up to 2^20), so that it does
+ * not rehash while it fills. -1 out of memory. */
+static int smap_reserve(struct smap *m, size_t n)
+{
+    size_t nb = 1024;
+    while (nb < n && nb < (1u << 20))
+        nb *= 2;
+    if (!(m->b = calloc(nb, sizeof *m->b)))
+        return -1;
+    m->nb = nb;
+    return 0;
+}
+
 static size_t hash(const char *s)
 {
     size_t h = 1469598103934665603ull;
@@ -118,6 +131,7 @@ struct pod {
     int binding;          /* a /bind is committing its allocation right now */
     int bound;            /* this replica's /bind committed its allocation */
     unsigned long seq;    /* last touched */
+    struct pod *older, *newer; /* the eviction order (see evict) */
 };
 
 struct ext_sched {
@@ -127,6 +141,7 @@ struct ext_sched {
     struct ext_sched_opts opts;
     struct ext_commit commit;
     struct smap pods;     /* uid -> struct pod */
+    struct pod *oldest, *newest; /* the pods, least recently remembered first */
     struct smap inv;      /* node name -> double* inventory updated_at */
     /* NodeNames arrays seen lately (ext/namelist.h); their node positions
      * are valid while node_gen, bumped whenever a node comes or goes, is
@@ -173,11 +188,13 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         free(s);
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
     }
-    if (!(s->c = core_cluster_new()) || !(s->quotas = core_quotas_new()) ||
+    if (smap_reserve(&s->pods, s->opts.max_pods) < 0 || !(s->c = core_cluster_new()) ||
+        !(s->quotas = core_quotas_new()) ||
         !(s->lists = ext_namecache_new(EXT_NAMELISTS)) || !(s->memo = ext_memo_new(EXT_MEMO_SLOTS))) {
         ext_namecache_free(s->lists);
         core_cluster_free(s->c);
         core_quotas_free(s->quotas);
+        free(s->pods.b);
         free(s);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
@@ -308,15 +325,49 @@ static struct pod *find_by_name(struct ext_sched *s, const char *ns, const char 
     return NULL;
 }
 
-/* Drops old pods that hold nothing when the table is full. */
+static void forget(struct ext_sched *s, struct pod *p);
+
+static void unlink_pod(struct ext_sched *s, struct pod *p)
+{
+    if (p->older)
+        p->older->newer = p->newer;
+    else if (s->oldest == p)
+        s->oldest = p->newer;
+    if (p->newer)
+        p->newer->older = p->older;
+    else if (s->newest == p)
+        s->newest = p->older;
+    p->older = p->newer = NULL;
+}
+
+/* Moves p to the newest end of the eviction order. */
+static void to_newest(struct ext_sched *s, struct pod *p)
+{
+    unlink_pod(s, p);
+    p->older = s->newest;
+    if (s->newest)
+        s->newest->newer = p;
+    else
+        s->oldest = p;
+    s->newest = p;
+}
+
+/* Makes room for one more pod in a full table: drops the least recently
+ * remembered pod that holds nothing. A few pods at a time, so no request
+ * waits for a sweep of the whole table: pods that hold GPUs (or wait for
+ * their node) are moved to the newest end on the way, and after
+ * EVICT_LOOK of them the table grows by one instead (they are bounded by
+ * the GPUs there are). */
+#define EVICT_LOOK 16
 static void evict(struct ext_sched *s)
 {
-    unsigned long cut = s->seq - s->opts.max_pods / 2;
-    SMAP_FOREACH(&s->pods, it)
-    {
-        struct pod *p = it->val;
-        if (p->seq < cut && !core_alloc_find(s->c, p->uid) && !p->need_restore)
-            pod_free(smap_del(&s->pods, it->key));
+    for (int k = 0; k < EVICT_LOOK && s->oldest; k++) {
+        struct pod *p = s->oldest;
+        if (!core_alloc_find(s->c, p->uid) && !p->need_restore) {
+            forget(s, p);
+            return;
+        }
+        to_newest(s, p);
     }
 }
 
@@ -354,6 +405,7 @@ static struct pod *remember(struct ext_sched *s, const json_t *obj)
         p->obj = json_incref((json_t *)obj);
     }
     p->seq = ++s->seq;
+    to_newest(s, p);
     return p;
 }
 
@@ -361,6 +413,7 @@ static void forget(struct ext_sched *s, struct pod *p)
 {
     if (p->need_restore)
         s->n_need_restore--;
+    unlink_pod(s, p);
     pod_free(smap_del(&s->pods, p->uid));
 }
 
