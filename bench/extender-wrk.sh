@@ -10,7 +10,9 @@
 # same request again and again ("same pod"), once with a different pod in
 # every request ("new pod": distinct name and UID, same GPU request), so
 # that nothing keyed on the request bytes or the pod flatters the numbers.
-# PODS=same or PODS=new runs only that one.
+# PODS=same or PODS=new runs only that one. The /unknown row POSTs the
+# /filter body to a path that does not exist (404, no work done): what
+# moving a request of that size costs alone, a second transport ceiling.
 set -eu
 conns=${CONNS:-8}; threads=2; [ "$conns" -lt 2 ] && threads=1
 build=$1; secs=${2:-10}; shift 2 2>/dev/null || shift $#
@@ -29,12 +31,16 @@ for n in $nodes; do
   pid=$!
   i=0; until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
     i=$((i+1)); [ $i -gt 200 ] && { echo "extender did not start"; exit 1; }; sleep 0.1; done
-  runs="healthz:-"
+  runs="healthz:- unknown:-"
   for p in $pods; do runs="$runs filter:$p prioritize:$p"; done
   for run in $runs; do
     ep=${run%%:*}; pod=${run#*:}
     if [ $ep = healthz ]; then
       out=$(wrk -t$threads -c$conns -d"${secs}s" --latency "http://127.0.0.1:$port/healthz")
+    elif [ $ep = unknown ]; then
+      out=$(BODY="$work/filter-$n.json" UNIQUE=0 wrk -t$threads -c$conns -d"${secs}s" \
+            --latency -s "$here/extender_post.lua" "http://127.0.0.1:$port/unknown" |
+            grep -v Non-2xx)
     else
       unique=0; [ "$pod" = new ] && unique=1
       out=$(BODY="$work/$ep-$n.json" UNIQUE=$unique wrk -t$threads -c$conns -d"${secs}s" \

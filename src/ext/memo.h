@@ -68,9 +68,10 @@ struct ext_memo_entry {
     uint64_t key_hash, used;
 };
 
-/* Pod keys longer than this and lists of more nodes are not kept (such
- * requests are answered afresh every time), which bounds an entry's memory
- * to ~0.3 MB plus reasons and reply. */
+/* Pod keys longer than this, lists of more nodes and lists the NodeNames
+ * cache does not keep (ext_namelist_keepable) are not kept: such requests
+ * are answered afresh every time. This bounds an entry's memory to ~0.3 MB
+ * plus reasons and reply. */
 #define EXT_MEMO_KEY_MAX 16384
 #define EXT_MEMO_NODES_MAX 16384
 

@@ -58,6 +58,11 @@ void ext_namelist_put(struct ext_namelist *l);
  * names take ~70-150 KB, and a few hostile 8 MiB bodies must not pin
  * several times their size in the cache. */
 #define EXT_NAMELIST_KEEP_MAX (2u << 20)
+/* Is l short enough to be kept (and so to come back)? */
+static inline int ext_namelist_keepable(const struct ext_namelist *l)
+{
+    return l->raw_len <= EXT_NAMELIST_KEEP_MAX;
+}
 
 struct ext_namecache;
 /* A cache of up to `slots` lists (the least recently used goes first). */

@@ -1069,7 +1069,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     /* a GPU pod asked about a NodeNames list is answered from a kept entry
      * (ext/memo.h; verdicts do not depend on the policy), any other from
      * an entry of its own */
-    int memo = gpu && a.list && a.n <= EXT_MEMO_NODES_MAX &&
+    int memo = gpu && a.list && ext_namelist_keepable(a.list) && a.n <= EXT_MEMO_NODES_MAX &&
                ext_memo_key(&pod, NULL, &key, &klen) == 0;
     struct sb failed = {0}, unres = {0};
     /* per node: fits, and the node; a kept reply needs neither */
@@ -1242,7 +1242,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
      * draw at random, is answered from a kept reply while the cluster's
      * version has not moved (ext/memo.h): scores are normalised over all
      * feasible nodes, so any change starts the answer again */
-    int memo = gpu && a.list && a.n <= EXT_MEMO_NODES_MAX &&
+    int memo = gpu && a.list && ext_namelist_keepable(a.list) && a.n <= EXT_MEMO_NODES_MAX &&
                !(pol->flags & CORE_POLICY_RANDOM_NODE) &&
                ext_memo_key(&pod, pol->name, &key, &klen) == 0;
     struct ext_memo_entry *en = NULL;

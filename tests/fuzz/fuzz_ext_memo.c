@@ -1,0 +1,139 @@
+/* tests/fuzz/fuzz_ext_memo.c - kept /filter and /prioritize answers
+ * (ext/memo.h) under arbitrary sequences of changes. The input is a
+ * program, two bytes an operation: ask (a pod shape from the byte: GPUs,
+ * node selector, toleration, CPU) through the kept array and through a
+ * fresh one, bind, release, a node updated (healthy or not, labels,
+ * taint), removed or added, a quota set. Every kept answer must be byte
+ * for byte the fresh one; abort() otherwise. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quota.h"
+#include "ext/sched.h"
+#include "util/log.h"
+
+#define NODES 4
+
+static void node(struct ext_sched *s, int i, int healthy, int zone, int tainted)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char name[8], inv[512];
+    snprintf(name, sizeof name, "n%d", i);
+    snprintf(inv, sizeof inv, "{\"version\":1,\"gpus\":["
+             "{\"index\":0,\"uuid\":\"A%d\",\"model\":\"A\",\"memory_mib\":1000,\"healthy\":%s},"
+             "{\"index\":1,\"uuid\":\"B%d\",\"model\":\"A\",\"memory_mib\":1000,\"healthy\":true}]}",
+             i, healthy ? "true" : "false", i);
+    json_t *n = json_pack("{s:{s:s, s:{s:s}, s:{s:s}}, s:{s:{s:s, s:s, s:s}}}", "metadata",
+                          "name", name, "annotations", "gpusched.io/gpu-inventory", inv,
+                          "labels", "zone", zone ? "b" : "a", "status", "allocatable", "cpu",
+                          "4", "memory", "32Gi", "pods", "110");
+    if (tainted)
+        json_object_set_new(n, "spec", json_pack("{s:[{s:s, s:s, s:s}]}", "taints", "key", "gpu",
+                                                 "value", "x", "effect", "NoSchedule"));
+    ext_sched_upsert_node(s, n, &e);
+    json_decref(n);
+}
+
+/* The pod of shape b (bits: GPUs 0-3, selector, toleration, CPU). */
+static void pod(char *buf, size_t cap, const char *name, unsigned b)
+{
+    snprintf(buf, cap, "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
+             "\"spec\":{%s%s\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
+             "\"nvidia.com/gpu\":\"%u\",\"cpu\":\"%u\"}}}]}}", name, name,
+             b & 4 ? "\"nodeSelector\":{\"zone\":\"a\"}," : "",
+             b & 8 ? "\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\"}]," : "",
+             b & 3, (b >> 4) & 3);
+}
+
+static char *call(struct ext_sched *s, int prioritize, const char *b)
+{
+    struct ext_reply r;
+    size_t len;
+    int st = prioritize ? ext_sched_prioritize(s, b, strlen(b), &r)
+                        : ext_sched_filter(s, b, strlen(b), &r);
+    char *txt = ext_reply_take(&r, &len);
+    char *out = malloc(len + 16);
+    snprintf(out, len + 16, "%d %s", st, txt ? txt : "");
+    free(txt);
+    return out;
+}
+
+static const char names[] = "[\"n0\",\"n1\",\"n2\",\"n3\",\"n4\"]";
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    char p[1024], kept[1200], fresh[1300], name[16];
+    static int quiet;
+    if (!quiet++)
+        log_set_level(LOG_ERROR);
+    if (size > 512 || ext_sched_new(&(struct ext_sched_opts){.max_pods = 8}, &s, &e) < 0)
+        return 0;
+    for (int i = 0; i < NODES; i++)
+        node(s, i, 1, i & 1, i == 3);
+    for (size_t k = 0; k + 1 < size; k += 2) {
+        unsigned op = data[k] % 8, b = data[k + 1];
+        snprintf(name, sizeof name, "p%u", b % 6);
+        switch (op) {
+        case 0:
+        case 1: /* ask, /filter or /prioritize */
+            pod(p, sizeof p, name, b);
+            snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, names);
+            snprintf(fresh, sizeof fresh, "{\"Pod\":%s,\"NodeNames\":[%*s%s}", p,
+                     (int)(k % 64) + 1, "", names + 1);
+            char *r1 = call(s, op, kept), *r2 = call(s, op, fresh);
+            if (strcmp(r1, r2) != 0) {
+                fprintf(stderr, "kept:  %s\nfresh: %s\n", r1, r2);
+                abort();
+            }
+            free(r1);
+            free(r2);
+            break;
+        case 2: { /* bind the pod named by b to node b/6 */
+            struct ext_reply r;
+            size_t len;
+            char bind[256];
+            snprintf(bind, sizeof bind, "{\"PodName\":\"%s\",\"PodNamespace\":\"d\",\"PodUID\":"
+                     "\"%s\",\"Node\":\"n%u\"}", name, name, (b / 6) % NODES);
+            ext_sched_bind(s, bind, strlen(bind), &r);
+            free(ext_reply_take(&r, &len));
+            break;
+        }
+        case 3: {
+            char who[32];
+            snprintf(who, sizeof who, "d/%s", name);
+            ext_sched_release(s, who, &e);
+            break;
+        }
+        case 4:
+            node(s, b % NODES, b & 4, b & 8, b & 16);
+            break;
+        case 5: {
+            char nn[8];
+            snprintf(nn, sizeof nn, "n%u", b % NODES);
+            ext_sched_remove_node(s, nn, &e);
+            break;
+        }
+        case 6: {
+            struct core_quotas *q = core_quotas_new();
+            struct core_quota one;
+            json_t *j = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:{s:i}}}", "apiVersion",
+                                  "gpusched.io/v1", "kind", "GPUQuota", "metadata", "name", "q",
+                                  "namespace", "d", "spec", "total", "gpus", (int)(b % 8));
+            if (b & 8 && core_quota_parse(j, &one, &e) == 0)
+                core_quotas_put(q, &one, &e);
+            json_decref(j);
+            ext_sched_set_quotas(s, q);
+            break;
+        }
+        default:
+            ext_sched_check_inventory(s, 1e12, b); /* no updated_at: never stale */
+            break;
+        }
+    }
+    ext_sched_free(s);
+    return 0;
+}
