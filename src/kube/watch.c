@@ -34,35 +34,28 @@ int kube_lines_feed(struct kube_lines *l, const char *p, size_t n, kube_line_fn 
     while (n) {
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) : n;
-        if (l->len + take > l->max) {
-            l->len = 0;
+        if (l->b.len + take > l->max) {
+            l->b.len = 0;
             return gs_errf(e, GS_ETOOBIG, "watch event longer than %zu bytes", l->max);
         }
-        if (l->len + take + 1 > l->cap) {
-            size_t cap = l->cap ? l->cap : 8192;
-            while (cap < l->len + take + 1)
-                cap *= 2;
-            char *nb = realloc(l->buf, cap);
-            if (!nb)
-                return gs_errf(e, GS_ENOMEM, "out of memory");
-            l->buf = nb;
-            l->cap = cap;
+        gs_buf_put(&l->b, p, take);
+        if (l->b.oom) {
+            gs_buf_free(&l->b);
+            return gs_errf(e, GS_ENOMEM, "out of memory");
         }
-        memcpy(l->buf + l->len, p, take);
-        l->len += take;
         p += take;
         n -= take;
         if (nl) {
-            size_t len = l->len;
+            size_t len = l->b.len;
             p++;
             n--;
-            l->len = 0;
-            while (len && (l->buf[len - 1] == '\r' || l->buf[len - 1] == ' '))
+            l->b.len = 0;
+            while (len && (l->b.buf[len - 1] == '\r' || l->b.buf[len - 1] == ' '))
                 len--;
             if (len) {
                 int rc;
-                l->buf[len] = '\0';
-                if ((rc = fn(ud, l->buf, len)) != 0)
+                l->b.buf[len] = '\0';
+                if ((rc = fn(ud, l->b.buf, len)) != 0)
                     return rc;
             }
         }
@@ -70,12 +63,7 @@ int kube_lines_feed(struct kube_lines *l, const char *p, size_t n, kube_line_fn 
     return 0;
 }
 
-void kube_lines_clear(struct kube_lines *l)
-{
-    free(l->buf);
-    l->buf = NULL;
-    l->len = l->cap = 0;
-}
+void kube_lines_clear(struct kube_lines *l) { gs_buf_free(&l->b); }
 
 int kube_watch_decode(const char *line, size_t n, enum kube_event_type *type, json_t **obj,
                       struct gs_err *e)
@@ -243,7 +231,7 @@ static int do_watch(struct kube_watch *w)
         return -1;
     }
     w->gone = w->bad = 0;
-    w->lines.len = 0;
+    w->lines.b.len = 0;
     hdrs = kube_client_headers(w->c, NULL);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
