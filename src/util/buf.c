@@ -3,10 +3,14 @@
  */
 #include "util/buf.h"
 
+#include <errno.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/err.h"
 
 int gs_buf_reserve(struct gs_buf *b, size_t n)
 {
@@ -80,4 +84,40 @@ void gs_buf_free(struct gs_buf *b)
 {
     free(b->buf);
     *b = (struct gs_buf){0};
+}
+
+int gs_buf_read_file(struct gs_buf *b, const char *path, size_t max, struct gs_err *e)
+{
+    FILE *f = fopen(path, "rb");
+    size_t start = b->len;
+    int rc = 0;
+
+    if (!f)
+        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
+    for (;;) {
+        size_t want = 65536;
+        if (gs_buf_reserve(b, want) < 0) {
+            rc = gs_errf(e, GS_ENOMEM, "%s: out of memory", path);
+            break;
+        }
+        size_t got = fread(b->buf + b->len, 1, want, f);
+        b->len += got;
+        b->buf[b->len] = '\0';
+        if (b->len - start > max) {
+            rc = gs_errf(e, GS_ETOOBIG, "%s: larger than %zu bytes", path, max);
+            break;
+        }
+        if (got < want) {
+            if (ferror(f))
+                rc = gs_errf(e, GS_EIO, "%s: read error", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (rc < 0 && b->buf) {
+        b->oom = 0;
+        b->len = start;
+        b->buf[start] = '\0';
+    }
+    return rc;
 }

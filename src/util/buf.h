@@ -6,7 +6,8 @@
  * allocation failure sets `oom`, later appends do nothing, and the owner
  * checks `oom` once at the end. The struct is public so owners embed it
  * (zero-initialised = empty); `buf` belongs to the owner after use
- * (gs_buf_free, or take it and free() it).
+ * (gs_buf_free, or take it and free() it). Reading a whole file, bounded,
+ * is here too: every file the program reads goes through gs_buf_read_file.
  */
 #ifndef GS_UTIL_BUF_H
 #define GS_UTIL_BUF_H
@@ -27,5 +28,11 @@ void gs_buf_printf(struct gs_buf *b, const char *fmt, ...) __attribute__((format
 /* s as a JSON string literal: quotes, backslashes and control characters escaped. */
 void gs_buf_json_str(struct gs_buf *b, const char *s);
 void gs_buf_free(struct gs_buf *b);
+
+struct gs_err;
+/* Appends the whole file at path; -GS_ETOOBIG when it holds more than max
+ * bytes, -GS_EIO when it cannot be opened or read (the message names the
+ * path), -GS_ENOMEM. On error b is left as it was. */
+int gs_buf_read_file(struct gs_buf *b, const char *path, size_t max, struct gs_err *e);
 
 #endif

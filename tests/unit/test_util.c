@@ -1,7 +1,9 @@
 /* Unit tests for util/: errors, flags, the growable buffer, the stoppable worker. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "util/err.h"
@@ -68,6 +70,26 @@ static int buf_tests(void)
     gs_buf_free(&b);
     gs_buf_json_str(&b, "");
     ASSERT_STREQ(b.buf, "\"\"");
+    gs_buf_free(&b);
+    /* bounded file reads: whole, too big, missing; a failure leaves b as it was */
+    char path[] = "/tmp/gs-buf-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    for (int i = 0; i < 10000; i++) /* 70,000 bytes: more than one 64 KiB read */
+        ASSERT_EQ(write(fd, "line-x\n", 7), 7);
+    close(fd);
+    struct gs_err e = GS_ERR_INIT;
+    gs_buf_str(&b, "head:");
+    ASSERT_EQ(gs_buf_read_file(&b, path, 70000, &e), 0);
+    ASSERT_EQ(b.len, 5 + 70000);
+    ASSERT_TRUE(memcmp(b.buf, "head:line-x\n", 12) == 0 && b.buf[b.len] == '\0');
+    ASSERT_EQ(gs_buf_read_file(&b, path, 69999, &e), -GS_ETOOBIG);
+    ASSERT_CONTAINS(e.msg, "larger than 69999 bytes");
+    ASSERT_EQ(b.len, 5 + 70000);
+    unlink(path);
+    ASSERT_EQ(gs_buf_read_file(&b, path, 100, &e), -GS_EIO);
+    ASSERT_CONTAINS(e.msg, path);
+    ASSERT_EQ(b.len, 5 + 70000);
     gs_buf_free(&b);
     b.oom = 1; /* after a failed allocation appends do nothing */
     gs_buf_str(&b, "x");
