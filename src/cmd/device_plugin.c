@@ -103,16 +103,9 @@ int cmd_device_plugin(int argc, char **argv)
         OPT_END(),
     };
 
-    int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc || npos) {
-        fprintf(stderr, "gpusched device-plugin: %s\n",
-                rc ? e.msg : "unexpected argument (see --help)");
-        return 2;
-    }
+    int rc = cmd_flags("device-plugin", argc - 1, argv + 1, opts, usage, 0, &npos);
+    if (rc >= 0)
+        return rc;
     enum log_level lv;
     enum log_format lf;
     if (log_parse_level(log_level, &lv) || log_parse_format(log_format, &lf)) {
@@ -234,12 +227,7 @@ int cmd_device_plugin(int argc, char **argv)
         log_info("dp", "metrics on http://%s:%d/metrics", addr, http_server_port(hs));
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cmd_on_signals(on_signal);
     if (dp_plugin_run(p, &stop_flag, &e) != 0) {
         fprintf(stderr, "gpusched device-plugin: %s\n", e.msg);
         code = 1;

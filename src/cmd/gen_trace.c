@@ -53,14 +53,11 @@ int cmd_gen_trace(int argc, char **argv)
         OPT_INT("pods", &pods, "N", "pods (default 8152, as openb)", 1, 10000000),
         OPT_END(),
     };
-    int rc = opt_parse(argc, argv, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc < 0 || npos > 1 || !out) {
-        fprintf(stderr, "gpusched gen-trace: %s\n",
-                rc < 0 ? e.msg : npos > 1 ? "unexpected argument" : "--out is required");
+    int rc = cmd_flags("gen-trace", argc, argv, opts, usage, 1, &npos);
+    if (rc >= 0)
+        return rc;
+    if (!out) {
+        fprintf(stderr, "gpusched gen-trace: --out is required\n");
         return 2;
     }
     if (mkdir(out, 0777) != 0 && errno != EEXIST) {

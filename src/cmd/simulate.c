@@ -146,15 +146,9 @@ int cmd_simulate(int argc, char **argv)
         OPT_END(),
     };
 
-    int rc = opt_parse(argc, argv, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc < 0 || npos > 1) {
-        fprintf(stderr, "gpusched simulate: %s\n", rc < 0 ? e.msg : "unexpected argument");
-        return 2;
-    }
+    int rc = cmd_flags("simulate", argc, argv, opts, usage, 1, &npos);
+    if (rc >= 0)
+        return rc;
     if (list) {
         for (int i = 0; i < core_policy_count(); i++)
             printf("%s\n", core_policy_at(i)->name);

@@ -502,15 +502,9 @@ int cmd_status(int argc, char **argv)
     const char *usage = "gpusched status [--kubeconfig FILE | --state-dir DIR --nodes FILE] "
                         "[-o wide|json] [--quotas]";
 
-    int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc < 0 || npos > 0) {
-        fprintf(stderr, "gpusched status: %s\n", rc < 0 ? e.msg : "unexpected argument");
-        return 2;
-    }
+    int rc = cmd_flags("status", argc - 1, argv + 1, opts, usage, 0, &npos);
+    if (rc >= 0)
+        return rc;
     int wide = output && strcmp(output, "wide") == 0, as_json = output && strcmp(output, "json") == 0;
     if (output && !wide && !as_json) {
         fprintf(stderr, "gpusched status: -o: '%s' is not wide or json\n", output);

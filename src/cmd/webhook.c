@@ -90,14 +90,11 @@ static int gen_certs(int argc, char **argv)
     };
     const char *usage = "gpusched webhook gen-certs --out DIR [--service NAME] [--namespace NS]";
 
-    int rc = opt_parse(argc, argv, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc < 0 || npos > 0 || !out) {
-        fprintf(stderr, "gpusched webhook gen-certs: %s\n",
-                rc < 0 ? e.msg : npos > 0 ? "unexpected argument" : "--out DIR is required");
+    int rc = cmd_flags("webhook gen-certs", argc, argv, opts, usage, 0, &npos);
+    if (rc >= 0)
+        return rc;
+    if (!out) {
+        fprintf(stderr, "gpusched webhook gen-certs: --out DIR is required\n");
         return 2;
     }
     struct wh_certs_opts co = {0};
@@ -197,15 +194,9 @@ int cmd_webhook(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "gen-certs") == 0)
         return gen_certs(argc - 2, argv + 2);
-    int rc = opt_parse(argc - 1, argv + 1, opts, &npos, &e);
-    if (rc == OPT_HELP) {
-        opt_usage(stdout, usage, opts);
-        return 0;
-    }
-    if (rc < 0 || npos > 0) {
-        fprintf(stderr, "gpusched webhook: %s\n", rc < 0 ? e.msg : "unexpected argument");
-        return 2;
-    }
+    int rc = cmd_flags("webhook", argc - 1, argv + 1, opts, usage, 0, &npos);
+    if (rc >= 0)
+        return rc;
     enum log_level lv;
     enum log_format lf;
     if (log_parse_level(level, &lv) < 0 || log_parse_format(format, &lf) < 0) {
@@ -279,12 +270,7 @@ int cmd_webhook(int argc, char **argv)
         kube_client_free(kc);
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cmd_on_signals(on_signal);
     log_info("webhook", "listening on https://%s:%d (largest GPU %s %lld MiB, %d GPUs per node)",
              host, wh_server_port(s),
              o.config.cluster.max_gpu_model[0] ? o.config.cluster.max_gpu_model : "unknown",

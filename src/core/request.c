@@ -165,6 +165,19 @@ struct ctr_req {
     int64_t cpu_milli, mem_bytes;
 };
 
+/* A container's (or a pod's summed) request as the canonical request. */
+static void to_request(const struct ctr_req *r, struct core_request *out)
+{
+    out->kind = r->kind;
+    out->num_gpu = r->kind == CORE_REQ_MIG ? 0 : r->num_gpu;
+    out->mem_mib = r->mem_mib;
+    out->milli = r->milli;
+    memcpy(out->mig_profile, r->mig_profile, sizeof out->mig_profile);
+    out->mig_count = r->mig_count;
+    out->cpu_milli = r->cpu_milli;
+    out->mem_bytes = r->mem_bytes;
+}
+
 /* Where a container's resource value came from, for error messages. */
 struct rsrc {
     const char *val;  /* the quantity string, NULL when absent */
@@ -512,14 +525,7 @@ int core_container_parse(const json_t *ctr, const struct core_names *names, cons
     if (parse_container(&c, names ? names : core_names_default(), (json_t *)ctr, &r,
                         &restartable) < 0)
         return -GS_EINVAL;
-    out->kind = r.kind;
-    out->num_gpu = r.kind == CORE_REQ_MIG ? 0 : r.num_gpu;
-    out->mem_mib = r.mem_mib;
-    out->milli = r.milli;
-    memcpy(out->mig_profile, r.mig_profile, sizeof out->mig_profile);
-    out->mig_count = r.mig_count;
-    out->cpu_milli = r.cpu_milli;
-    out->mem_bytes = r.mem_bytes;
+    to_request(&r, out);
     return 0;
 }
 
@@ -653,14 +659,7 @@ static int parse_containers(json_t *spec, const struct core_names *nm, struct co
         return gs_errf(e, GS_EINVAL, "spec.containers: the pod asks for %d MIG instances in "
                                      "total; a node has at most %d", app.mig_count,
                        CORE_MAX_GPUS * 7);
-    r->kind = app.kind;
-    r->num_gpu = app.kind == CORE_REQ_MIG ? 0 : app.num_gpu;
-    r->mem_mib = app.mem_mib;
-    r->milli = app.milli;
-    memcpy(r->mig_profile, app.mig_profile, sizeof r->mig_profile);
-    r->mig_count = app.mig_count;
-    r->cpu_milli = app.cpu_milli;
-    r->mem_bytes = app.mem_bytes;
+    to_request(&app, r);
     return 0;
 }
 

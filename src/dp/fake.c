@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "dp/gpu.h"
+#include "util/buf.h"
 #include "util/log.h"
 
 #define FAKE_MAX_FILE (1 << 20)
@@ -285,30 +286,17 @@ out:
 
 static int read_file(const char *path, struct dp_fake_state *st, struct stat *sb, struct gs_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
+    struct gs_buf b = {0};
     int rc;
 
-    if (!f)
+    if (stat(path, sb) != 0)
         return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
-    if (fstat(fileno(f), sb) != 0 || !S_ISREG(sb->st_mode)) {
-        fclose(f);
+    if (!S_ISREG(sb->st_mode))
         return gs_errf(e, GS_EINVAL, "%s: not a regular file", path);
-    }
-    if (sb->st_size > FAKE_MAX_FILE) {
-        fclose(f);
-        return gs_errf(e, GS_ETOOBIG, "%s: over %d bytes", path, FAKE_MAX_FILE);
-    }
-    buf = malloc((size_t)sb->st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return gs_errf(e, GS_ENOMEM, "out of memory");
-    }
-    n = fread(buf, 1, (size_t)sb->st_size, f);
-    fclose(f);
-    rc = dp_fake_parse(buf, n, st, e);
-    free(buf);
+    if ((rc = gs_buf_read_file(&b, path, FAKE_MAX_FILE, e)) < 0)
+        return rc;
+    rc = dp_fake_parse(b.buf ? b.buf : "", b.len, st, e);
+    gs_buf_free(&b);
     if (rc)
         gs_err_prefix(e, "%s", path);
     return rc;

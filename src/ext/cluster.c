@@ -11,6 +11,7 @@
 #include "kube/lease.h"
 #include "kube/watch.h"
 #include "util/log.h"
+#include "util/worker.h"
 
 #define MAX_NUDGE 64
 #define EVENT_EVERY_S 60.0
@@ -28,10 +29,7 @@ struct ext_cluster {
     char prefix[128];
     struct kube_watch *nodes, *pods;
     struct kube_leader *leader;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_int stop;
+    struct gs_worker wk;       /* housekeeping: nudges, inventory TTL, events */
     atomic_int freed;          /* GPUs were freed since the last nudge */
     atomic_int pods_synced, nodes_synced;
     struct evented ev[MAX_EVENTED];
@@ -87,10 +85,8 @@ static void pods_event(void *ud, const char *type, const json_t *obj)
 {
     struct ext_cluster *cl = ud;
     if (ext_sched_observe_pod(cl->s, obj, strcmp(type, "DELETED") == 0)) {
-        pthread_mutex_lock(&cl->mu);
         atomic_store(&cl->freed, 1);
-        pthread_cond_signal(&cl->cv);
-        pthread_mutex_unlock(&cl->mu);
+        gs_worker_wake(&cl->wk);
     }
 }
 
@@ -234,16 +230,7 @@ static void *house_main(void *arg)
 {
     struct ext_cluster *cl = arg;
     double last_inv = 0;
-    while (!atomic_load(&cl->stop)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_mutex_lock(&cl->mu);
-        if (!atomic_load(&cl->stop) && !atomic_load(&cl->freed))
-            pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
-        pthread_mutex_unlock(&cl->mu);
-        if (atomic_load(&cl->stop))
-            break;
+    while (!gs_worker_sleep(&cl->wk, 1.0, &cl->freed)) {
         int leading = may_bind(cl);
         if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
             nudge(cl);
@@ -271,8 +258,6 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     cl->s = s;
     cl->cfg = cfg;
     snprintf(cl->prefix, sizeof cl->prefix, "%s", cfg->names.annot_prefix);
-    pthread_mutex_init(&cl->mu, NULL);
-    pthread_cond_init(&cl->cv, NULL);
     cl->m_restarts = metrics_add(m, METRIC_COUNTER, "gpusched_extender_watch_restarts_total",
                                  "Watch streams re-opened, by resource.", "resource", NULL, 0, e);
     cl->m_relists = metrics_add(m, METRIC_COUNTER, "gpusched_extender_lists_total",
@@ -306,7 +291,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,
                                cl, &cl->pods, e)) < 0 ||
-        pthread_create(&cl->thread, NULL, house_main, cl) != 0) {
+        gs_worker_start(&cl->wk, house_main, cl) < 0) {
         kube_watch_stop(cl->nodes);
         kube_watch_stop(cl->pods);
         kube_leader_stop(cl->leader);
@@ -322,16 +307,10 @@ void ext_cluster_stop(struct ext_cluster *cl)
 {
     if (!cl)
         return;
-    pthread_mutex_lock(&cl->mu);
-    atomic_store(&cl->stop, 1);
-    pthread_cond_broadcast(&cl->cv);
-    pthread_mutex_unlock(&cl->mu);
-    pthread_join(cl->thread, NULL);
+    gs_worker_stop(&cl->wk);
     kube_watch_stop(cl->pods);
     kube_watch_stop(cl->nodes);
     kube_leader_stop(cl->leader);
     ext_sched_set_commit(cl->s, &(struct ext_commit){0});
-    pthread_cond_destroy(&cl->cv);
-    pthread_mutex_destroy(&cl->mu);
     free(cl);
 }

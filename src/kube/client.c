@@ -8,6 +8,7 @@
 
 #include "kube/client.h"
 #include "kube/client_internal.h"
+#include "util/buf.h"
 
 #define POOL_MAX 8
 #define TOKEN_REFRESH_S 60
@@ -190,8 +191,8 @@ struct curl_slist *kube_client_headers(struct kube_client *c, const char *conten
 }
 
 struct body {
-    char *buf;
-    size_t len, cap, max;
+    struct gs_buf b;
+    size_t max;
     int too_big;
 };
 
@@ -199,24 +200,12 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud)
 {
     struct body *b = ud;
     size_t k = sz * n;
-    if (b->len + k > b->max) {
+    if (b->b.len + k > b->max) {
         b->too_big = 1;
         return 0;
     }
-    if (b->len + k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 16384;
-        while (cap < b->len + k + 1)
-            cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (!nb)
-            return 0;
-        b->buf = nb;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, p, k);
-    b->len += k;
-    b->buf[b->len] = '\0';
-    return k;
+    gs_buf_put(&b->b, p, k);
+    return b->b.oom ? 0 : k;
 }
 
 int kube_status_error(long status, const char *method, const char *path, const json_t *reply,
@@ -242,7 +231,7 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
 {
     CURL *h;
     struct curl_slist *hdrs;
-    struct body resp = {NULL, 0, 0, c->opts.max_response, 0};
+    struct body resp = {.max = c->opts.max_response};
     char *url = NULL, *payload = NULL;
     long code = 0;
     CURLcode cr;
@@ -289,21 +278,21 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
     if (status)
         *status = code;
     if (cr != CURLE_OK) {
-        free(resp.buf);
+        gs_buf_free(&resp.b);
         if (resp.too_big)
             return gs_errf(e, GS_ETOOBIG, "%s %s: reply larger than %zu bytes", method, path,
                            c->opts.max_response);
         return gs_errf(e, GS_EUNAVAIL, "%s %s: %s", method, path, curl_easy_strerror(cr));
     }
-    if (resp.len) {
+    if (resp.b.len) {
         json_error_t je;
-        reply = json_loadb(resp.buf, resp.len, 0, &je);
+        reply = json_loadb(resp.b.buf, resp.b.len, 0, &je);
         if (!reply && code >= 200 && code < 300) {
-            free(resp.buf);
+            gs_buf_free(&resp.b);
             return gs_errf(e, GS_EPROTO, "%s %s: reply is not JSON: %s", method, path, je.text);
         }
     }
-    free(resp.buf);
+    gs_buf_free(&resp.b);
     if (code < 200 || code >= 300)
         rc = kube_status_error(code, method, path, reply, e);
     if (out)

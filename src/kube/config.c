@@ -7,6 +7,7 @@
 
 #include "kube/client.h"
 #include "kube/yaml.h"
+#include "util/buf.h"
 
 void kube_config_clear(struct kube_config *cfg)
 {
@@ -186,22 +187,20 @@ fail:
     return rc;
 }
 
-static char *slurp_small(const char *path, size_t max)
+/* The file's text without trailing blanks; NULL (and *e) when it cannot be
+ * read, is larger than max or is empty. */
+static char *slurp_small(const char *path, size_t max, struct gs_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
-    if (!f)
+    struct gs_buf b = {0};
+    if (gs_buf_read_file(&b, path, max, e) < 0 || !b.buf) {
+        if (!b.buf)
+            gs_errf(e, GS_EIO, "%s: empty", path);
+        gs_buf_free(&b);
         return NULL;
-    buf = malloc(max + 1);
-    n = buf ? fread(buf, 1, max, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = '\0';
-    return buf;
+    }
+    while (b.len && (b.buf[b.len - 1] == '\n' || b.buf[b.len - 1] == '\r' || b.buf[b.len - 1] == ' '))
+        b.buf[--b.len] = '\0';
+    return b.buf;
 }
 
 int kube_config_in_cluster(const char *sa_dir, struct kube_config *cfg, struct gs_err *e)
@@ -222,14 +221,14 @@ int kube_config_in_cluster(const char *sa_dir, struct kube_config *cfg, struct g
         (void)!asprintf(&cfg->server, "https://%s:%s", host, port);
     snprintf(path, sizeof path, "%s/token", sa_dir);
     cfg->token_file = strdup(path);
-    if (!(cfg->token = slurp_small(path, 64 << 10))) {
+    if (!(cfg->token = slurp_small(path, 64 << 10, e))) {
         kube_config_clear(cfg);
-        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
+        return -GS_EIO;
     }
     snprintf(path, sizeof path, "%s/ca.crt", sa_dir);
     cfg->ca_file = strdup(path);
     snprintf(path, sizeof path, "%s/namespace", sa_dir);
-    cfg->namespace = slurp_small(path, 253);
+    cfg->namespace = slurp_small(path, 1024, NULL);
     if (!cfg->namespace)
         cfg->namespace = strdup("default");
     return 0;

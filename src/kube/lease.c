@@ -8,16 +8,14 @@
 
 #include "kube/lease.h"
 #include "util/log.h"
+#include "util/worker.h"
 
 struct kube_leader {
     struct kube_client *c;
     struct kube_leader_opts opts;
     char *ns, *name, *identity;
     char coll[600], path[900];
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_int stop;
+    struct gs_worker wk;
     atomic_int leading;
     atomic_ulong transitions;
     /* what this replica last saw, and when (monotonic) */
@@ -115,23 +113,7 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
     return 1;
 }
 
-static int nap(struct kube_leader *l, double s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)s;
-    ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&l->mu);
-    while (!atomic_load(&l->stop))
-        if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) != 0)
-            break;
-    pthread_mutex_unlock(&l->mu);
-    return atomic_load(&l->stop);
-}
+static int nap(struct kube_leader *l, double s) { return gs_worker_sleep(&l->wk, s, NULL); }
 
 static void *leader_main(void *arg)
 {
@@ -174,9 +156,7 @@ int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts
     snprintf(l->coll, sizeof l->coll, "/apis/coordination.k8s.io/v1/namespaces/%s/leases", l->ns);
     snprintf(l->path, sizeof l->path, "%s/%s", l->coll, l->name);
     l->seen_at = mono();
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    if (pthread_create(&l->thread, NULL, leader_main, l) != 0) {
+    if (gs_worker_start(&l->wk, leader_main, l) < 0) {
         free(l->ns);
         free(l->name);
         free(l->identity);
@@ -198,11 +178,7 @@ void kube_leader_stop(struct kube_leader *l)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&l->mu);
-    atomic_store(&l->stop, 1);
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
+    gs_worker_stop(&l->wk);
     if (atomic_load(&l->leading)) {
         struct gs_err e = GS_ERR_INIT;
         json_t *lease = NULL;
@@ -215,8 +191,6 @@ void kube_leader_stop(struct kube_leader *l)
         json_decref(lease);
         set_leading(l, 0);
     }
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->mu);
     free(l->ns);
     free(l->name);
     free(l->identity);

@@ -9,6 +9,7 @@
 #include "kube/client_internal.h"
 #include "kube/watch.h"
 #include "util/log.h"
+#include "util/worker.h"
 
 struct kube_watch {
     struct kube_client *c;
@@ -16,10 +17,7 @@ struct kube_watch {
     char *path, *query;        /* collection path; "labelSelector=..&" or "" */
     struct kube_watch_ops ops;
     void *ud;
-    pthread_t thread;
-    pthread_mutex_t mu;        /* guards stats and the stop wait */
-    pthread_cond_t cv;
-    atomic_int stop;
+    struct gs_worker wk;       /* its mu also guards st */
     struct kube_watch_stats st;
     char rv[64];
     /* per-stream state */
@@ -36,35 +34,28 @@ int kube_lines_feed(struct kube_lines *l, const char *p, size_t n, kube_line_fn 
     while (n) {
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) : n;
-        if (l->len + take > l->max) {
-            l->len = 0;
+        if (l->b.len + take > l->max) {
+            l->b.len = 0;
             return gs_errf(e, GS_ETOOBIG, "watch event longer than %zu bytes", l->max);
         }
-        if (l->len + take + 1 > l->cap) {
-            size_t cap = l->cap ? l->cap : 8192;
-            while (cap < l->len + take + 1)
-                cap *= 2;
-            char *nb = realloc(l->buf, cap);
-            if (!nb)
-                return gs_errf(e, GS_ENOMEM, "out of memory");
-            l->buf = nb;
-            l->cap = cap;
+        gs_buf_put(&l->b, p, take);
+        if (l->b.oom) {
+            gs_buf_free(&l->b);
+            return gs_errf(e, GS_ENOMEM, "out of memory");
         }
-        memcpy(l->buf + l->len, p, take);
-        l->len += take;
         p += take;
         n -= take;
         if (nl) {
-            size_t len = l->len;
+            size_t len = l->b.len;
             p++;
             n--;
-            l->len = 0;
-            while (len && (l->buf[len - 1] == '\r' || l->buf[len - 1] == ' '))
+            l->b.len = 0;
+            while (len && (l->b.buf[len - 1] == '\r' || l->b.buf[len - 1] == ' '))
                 len--;
             if (len) {
                 int rc;
-                l->buf[len] = '\0';
-                if ((rc = fn(ud, l->buf, len)) != 0)
+                l->b.buf[len] = '\0';
+                if ((rc = fn(ud, l->b.buf, len)) != 0)
                     return rc;
             }
         }
@@ -72,12 +63,7 @@ int kube_lines_feed(struct kube_lines *l, const char *p, size_t n, kube_line_fn 
     return 0;
 }
 
-void kube_lines_clear(struct kube_lines *l)
-{
-    free(l->buf);
-    l->buf = NULL;
-    l->len = l->cap = 0;
-}
+void kube_lines_clear(struct kube_lines *l) { gs_buf_free(&l->b); }
 
 int kube_watch_decode(const char *line, size_t n, enum kube_event_type *type, json_t **obj,
                       struct gs_err *e)
@@ -117,9 +103,9 @@ int kube_watch_decode(const char *line, size_t n, enum kube_event_type *type, js
 
 static void bump(struct kube_watch *w, unsigned long *field)
 {
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     (*field)++;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
 }
 
 static void set_rv(struct kube_watch *w, const json_t *obj)
@@ -185,28 +171,11 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
 {
     struct kube_watch *w = ud;
     (void)a, (void)b, (void)c, (void)d;
-    return atomic_load(&w->stop) ? 1 : 0;
+    return gs_worker_stopping(&w->wk) ? 1 : 0;
 }
 
 /* Sleeps up to `s` seconds; returns early (nonzero) when stopping. */
-static int nap(struct kube_watch *w, double s)
-{
-    struct timespec ts;
-    int stop;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)s;
-    ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&w->mu);
-    while (!(stop = atomic_load(&w->stop)))
-        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0)
-            break;
-    pthread_mutex_unlock(&w->mu);
-    return atomic_load(&w->stop);
-}
+static int nap(struct kube_watch *w, double s) { return gs_worker_sleep(&w->wk, s, NULL); }
 
 static int do_list(struct kube_watch *w)
 {
@@ -235,10 +204,10 @@ static int do_list(struct kube_watch *w)
     w->ops.replace(w->ud, json_is_array(items) ? items : empty, rv ? rv : "");
     json_decref(empty);
     snprintf(w->rv, sizeof w->rv, "%s", rv ? rv : "");
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     w->st.lists++;
     w->st.synced = 1;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     json_decref(list);
     return 0;
 }
@@ -262,7 +231,7 @@ static int do_watch(struct kube_watch *w)
         return -1;
     }
     w->gone = w->bad = 0;
-    w->lines.len = 0;
+    w->lines.b.len = 0;
     hdrs = kube_client_headers(w->c, NULL);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
@@ -280,7 +249,7 @@ static int do_watch(struct kube_watch *w)
     curl_slist_free_all(hdrs);
     kube_client_release(w->c, h);
     free(url);
-    if (atomic_load(&w->stop))
+    if (gs_worker_stopping(&w->wk))
         return 0;
     if (code == 410 || w->gone) {
         bump(w, &w->st.gone);
@@ -303,7 +272,7 @@ static void *watch_main(void *arg)
     double backoff = w->opts.backoff_min_s;
     int need_list = 1, first = 1;
 
-    while (!atomic_load(&w->stop)) {
+    while (!gs_worker_stopping(&w->wk)) {
         if (need_list) {
             if (do_list(w) < 0) {
                 bump(w, &w->st.errors);
@@ -373,9 +342,7 @@ int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *opts,
     w->path = strdup(opts->path);
     w->query = strdup(q);
     w->opts.path = w->path;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
+    if (gs_worker_start(&w->wk, watch_main, w) < 0) {
         free(w->path);
         free(w->query);
         free(w);
@@ -389,14 +356,8 @@ void kube_watch_stop(struct kube_watch *w)
 {
     if (!w)
         return;
-    pthread_mutex_lock(&w->mu);
-    atomic_store(&w->stop, 1);
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    gs_worker_stop(&w->wk);
     kube_lines_clear(&w->lines);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
     free(w->path);
     free(w->query);
     free(w);
@@ -404,7 +365,7 @@ void kube_watch_stop(struct kube_watch *w)
 
 void kube_watch_get_stats(struct kube_watch *w, struct kube_watch_stats *out)
 {
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     *out = w->st;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "kube/client.h"
+#include "util/buf.h"
 
 struct kube_watch_ops {
     void (*replace)(void *ud, const json_t *items, const char *rv);
@@ -60,8 +61,8 @@ void kube_watch_get_stats(struct kube_watch *w, struct kube_watch_stats *out);
 
 /* Splits a byte stream into lines of at most `max` bytes. */
 struct kube_lines {
-    char *buf;
-    size_t len, cap, max;
+    struct gs_buf b; /* the line so far */
+    size_t max;      /* longest line accepted */
 };
 typedef int (*kube_line_fn)(void *ud, const char *line, size_t n);
 /* Calls fn for each complete, non-empty line; stops early and returns fn's

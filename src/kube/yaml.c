@@ -6,6 +6,7 @@
 #include <yaml.h>
 
 #include "kube/yaml.h"
+#include "util/buf.h"
 
 #define MAX_DEPTH 64
 
@@ -157,27 +158,14 @@ int kube_yaml_parse(const char *text, size_t len, json_t **out, struct gs_err *e
 
 int kube_yaml_load(const char *path, json_t **out, struct gs_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
+    struct gs_buf b = {0};
     int rc;
 
     *out = NULL;
-    if (!f)
-        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
-    buf = malloc(KUBE_YAML_MAX + 1);
-    if (!buf) {
-        fclose(f);
-        return gs_errf(e, GS_ENOMEM, "out of memory");
-    }
-    n = fread(buf, 1, KUBE_YAML_MAX + 1, f);
-    fclose(f);
-    if (n > KUBE_YAML_MAX) {
-        free(buf);
-        return gs_errf(e, GS_ETOOBIG, "%s: larger than %u bytes", path, KUBE_YAML_MAX);
-    }
-    rc = kube_yaml_parse(buf, n, out, e);
-    free(buf);
+    if ((rc = gs_buf_read_file(&b, path, KUBE_YAML_MAX, e)) < 0)
+        return rc;
+    rc = kube_yaml_parse(b.buf, b.len, out, e);
+    gs_buf_free(&b);
     if (rc < 0)
         gs_err_prefix(e, "%s", path);
     return rc;

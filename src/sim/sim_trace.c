@@ -11,6 +11,7 @@
 
 #include "core/request.h"
 #include "sim/sim_trace.h"
+#include "util/buf.h"
 
 #define LINE_MAX_LEN 65536
 #define FIELDS_MAX 64
@@ -419,43 +420,15 @@ int sim_trace_check(const struct sim_trace *t, const char *pods_file, int *n_unf
 
 static int read_file(const char *path, char **buf, size_t *len, struct gs_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return gs_errf(e, GS_EIO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n == cap) {
-            if (cap > SIM_MAX_FILE) {
-                free(b);
-                fclose(f);
-                return gs_errf(e, GS_ETOOBIG, "%s: larger than %u MiB", path, SIM_MAX_FILE >> 20);
-            }
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
+    struct gs_buf b = {0};
+    int rc = gs_buf_read_file(&b, path, SIM_MAX_FILE, e);
+    if (rc < 0) {
+        gs_buf_free(&b);
+        return rc;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b)
-        return gs_errf(e, GS_ENOMEM, "%s: out of memory", path);
-    if (bad) {
-        free(b);
-        return gs_errf(e, GS_EIO, "%s: read error", path);
-    }
-    *buf = b;
-    *len = n;
-    return 0;
+    *buf = b.buf ? b.buf : strdup("");
+    *len = b.len;
+    return *buf ? 0 : gs_errf(e, GS_ENOMEM, "%s: out of memory", path);
 }
 
 int sim_trace_load(struct sim_trace *t, const char *nodes_file, const char *pods_file,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/metrics.h"
+#include "util/buf.h"
 
 struct series {
     char *values[METRICS_MAX_LABELS];
@@ -328,123 +329,68 @@ double metric_value(struct metric *mt, const char *const *values)
 
 /* ---- rendering ---------------------------------------------------------- */
 
-struct out {
-    char *buf;
-    size_t len, cap;
-    int oom;
-};
-
-static void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_printf(struct out *o, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        int n;
-        size_t room = o->cap - o->len;
-        va_start(ap, fmt);
-        n = vsnprintf(o->buf ? o->buf + o->len : NULL, o->buf ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0 || o->oom)
-            return;
-        if (o->buf && (size_t)n < room) {
-            o->len += (size_t)n;
-            return;
-        }
-        size_t cap = o->cap ? o->cap * 2 : 4096;
-        while (cap < o->len + (size_t)n + 1)
-            cap *= 2;
-        char *nb = realloc(o->buf, cap);
-        if (!nb) {
-            o->oom = 1;
-            return;
-        }
-        o->buf = nb;
-        o->cap = cap;
-    }
-}
-
-static void out_put(struct out *o, const char *p, size_t n)
-{
-    if (o->oom)
-        return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 4096;
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(o->buf, cap);
-        if (!nb) {
-            o->oom = 1;
-            return;
-        }
-        o->buf = nb;
-        o->cap = cap;
-    }
-    memcpy(o->buf + o->len, p, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
-}
 
 /* Escapes a label value or help text: backslash, newline, and (for label
  * values) the double quote; plain runs are copied whole. */
-static void out_escaped(struct out *o, const char *s, int quote)
+static void out_escaped(struct gs_buf *o, const char *s, int quote)
 {
     const char *special = quote ? "\\\n\"" : "\\\n";
     while (*s) {
         size_t n = strcspn(s, special);
-        out_put(o, s, n);
+        gs_buf_put(o, s, n);
         s += n;
         if (!*s)
             break;
-        out_put(o, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+        gs_buf_put(o, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
         s++;
     }
 }
 
-static void out_num(struct out *o, double v)
+static void out_num(struct gs_buf *o, double v)
 {
     if (isinf(v))
-        out_printf(o, v > 0 ? "+Inf" : "-Inf");
+        gs_buf_printf(o, v > 0 ? "+Inf" : "-Inf");
     else if (v == (double)(int64_t)v && fabs(v) < 1e15)
-        out_printf(o, "%lld", (long long)v);
+        gs_buf_printf(o, "%lld", (long long)v);
     else
-        out_printf(o, "%.17g", v);
+        gs_buf_printf(o, "%.17g", v);
 }
 
-static void out_labels(struct out *o, const struct metric *mt, const struct series *s,
+static void out_labels(struct gs_buf *o, const struct metric *mt, const struct series *s,
                        const char *le)
 {
     if (!mt->nlabels && !le)
         return;
-    out_printf(o, "{");
+    gs_buf_printf(o, "{");
     for (int i = 0; i < mt->nlabels; i++) {
-        out_printf(o, "%s%s=\"", i ? "," : "", mt->labels[i]);
+        gs_buf_printf(o, "%s%s=\"", i ? "," : "", mt->labels[i]);
         out_escaped(o, s->values[i], 1);
-        out_printf(o, "\"");
+        gs_buf_printf(o, "\"");
     }
     if (le)
-        out_printf(o, "%sle=\"%s\"", mt->nlabels ? "," : "", le);
-    out_printf(o, "}");
+        gs_buf_printf(o, "%sle=\"%s\"", mt->nlabels ? "," : "", le);
+    gs_buf_printf(o, "}");
 }
 
 char *metrics_render(struct metrics *m, size_t *len)
 {
     static const char *const types[] = {"counter", "gauge", "histogram"};
-    struct out o = {0};
+    struct gs_buf o = {0};
 
     if (m->collect)
         m->collect(m->collect_ud, m);
     pthread_mutex_lock(&m->mu);
     for (struct metric *mt = m->head; mt; mt = mt->next) {
-        out_printf(&o, "# HELP %s ", mt->name);
+        gs_buf_printf(&o, "# HELP %s ", mt->name);
         out_escaped(&o, mt->help, 0);
-        out_printf(&o, "\n# TYPE %s %s\n", mt->name, types[mt->type]);
+        gs_buf_printf(&o, "\n# TYPE %s %s\n", mt->name, types[mt->type]);
         for (struct series *s = mt->series; s; s = s->next) {
             if (mt->type != METRIC_HISTOGRAM) {
-                out_printf(&o, "%s", mt->name);
+                gs_buf_printf(&o, "%s", mt->name);
                 out_labels(&o, mt, s, NULL);
-                out_printf(&o, " ");
+                gs_buf_printf(&o, " ");
                 out_num(&o, s->v);
-                out_printf(&o, "\n");
+                gs_buf_printf(&o, "\n");
                 continue;
             }
             uint64_t cum = 0;
@@ -455,17 +401,17 @@ char *metrics_render(struct metrics *m, size_t *len)
                     snprintf(le, sizeof le, "%.9g", mt->bounds[i]);
                 else
                     snprintf(le, sizeof le, "+Inf");
-                out_printf(&o, "%s_bucket", mt->name);
+                gs_buf_printf(&o, "%s_bucket", mt->name);
                 out_labels(&o, mt, s, le);
-                out_printf(&o, " %llu\n", (unsigned long long)cum);
+                gs_buf_printf(&o, " %llu\n", (unsigned long long)cum);
             }
-            out_printf(&o, "%s_sum", mt->name);
+            gs_buf_printf(&o, "%s_sum", mt->name);
             out_labels(&o, mt, s, NULL);
-            out_printf(&o, " ");
+            gs_buf_printf(&o, " ");
             out_num(&o, s->sum);
-            out_printf(&o, "\n%s_count", mt->name);
+            gs_buf_printf(&o, "\n%s_count", mt->name);
             out_labels(&o, mt, s, NULL);
-            out_printf(&o, " %llu\n", (unsigned long long)s->count);
+            gs_buf_printf(&o, " %llu\n", (unsigned long long)s->count);
         }
     }
     pthread_mutex_unlock(&m->mu);

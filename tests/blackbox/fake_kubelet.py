@@ -15,7 +15,9 @@ shared/specs/device-plugin-protocol.md, "Lifecycle"):
 
 It also serves a PodResourcesLister on a socket of its own whose answer the
 test sets. Python stubs are generated from the project's own .proto files
-(proto/) at test time with grpc_tools.
+(proto/) at test time with grpc_tools, or read from GPUSCHED_STUBS_DIR when
+that names a folder of stubs generated beforehand (for a machine without
+grpc_tools, such as the GPU machine of tests/gpu/).
 """
 import os
 import re
@@ -38,14 +40,16 @@ def stubs():
     global _stubs
     if _stubs:
         return _stubs
-    out = tempfile.mkdtemp(prefix="gpusched-stubs-")
-    proto = os.path.join(ROOT, "proto")
-    files = ["deviceplugin.proto", "podresources.proto",
-             "services/deviceplugin_services.proto", "services/podresources_services.proto"]
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", proto,
-                    "-I", os.path.join(proto, "services"), "--python_out=" + out,
-                    "--grpc_python_out=" + out] + [os.path.join(proto, f) for f in files],
-                   check=True)
+    out = os.environ.get("GPUSCHED_STUBS_DIR")
+    if not out:
+        out = tempfile.mkdtemp(prefix="gpusched-stubs-")
+        proto = os.path.join(ROOT, "proto")
+        files = ["deviceplugin.proto", "podresources.proto",
+                 "services/deviceplugin_services.proto", "services/podresources_services.proto"]
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", proto,
+                        "-I", os.path.join(proto, "services"), "--python_out=" + out,
+                        "--grpc_python_out=" + out] + [os.path.join(proto, f) for f in files],
+                       check=True)
     sys.path.insert(0, out)
     sys.path.insert(0, os.path.join(out, "services"))
     import deviceplugin_pb2

@@ -1,4 +1,6 @@
 """The command table: help, version, unknown commands."""
+import pytest
+
 from conftest import run
 
 
@@ -21,3 +23,21 @@ def test_unknown_command(gpusched_bin):
 def test_no_args_is_usage_error(gpusched_bin):
     r = run(gpusched_bin)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["simulate", "stray"], ["status", "stray"], ["webhook", "stray"],
+                                 ["device-plugin", "stray"], ["gen-trace", "--out", "/tmp/x", "stray"],
+                                 ["webhook", "gen-certs", "--out", "/tmp/x", "stray"]])
+def test_stray_argument_is_named(gpusched_bin, cmd):
+    r = run(gpusched_bin, *cmd)
+    assert r.returncode == 2 and "unexpected argument 'stray' (see --help)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "status", "webhook", "device-plugin", "gen-trace",
+                                 "extender"])
+def test_bad_flag_and_help(gpusched_bin, cmd):
+    r = run(gpusched_bin, cmd, "--no-such-flag")
+    assert r.returncode == 2 and r.stderr.startswith("gpusched %s: " % cmd) and \
+        "--no-such-flag" in r.stderr, r.stderr
+    r = run(gpusched_bin, cmd, "--help")
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stdout

@@ -7,6 +7,11 @@
 # real NVML discovery and health through the fake kubelet, compared with
 # nvidia-smi, and an Allocate that must return the GPU's UUID. Not part of
 # CI, which has no GPU. Exit status 0 when every check passed.
+#
+# On a GPU machine without the Debian packages, BUILD_DIR may be a bundle
+# made by tests/gpu/make-bundle.sh on the build machine: its lib/ goes on
+# LD_LIBRARY_PATH and its stubs/ replace grpc_tools. PYTHON names a Python
+# with grpcio (and, for the CUDA check, torch); default /usr/bin/python3.
 set -eu
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -15,5 +20,9 @@ if [ ! -x "$build/gpusched" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j "$(nproc)" --target gpusched
 fi
+if [ -d "$build/stubs" ]; then
+  b=$(cd "$build" && pwd)
+  export GPUSCHED_STUBS_DIR="$b/stubs" LD_LIBRARY_PATH="$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 nvidia-smi -L
-exec /usr/bin/python3 tests/gpu/check_real_gpu.py "$build/gpusched"
+exec "${PYTHON:-/usr/bin/python3}" tests/gpu/check_real_gpu.py "$build/gpusched"

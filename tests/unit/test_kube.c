@@ -142,7 +142,7 @@ static void test_helpers(void)
     ASSERT_EQ(kube_parse_time(buf, &t), 0);
     ASSERT_TRUE(t > 1.7e9);
 
-    struct kube_lines l = {NULL, 0, 0, 10};
+    struct kube_lines l = {.max = 10};
     int total = 0;
     ASSERT_EQ(kube_lines_feed(&l, "abc\r\nde", 7, count_lines, &total, &e), 0);
     ASSERT_EQ(total, 3);
