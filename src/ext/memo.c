@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "ext/memo.h"
+#include "util/buf.h"
 
 struct ext_text *ext_text_wrap(char *buf, size_t len)
 {
@@ -76,50 +77,20 @@ void ext_memo_free(struct ext_memo *m)
 
 /* ---- the pod key ---------------------------------------------------------- */
 
-struct kbuf {
-    char *p;
-    size_t len, cap;
-    int bad; /* out of memory or over EXT_MEMO_KEY_MAX */
-};
-
-static void put(struct kbuf *b, const void *p, size_t n)
-{
-    if (b->bad)
-        return;
-    if (b->len + n > EXT_MEMO_KEY_MAX) {
-        b->bad = 1;
-        return;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 512;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->bad = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-static void put_i64(struct kbuf *b, int64_t v) { put(b, &v, sizeof v); }
+static void put_i64(struct gs_buf *b, int64_t v) { gs_buf_put(b, &v, sizeof v); }
 
 /* Length-prefixed, so that no two different lists of strings write the
  * same bytes; NULL is told apart from "". */
-static void put_str(struct kbuf *b, const char *s)
+static void put_str(struct gs_buf *b, const char *s)
 {
     put_i64(b, s ? (int64_t)strlen(s) : -1);
     if (s)
-        put(b, s, strlen(s));
+        gs_buf_str(b, s);
 }
 
 int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, size_t *len)
 {
-    struct kbuf b = {0};
+    struct gs_buf b = {0};
     const struct core_request *r = &pod->req;
     put_str(&b, policy);
     put_i64(&b, r->kind);
@@ -163,11 +134,11 @@ int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, siz
         put_i64(&b, t->op_exists);
         put_str(&b, t->effect);
     }
-    if (b.bad) {
-        free(b.p);
+    if (b.oom || b.len > EXT_MEMO_KEY_MAX) {
+        gs_buf_free(&b);
         return -1;
     }
-    *key = b.p;
+    *key = b.buf;
     *len = b.len;
     return 0;
 }

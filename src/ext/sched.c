@@ -16,6 +16,7 @@
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "kube/client.h"
+#include "util/buf.h"
 #include "util/log.h"
 
 /* ---- a small string-keyed hash map ---------------------------------------- */
@@ -767,68 +768,8 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
 
 /* ---- replies ----------------------------------------------------------------- */
 
-struct sb {
-    char *buf;
-    size_t len, cap;
-    int oom;
-};
-
-/* Makes room for n more bytes (and the NUL); 0, or -1 with b->oom set. */
-static int sb_reserve(struct sb *b, size_t n)
-{
-    if (b->oom)
-        return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (!nb) {
-            b->oom = 1;
-            return -1;
-        }
-        b->buf = nb;
-        b->cap = cap;
-    }
-    return 0;
-}
-
-static void sb_put(struct sb *b, const char *p, size_t n)
-{
-    if (sb_reserve(b, n) < 0)
-        return;
-    memcpy(b->buf + b->len, p, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_str(struct sb *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* A JSON string literal: quotes, backslashes and control characters escaped. */
-static void sb_quoted(struct sb *b, const char *s)
-{
-    sb_put(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\', esc[1] = (char)c;
-            sb_put(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            sb_put(b, esc, 6);
-        } else {
-            size_t n = strcspn(p, "\"\\\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f"
-                                  "\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f");
-            sb_put(b, p, n);
-            p += n - 1;
-        }
-    }
-    sb_put(b, "\"", 1);
-}
-
 /* Takes the text of a string builder as the reply (or a tree on OOM). */
-static void reply_text(struct ext_reply *r, struct sb *b)
+static void reply_text(struct ext_reply *r, struct gs_buf *b)
 {
     if (b->oom) {
         free(b->buf);
@@ -884,12 +825,12 @@ static int pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_po
 }
 
 /* Appends ,"node":"reason" to a FailedNodes map being built. */
-static void add_reason(struct sb *b, const char *node, const char *reason)
+static void add_reason(struct gs_buf *b, const char *node, const char *reason)
 {
-    sb_put(b, ",\"", 2);
-    sb_str(b, node);
-    sb_put(b, "\":", 2);
-    sb_quoted(b, reason);
+    gs_buf_put(b, ",\"", 2);
+    gs_buf_str(b, node);
+    gs_buf_put(b, "\":", 2);
+    gs_buf_json_str(b, reason);
 }
 
 /* A NodeNames list's positions in the core's node array (-1: unknown),
@@ -932,8 +873,8 @@ static int by_score(const void *a, const void *b)
 
 /* The /filter reply: the fitting nodes (as full objects when the request
  * carried them), then the reasons gathered for the others. */
-static void filter_reply(struct sb *r, const struct ext_args *a, const unsigned char *fit,
-                         const struct sb *failed, const struct sb *unres)
+static void filter_reply(struct gs_buf *r, const struct ext_args *a, const unsigned char *fit,
+                         const struct gs_buf *failed, const struct gs_buf *unres)
 {
     if (a->from_nodes) {
         json_t *items = json_array();
@@ -944,37 +885,37 @@ static void filter_reply(struct sb *r, const struct ext_args *a, const unsigned 
                                  "items", items);
         char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
         json_decref(list);
-        sb_str(r, "{\"Nodes\":{");
-        sb_str(r, js ? js : "");
-        sb_str(r, "},\"NodeNames\":null");
+        gs_buf_str(r, "{\"Nodes\":{");
+        gs_buf_str(r, js ? js : "");
+        gs_buf_str(r, "},\"NodeNames\":null");
         free(js);
     } else {
         /* runs of fitting nodes are copied from the list's own reply text */
         const char *q = a->list->quoted;
         const size_t *qo = a->list->qoff;
-        sb_reserve(r, failed->len + unres->len + qo[a->n] + 128); /* allocated once */
-        sb_str(r, "{\"Nodes\":null,\"NodeNames\":[");
+        gs_buf_reserve(r, failed->len + unres->len + qo[a->n] + 128); /* allocated once */
+        gs_buf_str(r, "{\"Nodes\":null,\"NodeNames\":[");
         for (int i = 0, j, first = 1; i < a->n; i = j) {
             for (j = i; j < a->n && fit[j]; j++)
                 ;
             if (j > i) {
                 if (!first)
-                    sb_put(r, ",", 1);
-                sb_put(r, q + qo[i], qo[j] - qo[i] - 1);
+                    gs_buf_put(r, ",", 1);
+                gs_buf_put(r, q + qo[i], qo[j] - qo[i] - 1);
                 first = 0;
             } else {
                 j++;
             }
         }
-        sb_put(r, "]", 1);
+        gs_buf_put(r, "]", 1);
     }
-    sb_str(r, ",\"FailedNodes\":{");
+    gs_buf_str(r, ",\"FailedNodes\":{");
     if (failed->buf)
-        sb_put(r, failed->buf + 1, failed->len - 1); /* drop the leading comma */
-    sb_str(r, "},\"FailedAndUnresolvableNodes\":{");
+        gs_buf_put(r, failed->buf + 1, failed->len - 1); /* drop the leading comma */
+    gs_buf_str(r, "},\"FailedAndUnresolvableNodes\":{");
     if (unres->buf)
-        sb_put(r, unres->buf + 1, unres->len - 1);
-    sb_str(r, "},\"Error\":\"\"}");
+        gs_buf_put(r, unres->buf + 1, unres->len - 1);
+    gs_buf_str(r, "},\"Error\":\"\"}");
     r->oom |= failed->oom | unres->oom;
 }
 
@@ -1071,7 +1012,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
      * an entry of its own */
     int memo = gpu && a.list && ext_namelist_keepable(a.list) && a.n <= EXT_MEMO_NODES_MAX &&
                ext_memo_key(&pod, NULL, &key, &klen) == 0;
-    struct sb failed = {0}, unres = {0};
+    struct gs_buf failed = {0}, unres = {0};
     /* per node: fits, and the node; a kept reply needs neither */
     unsigned char *fit = NULL;
     struct core_node **nodes = NULL;
@@ -1190,7 +1131,7 @@ done:
     if (kept) {
         out->shared = kept;
     } else {
-        struct sb r = {0};
+        struct gs_buf r = {0};
         filter_reply(&r, &a, fit, &failed, &unres);
         if (memo && !modified && !r.oom) {
             /* kept for the next request that asks the same */
@@ -1296,12 +1237,12 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     }
     pthread_mutex_unlock(&s->mu);
 
-    struct sb r = {0};
+    struct gs_buf r = {0};
     size_t need = 2; /* the whole reply, so that it is allocated once */
     for (int i = 0; i < a.n; i++)
         need += (a.list ? a.list->len[i] : strlen(a.names[i])) +
                 sizeof ",{\"Host\":\"\",\"Score\":10}";
-    if (sb_reserve(&r, need) == 0) {
+    if (gs_buf_reserve(&r, need) == 0) {
         /* written in place: the buffer holds the whole reply */
         static const char host[] = "{\"Host\":\"", score[] = "\",\"Score\":";
         char *w = r.buf + r.len;
@@ -1323,7 +1264,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
         }
         r.len = (size_t)(w - r.buf);
     }
-    sb_put(&r, "]", 1);
+    gs_buf_put(&r, "]", 1);
     if (en && scored && !r.oom) {
         /* kept while nothing changes: the same entry, the same version */
         if (!(out->shared = ext_text_wrap(r.buf, r.len))) {
