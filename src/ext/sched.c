@@ -1080,7 +1080,7 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
             }
         }
     }
-    for (int i = 0; i < a.n && !kept; i++)
+    for (int i = 0; ok && !kept && i < a.n; i++)
         nfit += fit[i];
     /* top-k: keep the policy's best k feasible nodes */
     if (ok && !kept && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
