@@ -985,33 +985,53 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
     return oom ? -1 : changed;
 }
 
+/* The start of /filter and /prioritize: the ExtenderArgs, the pod and its
+ * policy, and whether the answer may be kept (ext/memo.h): for a GPU pod
+ * asked about a NodeNames list, with the pod key in *key (the policy in it
+ * for /prioritize: verdicts do not depend on it, scores do; a policy that
+ * draws at random is never kept). Returns 0, or the HTTP status of the
+ * error reply it wrote (nothing left to clear then). */
+static int verb_start(struct ext_sched *s, const char *verb, const char *body, size_t len,
+                      struct ext_args *a, struct core_pod *pod, const struct core_policy **pol,
+                      int scores, char **key, size_t *klen, int *memo, struct ext_reply *out)
+{
+    struct gs_err e = GS_ERR_INIT;
+    memset(out, 0, sizeof *out);
+    *key = NULL;
+    *klen = 0;
+    if (ext_args_parse_cached(s->lists, body, len, a, &e) < 0) {
+        out->json = ext_error("%s", e.msg);
+        decision(s, verb, "bad_request");
+        return 400;
+    }
+    if (pod_and_policy(s, a->pod, pod, pol, &out->json) < 0) {
+        ext_args_clear(a);
+        decision(s, verb, "error");
+        /* a /filter error fails kube-scheduler's attempt; /prioritize errors
+         * it ignores anyway */
+        return scores ? 400 : 200;
+    }
+    *memo = pod->req.kind != CORE_REQ_NONE && a->list && ext_namelist_keepable(a->list) &&
+            a->n <= EXT_MEMO_NODES_MAX && !(scores && ((*pol)->flags & CORE_POLICY_RANDOM_NODE)) &&
+            ext_memo_key(pod, scores ? (*pol)->name : NULL, key, klen) == 0;
+    return 0;
+}
+
 int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
     json_t **reply = &out->json;
-    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
     const struct core_policy *pol;
-
-    if (ext_args_parse_cached(s->lists, body, len, &a, &e) < 0) {
-        *reply = ext_error("%s", e.msg);
-        decision(s, "filter", "bad_request");
-        return 400;
-    }
-    if (pod_and_policy(s, a.pod, &pod, &pol, reply) < 0) {
-        ext_args_clear(&a);
-        decision(s, "filter", "error");
-        return 200;
-    }
+    char *key;
+    size_t klen;
+    int memo, rc = verb_start(s, "filter", body, len, &a, &pod, &pol, 0, &key, &klen, &memo, out);
+    if (rc)
+        return rc;
     int gpu = pod.req.kind != CORE_REQ_NONE;
-    char *key = NULL;
-    size_t klen = 0;
-    /* a GPU pod asked about a NodeNames list is answered from a kept entry
-     * (ext/memo.h; verdicts do not depend on the policy), any other from
-     * an entry of its own */
-    int memo = gpu && a.list && ext_namelist_keepable(a.list) && a.n <= EXT_MEMO_NODES_MAX &&
-               ext_memo_key(&pod, NULL, &key, &klen) == 0;
+    /* a GPU pod asked about a NodeNames list is answered from a kept entry,
+     * any other from an entry of its own */
     struct gs_buf failed = {0}, unres = {0};
     /* per node: fits, and the node; a kept reply needs neither */
     unsigned char *fit = NULL;
@@ -1160,32 +1180,20 @@ done:
 int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
     json_t **reply = &out->json;
-    memset(out, 0, sizeof *out);
     struct gs_err e = GS_ERR_INIT;
     struct ext_args a;
     struct core_pod pod;
     const struct core_policy *pol;
-
-    if (ext_args_parse_cached(s->lists, body, len, &a, &e) < 0) {
-        *reply = ext_error("%s", e.msg);
-        decision(s, "prioritize", "bad_request");
-        return 400;
-    }
-    if (pod_and_policy(s, a.pod, &pod, &pol, reply) < 0) {
-        ext_args_clear(&a);
-        decision(s, "prioritize", "error");
-        return 400; /* prioritize errors are ignored by kube-scheduler anyway */
-    }
+    char *key;
+    size_t klen;
+    int memo, rc = verb_start(s, "prioritize", body, len, &a, &pod, &pol, 1, &key, &klen, &memo,
+                              out);
+    if (rc)
+        return rc;
     int gpu = pod.req.kind != CORE_REQ_NONE;
-    char *key = NULL;
-    size_t klen = 0;
-    /* a GPU pod asked about a NodeNames list, by a policy that does not
-     * draw at random, is answered from a kept reply while the cluster's
-     * version has not moved (ext/memo.h): scores are normalised over all
-     * feasible nodes, so any change starts the answer again */
-    int memo = gpu && a.list && ext_namelist_keepable(a.list) && a.n <= EXT_MEMO_NODES_MAX &&
-               !(pol->flags & CORE_POLICY_RANDOM_NODE) &&
-               ext_memo_key(&pod, pol->name, &key, &klen) == 0;
+    /* answered from a kept reply while the cluster's version has not moved:
+     * scores are normalised over all feasible nodes, so any change starts
+     * the answer again */
     struct ext_memo_entry *en = NULL;
     unsigned long epoch = 0;
     uint64_t ver = 0;
