@@ -15,6 +15,7 @@
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "ext/standalone.h"
+#include "util/buf.h"
 #include "util/log.h"
 
 /* The pod of bench/extender_gen.py's requests. */
@@ -31,22 +32,13 @@ static double now(void)
 
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    if (!f)
+    struct gs_buf b = {0};
+    if (gs_buf_read_file(&b, path, 64u << 20, NULL) < 0) {
+        gs_buf_free(&b);
         return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc(*len + 1);
-    if (buf && fread(buf, 1, *len, f) != *len) {
-        free(buf);
-        buf = NULL;
     }
-    fclose(f);
-    if (buf)
-        buf[*len] = '\0';
-    return buf;
+    *len = b.len;
+    return b.buf;
 }
 
 /* Lets a reply go as the HTTP layer does: a kept text is sent without a
