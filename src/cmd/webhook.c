@@ -271,10 +271,14 @@ int cmd_webhook(int argc, char **argv)
         return 1;
     }
     cmd_on_signals(on_signal);
-    log_info("webhook", "listening on https://%s:%d (largest GPU %s %lld MiB, %d GPUs per node)",
-             host, wh_server_port(s),
-             o.config.cluster.max_gpu_model[0] ? o.config.cluster.max_gpu_model : "unknown",
-             (long long)o.config.cluster.max_gpu_mem_mib, o.config.cluster.max_gpus_per_node);
+    if (kc && (!o.config.cluster.max_gpu_mem_mib || !o.config.cluster.max_gpus_per_node))
+        log_info("webhook", "listening on https://%s:%d (largest GPU and node: learned from the "
+                 "cluster's Nodes where no flag sets them)", host, wh_server_port(s));
+    else
+        log_info("webhook", "listening on https://%s:%d (largest GPU %s %lld MiB, %d GPUs per node)",
+                 host, wh_server_port(s),
+                 o.config.cluster.max_gpu_model[0] ? o.config.cluster.max_gpu_model : "unknown",
+                 (long long)o.config.cluster.max_gpu_mem_mib, o.config.cluster.max_gpus_per_node);
     while (!stop_flag) {
         sleep(1);
         wh_server_tick(s);

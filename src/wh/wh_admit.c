@@ -51,6 +51,30 @@ static void consider(struct wh_cluster *out, const char *model, int64_t mem_mib,
         out->max_gpus_per_node = count;
 }
 
+void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c)
+{
+    consider(into, c->max_gpu_model, c->max_gpu_mem_mib, c->max_gpus_per_node);
+}
+
+int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
+                 struct gs_err *e)
+{
+    /* the extender's own reading of a node, so both agree on its GPUs */
+    struct core_node_spec spec;
+    struct ext_node_buf buf = {0};
+    double updated;
+    int rc = ext_node_spec(node, names, &spec, &buf, &updated, e);
+
+    memset(out, 0, sizeof *out);
+    if (rc == 0) {
+        for (int g = 0; g < spec.n_gpus; g++)
+            consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
+        consider(out, NULL, 0, spec.n_gpus);
+    }
+    ext_node_buf_clear(&buf);
+    return rc;
+}
+
 int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names,
                           struct wh_cluster *out, struct gs_err *e)
 {
@@ -61,21 +85,13 @@ int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names
     if (!json_is_array(items))
         return gs_errf(e, GS_EINVAL, "items: expected a NodeList");
     json_array_foreach(items, i, node) {
-        /* the extender's own reading of a node, so both agree on its GPUs */
-        struct core_node_spec spec;
-        struct ext_node_buf buf = {0};
-        double updated;
-        int rc = ext_node_spec(node, names, &spec, &buf, &updated, e);
-        if (rc == 0) {
-            for (int g = 0; g < spec.n_gpus; g++)
-                consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
-            consider(out, NULL, 0, spec.n_gpus);
-        }
-        ext_node_buf_clear(&buf);
+        struct wh_cluster one;
+        int rc = wh_node_gpus(node, names, &one, e);
         if (rc < 0) {
             gs_err_prefix(e, "items[%zu]", i);
             return rc;
         }
+        wh_cluster_merge(out, &one);
     }
     return 0;
 }

@@ -49,6 +49,13 @@ struct wh_config {
 /* Parses "ns=policy,ns2=policy" into c->defaults. */
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);
 
+/* One node's largest GPU model and GPU count, read as the extender reads
+ * the node (ext_node_spec). */
+int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
+                 struct gs_err *e);
+/* Folds c into `into`: the larger GPU, the larger count. */
+void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c);
+
 /* Reads the largest GPU model and GPU count from a NodeList (the
  * gpusched.io/gpu-inventory annotation, or the nvidia.com/gpu.product and
  * nvidia.com/gpu.memory labels with the nvidia.com/gpu capacity). */

@@ -9,6 +9,7 @@
 #include "util/metrics.h"
 #include "util/log.h"
 #include "wh/wh_review.h"
+#include "wh/wh_nodes.h"
 #include "wh/wh_server.h"
 
 #define WH_DEFAULT_BODY (1u << 20)
@@ -21,9 +22,11 @@ static const char *const res_names[RES_N] = {"allowed", "denied", "patched", "er
 struct wh_server {
     struct wh_server_opts o;
     struct http_server *http;
-    pthread_rwlock_t lock;        /* guards quotas */
+    pthread_rwlock_t lock;        /* guards quotas and o.config.cluster */
     struct core_quotas *quotas;   /* NULL without a quota source */
     struct ext_quotas *source;    /* file or watch feeding `quotas` */
+    struct wh_cluster fixed;      /* what the flags set: never learned */
+    struct wh_nodes *nodes;       /* the Nodes watch, with an API server */
     struct metrics *m;
     struct metric *m_requests, *m_tls;
 };
@@ -35,6 +38,22 @@ static void set_quotas(void *ud, struct core_quotas *set)
     pthread_rwlock_wrlock(&s->lock);
     core_quotas_free(s->quotas);
     s->quotas = set;
+    pthread_rwlock_unlock(&s->lock);
+}
+
+/* The Nodes watch hands over the cluster's largest GPU (on its own thread);
+ * what the flags set stays. */
+static void set_cluster(void *ud, const struct wh_cluster *learned)
+{
+    struct wh_server *s = ud;
+    struct wh_cluster *c = &s->o.config.cluster;
+    pthread_rwlock_wrlock(&s->lock);
+    if (!s->fixed.max_gpu_mem_mib) {
+        c->max_gpu_mem_mib = learned->max_gpu_mem_mib;
+        memcpy(c->max_gpu_model, learned->max_gpu_model, sizeof c->max_gpu_model);
+    }
+    if (!s->fixed.max_gpus_per_node)
+        c->max_gpus_per_node = learned->max_gpus_per_node;
     pthread_rwlock_unlock(&s->lock);
 }
 
@@ -198,6 +217,9 @@ int wh_server_start(const struct wh_server_opts *o, struct wh_server **out, stru
         rc = ext_quotas_from_file(o->quota_file, set_quotas, s, s->m, &s->source, e);
     else if (o->kc)
         rc = ext_quotas_watch(o->kc, 0, set_quotas, s, s->m, &s->source, e);
+    s->fixed = o->config.cluster;
+    if (rc == 0 && o->kc && (!s->fixed.max_gpu_mem_mib || !s->fixed.max_gpus_per_node))
+        rc = wh_nodes_watch(o->kc, &s->o.config.names, set_cluster, s, &s->nodes, e);
     if (rc < 0)
         goto fail;
     struct http_server_opts ho = {0};
@@ -240,6 +262,7 @@ void wh_server_stop(struct wh_server *s)
     if (s->http)
         http_server_stop(s->http);
     ext_quotas_stop(s->source);
+    wh_nodes_free(s->nodes);
     core_quotas_free(s->quotas);
     metrics_free(s->m);
     pthread_rwlock_destroy(&s->lock);

@@ -31,7 +31,9 @@ struct wh_server_opts {
     int port;                     /* 0 = any free port */
     const char *tls_cert, *tls_key;
     const char *quota_file;       /* quotas from this file, or ... */
-    struct kube_client *kc;       /* ... watched in this cluster; neither: none */
+    struct kube_client *kc;       /* ... watched in this cluster; neither: none. With a
+                                     client the Nodes are watched too (wh/wh_nodes.h):
+                                     what config.cluster leaves 0 is learned from them */
     size_t max_body;              /* bytes; 0 = 1 MiB */
     struct wh_config config;
 };

@@ -499,3 +499,54 @@ def test_quotas_watched_in_a_cluster(gpusched_bin, tmp_path):
                 time.sleep(0.1)
         finally:
             assert wh.stop() == 0
+
+
+def until(pred, wh, what, timeout=10):
+    deadline = time.time() + timeout
+    while not pred():
+        assert time.time() < deadline, "timed out waiting for %s\n%s" % (what, wh.logs())
+        time.sleep(0.1)
+
+
+def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
+    """With an API server the webhook follows the Nodes: the largest GPU and
+    node rise when a bigger node joins and fall when it leaves; a flag fixes
+    its value whatever the nodes say."""
+    certs = gen_certs(gpusched_bin, tmp_path / "c")
+    shared48 = pod({"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "48Gi"})
+    whole6 = pod({"nvidia.com/gpu": "6"})
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        api.add_node("a100", labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                                     "nvidia.com/gpu.memory": "40960"},
+                     capacity={"nvidia.com/gpu": "4"})
+        api.add_node("broken", annotations={"gpusched.io/gpu-inventory": "{not json"})
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
+        fixed = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc,
+                        "--max-gpus-per-node", "8")
+        try:
+            env, envf = {"wh": wh}, {"wh": fixed}
+            until(lambda: not validate(env, shared48)["allowed"], wh, "the A100 node")
+            msg = validate(env, shared48)["status"]["message"]
+            assert "asks for 48Gi per GPU, but the largest GPU in the cluster " \
+                   "(NVIDIA-A100-SXM4-40GB) has 40Gi" in msg, msg
+            assert not validate(env, whole6)["allowed"]          # 4 GPUs per node
+            assert "node broken:" in wh.logs() and "counted without GPUs" in wh.logs()
+            # an H100 node with 8 GPUs joins: both limits rise, no restart
+            api.add_node("h100", annotations={"gpusched.io/gpu-inventory": json.dumps({
+                "version": 1, "gpus": [{"index": i, "uuid": "GPU-h-%d" % i,
+                                        "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}
+                                       for i in range(8)]})})
+            until(lambda: validate(env, shared48)["allowed"], wh, "the H100 node")
+            assert validate(env, whole6)["allowed"]
+            assert "largest NVIDIA H100 80GB HBM3 81559 MiB, 8 GPUs per node (3 nodes)" in wh.logs()
+            # it leaves: back to the A100's limits
+            api.delete("nodes", "h100")
+            until(lambda: not validate(env, shared48)["allowed"], wh, "the H100 node to leave")
+            assert not validate(env, whole6)["allowed"]
+            # the flag fixed 8 GPUs per node on the other webhook; memory is still learned
+            until(lambda: not validate(envf, shared48)["allowed"], fixed, "the A100 node")
+            assert validate(envf, whole6)["allowed"]
+        finally:
+            assert wh.stop() == 0
+            assert fixed.stop() == 0
