@@ -2,7 +2,8 @@
  * bench/bench_extender.c - CPU time of one extender decision without HTTP:
  * ExtenderArgs parsing, /filter and /prioritize on N nodes x 8 GPUs (the
  * files bench/extender_gen.py writes), each verb with its reply written,
- * asked again with nothing changed and after a bind changed one node.
+ * asked again with nothing changed and after a bind (timed too) changed one
+ * node.
  *
  * usage: bench_extender NODES.json FILTER.json [ITERATIONS]
  */
@@ -90,7 +91,8 @@ int main(int argc, char **argv)
      * then after the pod was bound to one of the nodes (that node changed;
      * it is released again before the next round) */
     static const char *const names[] = {"parse", "parse again", "filter", "prioritize",
-                                        "filter, 1 node changed", "prioritize, 1 node changed"};
+                                        "bind", "filter, 1 node changed",
+                                        "prioritize, 1 node changed"};
     enum { STEPS = sizeof names / sizeof names[0] };
     struct ext_namecache *cache = ext_namecache_new(1);
     struct ext_args nodes;
@@ -150,8 +152,9 @@ int main(int argc, char **argv)
         t[1] += t2 - t1;
         t[2] += t4 - t3;
         t[3] += t5 - t4;
-        t[4] += t7 - t6;
-        t[5] += t8 - t7;
+        t[4] += t6 - t5;
+        t[5] += t7 - t6;
+        t[6] += t8 - t7;
     }
     for (int k = 0; k < STEPS; k++)
         printf("%-26s %8.3f ms\n", names[k], t[k] / iters * 1e3);
