@@ -152,6 +152,7 @@ struct ext_sched {
     struct ext_memo *memo;
     unsigned long seq;
     int n_need_restore;
+    struct metric *m_kept, *m_redecided; /* kept answers (ext/memo.h) */
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
@@ -206,6 +207,13 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_decisions = metrics_add(m, METRIC_COUNTER, "gpusched_extender_decisions_total",
                                      "Extender decisions by verb and result.", "verb,result",
                                      NULL, 0, e);
+        s->m_kept = metrics_add(m, METRIC_COUNTER, "gpusched_extender_kept_answers_total",
+                                "Replies to /filter and /prioritize sent from a kept answer "
+                                "(nothing they say had changed), by verb.", "verb", NULL, 0, e);
+        s->m_redecided = metrics_add(m, METRIC_COUNTER, "gpusched_extender_redecided_nodes_total",
+                                     "Nodes /filter decided for its kept answers: every node "
+                                     "of a new question, then only those whose state changed.",
+                                     NULL, NULL, 0, e);
         s->m_gpus = metrics_add(m, METRIC_GAUGE, "gpusched_gpus", "GPUs per node and model.",
                                 "node,model", NULL, 0, e);
         s->m_gpus_alloc = metrics_add(m, METRIC_GAUGE, "gpusched_gpus_allocated",
@@ -979,6 +987,7 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
     free(idx);
     free(sub);
     free(subfit);
+    metric_add(s->m_redecided, NULL, k);
     if (changed || oom)
         ext_memo_set_reply(en, NULL);
     en->version = oom ? 0 : ver;
@@ -1149,6 +1158,7 @@ done:
         return 500;
     }
     if (kept) {
+        metric_inc(s->m_kept, (const char *[]){"filter"});
         out->shared = kept;
     } else {
         struct gs_buf r = {0};
@@ -1208,6 +1218,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     }
     pthread_mutex_unlock(&s->mu);
     if (out->shared) {
+        metric_inc(s->m_kept, (const char *[]){"prioritize"});
         decision(s, "prioritize", "scored");
         core_pod_clear(&pod);
         ext_args_clear(&a);

@@ -152,3 +152,31 @@ def test_kept_answers_follow_watch_events(gpusched_bin, tmp_path):
             a.same("prioritize", q, ["g3"])
         finally:
             e.stop()
+
+
+def test_kept_answers_are_counted(gpusched_bin, tmp_path):
+    """/metrics tells how often a kept answer was sent and how many nodes
+    /filter decided: all six for a new question, one after a bind."""
+    e = Extender(gpusched_bin, ["--nodes", write_nodes(tmp_path / "nodes.json", NODES)])
+    try:
+        q = pod("q", {"nvidia.com/gpu": "1"})
+        raw = body(q, NAMES)
+
+        def kept(verb):
+            return e.metric('gpusched_extender_kept_answers_total{verb="%s"}' % verb)
+
+        redecided = "gpusched_extender_redecided_nodes_total"
+        assert e.post("filter", None, raw=raw).status_code == 200
+        assert e.metric(redecided) == 6 and kept("filter") == 0
+        for verb in ("filter", "filter", "prioritize", "prioritize"):
+            assert e.post(verb, None, raw=raw).status_code == 200
+        assert kept("filter") == 2 and kept("prioritize") == 1
+        p = pod("b", {"nvidia.com/gpu": "1"})
+        node = e.filter(p, NAMES)["NodeNames"][0]
+        assert e.bind(p, node).status_code == 200
+        before = e.metric(redecided)
+        assert e.post("filter", None, raw=raw).status_code == 200
+        assert e.metric(redecided) - before == 1      # only the node the bind changed
+        assert kept("filter") == 4                    # "b" asked the same; n0 still fits
+    finally:
+        e.stop()
