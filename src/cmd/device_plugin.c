@@ -66,6 +66,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *fake = NULL, *node = NULL, *kubeconfig = NULL, *nvml_lib = NULL;
     const char *prefix = "nvidia.com/", *annot_prefix = "gpusched.io/", *ignore_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
+    const char *caps_dir = "/proc/driver/nvidia/capabilities";
     long replicas = 1, transient_s = 10, fatal_s = 300, publish_s = 60;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
@@ -89,6 +90,8 @@ int cmd_device_plugin(int argc, char **argv)
                 "re-probe a GPU this long after a fatal XID", 1, 7 * 86400),
         OPT_STR("pod-resources-socket", &podres, "PATH", "kubelet's pod-resources socket"),
         OPT_STR("dev-dir", &dev_dir, "DIR", "where the NVIDIA device nodes are on the host"),
+        OPT_STR("nvidia-caps-dir", &caps_dir, "DIR",
+                "the driver's MIG capability list (/proc/driver/nvidia/capabilities)"),
         OPT_BOOL("no-device-specs", &no_device_specs,
                  "leave device nodes to the NVIDIA container runtime"),
         OPT_INT("publish-interval", &publish_s, "SECONDS",
@@ -143,6 +146,7 @@ int cmd_device_plugin(int argc, char **argv)
         return 2;
     }
     cfg.alloc.dev_dir = no_device_specs ? NULL : dev_dir;
+    cfg.alloc.caps_dir = caps_dir;
     cfg.alloc.annot_prefix = annot_prefix;
     cfg.publish_interval_s = (int)publish_s;
     cfg.register_timeout_ms = 15000;

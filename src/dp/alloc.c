@@ -257,10 +257,11 @@ struct kvs {
     V1beta1__ContainerAllocateResponse__AnnotationsEntry ann[4];
     V1beta1__ContainerAllocateResponse__AnnotationsEntry *annp[4];
     int n_ann;
-    V1beta1__DeviceSpec dev[DP_MAX_GPUS + 3];
-    V1beta1__DeviceSpec *devp[DP_MAX_GPUS + 3];
+    /* nvidiactl, uvm, uvm-tools; a node per GPU; two per MIG instance */
+    V1beta1__DeviceSpec dev[3 * DP_MAX_GPUS + 3];
+    V1beta1__DeviceSpec *devp[3 * DP_MAX_GPUS + 3];
     int n_dev;
-    char strs[64][1600]; /* up to 16 UUIDs joined */
+    char strs[128][1600]; /* up to 16 UUIDs joined; two per device spec */
     int n_str;
 };
 
@@ -317,6 +318,42 @@ static void devspec(struct kvs *k, const char *dev_dir, const char *name)
     k->devp[k->n_dev++] = d;
 }
 
+/* The device-file minor the driver gave a MIG capability: the
+ * "DeviceFileMinor: N" line of <caps_dir>/<path>/access; -1 when absent. */
+static int cap_minor(const char *caps_dir, const char *path)
+{
+    char file[512], line[128];
+    int minor = -1;
+    snprintf(file, sizeof file, "%s/%s/access", caps_dir, path);
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return -1;
+    while (minor < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "DeviceFileMinor: %d", &minor) != 1 || minor < 0)
+            minor = -1;
+    fclose(f);
+    return minor;
+}
+
+/* A MIG instance's two capability nodes (its GPU instance's and its
+ * compute instance's /dev/nvidia-caps/nvidia-cap<N>), which a container
+ * needs to open it when no NVIDIA container runtime adds them. */
+static void mig_devspecs(struct kvs *k, const struct dp_alloc_opts *o, const struct dp_gpu *g,
+                         const struct dp_mig *mi)
+{
+    char path[128], name[64];
+    snprintf(path, sizeof path, "gpu%d/mig/gi%u", g->minor, mi->gi);
+    for (int level = 0; level < 2; level++) {
+        if (level)
+            snprintf(path + strlen(path), sizeof path - strlen(path), "/ci%u", mi->ci);
+        int minor = cap_minor(o->caps_dir, path);
+        if (minor >= 0) {
+            snprintf(name, sizeof name, "nvidia-caps/nvidia-cap%d", minor);
+            devspec(k, o->dev_dir, name);
+        }
+    }
+}
+
 static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
                 const struct dp_alloc_opts *o, struct kvs *k,
                 V1beta1__ContainerAllocateResponse *cr, struct gs_err *e)
@@ -367,6 +404,12 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
             char name[32];
             snprintf(name, sizeof name, "nvidia%d", minors[m]);
             devspec(k, o->dev_dir, name);
+        }
+        for (int i = 0; i < a->n && o->caps_dir; i++) {
+            const struct dp_gpu *g = dp_inventory_find(inv, a->uuids[i]);
+            for (int m = 0; g && g->minor >= 0 && m < g->n_mig; m++)
+                if (strcmp(g->mig[m].uuid, a->uuids[i]) == 0)
+                    mig_devspecs(k, o, g, &g->mig[m]);
         }
     }
     v1beta1__container_allocate_response__init(cr);

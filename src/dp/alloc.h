@@ -59,6 +59,11 @@ struct dp_alloc_opts {
                                  or a mount of it): DeviceSpecs are added
                                  for the NVIDIA nodes that exist there.
                                  NULL = none. */
+    const char *caps_dir;     /* where the driver lists MIG capabilities
+                                 ("/proc/driver/nvidia/capabilities"): a MIG
+                                 instance also gets its GPU and compute
+                                 instance's /dev/nvidia-caps nodes (those
+                                 under dev_dir). NULL = none. */
     const char *annot_prefix; /* "gpusched.io/" */
 };
 

@@ -185,6 +185,42 @@ def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_
         shutil.rmtree(dev)
 
 
+def test_mig_instances_get_their_capability_device_nodes(kubelet, plugin_factory, gpus_file):
+    """Without the NVIDIA container runtime a MIG instance needs its GPU and
+    compute instance's /dev/nvidia-caps nodes; the driver lists their minors
+    under /proc/driver/nvidia/capabilities (here a copy of that layout)."""
+    mig = ["MIG-22222222-0000-4000-8000-00000000000%d" % i for i in range(2)]
+    edit(gpus_file, lambda d: d["gpus"][3].update(mig=[
+        {"uuid": mig[0], "profile": "3g.40gb", "memory_mib": 40192, "gi": 1, "ci": 0},
+        {"uuid": mig[1], "profile": "3g.40gb", "memory_mib": 40192, "gi": 2, "ci": 0}]))
+    dev = tempfile.mkdtemp(prefix="dpdev", dir="/tmp")
+    caps = tempfile.mkdtemp(prefix="dpcaps", dir="/tmp")
+    try:
+        os.mkdir(os.path.join(dev, "nvidia-caps"))
+        for n in ("nvidiactl", "nvidia3", "nvidia-caps/nvidia-cap21", "nvidia-caps/nvidia-cap22",
+                  "nvidia-caps/nvidia-cap12"):
+            open(os.path.join(dev, n), "w").close()
+        for path, minor in (("gpu3/mig/gi2", 21), ("gpu3/mig/gi2/ci0", 22), ("gpu3/mig/gi1", 12)):
+            os.makedirs(os.path.join(caps, path), exist_ok=True)
+            with open(os.path.join(caps, path, "access"), "w") as f:
+                f.write("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n" % minor)
+        plugin_factory(gpus_file, "--dev-dir", dev, "--nvidia-caps-dir", caps)
+        m = kubelet.wait_plugin("nvidia.com/mig-3g.40gb")
+        m.wait(lambda d: len(d) == 2)
+        r = m.allocate([mig[1]])
+        assert r.envs["NVIDIA_VISIBLE_DEVICES"] == mig[1]
+        assert sorted(d.host_path for d in r.devices) == [
+            "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22", "/dev/nvidia3",
+            "/dev/nvidiactl"]
+        # gi1's compute instance is not listed by the driver: only its GPU instance node
+        r = m.allocate([mig[0]])
+        assert sorted(d.host_path for d in r.devices) == [
+            "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia3", "/dev/nvidiactl"]
+    finally:
+        shutil.rmtree(dev)
+        shutil.rmtree(caps)
+
+
 def test_preferred_allocation_follows_topology(kubelet, plugin_factory, gpus_file):
     plugin_factory(gpus_file)
     p = kubelet.wait_plugin("nvidia.com/gpu")

@@ -71,7 +71,7 @@ static void pods(const uint8_t *d, size_t n)
     json_t *j = json_loadb((const char *)d, n, 0, NULL);
     struct dp_assign a;
     struct gs_err e = GS_ERR_INIT;
-    struct dp_alloc_opts o = {NULL, "gpusched.io/"};
+    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/"};
     char *claimed[] = {"ns/p/c"};
 
     if (!j)
@@ -92,7 +92,7 @@ static void pods(const uint8_t *d, size_t n)
 static void allocate(const uint8_t *d, size_t n)
 {
     V1beta1__AllocateRequest *r = v1beta1__allocate_request__unpack(NULL, n, d);
-    struct dp_alloc_opts o = {NULL, "gpusched.io/"};
+    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/"};
     struct gs_err e = GS_ERR_INIT;
 
     if (!r)

@@ -219,7 +219,7 @@ static void test_pack(void)
 {
     struct dp_inventory inv;
     struct dp_assign a;
-    struct dp_alloc_opts o = {NULL, "gpusched.io/"};
+    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/"};
     struct gs_err e = GS_ERR_INIT;
     uint8_t *buf;
     size_t len;
