@@ -216,6 +216,63 @@ static int add_op(json_t *patch, const char *path, json_t *value)
                                                   "value", value));
 }
 
+/* A copy of a resources map (limits or requests) with the tkestack keys
+ * replaced by the native request r; NULL when it has no tkestack key. */
+static json_t *native_resources(const struct core_names *n, const json_t *res,
+                                const struct core_request *r)
+{
+    if (!json_object_get(res, n->vcuda_core) && !json_object_get(res, n->vcuda_memory))
+        return NULL;
+    json_t *out = json_deep_copy(res);
+    char q[32];
+    json_object_del(out, n->vcuda_core);
+    json_object_del(out, n->vcuda_memory);
+    snprintf(q, sizeof q, "%d", r->num_gpu);
+    json_object_set_new(out, n->gpu, json_string(q));
+    if (r->kind == CORE_REQ_SHARED && r->mem_mib > 0) {
+        snprintf(q, sizeof q, "%lldMi", (long long)r->mem_mib * r->num_gpu); /* the pod's total */
+        json_object_set_new(out, n->gpu_memory, json_string(q));
+    }
+    if (r->kind == CORE_REQ_SHARED && r->milli > 0) {
+        snprintf(q, sizeof q, "%d", (r->milli + 9) / 10);
+        json_object_set_new(out, n->gpu_cores, json_string(q));
+    }
+    return out;
+}
+
+/* kubelet hands a container the GPUs of a device plugin's Allocate only for
+ * a resource the plugin serves (nvidia.com/gpu); it ignores the resources no
+ * node advertises, such as the tkestack vcuda-core / vcuda-memory. So a
+ * container asking in the tkestack form is rewritten in the native one (the
+ * same request: the extender reads both the same way), and then gets its
+ * GPUs from the device plugin like any other. */
+static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t *ops)
+{
+    static const char *const lists[] = {"initContainers", "containers"};
+    const json_t *spec = json_object_get(pod, "spec");
+    for (int l = 0; l < 2; l++) {
+        const json_t *arr = json_object_get(spec, lists[l]), *ctr;
+        size_t i;
+        json_array_foreach(arr, i, ctr) {
+            const json_t *res = json_object_get(ctr, "resources");
+            struct core_request r;
+            struct gs_err e = GS_ERR_INIT;
+            if (core_container_parse(ctr, &c->names, lists[l], i, &r, &e) < 0 ||
+                (r.kind != CORE_REQ_WHOLE && r.kind != CORE_REQ_SHARED))
+                continue;
+            static const char *const maps[] = {"limits", "requests"};
+            for (int m = 0; m < 2; m++) {
+                json_t *native = native_resources(&c->names, json_object_get(res, maps[m]), &r);
+                char path[96];
+                if (!native)
+                    continue;
+                snprintf(path, sizeof path, "/spec/%s/%zu/resources/%s", lists[l], i, maps[m]);
+                add_op(ops, path, native); /* "add" replaces an existing member */
+            }
+        }
+    }
+}
+
 int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, json_t **patch,
                   struct gs_err *e)
 {
@@ -249,6 +306,7 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         const char *cur = json_string_value(json_object_get(have, key));
         if (!cur || strcmp(cur, val) != 0)
             json_object_set_new(annots, key, json_string(val));
+        vcuda_to_native(c, pod, ops);
         if (!p.policy[0]) {
             for (int i = 0; i < c->n_defaults; i++)
                 if (strcmp(c->defaults[i].ns, p.ns) == 0) {

@@ -155,8 +155,11 @@ def apply_patch(doc, patch):
         parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
         target = doc
         for p in parts[:-1]:
-            target = target[p]
-        target[parts[-1]] = op["value"]
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        if isinstance(target, list):
+            target[int(parts[-1])] = op["value"]  # the webhook only replaces list items
+        else:
+            target[parts[-1]] = op["value"]
     return doc
 
 
@@ -282,6 +285,32 @@ def test_mutate_normalises_tkestack_form(env):
     assert tke["metadata"]["annotations"]["gpusched.io/request"] == want
     assert same["metadata"]["annotations"]["gpusched.io/request"] == want
     assert tke["metadata"]["annotations"]["team"] == "a"  # existing annotations kept
+
+
+def test_mutate_rewrites_tkestack_containers_in_the_native_form(env):
+    """kubelet calls the device plugin only for nvidia.com/gpu: a vcuda
+    container is rewritten as the same request in the native form."""
+    obj = pod({"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"},
+              requests_={"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8", "cpu": "1"},
+              init=[{"name": "warm", "image": "cuda",
+                     "resources": {"limits": {"nvidia.com/vcuda-core": "20", "memory": "1Gi"}}}])
+    out, patch = mutate(env, obj)
+    res = out["spec"]["containers"][0]["resources"]
+    assert res["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "2048Mi",
+                             "nvidia.com/gpu-cores": "50"}
+    assert res["requests"] == {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "2048Mi",
+                               "nvidia.com/gpu-cores": "50", "cpu": "1"}
+    assert out["spec"]["initContainers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "20", "memory": "1Gi"}
+    # the same request as before, and a pod the validating webhook admits
+    want = "kind=shared,gpus=1,memory-mib=2048,milli=500"
+    assert out["metadata"]["annotations"]["gpusched.io/request"] == want
+    assert validate(env, out)["allowed"]
+    again, patch2 = mutate(env, out)  # nothing left to rewrite
+    assert not any("/resources/" in op["path"] for op in patch2)
+    whole, _ = mutate(env, pod({"nvidia.com/vcuda-core": "200", "nvidia.com/vcuda-memory": "8"}))
+    assert whole["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert whole["metadata"]["annotations"]["gpusched.io/request"] == "kind=whole,gpus=2"
 
 
 def test_mutate_applies_namespace_default_policy(env):
