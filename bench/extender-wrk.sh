@@ -18,19 +18,13 @@ conns=${CONNS:-8}; threads=2; [ "$conns" -lt 2 ] && threads=1
 build=$1; secs=${2:-10}; shift 2 2>/dev/null || shift $#
 nodes=${*:-"1000 5000"}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT INT TERM
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"; exit 1; }
-/usr/bin/python3 "$here/extender_gen.py" "$work" $nodes
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. "$here/extender-lib.sh"
+extender_setup $nodes
 pods=${PODS:-"same new"}
 printf "%-6s %-11s %-8s %10s %9s %9s\n" nodes endpoint pod "req/s" p50 p99
 for n in $nodes; do
-  "$build/gpusched" extender --nodes "$work/nodes-$n.json" --listen "127.0.0.1:$port" \
-      --log-level warn --threads 4 &
-  pid=$!
-  i=0; until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
-    i=$((i+1)); [ $i -gt 200 ] && { echo "extender did not start"; exit 1; }; sleep 0.1; done
+  extender_start "$build" "$n"
   runs="healthz:- unknown:-"
   for p in $pods; do runs="$runs filter:$p prioritize:$p"; done
   for run in $runs; do
@@ -53,5 +47,5 @@ for n in $nodes; do
     [ -n "$non2xx" ] && { echo "$ep: $non2xx non-2xx answers"; exit 1; }
     printf "%-6s %-11s %-8s %10s %9s %9s\n" "$n" "/$ep" "$pod" "$rps" "$p50" "$p99"
   done
-  kill $pid; wait $pid 2>/dev/null || true
+  extender_stop
 done
