@@ -257,9 +257,9 @@ struct kvs {
     V1beta1__ContainerAllocateResponse__AnnotationsEntry ann[4];
     V1beta1__ContainerAllocateResponse__AnnotationsEntry *annp[4];
     int n_ann;
-    /* nvidiactl, uvm, uvm-tools; a node per GPU; two per MIG instance */
-    V1beta1__DeviceSpec dev[3 * DP_MAX_GPUS + 3];
-    V1beta1__DeviceSpec *devp[3 * DP_MAX_GPUS + 3];
+    /* nvidiactl, uvm, uvm-tools, modeset; a node per GPU; two per MIG instance */
+    V1beta1__DeviceSpec dev[3 * DP_MAX_GPUS + 4];
+    V1beta1__DeviceSpec *devp[3 * DP_MAX_GPUS + 4];
     int n_dev;
     char strs[128][1600]; /* up to 16 UUIDs joined; two per device spec */
     int n_str;
@@ -400,6 +400,7 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
         devspec(k, o->dev_dir, "nvidiactl");
         devspec(k, o->dev_dir, "nvidia-uvm");
         devspec(k, o->dev_dir, "nvidia-uvm-tools");
+        devspec(k, o->dev_dir, "nvidia-modeset");
         for (int m = 0; m < n_minor; m++) {
             char name[32];
             snprintf(name, sizeof name, "nvidia%d", minors[m]);

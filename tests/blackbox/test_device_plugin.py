@@ -170,7 +170,7 @@ def test_allocate_returns_the_chosen_gpus(kubelet, plugin_factory, gpus_file):
 def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_file):
     dev = tempfile.mkdtemp(prefix="dpdev", dir="/tmp")
     try:
-        for n in ("nvidiactl", "nvidia-uvm", "nvidia2"):
+        for n in ("nvidiactl", "nvidia-uvm", "nvidia-modeset", "nvidia2"):
             open(os.path.join(dev, n), "w").close()
         plugin_factory(gpus_file, "--dev-dir", dev)
         p = kubelet.wait_plugin("nvidia.com/gpu")
@@ -180,6 +180,7 @@ def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_
         # named by their host paths; nvidia-uvm-tools is absent, so left out.
         assert specs == {"/dev/nvidiactl": ("/dev/nvidiactl", "rw"),
                          "/dev/nvidia-uvm": ("/dev/nvidia-uvm", "rw"),
+                         "/dev/nvidia-modeset": ("/dev/nvidia-modeset", "rw"),
                          "/dev/nvidia2": ("/dev/nvidia2", "rw")}
     finally:
         shutil.rmtree(dev)
