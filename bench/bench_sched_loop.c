@@ -79,12 +79,19 @@ static int post(CURL *c, const char *url, const char *verb, const char *body, js
     return 0;
 }
 
-/* The JSON text of a new object (which it frees); NULL when out of memory. */
-static char *dump(json_t *o, size_t flags)
+/* POSTs the request object req (which it frees) to URL/verb, as post(). */
+static int ask(CURL *c, const char *url, const char *verb, json_t *req, json_t **out,
+               double *secs)
 {
-    char *s = o ? json_dumps(o, flags) : NULL;
-    json_decref(o);
-    return s;
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body) {
+        fprintf(stderr, "bench_sched_loop: /%s: out of memory\n", verb);
+        return -1;
+    }
+    int rc = post(c, url, verb, body, out, secs);
+    free(body);
+    return rc;
 }
 
 static int by_value(const void *a, const void *b)
@@ -104,26 +111,19 @@ static double pct(double *v, int n, double p)
 static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[V_N])
 {
     json_t *f = NULL, *pr = NULL, *b = NULL;
-    char *body;
     int rc = -1;
 
-    body = dump(json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", names, "Nodes"),
-                JSON_COMPACT);
-    if (!body || post(c, url, "filter", body, &f, &t[V_FILTER]) < 0)
+    if (ask(c, url, "filter", json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", names, "Nodes"),
+            &f, &t[V_FILTER]) < 0)
         goto out;
-    free(body);
-    body = NULL;
     json_t *fit = json_object_get(f, "NodeNames");
     if (!json_is_array(fit) || json_array_size(fit) == 0) {
         rc = 0;
         goto out;
     }
-    body = dump(json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", fit, "Nodes"),
-                JSON_COMPACT);
-    if (!body || post(c, url, "prioritize", body, &pr, &t[V_PRIORITIZE]) < 0)
+    if (ask(c, url, "prioritize", json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", fit,
+                                             "Nodes"), &pr, &t[V_PRIORITIZE]) < 0)
         goto out;
-    free(body);
-    body = NULL;
     const char *best = NULL;
     json_int_t top = -1;
     size_t i;
@@ -140,11 +140,10 @@ static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[
         goto out;
     }
     json_t *md = json_object_get(pod, "metadata");
-    body = dump(json_pack("{s:O, s:s, s:O, s:s}", "PodName", json_object_get(md, "name"),
-                          "PodNamespace", "default", "PodUID", json_object_get(md, "uid"),
-                          "Node", best),
-                JSON_COMPACT);
-    if (!body || post(c, url, "bind", body, &b, &t[V_BIND]) < 0)
+    if (ask(c, url, "bind", json_pack("{s:O, s:s, s:O, s:s}", "PodName", json_object_get(md, "name"),
+                                       "PodNamespace", "default", "PodUID",
+                                       json_object_get(md, "uid"), "Node", best),
+            &b, &t[V_BIND]) < 0)
         goto out;
     const char *err = json_string_value(json_object_get(b, "Error"));
     if (err && *err) {
@@ -153,7 +152,6 @@ static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[
     }
     rc = 1;
 out:
-    free(body);
     json_decref(f);
     json_decref(pr);
     json_decref(b);
