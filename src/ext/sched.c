@@ -1104,7 +1104,12 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
                 }
                 break;
             case EXT_FIT_UNKNOWN: add_reason(&failed, a.names[i], unknown_node); break;
-            case EXT_FIT_NEVER: add_reason(&unres, a.names[i], en->reason[i]); break;
+            case EXT_FIT_NEVER:
+                /* in both maps: kube-scheduler < 1.21 reads only
+                 * FailedNodes; newer ones let the unresolvable entry win */
+                add_reason(&unres, a.names[i], en->reason[i]);
+                add_reason(&failed, a.names[i], en->reason[i]);
+                break;
             default: add_reason(&failed, a.names[i], en->reason[i]); break;
             }
         }

@@ -194,6 +194,23 @@ def test_whole_gpus_filter_and_bind(ext):
     assert len(a["gpusched.io/gpu-indices"].split(",")) == 2
 
 
+def test_unresolvable_reasons_are_in_failed_nodes_too(ext):
+    """kube-scheduler 1.20 reads only FailedNodes (FailedAndUnresolvableNodes
+    came in 1.21, where an entry in both maps counts as unresolvable): every
+    refused node's reason must be in FailedNodes, or a 1.20 user sees
+    "0/N nodes are available: ." (issue 12, problem 2)."""
+    ext.place(pod("big", {"nvidia.com/gpu": "4"}), ["a100-1"])
+    f = ext.filter(pod("wide", {"nvidia.com/gpu": "4"}))
+    unres = f["FailedAndUnresolvableNodes"]
+    assert set(unres) == {"tainted", "mig-1", "t4-1"}
+    for node, why in unres.items():
+        assert f["FailedNodes"][node] == why, node
+    # a node that frees up later (resolvable, preemption may help) is in
+    # FailedNodes only
+    assert "a100-1" in f["FailedNodes"] and "a100-1" not in unres
+    assert f["NodeNames"] == ["a100-2"]
+
+
 def test_reason_names_the_numbers(ext):
     ext.place(pod("big", {"nvidia.com/gpu": "4"}), ["a100-1"])
     f = ext.filter(pod("next", {"nvidia.com/gpu": "1"}), ["a100-1"])

@@ -179,7 +179,8 @@ static json_t *ask(struct ext_sched *s, int verb, const char *pod, int expect_sh
 }
 
 /* Where node stands in a /filter answer: "fit", or its reason prefixed
- * with "now: " (FailedNodes) or "never: " (FailedAndUnresolvableNodes). */
+ * with "now: " (FailedNodes only) or "never: " (FailedAndUnresolvableNodes,
+ * and the same reason in FailedNodes). */
 static const char *where(const json_t *j, const char *node)
 {
     static char buf[512];
@@ -188,10 +189,13 @@ static const char *where(const json_t *j, const char *node)
     json_array_foreach(json_object_get(j, "NodeNames"), i, v)
         if (strcmp(json_string_value(v), node) == 0)
             return "fit";
-    if ((v = json_object_get(json_object_get(j, "FailedNodes"), node)))
-        snprintf(buf, sizeof buf, "now: %s", json_string_value(v));
-    else if ((v = json_object_get(json_object_get(j, "FailedAndUnresolvableNodes"), node)))
+    if ((v = json_object_get(json_object_get(j, "FailedAndUnresolvableNodes"), node))) {
+        /* also in FailedNodes, with the same reason (kube-scheduler 1.20) */
+        const json_t *f = json_object_get(json_object_get(j, "FailedNodes"), node);
+        ASSERT_TRUE(f && json_equal(f, v));
         snprintf(buf, sizeof buf, "never: %s", json_string_value(v));
+    } else if ((v = json_object_get(json_object_get(j, "FailedNodes"), node)))
+        snprintf(buf, sizeof buf, "now: %s", json_string_value(v));
     else
         snprintf(buf, sizeof buf, "absent");
     return buf;
