@@ -64,6 +64,9 @@ def test_one_config_per_api_version_saying_the_same():
         c.pop("apiVersion")
         assert c == {k: v for k, v in first.items() if k != "apiVersion"}, where
     for where, c in seen:
+        # every node is filtered: the default stops at the first 5-50 % that
+        # pass the in-tree filters, which CPU-only nodes do (problem 1)
+        assert c["percentageOfNodesToScore"] == 100, where
         assert c["profiles"][0]["schedulerName"] == "gpu-scheduler", where
         assert c["leaderElection"]["resourceLock"] == "leases", where  # what the RBAC grants
         ext = c["extenders"][0]
@@ -119,6 +122,7 @@ def test_v1beta1_loads_in_kube_scheduler_1_20(tmp_path):
     assert {m["name"] for m in ext["managedResources"]} >= set(GPU_RESOURCES)
     assert eff["leaderElection"]["resourceLock"] == "leases"
     assert eff["profiles"][0]["schedulerName"] == "gpu-scheduler"
+    assert eff["percentageOfNodesToScore"] == 100
     # the check can fail: a misspelt field and a newer version are refused
     r, _ = load_in("scheduler-config-v1beta1.yaml", "percentageOfNodesToScor: 100\n")
     assert r.returncode != 0 and "strict decoder error" in r.stderr
