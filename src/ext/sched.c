@@ -11,6 +11,7 @@
 #include "core/policy.h"
 #include "core/quota.h"
 #include "ext/annot.h"
+#include "ext/devices.h"
 #include "ext/memo.h"
 #include "ext/nodes.h"
 #include "ext/proto.h"
@@ -123,6 +124,12 @@ static void *smap_del(struct smap *m, const char *k)
  * and pod shape, for a few shapes at once. */
 #define EXT_MEMO_SLOTS 8
 
+/* What the extender keeps of a node beside the core's model. */
+struct node_info {
+    double updated_at;      /* inventory time (0: none) */
+    struct ext_devcap cap;  /* kubelet's device counts (ext/devices.h) */
+};
+
 /* A pod the extender has seen. */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
@@ -143,7 +150,8 @@ struct ext_sched {
     struct ext_commit commit;
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
-    struct smap inv;      /* node name -> double* inventory updated_at */
+    struct smap inv;      /* node name -> struct node_info */
+    int n_devcap;         /* nodes whose allocatable device counts are known */
     /* NodeNames arrays seen lately (ext/namelist.h); their node positions
      * are valid while node_gen, bumped whenever a node comes or goes, is
      * what they were resolved at */
@@ -669,22 +677,32 @@ static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err 
 {
     struct core_node_spec spec;
     struct ext_node_buf buf;
+    struct ext_devcap cap;
     double updated;
     int rc = ext_node_spec(node, s->opts.names, &spec, &buf, &updated, e);
     if (rc < 0)
         return rc;
+    if ((rc = ext_devcap_parse(node, s->opts.names, &cap, e)) < 0) {
+        ext_node_buf_clear(&buf);
+        return rc;
+    }
     int before = core_cluster_node_count(s->c);
+    /* the node's stamp moves with every upsert, so kept verdicts see a
+     * change of its device counts too */
     rc = core_cluster_upsert_node(s->c, &spec, e);
     if (core_cluster_node_count(s->c) != before)
         s->node_gen++;
     if (rc == 0) {
-        double *t = smap_get(&s->inv, spec.name);
-        if (!t && (t = malloc(sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
+        struct node_info *t = smap_get(&s->inv, spec.name);
+        if (!t && (t = calloc(1, sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
             free(t);
             t = NULL;
         }
-        if (t)
-            *t = updated;
+        if (t) {
+            s->n_devcap += cap.known - t->cap.known;
+            t->updated_at = updated;
+            t->cap = cap;
+        }
     }
     ext_node_buf_clear(&buf);
     return rc;
@@ -695,7 +713,10 @@ static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e
     int rc = core_cluster_remove_node(s->c, name, e);
     if (rc == 0)
         s->node_gen++;
-    free(smap_del(&s->inv, name));
+    struct node_info *t = smap_del(&s->inv, name);
+    if (t)
+        s->n_devcap -= t->cap.known;
+    free(t);
     return rc;
 }
 
@@ -756,7 +777,7 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     pthread_mutex_lock(&s->mu);
     SMAP_FOREACH(&s->inv, it)
     {
-        double t = *(double *)it->val;
+        double t = ((struct node_info *)it->val)->updated_at;
         int ok = t == 0 || ttl_s <= 0 || now - t <= ttl_s;
         struct core_node *n = core_cluster_find(s->c, it->key);
         if (!n)
@@ -772,6 +793,25 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     if (s->m_stale)
         metric_set(s->m_stale, NULL, stale);
     return stale;
+}
+
+/* Has kubelet the devices the pod needs on n (ext/devices.h)? 1 yes; 0 no,
+ * with *st (optional) filled as a filter rejection. Lock held. */
+static int devices_fit(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                       struct core_status *st)
+{
+    if (!s->n_devcap || pod->req.kind == CORE_REQ_NONE)
+        return 1;
+    const struct node_info *t = smap_get(&s->inv, n->name);
+    return !t || ext_devcap_fits(&t->cap, n, pod, s->opts.names, st);
+}
+
+/* The whole verdict on one node: the core's filters, then kubelet's device
+ * count. Lock held. */
+static int node_fits(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                     struct core_status *st)
+{
+    return core_filter(s->c, n, pod, st) && devices_fit(s, n, pod, st);
 }
 
 /* ---- replies ----------------------------------------------------------------- */
@@ -966,8 +1006,9 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
         const char *why = NULL;
         if (!sub[j]) {
             v = EXT_FIT_UNKNOWN;
-        } else if (!subfit[j]) {
-            core_filter(s->c, sub[j], pod, &st);
+        } else if (!subfit[j] || !devices_fit(s, sub[j], pod, &st)) {
+            if (!subfit[j])
+                core_filter(s->c, sub[j], pod, &st);
             v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
             why = st.reason;
         }
@@ -1398,6 +1439,9 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     /* the pod's identity in the allocation is the one /bind names */
     snprintf(pod.uid, sizeof pod.uid, "%s", uid);
     rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    struct core_status dst;
+    if (rc == 0 && !devices_fit(s, node, &pod, &dst))
+        rc = gs_errf(&e, GS_ENOFIT, "%s", dst.reason);
     if (rc == 0 && quota_prepare(s, &pod)) {
         struct core_quota_use u[CORE_MAX_GPUS];
         int k = core_quota_use_of_alloc(s->c, &alloc, u);
@@ -1486,16 +1530,31 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             }
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
         }
+        struct core_alloc *more = NULL;
+        int nmore = 0;
         if (pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
             const char *victims[64];
             int nv = 0;
-            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0) {
-                for (int k = 0; k < nv; k++)
+            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0 &&
+                (more = calloc((size_t)nv + 1, sizeof *more))) {
+                for (int k = 0; k < nv; k++) {
                     json_array_append_new(pods, json_pack("{s:s}", "UID", victims[k]));
+                    more[nmore++] = *core_alloc_find(s->c, victims[k]);
+                }
             } else {
                 ok = 0;
             }
         }
+        /* kubelet's device count with every victim gone: the core's victims
+         * free GPU capacity, which is not always a device (victims are not
+         * chosen for devices; such a node is dropped) */
+        for (int k = 0; k < nmore; k++)
+            core_unreserve(s->c, more[k].pod_uid, NULL);
+        if (ok && !devices_fit(s, n, &pod, NULL))
+            ok = 0;
+        for (int k = 0; k < nmore; k++)
+            core_reserve(s->c, &more[k], NULL);
+        free(more);
         for (int k = 0; k < nsaved; k++)
             core_reserve(s->c, &saved[k], NULL);
         free(saved);
@@ -1557,7 +1616,7 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     for (int i = 0; i < nn; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
-        if (core_filter(s->c, n, &pod, &st))
+        if (node_fits(s, n, &pod, &st))
             fit[nf++] = n;
         else
             json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "node",
@@ -1619,7 +1678,7 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
         struct core_status st;
         struct gs_err qe = GS_ERR_INIT;
         int k;
-        if (core_filter(s->c, n, &pod, &st)) {
+        if (node_fits(s, n, &pod, &st)) {
             if (!quota || !quota_blocks(s, &pod, n, &qe))
                 continue;
             st.plugin = "quota";

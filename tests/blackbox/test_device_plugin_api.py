@@ -37,9 +37,10 @@ def world(gpusched_bin):
     kubeconfig = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
     procs = []
 
-    def start(*extra):
+    def start(*extra, replicas="4"):
+        reps = ["--replicas", replicas] if replicas else []
         p = PluginProc(gpusched_bin, kdir, gpus, "--kubeconfig", kubeconfig,
-                       "--pod-resources-socket", podres.path, "--replicas", "4", *extra,
+                       "--pod-resources-socket", podres.path, *reps, *extra,
                        no_api=False)
         procs.append(p)
         return p
@@ -105,6 +106,17 @@ def test_publishes_inventory_and_missing_labels(world):
     inv = wait(lambda: (lambda i: i if not i["gpus"][2]["healthy"] else None)(
         inventory(world.api)), timeout=3)
     assert inv["gpus"][2]["reason"] == "XID 79 (fatal)"
+
+
+def test_default_replicas_with_an_api_server_is_10(world):
+    """kubelet admits at most as many GPU pods per node as there are devices:
+    one per GPU (the old default) would fail the fifth shared pod on a 4-GPU
+    node for good (issue 12, problem 5)."""
+    world.start(replicas=None)
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    devs = p.wait(lambda d: len(d) == 40)
+    assert sorted(d.ID for d in devs if d.ID.startswith(GPU[0])) == \
+        sorted(f"{GPU[0]}::{k}" for k in range(10))
 
 
 def test_allocate_gives_the_extenders_gpus_oldest_pod_first(world):

@@ -44,8 +44,11 @@ def cluster(gpusched_bin):
                                      "nvidia.com/gpu": "4"})
     kc = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
     kubelet = FakeKubelet(kdir).start()
+    # one device per GPU (the node's 4 devices above): kubelet's IDs are then
+    # the UUIDs, which is what the preferred-pick checks compare
     dp = PluginProc(gpusched_bin, kdir, gpus, "--kubeconfig", kc, "--pod-resources-socket",
-                    os.path.join(kdir, "none.sock"), "--publish-interval", "1", no_api=False)
+                    os.path.join(kdir, "none.sock"), "--publish-interval", "1",
+                    "--replicas", "1", no_api=False)
     ext = None
     try:
         wait(lambda: ANN + "gpu-inventory" in api.get("nodes", "node-a")["metadata"]["annotations"],
