@@ -13,6 +13,7 @@
 #include "ext/annot.h"
 #include "ext/devices.h"
 #include "ext/memo.h"
+#include "ext/nodelock.h"
 #include "ext/nodes.h"
 #include "ext/proto.h"
 #include "ext/sched.h"
@@ -151,6 +152,7 @@ struct ext_sched {
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
     struct smap inv;      /* node name -> struct node_info */
+    struct ext_nodelock *lock; /* one pending GPU pod per node (cluster mode), or NULL */
     int n_devcap;         /* nodes whose allocatable device counts are known */
     /* NodeNames arrays seen lately (ext/namelist.h); their node positions
      * are valid while node_gen, bumped whenever a node comes or goes, is
@@ -311,6 +313,14 @@ static int quota_blocks(struct ext_sched *s, const struct core_pod *pod, const s
 }
 
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
+void ext_sched_set_nodelock(struct ext_sched *s, struct ext_nodelock *l) { s->lock = l; }
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
 {
@@ -428,6 +438,8 @@ static struct pod *remember(struct ext_sched *s, const json_t *obj)
 
 static void forget(struct ext_sched *s, struct pod *p)
 {
+    if (s->lock)
+        ext_nodelock_clear(s->lock, p->uid);
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
@@ -559,6 +571,40 @@ static int finished(const json_t *pod)
     return strcmp(v, "Succeeded") == 0 || strcmp(v, "Failed") == 0;
 }
 
+/* Does a pod with an assignment still wait for kubelet (nodelock.h)? Not
+ * once the device plugin marked it allocated, nor once kubelet reported it
+ * (status.startTime: admitted). *since: its assigned-at. */
+static int waits_for_kubelet(struct ext_sched *s, const json_t *pod, const json_t *ann,
+                             double *since)
+{
+    char key[300];
+    const json_t *st = json_object_get(pod, "status");
+    snprintf(key, sizeof key, "%sallocated-at", s->opts.names->annot_prefix);
+    if (json_object_get(ann, key) || json_is_string(json_object_get(st, "startTime")))
+        return 0;
+    snprintf(key, sizeof key, "%sassigned-at", s->opts.names->annot_prefix);
+    const json_t *at = json_object_get(ann, key);
+    if (!json_is_string(at) || kube_parse_time(json_string_value(at), since) < 0)
+        *since = wall_now();
+    return 1;
+}
+
+/* Records in the node lock whether an assigned pod still holds its node. */
+static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
+{
+    const char *node = ext_annot_node(ann, s->opts.names->annot_prefix);
+    double since;
+    char name[2 * CORE_NAME_MAX];
+    if (!s->lock)
+        return;
+    if (node && waits_for_kubelet(s, p->obj, ann, &since)) {
+        snprintf(name, sizeof name, "%s/%s", p->ns, p->name);
+        ext_nodelock_set(s->lock, p->uid, name, node, since);
+    } else {
+        ext_nodelock_clear(s->lock, p->uid);
+    }
+}
+
 static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
 {
     const char *uid, *ns, *name;
@@ -574,6 +620,8 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = smap_get(&s->pods, uid)))
             forget(s, p);
+        else if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
         return freed;
     }
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
@@ -582,6 +630,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         if ((p = remember(s, pod))) {
             p->unschedulable = 0;
             restore_pod(s, p);
+            lock_observe(s, p, ann);
         }
         return 0;
     }
@@ -1427,7 +1476,21 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     snprintf(uid, sizeof uid, "%s", p->uid);
     snprintf(ns, sizeof ns, "%s", p->ns);
     snprintf(name, sizeof name, "%s", p->name);
+    if (s->lock) {
+        char why[600], who[2 * CORE_NAME_MAX];
+        snprintf(who, sizeof who, "%s/%s", ns, name);
+        if (ext_nodelock_take(s->lock, b.node, uid, who, wall_now(), why, sizeof why)) {
+            pthread_mutex_unlock(&s->mu);
+            json_decref(obj);
+            *reply = ext_error("%s", why);
+            ext_bind_clear(&b);
+            decision(s, "bind", "node_busy");
+            return EXT_BIND_BUSY;
+        }
+    }
     if (pod_and_policy(s, obj, &pod, &pol, &err) < 0) {
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
         pthread_mutex_unlock(&s->mu);
         json_decref(obj);
         *reply = err;
@@ -1454,6 +1517,8 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
         p->binding = 1;
+    } else if (s->lock) {
+        ext_nodelock_clear(s->lock, uid);
     }
     pthread_mutex_unlock(&s->mu);
     core_pod_clear(&pod);
@@ -1470,8 +1535,11 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         p->binding = 0;
         p->bound = rc == 0;
     }
-    if (rc < 0)
+    if (rc < 0) {
         core_unreserve(s->c, uid, NULL);
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
         *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
