@@ -67,7 +67,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *prefix = "nvidia.com/", *annot_prefix = "gpusched.io/", *ignore_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
-    long replicas = 1, transient_s = 10, fatal_s = 300, publish_s = 60;
+    long replicas = 0, transient_s = 10, fatal_s = 300, publish_s = 60;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
     struct gs_err e = GS_ERR_INIT;
@@ -78,8 +78,9 @@ int cmd_device_plugin(int argc, char **argv)
         OPT_STR("kubeconfig", &kubeconfig, "FILE",
                 "API server access (default: in-cluster when run in a pod)"),
         OPT_BOOL("no-api", &no_api, "never use the API server: NVIDIA-compatible mode"),
-        OPT_INT("replicas", &replicas, "N", "devices advertised per GPU, for shared pods (1..64)",
-                1, DP_MAX_REPLICAS),
+        OPT_INT("replicas", &replicas, "N",
+                "devices advertised per GPU, for shared pods (1..64; default 10 with an API "
+                "server, 1 without)", 1, DP_MAX_REPLICAS),
         OPT_STR("resource-prefix", &prefix, "PREFIX", "resource names' prefix (nvidia.com/)"),
         OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),
         OPT_STR("ignore-xids", &ignore_xids, "LIST",
@@ -137,7 +138,6 @@ int cmd_device_plugin(int argc, char **argv)
     }
     cfg.node_name = node;
     snprintf(cfg.devices.prefix, sizeof cfg.devices.prefix, "%s", prefix);
-    cfg.devices.replicas = (int)replicas;
     dp_health_cfg_default(&cfg.health);
     cfg.health.transient_ms = transient_s * 1000;
     cfg.health.fatal_ms = fatal_s * 1000;
@@ -186,6 +186,15 @@ int cmd_device_plugin(int argc, char **argv)
                      e.msg);
         }
     }
+
+    /* kubelet admits at most as many pods per node as there are devices; with
+     * an API server the extender shares GPUs and never binds past that count
+     * (docs/device-plugin.md), so room for 10 pods per GPU, as HAMi's split
+     * count; without one, kubelet's IDs are the GPUs containers get, so one
+     * device per GPU (two replicas of one GPU would pass as two GPUs) */
+    cfg.devices.replicas = replicas ? (int)replicas : cfg.api ? DP_DEFAULT_API_REPLICAS : 1;
+    log_info("dp", "%d device%s per GPU for %sgpu", cfg.devices.replicas,
+             cfg.devices.replicas == 1 ? "" : "s", prefix);
 
     dp_grpc_init();
     struct dp_plugin *p = NULL;

@@ -14,6 +14,7 @@
 #include "cmd/cmd.h"
 #include "ext/cluster.h"
 #include "ext/config.h"
+#include "ext/nodelock.h"
 #include "ext/sched.h"
 #include "ext/server.h"
 #include "ext/quotas.h"
@@ -90,6 +91,7 @@ int cmd_extender(int argc, char **argv)
     struct ext_quotas *quotas = NULL;
     struct kube_client *kc = NULL;
     struct ext_server *srv = NULL;
+    struct ext_nodelock *lock = NULL;
     enum log_level lv;
     enum log_format lf;
     int npos = 0, rc, status = 1;
@@ -189,6 +191,16 @@ int cmd_extender(int argc, char **argv)
         running.cl = cl;
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
+        if (cfg.node_lock_timeout > 0) {
+            if (ext_nodelock_new(cfg.node_lock_timeout, ext_server_wake, &lock, &e) < 0) {
+                fprintf(stderr, "gpusched extender: %s\n", e.msg);
+                status = 2;
+                goto out;
+            }
+            ext_sched_set_nodelock(s, lock);
+            so.lock = lock;
+            so.bind_wait_s = cfg.bind_wait;
+        }
     }
     if ((cfg.nodes && cfg.quotas &&
          ext_quotas_from_file(cfg.quotas, set_quotas, s, m, &quotas, &e) < 0) ||
@@ -213,12 +225,14 @@ int cmd_extender(int argc, char **argv)
     log_info("extender", "signal %d: shutting down", sig);
     status = 0;
 out:
+    ext_nodelock_shutdown(lock); /* parked binds answer before the server stops */
     ext_server_stop(srv);
     ext_quotas_stop(quotas);
     ext_cluster_stop(cl);
     ext_standalone_close(sa);
     kube_client_free(kc);
     ext_sched_free(s);
+    ext_nodelock_free(lock);
     metrics_free(m);
     ext_config_clear(&cfg);
     ext_flags_free(flags);

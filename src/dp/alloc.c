@@ -121,15 +121,15 @@ static int parse_int_annot(const json_t *pod, const char *prefix, const char *na
 }
 
 /* Looks for the first unclaimed container of `pod` asking for n_ids
- * devices; fills *out from the pod's annotations. 1 = found, 0 = none,
- * negative = broken annotations. */
+ * devices; fills *out from the pod's annotations (and out->started,
+ * out->last). 1 = found, 0 = none, negative = broken annotations. */
 static int match_pod(const json_t *pod, const char *resource, const char *prefix, int n_ids,
                      char *const *claimed, int n_claimed, struct dp_assign *out, struct gs_err *e)
 {
     static const char *const lists[] = {"initContainers", "containers"};
     const json_t *spec = json_object_get(pod, "spec");
     char uu[DP_MAX_GPUS][DP_UUID_MAX];
-    int total, off = 0;
+    int total, off = 0, found = 0, started = 0, others = 0, n_ctrs = 0;
 
     memset(out, 0, sizeof *out);
     snprintf(out->ns, sizeof out->ns, "%s", or_(str_at(pod, "metadata", "namespace"), "default"));
@@ -161,19 +161,28 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
                                out->ns, out->pod, lists[l], i, resource);
             if (cnt == 0)
                 continue;
+            n_ctrs++;
             if (!cname)
                 return gs_errf(e, GS_EINVAL, "pod %s/%s: %s[%zu].name: missing", out->ns, out->pod,
                                lists[l], i);
             char ukey[DP_KEY_MAX];
-            snprintf(out->container, sizeof out->container, "%s", cname);
-            dp_assign_key(out, key, sizeof key);
-            dp_assign_uid_key(out, ukey, sizeof ukey);
-            int mine = cnt == n_ids && !is_claimed(claimed, n_claimed, key) &&
-                       !is_claimed(claimed, n_claimed, ukey);
-            if (!mine) {
-                off += (int)cnt;
+            struct dp_assign probe;
+            snprintf(probe.ns, sizeof probe.ns, "%s", out->ns);
+            snprintf(probe.pod, sizeof probe.pod, "%s", out->pod);
+            snprintf(probe.uid, sizeof probe.uid, "%s", out->uid);
+            snprintf(probe.container, sizeof probe.container, "%s", cname);
+            dp_assign_key(&probe, key, sizeof key);
+            dp_assign_uid_key(&probe, ukey, sizeof ukey);
+            int done = is_claimed(claimed, n_claimed, key) || is_claimed(claimed, n_claimed, ukey);
+            started |= done;
+            if (found || done || cnt != n_ids) {
+                others += !done; /* a container still to be allocated */
+                if (!found)
+                    off += (int)cnt;
                 continue;
             }
+            found = 1;
+            snprintf(out->container, sizeof out->container, "%s", cname);
             int rc = split_uuids(annot(pod, prefix, "gpu-uuids"), out, uu, &total, e);
             if (rc)
                 return rc;
@@ -197,10 +206,12 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             if (parse_int_annot(pod, prefix, "gpu-milli", 0, 1000, &v, out, e))
                 return -GS_EINVAL;
             out->milli = (int)v;
-            return 1;
         }
     }
-    return 0;
+    out->started = started;
+    out->last = others == 0;
+    out->n_ctrs = n_ctrs;
+    return found;
 }
 
 int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
@@ -209,9 +220,13 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
 {
     const json_t *items = json_is_array(pods) ? pods : json_object_get(pods, "items");
     struct dp_assign cand;
-    int found = 0;
+    int found = 0, n_started = 0;
+    char names[3][520];
     size_t i;
     const json_t *pod;
+    char done_key[160];
+
+    snprintf(done_key, sizeof done_key, "%sallocated-at", annot_prefix);
 
     if (!json_is_array(items))
         return gs_errf(e, GS_EPROTO, "pod list: no items array");
@@ -220,8 +235,10 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
         const char *on = annot(pod, annot_prefix, "node");
         const char *uuids = annot(pod, annot_prefix, "gpu-uuids");
         const char *spec_node = str_at(pod, "spec", "nodeName");
-        if (!uuids || json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
-            continue;
+        const json_t *md = json_object_get(pod, "metadata");
+        if (!uuids || json_object_get(md, "deletionTimestamp") ||
+            json_object_get(json_object_get(md, "annotations"), done_key))
+            continue; /* no assignment, going, or every container served */
         if (phase && strcmp(phase, "Pending") != 0)
             continue;
         if (!(on && strcmp(on, node) == 0) && !(spec_node && strcmp(spec_node, node) == 0))
@@ -233,19 +250,29 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
             return rc;
         if (rc == 0)
             continue;
-        if (!found || strcmp(cand.assigned_at, out->assigned_at) < 0 ||
-            (strcmp(cand.assigned_at, out->assigned_at) == 0 &&
-             (strcmp(cand.ns, out->ns) < 0 ||
-              (strcmp(cand.ns, out->ns) == 0 && strcmp(cand.pod, out->pod) < 0))))
+        /* kubelet allocates a pod's containers one after another: a pod
+         * with a container served is the one being admitted */
+        if (cand.started && !n_started++)
             *out = cand;
-        found = 1;
+        else if (!found)
+            *out = cand;
+        if (found < 3)
+            snprintf(names[found], sizeof names[found], "%s/%s", cand.ns, cand.pod);
+        found++;
     }
     if (!found)
         return gs_errf(e, GS_ENOENT,
                        "no pending pod on node %s has a container, not yet allocated, that asks "
                        "for %d %s and has a gpusched assignment (%sgpu-uuids)",
                        node, n_ids, resource, annot_prefix);
-    return 0;
+    if (n_started == 1 || found == 1)
+        return 0;
+    /* a guess could give this container another pod's GPUs: refuse */
+    return gs_errf(e, GS_ECONFLICT,
+                   "%d pods on node %s wait for %d %s (%s, %s%s): cannot tell which one kubelet "
+                   "is admitting; the extender binds one GPU pod per node at a time (node lock "
+                   "off, expired, or pods bound around it?); delete the pod to retry",
+                   found, node, n_ids, resource, names[0], names[1], found > 2 ? ", ..." : "");
 }
 
 /* ---- the Allocate answer -------------------------------------------------- */

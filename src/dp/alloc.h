@@ -8,10 +8,15 @@
  * (docs/annotations.md), whatever replica IDs kubelet picked: the plugin
  * lists the pods on its node and takes the pending pod whose next
  * unallocated GPU container asks for as many devices of this resource as
- * kubelet is allocating, oldest gpusched.io/assigned-at first. Containers
- * that already hold devices (kubelet's pod-resources API, and this plugin's
- * own record of earlier answers) are skipped. No match is an error: a
- * container never gets a GPU the extender did not assign to it.
+ * kubelet is allocating. Containers that already hold devices (kubelet's
+ * pod-resources API, and this plugin's own record of earlier answers) are
+ * skipped, and so are pods marked <prefix>allocated-at (all done). kubelet
+ * allocates a pod's containers one after another inside its admission, so
+ * a pod with some containers served is the one; otherwise there must be
+ * exactly one candidate, which the extender's node lock ensures (one GPU
+ * pod per node waits for kubelet at a time). No match, or several, is an
+ * error: a container never gets a GPU the extender did not assign to it,
+ * nor another pod's.
  *
  * Pure functions over parsed JSON and plain structs; no I/O, no locks.
  */
@@ -35,6 +40,10 @@ struct dp_assign {
     char uuids[DP_MAX_GPUS][DP_UUID_MAX];
     int64_t mem_mib;         /* per GPU, shared only (0 = none) */
     int milli;               /* per GPU compute, thousandths (0 = none) */
+    int last;                /* no other container of the pod still waits for devices of
+                                this resource: the pod's Allocates are done after this one */
+    int started;             /* another container of the pod already got its devices */
+    int n_ctrs;              /* the pod's containers asking for this resource */
 };
 
 /* The two keys of a container in the claimed set: "ns/pod/container" (what
@@ -47,8 +56,10 @@ void dp_assign_uid_key(const struct dp_assign *a, char *buf, size_t cap);
  * Pods); `claimed` holds "ns/pod/container" keys of containers that already
  * have devices of this resource (or "uid:<pod uid>/container" keys, which
  * tell apart a pod recreated under the same name). annot_prefix is "gpusched.io/". Returns 0
- * with *out, -GS_ENOENT when nothing matches, -GS_EINVAL when the matching
- * pod's annotations are broken (the message names the pod and field). */
+ * with *out, -GS_ENOENT when nothing matches, -GS_ECONFLICT when several
+ * pods could be the one (the message names them), -GS_EINVAL when the
+ * matching pod's annotations are broken (the message names the pod and
+ * field). */
 int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
                    const char *annot_prefix, int n_ids, char *const *claimed, int n_claimed,
                    struct dp_assign *out, struct gs_err *e);

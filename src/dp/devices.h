@@ -26,6 +26,10 @@
 #include "dp/gpu.h"
 
 #define DP_MAX_REPLICAS 64
+/* Devices per GPU by default with an API server: kubelet then admits up to
+ * 10 pods per GPU on a node (HAMi's default split count), and the extender
+ * never binds more pods than that (ext/devices.h). */
+#define DP_DEFAULT_API_REPLICAS 10
 #define DP_MAX_RESOURCES 8
 #define DP_MAX_DEVICES (DP_MAX_GPUS * DP_MAX_REPLICAS)
 #define DP_ID_MAX 64        /* kubelet: device IDs are at most 63 characters */

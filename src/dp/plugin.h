@@ -40,6 +40,11 @@ struct dp_api {
     int (*list_pods)(void *ud, json_t **out, struct gs_err *e);
     /* Writes the node annotation and the missing labels. */
     int (*publish)(void *ud, const struct dp_inventory *inv, struct gs_err *e);
+    /* Marks pod ns/name (uid) <prefix>allocated-at: its last GPU container's
+     * Allocate is answered, so the extender may bind the node's next GPU
+     * pod (docs/design.md, "One pending GPU pod per node"). */
+    int (*mark_allocated)(void *ud, const char *ns, const char *name, const char *uid,
+                          struct gs_err *e);
 };
 
 struct dp_plugin_cfg {

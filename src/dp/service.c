@@ -277,8 +277,19 @@ static int assign_from_api(struct dp_server *s, char *const *ids, size_t n_ids, 
                     rc = gs_errf(e, GS_ECONFLICT, "pod %s/%s: assigned GPU %s is unhealthy: %s",
                                  a->ns, a->pod, a->uuids[i], g->reason);
             }
-            if (rc == 0)
+            if (rc == 0) {
                 add_claim_locked(p, a, s->name, ids_key(ids, n_ids));
+                /* concurrent Allocates for one pod (kubelet sends them one
+                 * by one, but be sure): the one that claims its last
+                 * container is the last */
+                char pre[DP_KEY_MAX];
+                int mine = 0;
+                snprintf(pre, sizeof pre, "uid:%s/", a->uid);
+                for (int i = 0; i < p->n_claims; i++)
+                    mine += strcmp(p->claims[i].resource, s->name) == 0 &&
+                            strncmp(p->claims[i].uid_key, pre, strlen(pre)) == 0;
+                a->last |= mine >= a->n_ctrs;
+            }
             pthread_mutex_unlock(&p->mu);
             break;
         }
@@ -397,6 +408,15 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
         log_info("dp", "allocate %s: %s%s%s -> %s%s", s->name, a[i].ns, a[i].pod[0] ? "/" : "",
                  a[i].pod[0] ? a[i].pod : "(no API server)", a[i].uuids[0],
                  a[i].n > 1 ? ",..." : "");
+    /* the pod's last GPU container is served: tell the extender, which then
+     * binds the node's next GPU pod (docs/design.md, "One pending GPU pod
+     * per node"); if this fails it learns it from kubelet (startTime) */
+    for (size_t i = 0; p->cfg.api && p->cfg.api->mark_allocated && i < n; i++) {
+        struct gs_err me = GS_ERR_INIT;
+        if (a[i].last && a[i].pod[0] &&
+            p->cfg.api->mark_allocated(p->cfg.api->ud, a[i].ns, a[i].pod, a[i].uid, &me) != 0)
+            log_warn("dp", "pod %s/%s: cannot mark it allocated: %s", a[i].ns, a[i].pod, me.msg);
+    }
 done:
     free(a);
     v1beta1__allocate_request__free_unpacked(rq, NULL);

@@ -45,6 +45,11 @@ static const struct row rows[] = {
     {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on)",
      0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
+    {"node_lock_timeout", C_DBL, F(node_lock_timeout), "SECONDS",
+     "cluster: a GPU pod bound to a node holds it until kubelet admits it, at most this long "
+     "(0 = no node lock; default 300)", 0, 0},
+    {"bind_wait", C_DBL, F(bind_wait), "SECONDS",
+     "cluster: how long a /bind waits for a held node before answering 503 (default 5)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
@@ -91,6 +96,8 @@ void ext_config_defaults(struct ext_config *c)
     c->lease_duration = 15;
     c->nudge = 1;
     c->events = 1;
+    c->node_lock_timeout = 300;
+    c->bind_wait = 5;
     c->log_level = strdup("info");
     c->log_format = strdup("text");
     c->threads = 4;
@@ -177,6 +184,12 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
         return gs_errf(e, GS_EINVAL, "tls_cert and tls_key go together");
     if (c->lease_duration < 1)
         return gs_errf(e, GS_EINVAL, "lease_duration: at least 1 second");
+    if (!(c->node_lock_timeout >= 0 && c->node_lock_timeout <= 86400))
+        return gs_errf(e, GS_EINVAL, "node_lock_timeout: 0..86400 seconds");
+    /* kube-scheduler's extender httpTimeout is 10 s in deploy/: stay under it */
+    if (!(c->bind_wait >= 0 && c->bind_wait <= 60))
+        return gs_errf(e, GS_EINVAL, "bind_wait: 0..60 seconds (keep it under the scheduler's "
+                       "httpTimeout)");
     c->names.gpu = c->res_gpu;
     c->names.gpu_memory = c->res_gpu_memory;
     c->names.gpu_cores = c->res_gpu_cores;

@@ -30,6 +30,8 @@ struct ext_config {
     double lease_duration;
     long nudge;                           /* nudge unschedulable GPU pods when GPUs free up */
     long events;                          /* post Events on pods */
+    double node_lock_timeout;             /* seconds a bound GPU pod holds its node; 0 = no lock */
+    double bind_wait;                     /* seconds a /bind waits for a held node */
     char *log_level, *log_format;
     long threads, max_body;
     /* resource and annotation names */

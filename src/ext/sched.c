@@ -11,7 +11,9 @@
 #include "core/policy.h"
 #include "core/quota.h"
 #include "ext/annot.h"
+#include "ext/devices.h"
 #include "ext/memo.h"
+#include "ext/nodelock.h"
 #include "ext/nodes.h"
 #include "ext/proto.h"
 #include "ext/sched.h"
@@ -123,6 +125,12 @@ static void *smap_del(struct smap *m, const char *k)
  * and pod shape, for a few shapes at once. */
 #define EXT_MEMO_SLOTS 8
 
+/* What the extender keeps of a node beside the core's model. */
+struct node_info {
+    double updated_at;      /* inventory time (0: none) */
+    struct ext_devcap cap;  /* kubelet's device counts (ext/devices.h) */
+};
+
 /* A pod the extender has seen. */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
@@ -143,7 +151,9 @@ struct ext_sched {
     struct ext_commit commit;
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
-    struct smap inv;      /* node name -> double* inventory updated_at */
+    struct smap inv;      /* node name -> struct node_info */
+    struct ext_nodelock *lock; /* one pending GPU pod per node (cluster mode), or NULL */
+    int n_devcap;         /* nodes whose allocatable device counts are known */
     /* NodeNames arrays seen lately (ext/namelist.h); their node positions
      * are valid while node_gen, bumped whenever a node comes or goes, is
      * what they were resolved at */
@@ -303,6 +313,14 @@ static int quota_blocks(struct ext_sched *s, const struct core_pod *pod, const s
 }
 
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c) { s->commit = *c; }
+void ext_sched_set_nodelock(struct ext_sched *s, struct ext_nodelock *l) { s->lock = l; }
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 void ext_sched_counts(struct ext_sched *s, int *nodes, int *allocs)
 {
@@ -420,6 +438,8 @@ static struct pod *remember(struct ext_sched *s, const json_t *obj)
 
 static void forget(struct ext_sched *s, struct pod *p)
 {
+    if (s->lock)
+        ext_nodelock_clear(s->lock, p->uid);
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
@@ -551,6 +571,40 @@ static int finished(const json_t *pod)
     return strcmp(v, "Succeeded") == 0 || strcmp(v, "Failed") == 0;
 }
 
+/* Does a pod with an assignment still wait for kubelet (nodelock.h)? Not
+ * once the device plugin marked it allocated, nor once kubelet reported it
+ * (status.startTime: admitted). *since: its assigned-at. */
+static int waits_for_kubelet(struct ext_sched *s, const json_t *pod, const json_t *ann,
+                             double *since)
+{
+    char key[300];
+    const json_t *st = json_object_get(pod, "status");
+    snprintf(key, sizeof key, "%sallocated-at", s->opts.names->annot_prefix);
+    if (json_object_get(ann, key) || json_is_string(json_object_get(st, "startTime")))
+        return 0;
+    snprintf(key, sizeof key, "%sassigned-at", s->opts.names->annot_prefix);
+    const json_t *at = json_object_get(ann, key);
+    if (!json_is_string(at) || kube_parse_time(json_string_value(at), since) < 0)
+        *since = wall_now();
+    return 1;
+}
+
+/* Records in the node lock whether an assigned pod still holds its node. */
+static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
+{
+    const char *node = ext_annot_node(ann, s->opts.names->annot_prefix);
+    double since;
+    char name[2 * CORE_NAME_MAX];
+    if (!s->lock)
+        return;
+    if (node && waits_for_kubelet(s, p->obj, ann, &since)) {
+        snprintf(name, sizeof name, "%s/%s", p->ns, p->name);
+        ext_nodelock_set(s->lock, p->uid, name, node, since);
+    } else {
+        ext_nodelock_clear(s->lock, p->uid);
+    }
+}
+
 static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
 {
     const char *uid, *ns, *name;
@@ -566,6 +620,8 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = smap_get(&s->pods, uid)))
             forget(s, p);
+        else if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
         return freed;
     }
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
@@ -574,6 +630,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         if ((p = remember(s, pod))) {
             p->unschedulable = 0;
             restore_pod(s, p);
+            lock_observe(s, p, ann);
         }
         return 0;
     }
@@ -669,22 +726,32 @@ static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err 
 {
     struct core_node_spec spec;
     struct ext_node_buf buf;
+    struct ext_devcap cap;
     double updated;
     int rc = ext_node_spec(node, s->opts.names, &spec, &buf, &updated, e);
     if (rc < 0)
         return rc;
+    if ((rc = ext_devcap_parse(node, s->opts.names, &cap, e)) < 0) {
+        ext_node_buf_clear(&buf);
+        return rc;
+    }
     int before = core_cluster_node_count(s->c);
+    /* the node's stamp moves with every upsert, so kept verdicts see a
+     * change of its device counts too */
     rc = core_cluster_upsert_node(s->c, &spec, e);
     if (core_cluster_node_count(s->c) != before)
         s->node_gen++;
     if (rc == 0) {
-        double *t = smap_get(&s->inv, spec.name);
-        if (!t && (t = malloc(sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
+        struct node_info *t = smap_get(&s->inv, spec.name);
+        if (!t && (t = calloc(1, sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
             free(t);
             t = NULL;
         }
-        if (t)
-            *t = updated;
+        if (t) {
+            s->n_devcap += cap.known - t->cap.known;
+            t->updated_at = updated;
+            t->cap = cap;
+        }
     }
     ext_node_buf_clear(&buf);
     return rc;
@@ -695,7 +762,10 @@ static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e
     int rc = core_cluster_remove_node(s->c, name, e);
     if (rc == 0)
         s->node_gen++;
-    free(smap_del(&s->inv, name));
+    struct node_info *t = smap_del(&s->inv, name);
+    if (t)
+        s->n_devcap -= t->cap.known;
+    free(t);
     return rc;
 }
 
@@ -756,7 +826,7 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     pthread_mutex_lock(&s->mu);
     SMAP_FOREACH(&s->inv, it)
     {
-        double t = *(double *)it->val;
+        double t = ((struct node_info *)it->val)->updated_at;
         int ok = t == 0 || ttl_s <= 0 || now - t <= ttl_s;
         struct core_node *n = core_cluster_find(s->c, it->key);
         if (!n)
@@ -772,6 +842,25 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s)
     if (s->m_stale)
         metric_set(s->m_stale, NULL, stale);
     return stale;
+}
+
+/* Has kubelet the devices the pod needs on n (ext/devices.h)? 1 yes; 0 no,
+ * with *st (optional) filled as a filter rejection. Lock held. */
+static int devices_fit(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                       struct core_status *st)
+{
+    if (!s->n_devcap || pod->req.kind == CORE_REQ_NONE)
+        return 1;
+    const struct node_info *t = smap_get(&s->inv, n->name);
+    return !t || ext_devcap_fits(&t->cap, n, pod, s->opts.names, st);
+}
+
+/* The whole verdict on one node: the core's filters, then kubelet's device
+ * count. Lock held. */
+static int node_fits(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                     struct core_status *st)
+{
+    return core_filter(s->c, n, pod, st) && devices_fit(s, n, pod, st);
 }
 
 /* ---- replies ----------------------------------------------------------------- */
@@ -966,8 +1055,9 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
         const char *why = NULL;
         if (!sub[j]) {
             v = EXT_FIT_UNKNOWN;
-        } else if (!subfit[j]) {
-            core_filter(s->c, sub[j], pod, &st);
+        } else if (!subfit[j] || !devices_fit(s, sub[j], pod, &st)) {
+            if (!subfit[j])
+                core_filter(s->c, sub[j], pod, &st);
             v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
             why = st.reason;
         }
@@ -1104,7 +1194,12 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
                 }
                 break;
             case EXT_FIT_UNKNOWN: add_reason(&failed, a.names[i], unknown_node); break;
-            case EXT_FIT_NEVER: add_reason(&unres, a.names[i], en->reason[i]); break;
+            case EXT_FIT_NEVER:
+                /* in both maps: kube-scheduler < 1.21 reads only
+                 * FailedNodes; newer ones let the unresolvable entry win */
+                add_reason(&unres, a.names[i], en->reason[i]);
+                add_reason(&failed, a.names[i], en->reason[i]);
+                break;
             default: add_reason(&failed, a.names[i], en->reason[i]); break;
             }
         }
@@ -1381,7 +1476,21 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     snprintf(uid, sizeof uid, "%s", p->uid);
     snprintf(ns, sizeof ns, "%s", p->ns);
     snprintf(name, sizeof name, "%s", p->name);
+    if (s->lock) {
+        char why[600], who[2 * CORE_NAME_MAX];
+        snprintf(who, sizeof who, "%s/%s", ns, name);
+        if (ext_nodelock_take(s->lock, b.node, uid, who, wall_now(), why, sizeof why)) {
+            pthread_mutex_unlock(&s->mu);
+            json_decref(obj);
+            *reply = ext_error("%s", why);
+            ext_bind_clear(&b);
+            decision(s, "bind", "node_busy");
+            return EXT_BIND_BUSY;
+        }
+    }
     if (pod_and_policy(s, obj, &pod, &pol, &err) < 0) {
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
         pthread_mutex_unlock(&s->mu);
         json_decref(obj);
         *reply = err;
@@ -1393,6 +1502,9 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     /* the pod's identity in the allocation is the one /bind names */
     snprintf(pod.uid, sizeof pod.uid, "%s", uid);
     rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    struct core_status dst;
+    if (rc == 0 && !devices_fit(s, node, &pod, &dst))
+        rc = gs_errf(&e, GS_ENOFIT, "%s", dst.reason);
     if (rc == 0 && quota_prepare(s, &pod)) {
         struct core_quota_use u[CORE_MAX_GPUS];
         int k = core_quota_use_of_alloc(s->c, &alloc, u);
@@ -1405,6 +1517,8 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
         p->binding = 1;
+    } else if (s->lock) {
+        ext_nodelock_clear(s->lock, uid);
     }
     pthread_mutex_unlock(&s->mu);
     core_pod_clear(&pod);
@@ -1421,8 +1535,11 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         p->binding = 0;
         p->bound = rc == 0;
     }
-    if (rc < 0)
+    if (rc < 0) {
         core_unreserve(s->c, uid, NULL);
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
         *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
@@ -1481,16 +1598,31 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             }
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
         }
+        struct core_alloc *more = NULL;
+        int nmore = 0;
         if (pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
             const char *victims[64];
             int nv = 0;
-            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0) {
-                for (int k = 0; k < nv; k++)
+            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0 &&
+                (more = calloc((size_t)nv + 1, sizeof *more))) {
+                for (int k = 0; k < nv; k++) {
                     json_array_append_new(pods, json_pack("{s:s}", "UID", victims[k]));
+                    more[nmore++] = *core_alloc_find(s->c, victims[k]);
+                }
             } else {
                 ok = 0;
             }
         }
+        /* kubelet's device count with every victim gone: the core's victims
+         * free GPU capacity, which is not always a device (victims are not
+         * chosen for devices; such a node is dropped) */
+        for (int k = 0; k < nmore; k++)
+            core_unreserve(s->c, more[k].pod_uid, NULL);
+        if (ok && !devices_fit(s, n, &pod, NULL))
+            ok = 0;
+        for (int k = 0; k < nmore; k++)
+            core_reserve(s->c, &more[k], NULL);
+        free(more);
         for (int k = 0; k < nsaved; k++)
             core_reserve(s->c, &saved[k], NULL);
         free(saved);
@@ -1552,7 +1684,7 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     for (int i = 0; i < nn; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
-        if (core_filter(s->c, n, &pod, &st))
+        if (node_fits(s, n, &pod, &st))
             fit[nf++] = n;
         else
             json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "node",
@@ -1614,7 +1746,7 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
         struct core_status st;
         struct gs_err qe = GS_ERR_INIT;
         int k;
-        if (core_filter(s->c, n, &pod, &st)) {
+        if (node_fits(s, n, &pod, &st)) {
             if (!quota || !quota_blocks(s, &pod, n, &qe))
                 continue;
             st.plugin = "quota";

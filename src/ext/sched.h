@@ -72,6 +72,12 @@ void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
  * namespace and model and each quota's limit and use. */
 struct core_quotas;
 void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q);
+/* Cluster mode: bind a GPU pod to a node only while no GPU pod bound there
+ * earlier waits for kubelet (ext/nodelock.h; borrowed, NULL = off). A bind
+ * to a held node answers EXT_BIND_BUSY, which the server turns into a wait. */
+struct ext_nodelock;
+void ext_sched_set_nodelock(struct ext_sched *s, struct ext_nodelock *l);
+#define EXT_BIND_BUSY 423
 
 /* ---- nodes ---- */
 /* Adds or updates a node from a Node object. *updated_at: inventory time. */

@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include "ext/memo.h"
+#include "ext/nodelock.h"
+#include "ext/proto.h"
 #include "ext/server.h"
 #include "http/http_server.h"
 #include "version.h"
@@ -12,7 +14,7 @@
 struct ext_server {
     struct ext_server_opts opts;
     struct http_server *http;
-    struct metric *m_requests, *m_latency;
+    struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts;
 };
 
 typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
@@ -28,6 +30,60 @@ static const struct {
 };
 
 static void text_free(void *t) { ext_text_put(t); }
+
+void ext_server_wake(void *token) { http_wake(token); }
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* /bind with the node lock: a bind to a node another GPU pod still holds
+ * is parked until the node is released or bind_wait_s has passed since its
+ * first try, then tried again. Returns 1 when parked (no answer yet). */
+static int bind_or_wait(struct ext_server *s, const struct http_request *req,
+                        struct ext_reply *reply, int *status)
+{
+    void *tok = http_req_token(req);
+    double now = wall_now(), deadline, started;
+    size_t len;
+    if (!ext_nodelock_reclaim(s->opts.lock, tok, &deadline, &started)) {
+        started = now;
+        deadline = now + s->opts.bind_wait_s;
+    }
+    for (;;) {
+        *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply);
+        if (*status != EXT_BIND_BUSY)
+            break;
+        struct ext_bind b;
+        struct gs_err e = GS_ERR_INIT;
+        int w = -1;
+        if (now < deadline && ext_bind_parse(req->body, req->body_len, &b, &e) == 0) {
+            w = ext_nodelock_wait(s->opts.lock, b.node, b.pod_uid, tok, deadline, started, now);
+            ext_bind_clear(&b);
+        }
+        if (w == 1) {
+            free(ext_reply_take(reply, &len));
+            http_req_park(req);
+            return 1;
+        }
+        if (w == 0) /* released meanwhile: try again */
+            continue;
+        /* waited long enough (or stopping): kube-scheduler retries the pod */
+        metric_inc(s->m_wait_timeouts, NULL);
+        const char *msg = json_string_value(json_object_get(reply->json, "Error"));
+        json_t *err = ext_error("%s; waited %.1f s, retry", msg ? msg : "node busy", now - started);
+        free(ext_reply_take(reply, &len));
+        reply->json = err;
+        *status = 503;
+        break;
+    }
+    if (now > started)
+        metric_observe(s->m_wait, NULL, now - started);
+    return 0;
+}
 
 static void reply_json(struct http_response *resp, int status, json_t *obj)
 {
@@ -52,7 +108,7 @@ static int ns_name(const char *path, const char *prefix, char *ns, char *name, s
 }
 
 static const char *route(struct ext_server *s, const struct http_request *req,
-                         struct http_response *resp)
+                         struct http_response *resp, int *parked)
 {
     const char *path = req->path, *last = strrchr(path, '/');
     const char *seg = last ? last + 1 : path;
@@ -66,7 +122,12 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         }
         struct ext_reply reply;
-        resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
+        if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
+            if ((*parked = bind_or_wait(s, req, &reply, &resp->status)))
+                return verbs[i].name;
+        } else {
+            resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
+        }
         resp->content_type = "application/json";
         if (reply.shared) { /* sent from the kept text, not copied */
             resp->body = reply.shared->buf;
@@ -132,10 +193,13 @@ static void handle(void *ud, const struct http_request *req, struct http_respons
     struct ext_server *s = ud;
     struct timespec t0, t1;
     char code[8];
+    int parked = 0;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const char *verb = route(s, req, resp);
+    const char *verb = route(s, req, resp, &parked);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (parked)
+        return; /* answered when it is handed back */
     snprintf(code, sizeof code, "%d", resp->status ? resp->status : 200);
     metric_inc(s->m_requests, (const char *[]){verb, code});
     metric_observe(s->m_latency, (const char *[]){verb},
@@ -160,7 +224,15 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     s->m_latency = metrics_add(opts->metrics, METRIC_HISTOGRAM,
                                "gpusched_extender_request_duration_seconds",
                                "Time to answer a request, by verb.", "verb", b, 16, e);
-    if (!s->m_requests || !s->m_latency) {
+    double wb[10] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10};
+    s->m_wait = metrics_add(opts->metrics, METRIC_HISTOGRAM, "gpusched_extender_bind_wait_seconds",
+                            "Time a /bind waited for its node's previous GPU pod to be admitted "
+                            "by kubelet (binds that waited).", NULL, wb, 10, e);
+    s->m_wait_timeouts = metrics_add(opts->metrics, METRIC_COUNTER,
+                                     "gpusched_extender_bind_wait_timeouts_total",
+                                     "Binds answered 503 because their node stayed held.", NULL,
+                                     NULL, 0, e);
+    if (!s->m_requests || !s->m_latency || !s->m_wait || !s->m_wait_timeouts) {
         free(s);
         return -GS_EINVAL;
     }

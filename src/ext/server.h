@@ -29,6 +29,11 @@ struct ext_server_opts {
                                   cluster a pod's GPUs are freed by deleting it) */
     int (*ready)(void *ud);    /* NULL = always ready */
     void *ready_ud;
+    /* cluster mode: /bind to a node another GPU pod still holds
+     * (ext/nodelock.h) waits up to bind_wait_s for it, parked (no worker
+     * held), then answers 503; NULL = never waits */
+    struct ext_nodelock *lock;
+    double bind_wait_s;
 };
 
 struct ext_server;
@@ -37,5 +42,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                      struct gs_err *e);
 int ext_server_port(const struct ext_server *s);
 void ext_server_stop(struct ext_server *s);
+/* http_wake, for ext_nodelock_new() */
+void ext_server_wake(void *token);
 
 #endif

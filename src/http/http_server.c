@@ -4,6 +4,7 @@
 #include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +15,13 @@
 
 #include "http/http_server.h"
 
+struct conn_ctx;
+
 struct http_server {
     struct MHD_Daemon *daemon;
+    /* parked requests (http_req_park), under park_mu */
+    pthread_mutex_t park_mu;
+    int n_parked;
     struct http_server_opts opts;
     char *cert, *key; /* PEM contents, kept alive for the daemon */
     int port;
@@ -32,6 +38,11 @@ struct conn_ctx {
     char *buf;
     size_t len, cap;
     int too_big;
+    struct http_server *s;
+    struct MHD_Connection *conn;
+    int park;       /* the handler asked to park this request */
+    int parked;     /* set aside (suspended); under s->park_mu */
+    int woken;      /* woken before it was set aside; under s->park_mu */
 };
 
 static char *read_file(const char *path, struct gs_err *e)
@@ -100,6 +111,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx = calloc(1, sizeof *ctx);
         if (!ctx)
             return MHD_NO;
+        ctx->s = s;
+        ctx->conn = c;
         *con_cls = ctx;
         /* the body buffer allocated once for the declared length (up to
          * HTTP_PREALLOC: a larger body grows the buffer as it arrives, so a
@@ -139,13 +152,59 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_response resp = {200, NULL, NULL, 0, NULL, NULL};
     if (ctx->too_big) {
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
-    } else {
-        struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c};
-        if (ctx->buf)
-            ctx->buf[ctx->len] = '\0';
-        s->opts.handler(s->opts.ud, &req, &resp);
+        return send_resp(c, &resp);
     }
-    return send_resp(c, &resp);
+    struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx};
+    if (ctx->buf)
+        ctx->buf[ctx->len] = '\0';
+    for (;;) {
+        ctx->park = 0;
+        s->opts.handler(s->opts.ud, &req, &resp);
+        if (!ctx->park)
+            return send_resp(c, &resp);
+        pthread_mutex_lock(&s->park_mu);
+        if (ctx->woken) { /* woken while the handler was returning: run again */
+            ctx->woken = 0;
+            pthread_mutex_unlock(&s->park_mu);
+            continue;
+        }
+        ctx->parked = 1;
+        s->n_parked++;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&s->park_mu);
+        return MHD_YES;
+    }
+}
+
+void *http_req_token(const struct http_request *req) { return req->priv; }
+
+void http_req_park(const struct http_request *req)
+{
+    struct conn_ctx *ctx = req->priv;
+    ctx->park = 1;
+}
+
+void http_wake(void *token)
+{
+    struct conn_ctx *ctx = token;
+    struct http_server *s = ctx->s;
+    pthread_mutex_lock(&s->park_mu);
+    if (ctx->parked) {
+        ctx->parked = 0;
+        s->n_parked--;
+        MHD_resume_connection(ctx->conn);
+    } else {
+        ctx->woken = 1;
+    }
+    pthread_mutex_unlock(&s->park_mu);
+}
+
+static int parked(struct http_server *s)
+{
+    pthread_mutex_lock(&s->park_mu);
+    int n = s->n_parked;
+    pthread_mutex_unlock(&s->park_mu);
+    return n;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -299,7 +358,9 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         s->opts.max_body = 4u << 20;
     if (!s->opts.threads)
         s->opts.threads = 4;
-    s->flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    s->flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC |
+               MHD_ALLOW_SUSPEND_RESUME;
+    pthread_mutex_init(&s->park_mu, NULL);
 
     const char *addr = opts->addr ? opts->addr : "127.0.0.1";
     if (strchr(addr, ':')) {
@@ -364,6 +425,8 @@ int http_server_reload_tls(struct http_server *s, struct gs_err *e)
     if (cm.tv_sec == s->cert_mtime.tv_sec && cm.tv_nsec == s->cert_mtime.tv_nsec &&
         km.tv_sec == s->key_mtime.tv_sec && km.tv_nsec == s->key_mtime.tv_nsec)
         return 0;
+    if (parked(s))
+        return 0; /* the old daemon could not stop: try again on the next call */
     if (tls_load(&s->opts, &cert, &key, &cm, &km, e) < 0) {
         /* a half-written pair: try again on the next change */
         s->cert_mtime = cm;
@@ -407,7 +470,12 @@ void http_server_stop(struct http_server *s)
 {
     if (!s)
         return;
+    /* a parked request is woken by its owner (who stops first); give
+     * stragglers a moment, as stopping a daemon with one is undefined */
+    for (int i = 0; i < 200 && parked(s); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->park_mu);
     free(s->cert);
     free(s->key);
     free(s);

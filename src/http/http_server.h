@@ -17,6 +17,15 @@
  * Threads: a pool of `threads` workers calls the handler concurrently; the
  * handler must be thread-safe.
  *
+ * Waiting without a worker: a handler that cannot answer yet (the
+ * extender's /bind waiting for a node) calls http_req_park() and returns
+ * without filling the response. The connection is then set aside (no
+ * worker held, no timeout) until some thread calls http_wake() with the
+ * token, and the same request is handed to the handler again. A wake that
+ * comes before the connection is set aside is not lost (the handler runs
+ * again at once). Every parked request must be woken exactly once; the
+ * server does not stop, nor reload TLS, while one is parked.
+ *
  * Ownership: http_server_start() returns a server freed by http_server_stop().
  * resp->body is malloc'd by the handler (or the http_resp_* helpers) and
  * freed by the server, or released through resp->body_free.
@@ -37,6 +46,7 @@ struct http_request {
     const char *body;    /* NUL-terminated, may be "" */
     size_t body_len;
     struct MHD_Connection *conn; /* for http_req_header / http_req_arg */
+    void *priv;                  /* the server's, for http_req_park */
 };
 
 struct http_response {
@@ -78,6 +88,14 @@ void http_server_stop(struct http_server *s);
 /* Splits "HOST:PORT" or "[V6]:PORT" into opts->addr (copied into buf) and
  * opts->port. */
 int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e);
+
+/* The request's token for http_wake: the same each time the same request
+ * is handed to the handler. */
+void *http_req_token(const struct http_request *req);
+/* Parks the request (see above) when the handler returns. */
+void http_req_park(const struct http_request *req);
+/* Hands a parked request to the handler again (any thread). */
+void http_wake(void *token);
 
 const char *http_req_header(const struct http_request *req, const char *name);
 const char *http_req_arg(const struct http_request *req, const char *name);

@@ -197,8 +197,13 @@ class _Route:
 
 
 class FakeApiServer:
-    def __init__(self, host="127.0.0.1", port=0, bookmark_interval=1.0, tls=None):
-        """tls: (cert_file, key_file) to serve HTTPS instead of HTTP."""
+    def __init__(self, host="127.0.0.1", port=0, bookmark_interval=1.0, tls=None,
+                 kubelet_admits=True):
+        """tls: (cert_file, key_file) to serve HTTPS instead of HTTP.
+        kubelet_admits: a Binding also sets the pod's status.startTime, as the
+        node's kubelet does once it has admitted the pod (the extender's node
+        lock waits for that); False leaves bound pods unadmitted."""
+        self.kubelet_admits = kubelet_admits
         self.lock = threading.Condition()
         self.rv = 0
         self.compacted = 0
@@ -475,6 +480,9 @@ users:
             return 409, _status(409, "Conflict", f'pod {route.name} is already assigned to node '
                                 f'"{pod["spec"]["nodeName"]}"')
         pod["spec"]["nodeName"] = target
+        if self.kubelet_admits:
+            pod.setdefault("status", {})["startTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                      time.gmtime())
         self._bump("MODIFIED", route.coll, route.ns, pod)
         return 201, _status(201, "", "", status="Success")
 

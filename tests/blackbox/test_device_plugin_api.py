@@ -37,9 +37,10 @@ def world(gpusched_bin):
     kubeconfig = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
     procs = []
 
-    def start(*extra):
+    def start(*extra, replicas="4"):
+        reps = ["--replicas", replicas] if replicas else []
         p = PluginProc(gpusched_bin, kdir, gpus, "--kubeconfig", kubeconfig,
-                       "--pod-resources-socket", podres.path, "--replicas", "4", *extra,
+                       "--pod-resources-socket", podres.path, *reps, *extra,
                        no_api=False)
         procs.append(p)
         return p
@@ -107,12 +108,26 @@ def test_publishes_inventory_and_missing_labels(world):
     assert inv["gpus"][2]["reason"] == "XID 79 (fatal)"
 
 
-def test_allocate_gives_the_extenders_gpus_oldest_pod_first(world):
+def test_default_replicas_with_an_api_server_is_10(world):
+    """kubelet admits at most as many GPU pods per node as there are devices:
+    one per GPU (the old default) would fail the fifth shared pod on a 4-GPU
+    node for good (issue 12, problem 5)."""
+    world.start(replicas=None)
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    devs = p.wait(lambda d: len(d) == 40)
+    assert sorted(d.ID for d in devs if d.ID.startswith(GPU[0])) == \
+        sorted(f"{GPU[0]}::{k}" for k in range(10))
+
+
+def allocated_at(api, name):
+    return api.get("pods", name, "default")["metadata"]["annotations"].get(ANN + "allocated-at")
+
+
+def test_allocate_gives_the_extenders_gpus_and_marks_the_pod(world):
     world.start()
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
     assert p.options.pre_start_required
     p.wait(lambda d: len(d) == 16)
-    assigned_pod(world.api, "newer", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
     assigned_pod(world.api, "older", [GPU[3]], "2026-11-22T15:20:01.000000000Z")
     assigned_pod(world.api, "elsewhere", [GPU[0]], "2026-11-22T15:00:00.000000000Z",
                  node="node-b")
@@ -121,8 +136,13 @@ def test_allocate_gives_the_extenders_gpus_oldest_pod_first(world):
     assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[3]
     assert r.envs["GPUSCHED_POD"] == "default/older"
     assert r.annotations[ANN + "pod"] == "default/older"
+    # its only GPU container is served: marked for the extender's node lock
+    assert allocated_at(world.api, "older")
+    assert allocated_at(world.api, "elsewhere") is None
+    assigned_pod(world.api, "newer", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
     r = p.allocate([GPU[0] + "::1"])
     assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    assert allocated_at(world.api, "newer")
     with pytest.raises(grpc.RpcError) as ei:
         p.allocate([GPU[0] + "::0"])
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -146,8 +166,48 @@ def test_shared_gpu_limits_and_multi_container_split(world):
     assert r.envs["CUDA_DEVICE_MEMORY_LIMIT"] == "8192m"
     assert r.envs["GPUSCHED_GPU_MILLI"] == "250"
     assert r.envs["CUDA_DEVICE_SM_LIMIT"] == "25"
+    assert allocated_at(world.api, "shared") is None  # container a still waits
     r = p.allocate([GPU[1] + "::2"])
     assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[0]                       # container a
+    assert allocated_at(world.api, "shared")
+
+
+def test_refuses_to_guess_between_pending_pods(world):
+    """Issue 12, problem 4: with two pods waiting for kubelet on the node an
+    Allocate could be for either (kubelet's admission order is not the
+    plugin's to know): refuse, rather than give one the other's GPUs."""
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "a", [GPU[0]], "2026-11-22T15:20:01.000000000Z")
+    assigned_pod(world.api, "b", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[2] + "::0"])
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "2 pods on node node-a wait for 1 nvidia.com/gpu (default/a, default/b)" in \
+        ei.value.details()
+    assert "cannot tell which one kubelet is admitting" in ei.value.details()
+    assert allocated_at(world.api, "a") is None and allocated_at(world.api, "b") is None
+    # once a is marked allocated (its Allocate answered earlier), b is the one
+    world.api.update("pods", "a", "default", lambda o: o["metadata"]["annotations"].update(
+        {ANN + "allocated-at": "2026-11-22T15:20:03.000000Z"}))
+    assert p.allocate([GPU[2] + "::1"]).envs["GPUSCHED_POD"] == "default/b"
+
+
+def test_a_pod_half_served_is_the_one(world):
+    """kubelet allocates a pod's containers one after another: a pod with a
+    container served is the pod being admitted, whatever else waits."""
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    two = [{"name": n, "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+           for n in ("c1", "c2")]
+    assigned_pod(world.api, "multi", [GPU[0], GPU[1]], "2026-11-22T15:20:01.000000000Z",
+                 containers=two)
+    world.podres.pods = [("default", "multi", "c1", "nvidia.com/gpu", [GPU[3] + "::0"])]
+    assigned_pod(world.api, "other", [GPU[2]], "2026-11-22T15:20:00.000000000Z")
+    r = p.allocate([GPU[3] + "::1"])
+    assert r.envs["GPUSCHED_POD"] == "default/multi" and r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    assert allocated_at(world.api, "multi")
+    assert p.allocate([GPU[3] + "::2"]).envs["GPUSCHED_POD"] == "default/other"
 
 
 def test_refuses_rather_than_guess(world):
@@ -172,12 +232,12 @@ def test_pod_resources_skips_admitted_containers_and_prestart_catches_a_swap(wor
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
     assigned_pod(world.api, "running-already", [GPU[2]], "2026-11-22T15:20:00.000000000Z")
     assigned_pod(world.api, "a", [GPU[0]], "2026-11-22T15:20:01.000000000Z")
-    assigned_pod(world.api, "b", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
     # kubelet already gave running-already its devices (e.g. before a plugin restart).
     world.podres.pods = [("default", "running-already", "main", "nvidia.com/gpu",
                           [GPU[3] + "::0"])]
     ra = p.allocate([GPU[3] + "::1"])
     assert ra.envs["GPUSCHED_POD"] == "default/a"
+    assigned_pod(world.api, "b", [GPU[1]], "2026-11-22T15:20:02.000000000Z")
     rb = p.allocate([GPU[3] + "::2"])
     assert rb.envs["GPUSCHED_POD"] == "default/b"
     # kubelet's record agrees: both start.
@@ -205,16 +265,18 @@ def test_pod_recreated_under_the_same_name_is_a_new_pod(world):
     assert p.allocate([GPU[0] + "::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
 
 
-def test_concurrent_allocates_get_distinct_pods(world):
+def test_concurrent_allocates_get_distinct_containers(world):
     world.start()
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
-    for i in range(4):
-        assigned_pod(world.api, "pod%d" % i, [GPU[i]], "2026-11-22T15:20:0%d.000000000Z" % i)
+    ctrs = [{"name": "c%d" % i, "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            for i in range(4)]
+    assigned_pod(world.api, "four", list(GPU), "2026-11-22T15:20:00.000000000Z",
+                 containers=ctrs)
     results, errors = [], []
 
     def one(i):
         try:
-            results.append(p.allocate([GPU[0] + "::%d" % i]).envs["GPUSCHED_POD"])
+            results.append(p.allocate([GPU[0] + "::%d" % i]).envs["NVIDIA_VISIBLE_DEVICES"])
         except grpc.RpcError as e:
             errors.append(e.details())
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
@@ -223,7 +285,8 @@ def test_concurrent_allocates_get_distinct_pods(world):
     for t in threads:
         t.join(30)
     assert errors == []
-    assert sorted(results) == ["default/pod%d" % i for i in range(4)]
+    assert sorted(results) == sorted(GPU)
+    assert allocated_at(world.api, "four")
 
 
 def test_api_server_down_means_a_clear_allocate_error(world):

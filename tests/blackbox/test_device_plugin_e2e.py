@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 
 import pytest
@@ -39,13 +40,18 @@ def cluster(gpusched_bin):
     gdir = tempfile.mkdtemp(prefix="dpeg", dir="/tmp")
     gpus = os.path.join(gdir, "gpus.json")
     shutil.copy(FAKE, gpus)
-    api = FakeApiServer(bookmark_interval=0.5).start()
+    # no kubelet admits bound pods here: the plugin's allocated-at mark is
+    # what releases the extender's node lock
+    api = FakeApiServer(bookmark_interval=0.5, kubelet_admits=False).start()
     api.add_node("node-a", capacity={"cpu": "64", "memory": "512Gi", "pods": "110",
                                      "nvidia.com/gpu": "4"})
     kc = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
     kubelet = FakeKubelet(kdir).start()
+    # one device per GPU (the node's 4 devices above): kubelet's IDs are then
+    # the UUIDs, which is what the preferred-pick checks compare
     dp = PluginProc(gpusched_bin, kdir, gpus, "--kubeconfig", kc, "--pod-resources-socket",
-                    os.path.join(kdir, "none.sock"), "--publish-interval", "1", no_api=False)
+                    os.path.join(kdir, "none.sock"), "--publish-interval", "1",
+                    "--replicas", "1", no_api=False)
     ext = None
     try:
         wait(lambda: ANN + "gpu-inventory" in api.get("nodes", "node-a")["metadata"]["annotations"],
@@ -105,10 +111,37 @@ def test_unhealthy_gpu_gets_no_new_pod(cluster):
     wait(lambda: not json.loads(c.api.get("nodes", "node-a")["metadata"]["annotations"]
                                 [ANN + "gpu-inventory"])["gpus"][0]["healthy"],
          what="unhealthy GPU in the inventory")
-    # Give the extender's node watch a moment to see it, then place 3 one-GPU pods.
+    # Give the extender's node watch a moment to see it, then place 3 one-GPU
+    # pods, each admitted by kubelet before the next is bound.
     time.sleep(1.0)
-    got = [schedule(c, "p%d" % i, 1) for i in range(3)]
-    assert GPU[0] not in got and sorted(got) == GPU[1:]
-    for i, want in enumerate(got):
+    got = []
+    for i in range(3):
+        got.append(schedule(c, "p%d" % i, 1))
         _, r = c.plugin.admit([g for g in GPU[1:] if g not in got[:i]], 1)
-        assert r.envs["NVIDIA_VISIBLE_DEVICES"] == want
+        assert r.envs["NVIDIA_VISIBLE_DEVICES"] == got[i]
+    assert GPU[0] not in got and sorted(got) == GPU[1:]
+
+
+def test_pods_bound_together_are_admitted_one_at_a_time(cluster):
+    """Issue 12, problem 4: the second pod's bind waits until the plugin has
+    answered the first pod's Allocate and marked it, so each Allocate has
+    exactly one pod it can be for, whatever order kubelet admits in."""
+    c = cluster
+    want0 = schedule(c, "a0", 1)
+    c.api.add_pod("default", "a1", containers=[{"name": "main", "image": "cuda", "resources": {
+        "limits": {"nvidia.com/gpu": "1"}}}])
+    p1 = wait(lambda: (lambda q: q if c.ext.filter(q, ["node-a"])["NodeNames"] else None)(
+        c.api.get("pods", "a1", "default")), what="pod a1 schedulable")
+    out = {}
+    t = threading.Thread(target=lambda: out.__setitem__("r", c.ext.bind(p1, "node-a")))
+    t.start()
+    time.sleep(0.5)
+    assert "r" not in out  # a0 has not been admitted: a1 waits
+    _, r = c.plugin.admit(list(GPU), 1)
+    assert r.envs["GPUSCHED_POD"] == "default/a0" and r.envs["NVIDIA_VISIBLE_DEVICES"] == want0
+    assert ANN + "allocated-at" in c.api.get("pods", "a0", "default")["metadata"]["annotations"]
+    t.join(5)
+    assert out["r"].status_code == 200, out["r"].text
+    want1 = c.api.get("pods", "a1", "default")["metadata"]["annotations"][ANN + "gpu-uuids"]
+    _, r = c.plugin.admit([g for g in GPU if g != want0], 1)
+    assert r.envs["GPUSCHED_POD"] == "default/a1" and r.envs["NVIDIA_VISIBLE_DEVICES"] == want1

@@ -194,6 +194,79 @@ def test_whole_gpus_filter_and_bind(ext):
     assert len(a["gpusched.io/gpu-indices"].split(",")) == 2
 
 
+def test_unresolvable_reasons_are_in_failed_nodes_too(ext):
+    """kube-scheduler 1.20 reads only FailedNodes (FailedAndUnresolvableNodes
+    came in 1.21, where an entry in both maps counts as unresolvable): every
+    refused node's reason must be in FailedNodes, or a 1.20 user sees
+    "0/N nodes are available: ." (issue 12, problem 2)."""
+    ext.place(pod("big", {"nvidia.com/gpu": "4"}), ["a100-1"])
+    f = ext.filter(pod("wide", {"nvidia.com/gpu": "4"}))
+    unres = f["FailedAndUnresolvableNodes"]
+    assert set(unres) == {"tainted", "mig-1", "t4-1"}
+    for node, why in unres.items():
+        assert f["FailedNodes"][node] == why, node
+    # a node that frees up later (resolvable, preemption may help) is in
+    # FailedNodes only
+    assert "a100-1" in f["FailedNodes"] and "a100-1" not in unres
+    assert f["NodeNames"] == ["a100-2"]
+
+
+def test_never_more_pods_than_kubelet_has_devices(gpusched_bin, tmp_path):
+    """kubelet counts devices per node: with the device plugin's --replicas 1
+    a 4-GPU node has 4 nvidia.com/gpu devices, so a fifth shared pod, which
+    the GPUs' memory would still take, must not be bound there: kubelet would
+    fail it for good (issue 12, problem 5)."""
+    n = gpu_node("g", n=4)
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    mig = gpu_node("m", n=1, mig=True)
+    mig["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "2"
+    e = Extender(gpusched_bin, ["--nodes", write_nodes(tmp_path / "n.json", [n, mig])])
+    try:
+        small = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1Gi"}
+        for i in range(4):
+            e.place(pod(f"s{i}", small), ["g"])
+        f = e.filter(pod("s4", small), ["g"])
+        assert f["NodeNames"] == []
+        assert f["FailedNodes"]["g"] == ("kubelet has 0 of 4 nvidia.com/gpu devices left on the "
+                                         "node (the rest held by pods bound there), pod needs 1")
+        assert "g" not in f["FailedAndUnresolvableNodes"]  # preemption may help
+        b = e.bind(pod("s4", small), "g")
+        assert b.status_code == 409 and "devices left" in b.json()["Error"], b.text
+        # more devices than the node has in all: no eviction helps
+        f = e.filter(pod("wide", {"nvidia.com/gpu": "5"}), ["g"])
+        assert f["FailedAndUnresolvableNodes"]["g"] == "node has 4 healthy GPUs, pod needs 5"
+        # a release gives a device back
+        assert requests.delete(e.url + "/allocations/default/s0", timeout=5).status_code == 200
+        assert e.filter(pod("s4", small), ["g"])["NodeNames"] == ["g"]
+        # MIG: 7 instances in the inventory, 2 devices in kubelet's count
+        one = {"nvidia.com/mig-1g.10gb": "1"}
+        e.place(pod("m0", one), ["m"])
+        e.place(pod("m1", one), ["m"])
+        f = e.filter(pod("m2", one), ["m"])
+        assert f["FailedNodes"]["m"].startswith(
+            "kubelet has 0 of 2 nvidia.com/mig-1g.10gb devices left"), f
+        f = e.filter(pod("m3", {"nvidia.com/mig-1g.10gb": "3"}), ["m"])
+        assert f["FailedAndUnresolvableNodes"]["m"] == \
+            "kubelet has 2 nvidia.com/mig-1g.10gb devices on the node in all, pod needs 3"
+        d = e.debug(pod("m2", one)).json()
+        by = {x["node"]: x for x in d["nodes"]}
+        assert by["m"]["filter"] == "DeviceCount" and by["m"]["code"] == "UNSCHEDULABLE", d
+    finally:
+        e.stop()
+
+
+def test_node_without_device_counts_is_not_limited(gpusched_bin, tmp_path):
+    # a node file without allocatable GPU devices (no kubelet behind it)
+    e = Extender(gpusched_bin, ["--nodes", write_nodes(tmp_path / "n.json",
+                                                       [gpu_node("g", n=1)])])
+    try:
+        small = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1Gi"}
+        for i in range(6):
+            e.place(pod(f"s{i}", small), ["g"])
+    finally:
+        e.stop()
+
+
 def test_reason_names_the_numbers(ext):
     ext.place(pod("big", {"nvidia.com/gpu": "4"}), ["a100-1"])
     f = ext.filter(pod("next", {"nvidia.com/gpu": "1"}), ["a100-1"])
@@ -542,23 +615,7 @@ def _deploy(name):
         return list(yaml.safe_load_all(f))
 
 
-def test_deploy_scheduler_config_is_consistent():
-    import yaml
-    cfg = _deploy("scheduler-config.yaml")[0]
-    cm = [d for d in _deploy("scheduler-deployment.yaml") if d["kind"] == "ConfigMap"][0]
-    for c in (cfg, yaml.safe_load(cm["data"]["config.yaml"])):
-        assert c["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-        assert c["profiles"][0]["schedulerName"] == "gpu-scheduler"
-        ext = c["extenders"][0]
-        for verb in ("filter", "prioritize", "bind", "preempt"):
-            assert ext[verb + "Verb"] == verb
-        assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
-        names = [r["name"] for r in ext["managedResources"]]
-        assert len(names) == len(set(names))
-        for r in ("nvidia.com/gpu", "nvidia.com/gpu-memory", "nvidia.com/gpu-cores",
-                  "nvidia.com/vcuda-core", "nvidia.com/vcuda-memory", "nvidia.com/mig-1g.10gb"):
-            assert r in names
-        assert ext["urlPrefix"].endswith(":8888")
+# the scheduler's configuration: test_deploy.py
 
 
 def test_deploy_extender_config_is_accepted(gpusched_bin, tmp_path):

@@ -159,28 +159,44 @@ static void test_match(void)
                         "gpusched.io/node", json_string("node-b"));
     json_array_append_new(items, p4);
 
+    /* p1 and p2 both wait for kubelet, neither started: an Allocate could
+     * be for either, so no guess (issue 12, problem 4) */
     ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 1, NULL, 0, &a,
-                             &e), 0);
-    ASSERT_STREQ(a.pod, "p1");
-    ASSERT_STREQ(a.container, "a");
-    ASSERT_STREQ(a.kind, "shared");
-    ASSERT_EQ(a.n, 1);
-    ASSERT_STREQ(a.uuids[0], "GPU-0");
-    ASSERT_EQ(a.mem_mib, 8192);
-    ASSERT_EQ(a.milli, 300);
-    char key[DP_KEY_MAX];
-    dp_assign_key(&a, key, sizeof key);
-    ASSERT_STREQ(key, "ns/p1/a");
+                             &e), -GS_ECONFLICT);
+    ASSERT_CONTAINS(e.msg, "2 pods on node node-a wait for 1 nvidia.com/gpu (ns/p2, ns/p1)");
 
-    /* Its first container holds devices: the next one gets the next GPU. */
+    /* p1's first container holds devices: p1 is being admitted, and its
+     * next container gets the next GPU; it is the pod's last */
     char *claimed[] = {"ns/p1/a", "uid:u1/b"};
     ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 1, claimed, 1, &a,
                              &e), 0);
     ASSERT_STREQ(a.pod, "p1");
     ASSERT_STREQ(a.container, "b");
+    ASSERT_STREQ(a.kind, "shared");
+    ASSERT_EQ(a.n, 1);
     ASSERT_STREQ(a.uuids[0], "GPU-3");
-    /* Both of p1's claimed (one by uid): p2 is next. */
+    ASSERT_EQ(a.mem_mib, 8192);
+    ASSERT_EQ(a.milli, 300);
+    ASSERT_EQ(a.started, 1);
+    ASSERT_EQ(a.last, 1);
+    ASSERT_EQ(a.n_ctrs, 2);
+    char key[DP_KEY_MAX];
+    dp_assign_key(&a, key, sizeof key);
+    ASSERT_STREQ(key, "ns/p1/b");
+    /* Both of p1's claimed (one by uid): p2 is the only one left; its
+     * first container is not its last */
     ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 1, claimed, 2, &a,
+                             &e), 0);
+    ASSERT_STREQ(a.pod, "p2");
+    ASSERT_STREQ(a.container, "a");
+    ASSERT_STREQ(a.uuids[0], "GPU-1");
+    ASSERT_EQ(a.started, 0);
+    ASSERT_EQ(a.last, 0);
+    /* a pod marked allocated-at is done: p2 is the only candidate */
+    json_object_set_new(json_object_get(json_object_get(json_array_get(items, 1), "metadata"),
+                                        "annotations"),
+                        "gpusched.io/allocated-at", json_string("2026-11-22T15:20:03Z"));
+    ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 1, NULL, 0, &a,
                              &e), 0);
     ASSERT_STREQ(a.pod, "p2");
     ASSERT_STREQ(a.uuids[0], "GPU-1");

@@ -179,7 +179,8 @@ static json_t *ask(struct ext_sched *s, int verb, const char *pod, int expect_sh
 }
 
 /* Where node stands in a /filter answer: "fit", or its reason prefixed
- * with "now: " (FailedNodes) or "never: " (FailedAndUnresolvableNodes). */
+ * with "now: " (FailedNodes only) or "never: " (FailedAndUnresolvableNodes,
+ * and the same reason in FailedNodes). */
 static const char *where(const json_t *j, const char *node)
 {
     static char buf[512];
@@ -188,10 +189,13 @@ static const char *where(const json_t *j, const char *node)
     json_array_foreach(json_object_get(j, "NodeNames"), i, v)
         if (strcmp(json_string_value(v), node) == 0)
             return "fit";
-    if ((v = json_object_get(json_object_get(j, "FailedNodes"), node)))
-        snprintf(buf, sizeof buf, "now: %s", json_string_value(v));
-    else if ((v = json_object_get(json_object_get(j, "FailedAndUnresolvableNodes"), node)))
+    if ((v = json_object_get(json_object_get(j, "FailedAndUnresolvableNodes"), node))) {
+        /* also in FailedNodes, with the same reason (kube-scheduler 1.20) */
+        const json_t *f = json_object_get(json_object_get(j, "FailedNodes"), node);
+        ASSERT_TRUE(f && json_equal(f, v));
         snprintf(buf, sizeof buf, "never: %s", json_string_value(v));
+    } else if ((v = json_object_get(json_object_get(j, "FailedNodes"), node)))
+        snprintf(buf, sizeof buf, "now: %s", json_string_value(v));
     else
         snprintf(buf, sizeof buf, "absent");
     return buf;
@@ -360,6 +364,88 @@ static void test_sched(void)
     ext_sched_free(s);
 }
 
+/* kubelet's device count (ext/devices.h) is part of every kept verdict:
+ * binds and releases on the node and updates of its allocatable move it. */
+static void put_devnode(struct ext_sched *s, const char *name, const char *devices)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *n = node(name, 1, "a", 0, NULL);
+    json_object_set_new(json_object_get(json_object_get(n, "status"), "allocatable"),
+                        "nvidia.com/gpu", json_string(devices));
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+}
+
+static void test_devices(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    json_t *j;
+    const char *sh = POD("sh", CTR("\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"100Mi\""));
+    const char *two = POD("two", CTR("\"nvidia.com/gpu\":\"2\""));
+    char pod[512], b[512];
+    struct ext_reply r;
+    size_t len;
+
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    put_devnode(s, "n1", "3"); /* 2 GPUs, 3 devices */
+    put_devnode(s, "n2", "1");
+    put_node(s, "n3", 1, "a", 0, NULL); /* no device count: not limited */
+    j = ask(s, EXT_MEMO_FILTER, sh, 1);
+    ASSERT_STREQ(where(j, "n1"), "fit");
+    ASSERT_STREQ(where(j, "n2"), "fit");
+    json_decref(j);
+    j = ask(s, EXT_MEMO_FILTER, two, 1);
+    ASSERT_STREQ(where(j, "n1"), "fit");
+    ASSERT_STREQ(where(j, "n2"), "never: kubelet has 1 nvidia.com/gpu devices on the node in all, "
+                                 "pod needs 2");
+    ASSERT_STREQ(where(j, "n3"), "fit");
+    json_decref(j);
+    /* three shared pods take n1's three devices (its GPUs have room left) */
+    for (int i = 0; i < 3; i++) {
+        snprintf(pod, sizeof pod,
+                 POD("d%d", CTR("\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"100Mi\"")),
+                 i, i);
+        char *f = body(pod, 0);
+        free(call(s, EXT_MEMO_FILTER, f, NULL));
+        free(f);
+        snprintf(b, sizeof b, "{\"PodName\":\"d%d\",\"PodNamespace\":\"d\",\"PodUID\":\"d%d\","
+                 "\"Node\":\"n1\"}", i, i);
+        ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &r), 200);
+        free(ext_reply_take(&r, &len));
+        j = ask(s, EXT_MEMO_FILTER, sh, 1);
+        ASSERT_STREQ(where(j, "n1"), i < 2 ? "fit" : "now: kubelet has 0 of 3 nvidia.com/gpu "
+                     "devices left on the node (the rest held by pods bound there), pod needs 1");
+        json_decref(j);
+    }
+    json_decref(ask(s, EXT_MEMO_PRIORITIZE, sh, 1));
+    /* a fourth bind is refused */
+    snprintf(b, sizeof b, "{\"PodName\":\"sh\",\"PodNamespace\":\"d\",\"PodUID\":\"sh\","
+             "\"Node\":\"n1\"}");
+    ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &r), 409);
+    free(ext_reply_take(&r, &len));
+    /* kubelet advertises more (replicas raised): the node's verdict follows */
+    put_devnode(s, "n1", "20");
+    j = ask(s, EXT_MEMO_FILTER, sh, 1);
+    ASSERT_STREQ(where(j, "n1"), "fit");
+    json_decref(j);
+    put_devnode(s, "n1", "3");
+    j = ask(s, EXT_MEMO_FILTER, sh, 1);
+    ASSERT_CONTAINS(where(j, "n1"), "now: kubelet has 0 of 3");
+    json_decref(j);
+    /* a release gives one back */
+    ASSERT_EQ(ext_sched_release(s, "d/d1", &e), 0);
+    j = ask(s, EXT_MEMO_FILTER, sh, 1);
+    ASSERT_STREQ(where(j, "n1"), "fit");
+    json_decref(j);
+    /* the count is gone from the node: no limit */
+    put_node(s, "n2", 1, "a", 0, NULL);
+    j = ask(s, EXT_MEMO_FILTER, two, 1);
+    ASSERT_STREQ(where(j, "n2"), "fit");
+    json_decref(j);
+    ext_sched_free(s);
+}
+
 /* The core's side: the version moves with every change, stamps per node. */
 static void test_version(void)
 {
@@ -390,6 +476,7 @@ int test_ext_memo(void)
     test_key();
     test_table();
     test_sched();
+    test_devices();
     test_version();
     return test_failures;
 }

@@ -1,0 +1,208 @@
+"""One pending GPU pod per node (issue 12, problem 4), against the fake
+kube-apiserver with no kubelet admitting bound pods unless the test does.
+
+kubelet's Allocate names devices only, so the device plugin can tell which
+pod an Allocate is for only when one GPU pod on the node waits for it. The
+extender therefore binds a GPU pod to a node only when no GPU pod bound
+there earlier is still waiting for kubelet; a /bind to a held node waits
+(parked, holding no HTTP worker) until the holder is marked allocated
+(gpusched.io/allocated-at, by the device plugin), admitted (status.startTime),
+gone or finished, or stale, and answers 503 when bind_wait runs out. The
+holders are rebuilt from the pods after a restart.
+"""
+import threading
+import time
+
+import pytest
+import requests
+
+from fake_apiserver import FakeApiServer
+from test_extender_cluster import PREFIX, add_gpu_pod, node_kwargs, start, wait_for
+
+
+@pytest.fixture
+def api():
+    with FakeApiServer(bookmark_interval=0.5, kubelet_admits=False) as a:
+        a.add_node("g1", **node_kwargs("g1", n=8))
+        yield a
+
+
+def bind(e, api, name, node="g1"):
+    p = api.get("pods", name, "default")
+    f = e.filter(p, [node])
+    assert f["NodeNames"] == [node], f
+    return e.bind(p, node)
+
+
+def bind_async(e, api, name, out):
+    p = api.get("pods", name, "default")
+    f = e.filter(p, ["g1"])
+    assert f["NodeNames"] == ["g1"], f
+
+    def go():
+        t0 = time.monotonic()
+        r = e.bind(p, "g1")
+        out[name] = (r, time.monotonic() - t0)
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def mark_allocated(api, name):
+    api.update("pods", name, "default", lambda o: o["metadata"]["annotations"].update(
+        {PREFIX + "allocated-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+
+
+def test_bind_waits_for_the_nodes_pending_pod(gpusched_bin, api, tmp_path):
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a").status_code == 200
+        out = {}
+        t = bind_async(e, api, "b", out)
+        time.sleep(0.8)
+        assert "b" not in out  # parked while a waits for kubelet
+        assert api.get("pods", "b", "default")["spec"].get("nodeName") is None
+        # the extender still answers meanwhile
+        assert requests.get(e.url + "/healthz", timeout=1).status_code == 200
+        mark_allocated(api, "a")  # the device plugin answered a's last Allocate
+        t.join(5)
+        r, took = out["b"]
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert 0.8 < took < 3, took
+        assert api.get("pods", "b", "default")["spec"]["nodeName"] == "g1"
+        assert e.metric("gpusched_extender_bind_wait_seconds_count") == 1
+        assert e.metric("gpusched_extender_bind_wait_timeouts_total") == 0
+    finally:
+        e.stop()
+
+
+def test_wait_runs_out_then_admission_releases(gpusched_bin, api, tmp_path):
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--bind-wait", "1")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a").status_code == 200
+        t0 = time.monotonic()
+        r = bind(e, api, "b")
+        assert r.status_code == 503, r.text
+        assert 0.9 < time.monotonic() - t0 < 3
+        msg = r.json()["Error"]
+        assert "GPU pod default/a" in msg and "not yet admitted by kubelet" in msg, msg
+        assert e.metric("gpusched_extender_bind_wait_timeouts_total") == 1
+        # nothing of b was written, nothing held
+        assert PREFIX + "node" not in api.get("pods", "b", "default")["metadata"]["annotations"]
+        # kubelet admitting a (status.startTime) releases the node too
+        api.update("pods", "a", "default", lambda o: o["status"].update(
+            startTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        wait_for(lambda: bind(e, api, "b").status_code == 200, timeout=5, what="b bound")
+    finally:
+        e.stop()
+
+
+def test_holder_rebuilt_after_restart_and_released_by_delete(gpusched_bin, api, tmp_path):
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "a", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        assert bind(e, api, "a").status_code == 200
+    finally:
+        e.stop()
+    e = start(gpusched_bin, api, tmp_path, "--bind-wait", "0.5")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        r = bind(e, api, "b")
+        assert r.status_code == 503 and "default/a" in r.json()["Error"], r.text
+        out = {}
+        e2 = e
+        t = bind_async(e2, api, "b", out)  # waits again ...
+        time.sleep(0.1)
+        api.delete("pods", "a", "default")  # ... until the holder is gone
+        t.join(5)
+        assert out["b"][0].status_code == 200, out["b"][0].text
+    finally:
+        e.stop()
+
+
+def test_stale_holder_releases_the_node(gpusched_bin, api, tmp_path):
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--node-lock-timeout", "1.5", "--bind-wait", "5")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a").status_code == 200
+        t0 = time.monotonic()
+        r = bind(e, api, "b")
+        took = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        assert 1.0 < took < 3.5, took  # a held g1 for node_lock_timeout, not for bind_wait
+    finally:
+        e.stop()
+
+
+def test_burst_to_one_node_is_serialised(gpusched_bin, api, tmp_path):
+    """Eight pods bound to one node at once, a kubelet that admits each
+    bound pod after 0.1 s: all bound, one waiting for kubelet at a time, and
+    the parked binds hold no HTTP worker (/filter answers meanwhile)."""
+    names = [f"p{i}" for i in range(8)]
+    for n in names:
+        add_gpu_pod(api, n, annotations={})
+    e = start(gpusched_bin, api, tmp_path, "--threads", "2", "--bind-wait", "8")
+    worst, stop = [0], threading.Event()
+
+    def kubelet():
+        while not stop.is_set():
+            pending = [p for p in api.list("pods") if p["spec"].get("nodeName") and
+                       PREFIX + "allocated-at" not in p["metadata"]["annotations"]]
+            worst[0] = max(worst[0], len(pending))
+            for p in pending:
+                time.sleep(0.1)
+                mark_allocated(api, p["metadata"]["name"])
+            time.sleep(0.02)
+    k = threading.Thread(target=kubelet)
+    try:
+        for n in names:
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
+                     what="pods cached")
+        out = {}
+        threads = [bind_async(e, api, n, out) for n in names]
+        time.sleep(0.3)
+        # more binds parked than HTTP workers, and the extender still answers
+        t0 = time.monotonic()
+        assert e.filter(api.get("pods", "p0", "default"), ["g1"])["Error"] == ""
+        assert time.monotonic() - t0 < 1
+        k.start()
+        for t in threads:
+            t.join(15)
+        assert {n: out[n][0].status_code for n in names} == {n: 200 for n in names}
+        assert worst[0] == 1, worst
+        assert e.metric("gpusched_extender_bind_wait_seconds_count") >= 6
+    finally:
+        stop.set()
+        if k.is_alive():
+            k.join()
+        e.stop()
+
+
+def test_no_lock_when_switched_off(gpusched_bin, api, tmp_path):
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--node-lock-timeout", "0")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a").status_code == 200
+        t0 = time.monotonic()
+        assert bind(e, api, "b").status_code == 200
+        assert time.monotonic() - t0 < 1
+    finally:
+        e.stop()
