@@ -7,6 +7,7 @@ directories, cgroups, sysctls): a leftover fails the session. Everything skips
 with the reason when the cluster cannot run here (no ../shared/k8s, not root,
 missing packages). Helpers for scenarios: gpu_pod(), env_of(), split_uuids().
 """
+import json
 import os
 import sys
 
@@ -45,7 +46,7 @@ def host_clean():
         kcluster.check_host()
         bins = kcluster.k8s_binaries()
     except kcluster.Unavailable as e:
-        pytest.skip(f"e2e: {e}")
+        pytest.skip(f"e2e skipped: {e}")
     before = kcluster.HostSnapshot.take()
     workdirs = []
     yield bins, workdirs
@@ -75,7 +76,7 @@ def gpu_pod(name, limits=None, containers=None, annotations=None, node=None,
         containers = [("main", limits or {})]
     spec = {"containers": [{
         "name": cname, "image": kcluster.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-        "command": ["sh", "-c", f"env; echo {READY}; exec sleep 3600"],
+        "command": ["sh", "-c", f"trap 'exit 0' TERM; env; echo {READY}; sleep 3600 & wait"],
         "resources": {"limits": dict(lim)}} for cname, lim in containers],
         "terminationGracePeriodSeconds": 1, "restartPolicy": "Never"}
     if scheduler:
@@ -112,3 +113,43 @@ def split_uuids(pod):
             out[c["name"]] = [uuids[(i + k) % len(uuids)] for k in range(n)]
             i += n
     return out
+
+
+def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
+    """Assert that every GPU container of `pod` (Running, env printed) holds exactly the
+    GPUs and limits of the pod's assignment annotations, and that the assignment is
+    on the pod's node and matches the request (memory_mib / milli per GPU when given).
+    Returns the assigned UUIDs."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    ann = pod["metadata"].get("annotations", {})
+    where = f"{ns}/{name}"
+    node = pod["spec"].get("nodeName")
+    assert ann.get(kcluster.PREFIX + "node") == node, f"{where}: gpusched.io/node vs nodeName"
+    uuids = [u for u in ann.get(kcluster.PREFIX + "gpu-uuids", "").split(",") if u]
+    assert uuids, f"{where}: no gpusched.io/gpu-uuids: {ann}"
+    on_node = {g["uuid"] for g in json.load(open(cluster.node(node).fake_gpus_path))["gpus"]}
+    assert set(uuids) <= on_node, f"{where}: {uuids} not all GPUs of {node}"
+    kind = ann.get(kcluster.PREFIX + "request-kind")
+    mem = ann.get(kcluster.PREFIX + "gpu-memory")
+    mil = ann.get(kcluster.PREFIX + "gpu-milli")
+    if memory_mib is not None:
+        assert mem == str(memory_mib), f"{where}: gpu-memory {mem}, asked {memory_mib}"
+    if milli is not None:
+        assert mil == str(milli), f"{where}: gpu-milli {mil}, asked {milli}"
+    for cname, want in split_uuids(pod).items():
+        env = env_of(cluster, ns, name, cname)
+        ctx = f"{where}/{cname} env {env}"
+        assert env.get("NVIDIA_VISIBLE_DEVICES") == ",".join(want), ctx
+        assert env.get("CUDA_VISIBLE_DEVICES") == ",".join(want), ctx
+        assert env.get("GPUSCHED_POD") == where, ctx
+        if kind == "shared":
+            if mem and mem != "0":
+                assert env.get("GPUSCHED_GPU_MEMORY_MIB") == mem, ctx
+                assert env.get("CUDA_DEVICE_MEMORY_LIMIT") == mem + "m", ctx
+            if mil and int(mil) < 1000:
+                assert env.get("GPUSCHED_GPU_MILLI") == mil, ctx
+                assert env.get("CUDA_DEVICE_SM_LIMIT") == str(-(-int(mil) // 10)), ctx
+        else:
+            assert kind == "whole", f"{where}: request-kind {kind}"
+            assert "GPUSCHED_GPU_MEMORY_MIB" not in env and "GPUSCHED_GPU_MILLI" not in env, ctx
+    return uuids

@@ -28,7 +28,7 @@ API (other scenarios build on it):
       .pod(ns, name) -> dict | None
       .wait(pred, timeout, what)  poll pred() until truthy, else AssertionError(what)
       .wait_pods(ns, names, phases, timeout) -> {name: pod}
-      .delete_pods(ns, names=None, wait=True)   delete (grace 1 s) and wait until gone
+      .delete_pods(ns, names=None, wait=True, grace=0)   delete and wait until gone
       .pod_log(ns, name, container) -> str      the container's stdout from the node's
                                                 /var/log/pods tree (CRI log lines decoded)
       .events(ns, name) -> [event]
@@ -845,12 +845,15 @@ class Cluster:
                        f"events={evs[-6:]}")
         return "\n".join(out)
 
-    def delete_pods(self, ns, names=None, wait=True, timeout=60):
+    def delete_pods(self, ns, names=None, wait=True, timeout=60, grace=0):
+        """Delete pods; grace 0 (the default) removes them from the API at once, kubelet
+        then stops their containers and frees their devices (kubelet 1.20 confirms a
+        graceful deletion only at its next 10 s status sync)."""
         if names is None:
             names = [p["metadata"]["name"] for p in self.pods(ns)]
         for n in names:
             self.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{n}",
-                     body={"gracePeriodSeconds": 1})
+                     body={"gracePeriodSeconds": grace})
         if wait:
             def gone():
                 left = []
