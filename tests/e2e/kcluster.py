@@ -41,10 +41,11 @@ API (other scenarios build on it):
   HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
       host directories and sysctls that differ: the "leaves nothing behind" check.
   ExtenderProxy(backends, mode)  the one URL kube-scheduler calls; "service"
-      forwards each request to the next ready replica in turn (as a Service's
-      kube-proxy would: /readyz is 200 on every rebuilt replica, leader or not;
+      forwards each request to a ready replica picked at random (as a Service's
+      kube-proxy does: /readyz is 200 on every rebuilt replica, leader or not;
       a non-leader answers /bind 503 and kube-scheduler retries the pod),
-      "leader" forwards to the replica holding the Lease.
+      "leader" forwards to the replica holding the Lease. .counts holds
+      {(replica address, verb): requests}.
 
 The scheduler config is deploy/scheduler-config.yaml translated to
 kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
@@ -437,7 +438,6 @@ class ExtenderProxy:
         self.backends = list(backends)   # [(identity, "127.0.0.1:port")]
         self.mode = mode
         self.leader = None               # identity, set by Cluster from the Lease
-        self.next = 0
         self.lock = threading.Lock()
         self.counts = {}
         proxy = self
@@ -483,14 +483,12 @@ class ExtenderProxy:
             for ident, addr in self.backends:
                 if ident == self.leader:
                     return addr
-        with self.lock:
-            n = len(self.backends)
-            for i in range(n):
-                ident, addr = self.backends[(self.next + i) % n]
-                if self.ready(addr):
-                    self.next = (self.next + i + 1) % n
-                    return addr
-        return None
+            return None
+        # a Service: kube-proxy (iptables mode) picks a ready endpoint at random for each
+        # connection. Round robin would not do: kube-scheduler's calls per pod follow a
+        # fixed pattern (filter, bind), and could always send /bind to the non-leader.
+        ready = [addr for _ident, addr in self.backends if self.ready(addr)]
+        return random.choice(ready) if ready else None
 
     def forward(self, path, body):
         addr = self.pick()
@@ -839,7 +837,8 @@ class Cluster:
                 continue
             st = p["status"]
             cs = [(c["name"], c.get("state")) for c in st.get("containerStatuses", [])]
-            evs = [f"{e.get('reason')}: {e.get('message')}" for e in self.events(ns, n)]
+            evs = [f"{e.get('reason')}: {e.get('message')}" for e in self.events(ns, n)
+                   if e["involvedObject"].get("uid") == p["metadata"]["uid"]]
             out.append(f"{ns}/{n}: phase={st.get('phase')} node={p['spec'].get('nodeName')} "
                        f"reason={st.get('reason')} msg={st.get('message')} containers={cs} "
                        f"events={evs[-6:]}")

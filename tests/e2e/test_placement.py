@@ -101,10 +101,11 @@ def extender_reason(cluster, name, node):
 
 
 def test_fits_nowhere_stays_pending_with_reason(cluster, pods):
-    """8 GPUs fit no node (4 and 2): Pending, and kube-scheduler's FailedScheduling event
-    carries the extender's reasons. On 1.20 that needs FailedNodes filled (issue 12,
-    problem 2): expected to fail until the extender does."""
-    obj = gpu_pod("too-big", {"nvidia.com/gpu": "8"})
+    """3 A100s fit no node (node-b has 2 A100s, node-a H100s; the webhook passes it, as
+    the cluster's largest node has 4 GPUs): Pending, and kube-scheduler's
+    FailedScheduling event carries the extender's reasons. On 1.20 that needs
+    FailedNodes filled (issue 12, problem 2)."""
+    obj = gpu_pod("too-big", {"nvidia.com/gpu": "3"}, annotations={"gpusched.io/gpu-type": "A100"})
     pods.append("too-big")
     cluster.apply(obj)
 
