@@ -9,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD)/demo
 
-.PHONY: all deps build demo check test asan fuzz bench clean
+.PHONY: all deps build demo check test asan fuzz bench clean e2e
 
 all: build
 
@@ -43,6 +43,10 @@ fuzz: deps
 	scripts/run-fuzzers $(FUZZ_BUILD) $${FUZZ_SECONDS:-20}
 
 check: test asan fuzz
+
+# only the end-to-end suite (a real Kubernetes, docs/e2e.md); `make test` runs it too
+e2e: build
+	cd $(BUILD) && ctest -R '^e2e$$' --output-on-failure
 
 bench: build
 	scripts/run-bench $(BUILD)

@@ -1,0 +1,1142 @@
+"""kcluster.py - a real Kubernetes v1.20.2 cluster on loopback, for gpusched's e2e tests.
+
+Why: every other test talks to stand-ins (tests/blackbox/fake_*.py); users run
+gpusched inside a real control plane. This module starts one, with gpusched's
+extender, webhook and device plugin wired in as deploy/ describes, and takes it
+down leaving nothing behind on the host. Needs root and the v1.20.2 binaries of
+../shared/k8s (see its README.md; every fact used here is verified there).
+
+API (other scenarios build on it):
+
+  k8s_binaries(k8s_dir=None) -> {name: path}
+      kube-apiserver, kube-scheduler, kubelet decompressed from K8S_DIR/*.xz into
+      a cache outside the repository ($GPUSCHED_K8S_CACHE, else
+      $XDG_CACHE_HOME/gpusched/k8s-v1.20.2, else ~/.cache/...), each checked
+      against SHA256SUMS. K8S_DIR: $GPUSCHED_K8S_DIR, else ../shared/k8s beside
+      the repository. Raises Unavailable when they are absent.
+  Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
+          proxy_mode="service", workdir=None)
+      .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
+                               webhook (+ its Mutating/ValidatingWebhookConfiguration),
+                               extender replicas behind one proxy URL, kube-scheduler,
+                               then every kubelet node (containerd, kubelet, device plugin)
+      .stop()                  everything, in reverse; restores sysctls; removes the workdir
+      .kubeconfig              admin kubeconfig path (token auth, system:masters)
+      .kubectl(*args, input=None, check=True, timeout=60) -> CompletedProcess
+      .api(method, path, body=None, params=None) -> requests.Response
+      .apply(obj_or_list)      kubectl apply -f - of Python objects (JSON)
+      .pod(ns, name) -> dict | None
+      .wait(pred, timeout, what)  poll pred() until truthy, else AssertionError(what)
+      .wait_pods(ns, names, phases, timeout) -> {name: pod}
+      .delete_pods(ns, names=None, wait=True, grace=0)   delete and wait until gone
+      .pod_log(ns, name, container) -> str      the container's stdout from the node's
+                                                /var/log/pods tree (CRI log lines decoded)
+      .events(ns, name) -> [event]
+      .add_api_nodes(count, gpus, model, memory_mib, prefix)  API-only Nodes with a
+                               fresh gpusched.io/gpu-inventory annotation (scale)
+      .node(name) -> KubeletNode
+  KubeletNode (one per NodeSpec): .name, .fake_gpus_path, .write_fake_gpus(doc),
+      .restart_device_plugin(extra_args), .restart_kubelet(), .allocatable()
+  NodeSpec(name, gpus=fake-GPU JSON doc, dp_args=[...])
+  HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
+      host directories and sysctls that differ: the "leaves nothing behind" check.
+  ExtenderProxy(backends, mode)  the one URL kube-scheduler calls; "service"
+      forwards each request to a ready replica picked at random (as a Service's
+      kube-proxy does: /readyz is 200 on every rebuilt replica, leader or not;
+      a non-leader answers /bind 503 and kube-scheduler retries the pod),
+      "leader" forwards to the replica holding the Lease. .counts holds
+      {(replica address, verb): requests}.
+
+The scheduler config is deploy/scheduler-config.yaml translated to
+kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
+urlPrefix pointed at the proxy, percentageOfNodesToScore: 100, healthz/metrics on
+free loopback ports, the kubeconfig; everything else as shipped.
+
+Isolation: each kubelet node runs containerd, kubelet and its device plugin in a
+private mount namespace (unshare -m --propagation private; a holder process keeps
+it alive) with temp dirs bind-mounted over /var/lib, /var/log and /run, so the
+paths kubelet 1.20 hardcodes land in the workdir; the control plane runs in its
+own namespace with a bind-mounted /etc/hosts naming every kubelet node 127.0.0.1
+(for kubectl logs/exec). Each node gets a CNI bridge with a private name and a /24
+unused on the host, isGateway and ipMasq off. Teardown unmounts deepest first,
+kills what is left in each namespace, deletes the bridges and restores the
+sysctls kubelet changes.
+"""
+import base64
+import contextlib
+import copy
+import hashlib
+import http.client
+import http.server
+import ipaddress
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import socketserver
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+
+import requests
+import urllib3
+import yaml
+
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K8S_VERSION = "v1.20.2"
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
+           "net/ipv4/ip_forward")
+HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd",
+              "/var/lib/cni", "/var/lib/containerd", "/etc/cni/net.d", "/run/netns",
+              "/usr/libexec/kubernetes", "/var/lib/etcd", "/etc/kubernetes", "/var/run/kubernetes")
+PAUSE_IMAGE = "localhost/pause:e2e"
+BUSYBOX_IMAGE = "localhost/busybox:e2e"
+PREFIX = "gpusched.io/"
+
+
+class Unavailable(Exception):
+    """What the cluster needs is missing here (binaries, root, packages)."""
+
+
+# ---- binaries -------------------------------------------------------------------
+
+def k8s_dir():
+    return os.environ.get("GPUSCHED_K8S_DIR", os.path.join(ROOT, "..", "shared", "k8s"))
+
+
+def cache_dir():
+    if os.environ.get("GPUSCHED_K8S_CACHE"):
+        return os.environ["GPUSCHED_K8S_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpusched", "k8s-" + K8S_VERSION)
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def k8s_binaries(src=None):
+    src = src or k8s_dir()
+    sums_path = os.path.join(src, "SHA256SUMS")
+    if not os.path.isfile(sums_path):
+        raise Unavailable(f"no Kubernetes binaries at {src} (set GPUSCHED_K8S_DIR; see "
+                          f"docs/e2e.md)")
+    sums = {}
+    with open(sums_path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2:
+                sums[parts[1]] = parts[0]
+    out = cache_dir()
+    os.makedirs(out, exist_ok=True)
+    paths = {}
+    for name in ("kube-apiserver", "kube-scheduler", "kubelet"):
+        dst = os.path.join(out, name)
+        if not (os.path.isfile(dst) and _sha256(dst) == sums.get(name)):
+            xz = os.path.join(src, name + ".xz")
+            if _sha256(xz) != sums.get(name + ".xz"):
+                raise Unavailable(f"{xz}: SHA256 differs from SHA256SUMS")
+            tmp = dst + ".tmp"
+            with open(tmp, "wb") as f:
+                subprocess.run(["xz", "-dc", xz], stdout=f, check=True)
+            os.chmod(tmp, 0o755)
+            if _sha256(tmp) != sums.get(name):
+                os.unlink(tmp)
+                raise Unavailable(f"{name}: decompressed SHA256 differs from SHA256SUMS")
+            os.replace(tmp, dst)
+        paths[name] = dst
+    return paths
+
+
+def check_host():
+    """Raise Unavailable naming what is missing to run a cluster here."""
+    if os.geteuid() != 0:
+        raise Unavailable("the e2e cluster needs root (kubelet, containerd, mounts)")
+    missing = [t for t in ("etcd", "containerd", "ctr", "runc", "umoci", "busybox", "kubectl",
+                           "unshare", "nsenter", "ip", "openssl", "cc", "xz")
+               if shutil.which(t) is None]
+    if not os.path.isfile("/usr/lib/cni/bridge"):
+        missing.append("/usr/lib/cni/bridge (containernetworking-plugins)")
+    if missing:
+        raise Unavailable("missing: " + ", ".join(missing) + " (scripts/deps installs them)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- images ---------------------------------------------------------------------
+
+def build_images(out_dir):
+    """pause (tests/e2e/pause.c, static) and busybox-static as OCI tarballs, cached."""
+    os.makedirs(out_dir, exist_ok=True)
+    pause_src = os.path.join(ROOT, "tests", "e2e", "pause.c")
+    stamp = _sha256(pause_src)[:12] + "-" + _sha256("/bin/busybox")[:12]
+    done = os.path.join(out_dir, "images-" + stamp)
+    tars = {PAUSE_IMAGE: os.path.join(out_dir, "pause.tar"),
+            BUSYBOX_IMAGE: os.path.join(out_dir, "busybox.tar")}
+    if os.path.exists(done):
+        return tars
+    work = tempfile.mkdtemp(prefix="img-", dir=out_dir)
+    try:
+        pause_bin = os.path.join(work, "pause")
+        subprocess.run(["cc", "-static", "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall",
+                        "-Wextra", "-Werror", "-o", pause_bin, pause_src], check=True)
+
+        def image(name, fill, entrypoint, tar):
+            layout = os.path.join(work, name + "-oci")
+            bundle = os.path.join(work, name + "-bundle")
+            ref = f"{layout}:e2e"
+            subprocess.run(["umoci", "init", "--layout", layout], check=True)
+            subprocess.run(["umoci", "new", "--image", ref], check=True)
+            subprocess.run(["umoci", "unpack", "--image", ref, bundle], check=True,
+                           capture_output=True)
+            fill(os.path.join(bundle, "rootfs"))
+            subprocess.run(["umoci", "repack", "--image", ref, bundle], check=True)
+            subprocess.run(["umoci", "config", "--image", ref] +
+                           [f"--config.entrypoint={e}" for e in entrypoint], check=True)
+            subprocess.run(["tar", "-C", layout, "-cf", tar, "."], check=True)
+
+        def fill_pause(rootfs):
+            shutil.copy(pause_bin, os.path.join(rootfs, "pause"))
+
+        def fill_busybox(rootfs):
+            bindir = os.path.join(rootfs, "bin")
+            os.makedirs(bindir, exist_ok=True)
+            shutil.copy("/bin/busybox", os.path.join(bindir, "busybox"))
+            applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True,
+                                     check=True).stdout.split()
+            for a in applets:
+                if a != "busybox":
+                    os.symlink("busybox", os.path.join(bindir, a))
+            os.makedirs(os.path.join(rootfs, "tmp"), exist_ok=True)
+
+        image("pause", fill_pause, ["/pause"], tars[PAUSE_IMAGE])
+        image("busybox", fill_busybox, ["/bin/sh"], tars[BUSYBOX_IMAGE])
+        for old in os.listdir(out_dir):
+            if old.startswith("images-"):
+                os.unlink(os.path.join(out_dir, old))
+        open(done, "w").close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tars
+
+
+# ---- host snapshot: what teardown must leave as it found it ---------------------
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_dirs():
+    """Top-level cgroup v1 directories of the controllers containers are put in."""
+    out = set()
+    for ctl in ("memory", "cpu", "pids", "devices", "blkio", "freezer", "cpuset", "systemd"):
+        d = f"/sys/fs/cgroup/{ctl}"
+        if os.path.isdir(d):
+            out |= {f"{ctl}/{e}" for e in os.listdir(d) if os.path.isdir(f"{d}/{e}")}
+    return out
+
+
+class HostSnapshot:
+    def __init__(self, mounts, links, paths, sysctls, procs, cgroups):
+        self.mounts, self.links, self.paths = mounts, links, paths
+        self.sysctls, self.procs, self.cgroups = sysctls, procs, cgroups
+
+    @staticmethod
+    def _procs():
+        out = {}
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                cmd = _read(f"/proc/{p}/cmdline")
+                if cmd:
+                    out[int(p)] = cmd.replace("\0", " ")
+        return out
+
+    @classmethod
+    def take(cls):
+        mounts = set()
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                mounts.add(line.split()[4])
+        out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
+                             check=True).stdout
+        links = {link["ifname"] for link in json.loads(out or "[]")}
+        paths = {p for p in HOST_PATHS if os.path.lexists(p)}
+        sysctls = {s: _read("/proc/sys/" + s) for s in SYSCTLS}
+        return cls(mounts, links, paths, sysctls, cls._procs(), _cgroup_dirs())
+
+    def leftovers(self, after, workdirs=()):
+        """What `after` has that this snapshot had not (and changed sysctls)."""
+        bad = []
+        bad += [f"mount left: {m}" for m in sorted(after.mounts - self.mounts)]
+        bad += [f"network link left: {l}" for l in sorted(after.links - self.links)]
+        bad += [f"host path left: {p}" for p in sorted(after.paths - self.paths)]
+        bad += [f"directory left: {w}" for w in workdirs if os.path.lexists(w)]
+        bad += [f"cgroup left: /sys/fs/cgroup/{c}" for c in sorted(after.cgroups - self.cgroups)]
+        for s, v in self.sysctls.items():
+            if after.sysctls.get(s) != v:
+                bad.append(f"sysctl {s.replace('/', '.')} = {after.sysctls.get(s)} (was {v})")
+        markers = tuple(workdirs) + ("gpusched-e2e",)
+        for pid, cmd in after.procs.items():
+            if pid not in self.procs and any(m in cmd for m in markers):
+                bad.append(f"process left: {pid} {cmd[:200]}")
+        return bad
+
+
+# ---- processes ------------------------------------------------------------------
+
+class Proc:
+    """One started process; its output goes to LOGDIR/NAME.log."""
+
+    def __init__(self, name, argv, logdir, env=None):
+        self.name, self.argv = name, argv
+        self.log_path = os.path.join(logdir, name + ".log")
+        self.log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self, timeout=5.0, sig=signal.SIGTERM):
+        if self.p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.p.pid, sig)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.p.pid, signal.SIGKILL)
+                self.p.wait(10)
+        self.log.close()
+
+    def tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class MountNS:
+    """A private mount namespace kept alive by a holder process."""
+
+    def __init__(self, name, logdir):
+        self.holder = Proc(name + "-mntns", ["unshare", "-m", "--propagation", "private", "--",
+                                            "sleep", "infinity"], logdir)
+        deadline = time.time() + 5
+        me = os.readlink("/proc/self/ns/mnt")
+        while time.time() < deadline:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{self.holder.pid}/ns/mnt") != me:
+                    if _read(f"/proc/{self.holder.pid}/comm") == "sleep":
+                        break
+            time.sleep(0.02)
+        else:
+            raise RuntimeError(f"{name}: private mount namespace did not come up")
+        self.ns = os.readlink(f"/proc/{self.holder.pid}/ns/mnt")
+
+    def argv(self, argv):
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "--"] + list(argv)
+
+    def run(self, argv, **kw):
+        kw.setdefault("check", True)
+        kw.setdefault("capture_output", True)
+        return subprocess.run(self.argv(argv), **kw)
+
+    def bind(self, src, dst):
+        self.run(["mount", "--bind", src, dst])
+
+    def members(self):
+        out = []
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) != self.holder.pid:
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{p}/ns/mnt") == self.ns:
+                        out.append(int(p))
+        return out
+
+    def close(self, workdir):
+        """Kill what still runs inside, unmount deepest first, end the holder."""
+        for pid in self.members():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 5
+        while self.members() and time.time() < deadline:
+            time.sleep(0.05)
+        if self.holder.alive():
+            mine = set()
+            with open("/proc/self/mountinfo") as f:
+                mine = {line.split()[4] for line in f}
+            with open(f"/proc/{self.holder.pid}/mountinfo") as f:
+                points = [line.split()[4] for line in f]
+            ours = [m for m in points if m not in mine or m.startswith(workdir)]
+            for m in sorted(set(ours), key=lambda s: s.count("/"), reverse=True):
+                r = self.run(["umount", m], check=False)
+                if r.returncode != 0:
+                    self.run(["umount", "-l", m], check=False)
+        self.holder.stop(timeout=2, sig=signal.SIGKILL)
+
+
+# ---- kubeconfig, REST ------------------------------------------------------------
+
+def write_kubeconfig(path, server, token):
+    doc = {"apiVersion": "v1", "kind": "Config",
+           "clusters": [{"name": "e2e", "cluster": {"server": server,
+                                                     "insecure-skip-tls-verify": True}}],
+           "users": [{"name": "admin", "user": {"token": token}}],
+           "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+           "current-context": "e2e"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port):
+    """deploy/scheduler-config.yaml (KubeSchedulerConfiguration v1) as v1beta1 for 1.20."""
+    with open(source) as f:
+        cfg = yaml.safe_load(f)
+    cfg = copy.deepcopy(cfg)
+    cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
+    cfg["clientConnection"] = {"kubeconfig": kubeconfig}
+    cfg["healthzBindAddress"] = f"127.0.0.1:{healthz_port}"
+    cfg["metricsBindAddress"] = f"127.0.0.1:{metrics_port}"
+    cfg["percentageOfNodesToScore"] = 100
+    le = cfg.get("leaderElection", {})
+    le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "15s", "10s", "1s"
+    cfg["leaderElection"] = le
+    for ext in cfg.get("extenders", []):
+        ext["urlPrefix"] = url
+    return cfg
+
+
+# ---- the extender proxy (one URL for two replicas) --------------------------------
+
+class ExtenderProxy:
+    def __init__(self, backends, mode="service"):
+        self.backends = list(backends)   # [(identity, "127.0.0.1:port")]
+        self.mode = mode
+        self.leader = None               # identity, set by Cluster from the Lease
+        self.lock = threading.Lock()
+        self.counts = {}
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, data = proxy.forward(self.path, body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def ready(addr):
+        try:
+            c = http.client.HTTPConnection(addr, timeout=1)
+            c.request("GET", "/readyz")
+            ok = c.getresponse().status == 200
+            c.close()
+            return ok
+        except OSError:
+            return False
+
+    def pick(self):
+        if self.mode == "leader":
+            for ident, addr in self.backends:
+                if ident == self.leader:
+                    return addr
+            return None
+        # a Service: kube-proxy (iptables mode) picks a ready endpoint at random for each
+        # connection. Round robin would not do: kube-scheduler's calls per pod follow a
+        # fixed pattern (filter, bind), and could always send /bind to the non-leader.
+        ready = [addr for _ident, addr in self.backends if self.ready(addr)]
+        return random.choice(ready) if ready else None
+
+    def forward(self, path, body):
+        addr = self.pick()
+        if addr is None:
+            return 503, b'{"Error":"no ready extender replica"}'
+        verb = path.rsplit("/", 1)[-1]
+        with self.lock:
+            key = (addr, verb)
+            self.counts[key] = self.counts.get(key, 0) + 1
+        try:
+            c = http.client.HTTPConnection(addr, timeout=30)
+            c.request("POST", path, body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            return r.status, data
+        except OSError as e:
+            return 503, json.dumps({"Error": f"proxy: {addr}: {e}"}).encode()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# ---- kubelet nodes --------------------------------------------------------------
+
+def fake_gpus_doc(n=4, model="NVIDIA H100 80GB HBM3", memory_mib=81559, tag=0):
+    return {"driver": "580.00-fake",
+            "gpus": [{"uuid": f"GPU-{tag:08x}-0000-4000-8000-{i:012x}", "name": model,
+                      "memory_mib": memory_mib, "numa_node": i // 2} for i in range(n)]}
+
+
+class NodeSpec:
+    def __init__(self, name, gpus=None, dp_args=()):
+        self.name = name
+        self.gpus = gpus if gpus is not None else fake_gpus_doc()
+        self.dp_args = list(dp_args)
+
+
+def _pick_subnet():
+    used = []
+    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout
+    for link in json.loads(out or "[]"):
+        for a in link.get("addr_info", []):
+            used.append(ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False))
+    routes = subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True).stdout
+    for r in json.loads(routes or "[]"):
+        if r.get("dst") not in (None, "default"):
+            with contextlib.suppress(ValueError):
+                used.append(ipaddress.ip_network(r["dst"], strict=False))
+    for _ in range(200):
+        net = ipaddress.ip_network(f"10.{random.randint(200, 250)}.{random.randint(0, 255)}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise RuntimeError("no free /24 for the CNI bridge")
+
+
+class KubeletNode:
+    def __init__(self, cluster, spec, index):
+        self.c, self.spec, self.name = cluster, spec, spec.name
+        self.dir = os.path.join(cluster.workdir, "nodes", spec.name)
+        self.bridge = f"gse2e{os.getpid() % 10000}n{index}"[:15]
+        self.subnet = _pick_subnet()
+        self.kubelet = self.containerd = self.dp = None
+        self.dp_args = list(spec.dp_args)
+        self.fake_gpus_path = os.path.join(self.dir, "fake-gpus.json")
+        self.kubelet_port = free_port()
+        self.healthz_port = free_port()
+        self.dp_metrics_port = free_port()
+
+    # paths inside the namespace and their host side
+    def host(self, inner):
+        for top in ("/var/lib", "/var/log", "/run"):
+            if inner == top or inner.startswith(top + "/"):
+                return os.path.join(self.dir, top.strip("/").replace("/", "-") + inner[len(top):])
+        return inner
+
+    def start(self):
+        d = self.dir
+        for sub in ("var-lib", "var-log", "run", "containerd/root", "containerd/state", "cni",
+                    "volume-plugins", "logs"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        self.write_fake_gpus(self.spec.gpus)
+        self.ns = MountNS(f"node-{self.name}", self.c.logdir)
+        for top in ("/var/lib", "/var/log", "/run"):
+            self.ns.bind(self.host(top), top)
+        self.sock = os.path.join(d, "containerd.sock")
+        cfg = f"""version = 2
+root = "{d}/containerd/root"
+state = "{d}/containerd/state"
+[grpc]
+  address = "{self.sock}"
+[ttrpc]
+  address = "{self.sock}.ttrpc"
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d}/cni"
+"""
+        with open(os.path.join(d, "containerd.toml"), "w") as f:
+            f.write(cfg)
+        hosts = list(self.subnet.hosts())
+        cni = {"cniVersion": "0.4.0", "name": "e2e-" + self.bridge, "plugins": [
+            {"type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False,
+             "hairpinMode": False,
+             "ipam": {"type": "host-local", "ranges": [[{
+                 "subnet": str(self.subnet), "rangeStart": str(hosts[9]),
+                 "rangeEnd": str(hosts[-2])}]]}},
+            {"type": "loopback"}]}
+        with open(os.path.join(d, "cni", "10-e2e.conflist"), "w") as f:
+            json.dump(cni, f)
+        self.containerd = Proc(f"{self.name}-containerd", self.ns.argv(
+            ["containerd", "--config", os.path.join(d, "containerd.toml")]), self.c.logdir)
+        self.c.wait(lambda: os.path.exists(self.sock) and self.ctr("version").returncode == 0,
+                    20, f"{self.name}: containerd up", proc=self.containerd)
+        for ref, tar in self.c.images.items():
+            r = self.ctr("images", "import", "--base-name", ref.rsplit(":", 1)[0], tar)
+            if r.returncode != 0:
+                raise RuntimeError(f"{self.name}: ctr import {tar}: {r.stderr}")
+        self.start_kubelet()
+        self.start_device_plugin()
+
+    def ctr(self, *args):
+        return subprocess.run(self.ns.argv(["ctr", "-a", self.sock, "-n", "k8s.io", *args]),
+                              capture_output=True, text=True, timeout=60)
+
+    def start_kubelet(self):
+        c = self.c
+        self.kubelet = Proc(f"{self.name}-kubelet", self.ns.argv([
+            c.bins["kubelet"], "--root-dir=/var/lib/kubelet",
+            f"--cert-dir={self.dir}/kubelet-pki", "--container-runtime=remote",
+            f"--container-runtime-endpoint=unix://{self.sock}", "--cgroup-driver=cgroupfs",
+            "--cgroups-per-qos=false", "--enforce-node-allocatable=", "--fail-swap-on=false",
+            "--eviction-hard=", "--image-gc-high-threshold=100", "--image-gc-low-threshold=99",
+            "--make-iptables-util-chains=false", "--address=127.0.0.1",
+            f"--port={self.kubelet_port}", "--read-only-port=0",
+            "--healthz-bind-address=127.0.0.1", f"--healthz-port={self.healthz_port}",
+            "--anonymous-auth=true", "--authorization-mode=AlwaysAllow",
+            "--node-status-update-frequency=1s", f"--hostname-override={self.name}",
+            "--register-node=true", f"--kubeconfig={c.kubeconfig}",
+            f"--volume-plugin-dir={self.dir}/volume-plugins", "--resolv-conf=",
+            f"--pod-infra-container-image={PAUSE_IMAGE}",
+            "--node-labels=nvidia.com/gpu.present=true", "--v=2"]), c.logdir)
+
+        def ready():
+            n = c.api("GET", f"/api/v1/nodes/{self.name}")
+            if n.status_code != 200:
+                return False
+            conds = n.json().get("status", {}).get("conditions", [])
+            return any(x["type"] == "Ready" and x["status"] == "True" for x in conds)
+        c.wait(ready, 60, f"node {self.name} Ready", proc=self.kubelet)
+
+    def write_fake_gpus(self, doc):
+        tmp = self.fake_gpus_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self.fake_gpus_path)
+
+    def start_device_plugin(self):
+        self.dp = Proc(f"{self.name}-device-plugin", self.ns.argv([
+            self.c.gpusched, "device-plugin", "--kubeconfig", self.c.kubeconfig,
+            "--node-name", self.name, "--fake-gpus", self.fake_gpus_path,
+            "--kubelet-dir", "/var/lib/kubelet/device-plugins",
+            "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.dp_args),
+            self.c.logdir)
+        ngpus = sum(1 for g in json.load(open(self.fake_gpus_path))["gpus"])
+        replicas = 1
+        for i, a in enumerate(self.dp_args):
+            if a.startswith("--replicas="):
+                replicas = int(a.split("=", 1)[1])
+            elif a == "--replicas":
+                replicas = int(self.dp_args[i + 1])
+        want = str(ngpus * replicas)
+        self.c.wait(lambda: self.allocatable().get("nvidia.com/gpu") == want, 30,
+                    f"{self.name}: allocatable nvidia.com/gpu = {want}", proc=self.dp)
+
+    def restart_device_plugin(self, dp_args=None):
+        if dp_args is not None:
+            self.dp_args = list(dp_args)
+        self.dp.stop()
+        self.start_device_plugin()
+
+    def restart_kubelet(self):
+        self.kubelet.stop()
+        self.start_kubelet()
+
+    def allocatable(self):
+        n = self.c.api("GET", f"/api/v1/nodes/{self.name}")
+        return n.json().get("status", {}).get("allocatable", {}) if n.status_code == 200 else {}
+
+    def pod_log(self, ns, name, uid, container):
+        d = self.host(f"/var/log/pods/{ns}_{name}_{uid}/{container}")
+        lines = []
+        if not os.path.isdir(d):
+            return None
+        for fn in sorted(os.listdir(d)):
+            with open(os.path.join(d, fn), errors="replace") as f:
+                for line in f:
+                    parts = line.rstrip("\n").split(" ", 3)
+                    if len(parts) == 4:
+                        lines.append(parts[3])
+        return "\n".join(lines)
+
+    def stop(self):
+        if self.dp:
+            self.dp.stop()
+        if self.kubelet:
+            self.kubelet.stop(timeout=10)
+        if self.containerd and self.containerd.alive():
+            for kind in ("tasks", "containers"):
+                r = self.ctr(kind, "ls", "-q")
+                for cid in r.stdout.split():
+                    if kind == "tasks":
+                        self.ctr("tasks", "kill", "-s", "SIGKILL", cid)
+                        time.sleep(0.05)
+                        self.ctr("tasks", "delete", "-f", cid)
+                    else:
+                        self.ctr("containers", "delete", cid)
+            self.containerd.stop(timeout=10)
+        if getattr(self, "ns", None):
+            self.ns.close(self.dir)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+# ---- the cluster ----------------------------------------------------------------
+
+class Cluster:
+    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
+                 workdir=None, bins=None):
+        self.gpusched = os.path.abspath(gpusched_bin)
+        self.node_specs = list(nodes)
+        self.extender_replicas = extender_replicas
+        self.proxy_mode = proxy_mode
+        self.workdir = workdir or tempfile.mkdtemp(prefix="gpusched-e2e-")
+        self.logdir = os.path.join(self.workdir, "logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        self.bins = bins or k8s_binaries()
+        self.procs = []
+        self.nodes = {}
+        self.proxy = None
+        self.cp_ns = None
+        self.saved_sysctls = {}
+        self.session = requests.Session()
+        self.session.verify = False
+
+    # -- helpers ---------------------------------------------------------------
+    def wait(self, pred, timeout, what, interval=0.2, proc=None):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                last = pred()
+                if last:
+                    return last
+            except (requests.RequestException, OSError, ValueError, KeyError) as e:
+                last = e
+            if proc is not None and not proc.alive():
+                raise AssertionError(f"{what}: {proc.name} exited:\n{proc.tail()}")
+            time.sleep(interval)
+        extra = f"\n{proc.name} log:\n{proc.tail()}" if proc is not None else ""
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})"
+                             f"{extra}")
+
+    def start_proc(self, name, argv, ns=None):
+        p = Proc(name, ns.argv(argv) if ns else argv, self.logdir)
+        self.procs.append(p)
+        return p
+
+    def api(self, method, path, body=None, params=None, timeout=30, content_type=None):
+        headers = {"Authorization": f"Bearer {self.token}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = content_type or "application/json"
+        return self.session.request(method, self.server + path, data=data, params=params,
+                                    headers=headers, timeout=timeout, verify=False)
+
+    def kubectl(self, *args, input=None, check=True, timeout=60):
+        r = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=input,
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: rc {r.returncode}\n{r.stdout}"
+                                 f"\n{r.stderr}")
+        return r
+
+    def apply(self, objs, *extra):
+        if isinstance(objs, dict):
+            objs = [objs]
+        return self.kubectl("apply", *extra, "-f", "-",
+                            input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                              "items": objs}))
+
+    def pod(self, ns, name):
+        r = self.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        return r.json() if r.status_code == 200 else None
+
+    def pods(self, ns, selector=None):
+        r = self.api("GET", f"/api/v1/namespaces/{ns}/pods",
+                     params={"labelSelector": selector} if selector else None)
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def wait_pods(self, ns, names, phases=("Running",), timeout=60, ready_log=None):
+        """Wait until every pod is in one of `phases` (and, with ready_log, its first
+        container's log contains that text). Returns {name: pod}."""
+        names = list(names)
+        got = {}
+
+        def check():
+            for n in names:
+                if n in got:
+                    continue
+                p = self.pod(ns, n)
+                if p is None or p["status"].get("phase") not in phases:
+                    return False
+                if ready_log is not None:
+                    c = p["spec"]["containers"][0]["name"]
+                    log = self.pod_log(ns, n, c)
+                    if not log or ready_log not in log:
+                        return False
+                got[n] = p
+            return True
+        try:
+            self.wait(check, timeout, f"pods {names} in {phases}", interval=0.3)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.describe_pods(ns, [n for n in names if n not in got])}")
+        return got
+
+    def describe_pods(self, ns, names):
+        out = []
+        for n in names:
+            p = self.pod(ns, n)
+            if p is None:
+                out.append(f"{ns}/{n}: gone")
+                continue
+            st = p["status"]
+            cs = [(c["name"], c.get("state")) for c in st.get("containerStatuses", [])]
+            evs = [f"{e.get('reason')}: {e.get('message')}" for e in self.events(ns, n)
+                   if e["involvedObject"].get("uid") == p["metadata"]["uid"]]
+            out.append(f"{ns}/{n}: phase={st.get('phase')} node={p['spec'].get('nodeName')} "
+                       f"reason={st.get('reason')} msg={st.get('message')} containers={cs} "
+                       f"events={evs[-6:]}")
+        return "\n".join(out)
+
+    def delete_pods(self, ns, names=None, wait=True, timeout=60, grace=0):
+        """Delete pods; grace 0 (the default) removes them from the API at once, kubelet
+        then stops their containers and frees their devices (kubelet 1.20 confirms a
+        graceful deletion only at its next 10 s status sync)."""
+        if names is None:
+            names = [p["metadata"]["name"] for p in self.pods(ns)]
+        for n in names:
+            self.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{n}",
+                     body={"gracePeriodSeconds": grace})
+        if wait:
+            def gone():
+                left = []
+                for n in names:
+                    p = self.pod(ns, n)
+                    if p is None:
+                        continue
+                    if not p["spec"].get("nodeName") or p["spec"]["nodeName"] not in self.nodes:
+                        # no kubelet will confirm: API-only node or never bound
+                        self.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{n}",
+                                 body={"gracePeriodSeconds": 0})
+                    left.append(n)
+                return not left
+            self.wait(gone, timeout, f"pods {names} deleted", interval=0.3)
+
+    def pod_log(self, ns, name, container):
+        p = self.pod(ns, name)
+        if p is None or p["spec"].get("nodeName") not in self.nodes:
+            return None
+        return self.nodes[p["spec"]["nodeName"]].pod_log(ns, name, p["metadata"]["uid"],
+                                                         container)
+
+    def events(self, ns, name):
+        r = self.api("GET", f"/api/v1/namespaces/{ns}/events",
+                     params={"fieldSelector": f"involvedObject.name={name}"})
+        return r.json().get("items", []) if r.status_code == 200 else []
+
+    def node(self, name):
+        return self.nodes[name]
+
+    def add_api_nodes(self, count, gpus=0, model="NVIDIA A100-SXM4-40GB", memory_mib=40960,
+                      prefix="api-node", cpu="64", memory="256Gi", threads=8):
+        """Node objects with status (capacity, Ready) and, with gpus > 0, a fresh GPU
+        inventory annotation; no kubelet behind them."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+        def make(i):
+            name = f"{prefix}-{i}"
+            cap = {"cpu": cpu, "memory": memory, "pods": "110"}
+            meta = {"name": name, "labels": {"kubernetes.io/hostname": name}}
+            if gpus:
+                inv = {"version": 1, "updated_at": now, "gpus": [
+                    {"index": g, "uuid": f"GPU-{abs(hash(name)) % (1 << 32):08x}-api-{g:04d}",
+                     "model": model, "memory_mib": memory_mib, "numa_node": 0,
+                     "healthy": True, "reason": "", "links": [], "mig_enabled": False,
+                     "mig": []} for g in range(gpus)]}
+                meta["annotations"] = {PREFIX + "gpu-inventory": json.dumps(inv)}
+                cap["nvidia.com/gpu"] = str(gpus)
+                meta["labels"]["nvidia.com/gpu.present"] = "true"
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": meta,
+                    "status": {"capacity": cap, "allocatable": cap, "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                         "message": "API-only node", "lastHeartbeatTime": now,
+                         "lastTransitionTime": now}]}}
+            r = self.api("POST", "/api/v1/nodes", body=body)
+            if r.status_code not in (200, 201, 409):
+                raise AssertionError(f"creating node {name}: {r.status_code} {r.text}")
+            return name
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(threads) as ex:
+            return list(ex.map(make, range(count)))
+
+    # -- start -----------------------------------------------------------------
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.dump_logs()
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        w = self.workdir
+        self.images = build_images(os.path.join(cache_dir(), "images"))
+        for s in SYSCTLS:
+            self.saved_sysctls[s] = _read("/proc/sys/" + s)
+        self.cgroups_before = _cgroup_dirs()
+        # control plane: its own mount namespace with /etc/hosts naming the nodes
+        self.cp_ns = MountNS("control-plane", self.logdir)
+        hosts = os.path.join(w, "hosts")
+        with open("/etc/hosts") as f:
+            orig = f.read()
+        with open(hosts, "w") as f:
+            f.write(orig.rstrip("\n") + "\n127.0.0.1 " +
+                    " ".join(s.name for s in self.node_specs) + "\n")
+        self.cp_ns.bind(hosts, "/etc/hosts")
+        # etcd
+        ep, pp, mp = free_port(), free_port(), free_port()
+        self.start_proc("etcd", ["etcd", "--name", "e", "--data-dir", f"{w}/etcd",
+                                 "--listen-client-urls", f"http://127.0.0.1:{ep}",
+                                 "--advertise-client-urls", f"http://127.0.0.1:{ep}",
+                                 "--listen-peer-urls", f"http://127.0.0.1:{pp}",
+                                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{pp}",
+                                 "--initial-cluster", f"e=http://127.0.0.1:{pp}",
+                                 "--listen-metrics-urls", f"http://127.0.0.1:{mp}"],
+                        ns=self.cp_ns)
+        # apiserver
+        pki = os.path.join(w, "pki")
+        os.makedirs(pki)
+        subprocess.run(["openssl", "genrsa", "-out", f"{pki}/sa.key", "2048"], check=True,
+                       capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", f"{pki}/sa.key", "-pubout", "-out",
+                        f"{pki}/sa.pub"], check=True, capture_output=True)
+        self.token = secrets.token_hex(16)
+        with open(f"{pki}/tokens.csv", "w") as f:
+            f.write(f'{self.token},admin,admin-uid,"system:masters"\n')
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        self.kubeconfig = os.path.join(w, "admin.kubeconfig")
+        write_kubeconfig(self.kubeconfig, self.server, self.token)
+        apiserver = self.start_proc("kube-apiserver", [
+            self.bins["kube-apiserver"], f"--etcd-servers=http://127.0.0.1:{ep}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={port}", "--insecure-port=0", f"--cert-dir={pki}",
+            f"--token-auth-file={pki}/tokens.csv", "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki}/sa.pub",
+            f"--service-account-signing-key-file={pki}/sa.key",
+            "--service-cluster-ip-range=10.96.0.0/24", "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
+            "--endpoint-reconciler-type=none"], ns=self.cp_ns)
+        self.wait(lambda: self.api("GET", "/readyz", timeout=2).status_code == 200, 60,
+                  "kube-apiserver /readyz", proc=apiserver)
+        self.wait(lambda: self.api("GET", "/api/v1/namespaces/default").status_code == 200, 30,
+                  "namespace default")
+        # deploy/: the gpusched namespace, CRD and RBAC for real
+        self.kubectl("create", "namespace", "gpusched")
+        for f in ("crd-gpuquota.yaml", "rbac-extender.yaml"):
+            self.kubectl("apply", "-f", os.path.join(ROOT, "deploy", f))
+        self.wait(lambda: self.api("GET", "/apis/gpusched.io/v1/gpuquotas").status_code == 200,
+                  30, "GPUQuota CRD served")
+        self._start_webhook()
+        self._start_extenders()
+        self._start_scheduler()
+        for i, spec in enumerate(self.node_specs):
+            node = KubeletNode(self, spec, i)
+            self.nodes[spec.name] = node
+            node.start()
+
+    def _start_webhook(self):
+        d = os.path.join(self.workdir, "webhook")
+        r = subprocess.run([self.gpusched, "webhook", "gen-certs", "--out", d, "--ip",
+                            "127.0.0.1"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        port = free_port()
+        self.webhook_port = port
+        wh = self.start_proc("webhook", [
+            self.gpusched, "webhook", f"--listen=127.0.0.1:{port}",
+            f"--tls-cert={d}/tls.crt", f"--tls-key={d}/tls.key",
+            f"--kubeconfig={self.kubeconfig}", "--scheduler-name=gpu-scheduler"])
+
+        def up():
+            requests.get(f"https://127.0.0.1:{port}/healthz", verify=f"{d}/ca.crt", timeout=1)
+            return True
+        self.wait(up, 20, "webhook /healthz", proc=wh)
+        with open(f"{d}/ca-bundle.txt") as f:
+            ca = f.read().strip()
+        with open(os.path.join(ROOT, "deploy", "webhook.yaml")) as f:
+            docs = [x for x in yaml.safe_load_all(f) if x]
+        regs = []
+        for doc in docs:
+            if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                for hook in doc["webhooks"]:
+                    path = hook["clientConfig"]["service"].get("path", "/")
+                    hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
+                                            "caBundle": ca}
+                regs.append(doc)
+        assert len(regs) == 2, "deploy/webhook.yaml: expected two webhook configurations"
+        self.apply(regs)
+
+    def _start_extenders(self):
+        with open(os.path.join(ROOT, "deploy", "extender.yaml")) as f:
+            docs = [x for x in yaml.safe_load_all(f) if x]
+        cm = next(x for x in docs if x["kind"] == "ConfigMap")
+        base = yaml.safe_load(cm["data"]["extender.yaml"])
+        backends = []
+        self.extenders = []
+        for i in range(self.extender_replicas):
+            port = free_port()
+            cfg = dict(base)
+            cfg.pop("in_cluster", None)
+            cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
+                        "identity": f"extender-{i}", "lease_namespace": "gpusched",
+                        "log_format": "text"})
+            path = os.path.join(self.workdir, f"extender-{i}.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(cfg, f)
+            p = self.start_proc(f"extender-{i}", [self.gpusched, "extender", "--config", path])
+            self.extenders.append(p)
+            backends.append((f"extender-{i}", f"127.0.0.1:{port}"))
+        for (ident, addr), p in zip(backends, self.extenders):
+            self.wait(lambda: ExtenderProxy.ready(addr), 30, f"{ident} /readyz", proc=p)
+        self.proxy = ExtenderProxy(backends, self.proxy_mode)
+        self.wait(self.lease_holder, 30, "an extender holds the Lease")
+
+    def lease_holder(self):
+        r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                            "gpusched-extender")
+        if r.status_code != 200:
+            return None
+        holder = r.json().get("spec", {}).get("holderIdentity")
+        if self.proxy:
+            self.proxy.leader = holder
+        return holder
+
+    def _start_scheduler(self):
+        hz, mz, sp = free_port(), free_port(), free_port()
+        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
+                                       self.proxy.url, self.kubeconfig, hz, mz)
+        path = os.path.join(self.workdir, "scheduler-config.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        self.scheduler = self.start_proc("kube-scheduler", [
+            self.bins["kube-scheduler"], f"--config={path}", "--bind-address=127.0.0.1",
+            f"--secure-port={sp}", "--port=0", "--v=2"])
+
+        def healthy():
+            return requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code == 200
+        self.wait(healthy, 30, "kube-scheduler healthz", proc=self.scheduler)
+        self.wait(lambda: self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/"
+                                          "leases/gpu-scheduler").status_code == 200,
+                  30, "kube-scheduler leads", proc=self.scheduler)
+
+    # -- stop ------------------------------------------------------------------
+    def dump_logs(self, n=30):
+        for p in self.procs:
+            print(f"---- {p.name} ({p.log_path})\n{p.tail(n)}")
+        for node in self.nodes.values():
+            for p in (node.containerd, node.kubelet, node.dp):
+                if p:
+                    print(f"---- {p.name} ({p.log_path})\n{p.tail(n)}")
+
+    def stop(self, keep_workdir=False):
+        errors = []
+        if self.nodes and getattr(self, "token", None):
+            # let each kubelet stop its pods (CNI DEL removes the veths)
+            with contextlib.suppress(Exception):
+                r = self.api("GET", "/api/v1/pods", timeout=5)
+                for p in r.json().get("items", []):
+                    if p["spec"].get("nodeName") in self.nodes:
+                        self.api("DELETE", f"/api/v1/namespaces/{p['metadata']['namespace']}"
+                                           f"/pods/{p['metadata']['name']}",
+                                 body={"gracePeriodSeconds": 0}, timeout=5)
+                deadline = time.time() + 15
+                while time.time() < deadline:
+                    if all(not n.ctr("tasks", "ls", "-q").stdout.split()
+                           for n in self.nodes.values() if n.containerd and n.containerd.alive()):
+                        break
+                    time.sleep(0.3)
+        for node in reversed(list(self.nodes.values())):
+            try:
+                node.stop()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"{node.name}: {e}")
+        if self.proxy:
+            self.proxy.close()
+        for p in reversed(self.procs):
+            p.stop()
+        if self.cp_ns:
+            self.cp_ns.close(self.workdir)
+        # containerd's CRI puts containers under <controller>/k8s.io/<id>; runc removes
+        # each container's cgroup, the parent stays: remove what this run created
+        for d in sorted(_cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()),
+                        key=lambda s: s.count("/"), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir("/sys/fs/cgroup/" + d)
+        for s, v in self.saved_sysctls.items():
+            if v is not None and _read("/proc/sys/" + s) != v:
+                with open("/proc/sys/" + s, "w") as f:
+                    f.write(v)
+        if not keep_workdir:
+            with open("/proc/self/mountinfo") as f:
+                busy = [l.split()[4] for l in f if l.split()[4].startswith(self.workdir)]
+            if busy:
+                errors.append(f"not removing {self.workdir}: still mounted: {busy}")
+            else:
+                subprocess.run(["rm", "-rf", "--one-file-system", self.workdir])
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

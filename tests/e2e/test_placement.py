@@ -1,0 +1,127 @@
+"""Placement to a running container: GPU pods of every request form go through the
+real kube-scheduler, the extender (filter, prioritize, bind), the real kubelet and
+the device plugin's Allocate, and each container's environment holds exactly the
+GPUs and limits of its pod's annotations (docs/annotations.md, docs/device-plugin.md).
+Nodes (conftest): e2e-node-a 4 x H100 80GB, e2e-node-b 2 x A100 40GB."""
+import json
+import time
+import urllib.request
+
+import pytest
+
+from conftest import NODE_A, NODE_B, NS, READY, check_pod_gpus, gpu_pod
+
+
+@pytest.fixture
+def pods(cluster):
+    made = []
+    yield made
+    cluster.delete_pods(NS, made)
+
+
+def run(cluster, pods, *objs, timeout=60):
+    for o in objs:
+        pods.append(o["metadata"]["name"])
+    cluster.apply(list(objs))
+    return cluster.wait_pods(NS, [o["metadata"]["name"] for o in objs], timeout=timeout,
+                             ready_log=READY)
+
+
+def uuids_of(cluster, node):
+    return [g["uuid"] for g in json.load(open(cluster.node(node).fake_gpus_path))["gpus"]]
+
+
+def test_whole_gpu(cluster, pods):
+    p = run(cluster, pods, gpu_pod("whole-1", {"nvidia.com/gpu": "1"}))["whole-1"]
+    uuids = check_pod_gpus(cluster, p)
+    assert len(uuids) == 1
+    assert p["metadata"]["annotations"]["gpusched.io/request-kind"] == "whole"
+
+
+def test_shared_memory_and_cores(cluster, pods):
+    got = run(cluster, pods,
+              gpu_pod("shared-a", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "8Gi",
+                                   "nvidia.com/gpu-cores": "30"}, node=NODE_A),
+              gpu_pod("shared-b", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "4Gi",
+                                   "nvidia.com/gpu-cores": "20"}, node=NODE_A))
+    check_pod_gpus(cluster, got["shared-a"], memory_mib=8192, milli=300)
+    check_pod_gpus(cluster, got["shared-b"], memory_mib=4096, milli=200)
+    for p in got.values():
+        assert p["metadata"]["annotations"]["gpusched.io/request-kind"] == "shared"
+
+
+def test_vcuda_through_webhook(cluster, pods):
+    # no schedulerName: the mutating webhook sets it and rewrites vcuda-* as nvidia.com/gpu
+    obj = gpu_pod("vcuda-1", {"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"},
+                  scheduler=None)
+    p = run(cluster, pods, obj)["vcuda-1"]
+    assert p["spec"]["schedulerName"] == "gpu-scheduler"
+    lim = p["spec"]["containers"][0]["resources"]["limits"]
+    assert lim.get("nvidia.com/gpu") == "1", lim
+    check_pod_gpus(cluster, p, memory_mib=2048, milli=500)
+    assert p["metadata"]["annotations"].get("gpusched.io/request", "").startswith("kind=shared")
+
+
+def test_multi_gpu_and_two_containers(cluster, pods):
+    got = run(cluster, pods,
+              gpu_pod("multi-2", {"nvidia.com/gpu": "2"}, node=NODE_A),
+              gpu_pod("two-ctr", containers=[("first", {"nvidia.com/gpu": "1"}),
+                                             ("second", {"nvidia.com/gpu": "1"})], node=NODE_A))
+    a = check_pod_gpus(cluster, got["multi-2"])
+    b = check_pod_gpus(cluster, got["two-ctr"])
+    assert len(a) == 2 and len(set(a)) == 2
+    assert len(b) == 2 and len(set(b)) == 2
+    assert not set(a) & set(b), f"whole GPUs given twice: {a} {b}"
+
+
+def test_gpu_type_include_exclude(cluster, pods):
+    # one at a time: this checks the model filters; pods arriving together at one node
+    # are test_bursts.py's subject
+    cases = (("type-a100", {"gpusched.io/gpu-type": "A100"}, NODE_B),
+             ("type-not-h100", {"gpusched.io/gpu-type-exclude": "H100"}, NODE_B),
+             ("type-h100", {"gpusched.io/gpu-type": "h100"}, NODE_A))
+    for name, ann, node in cases:
+        p = run(cluster, pods, gpu_pod(name, {"nvidia.com/gpu": "1"}, annotations=ann))[name]
+        assert p["spec"]["nodeName"] == node, f"{name} on {p['spec']['nodeName']}"
+        assert set(check_pod_gpus(cluster, p)) <= set(uuids_of(cluster, node))
+
+
+def extender_reason(cluster, name, node):
+    """The extender's own reason for refusing `node` to pod default/NAME (/debug/pods)."""
+    for _ident, addr in cluster.proxy.backends:
+        try:
+            with urllib.request.urlopen(f"http://{addr}/debug/pods/{NS}/{name}", timeout=5) as r:
+                trace = json.load(r)
+        except OSError:
+            continue
+        text = json.dumps(trace)
+        if node in text:
+            return trace
+    return None
+
+
+def test_fits_nowhere_stays_pending_with_reason(cluster, pods):
+    """3 A100s fit no node (node-b has 2 A100s, node-a H100s; the webhook passes it, as
+    the cluster's largest node has 4 GPUs): Pending, and kube-scheduler's
+    FailedScheduling event carries the extender's reasons. On 1.20 that needs
+    FailedNodes filled (issue 12, problem 2)."""
+    obj = gpu_pod("too-big", {"nvidia.com/gpu": "3"}, annotations={"gpusched.io/gpu-type": "A100"})
+    pods.append("too-big")
+    cluster.apply(obj)
+
+    def failed_event():
+        evs = [e for e in cluster.events(NS, "too-big") if e.get("reason") == "FailedScheduling"]
+        return evs[-1] if evs else None
+    ev = cluster.wait(failed_event, 30, "a FailedScheduling event for too-big")
+    p = cluster.pod(NS, "too-big")
+    assert p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName")
+    msg = ev.get("message", "")
+    trace = extender_reason(cluster, "too-big", NODE_A)
+    # the nodes' reasons must reach the user: each node named by its reason, not "0/2 nodes
+    # are available: ." (1.20 reads only FailedNodes)
+    assert msg.rstrip().rstrip(".").rstrip(":").strip() != "0/2 nodes are available", (
+        f"FailedScheduling shows no reason: {msg!r} (extender trace: {trace})")
+    assert "GPU" in msg or "gpu" in msg, f"no extender reason in {msg!r} (trace: {trace})"
+    # it stays Pending
+    time.sleep(2)
+    assert not cluster.pod(NS, "too-big")["spec"].get("nodeName")

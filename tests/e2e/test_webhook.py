@@ -1,0 +1,80 @@
+"""The admission webhook called by the real kube-apiserver (registered with its
+caBundle from deploy/webhook.yaml's configurations): an impossible pod refused at
+create time naming container and field, a pod over a GPUQuota refused, a GPU pod
+without schedulerName given gpu-scheduler."""
+import pytest
+
+from conftest import NS, gpu_pod
+
+QNS = "e2e-quota"
+
+
+def create(cluster, obj):
+    ns = obj["metadata"]["namespace"]
+    return cluster.api("POST", f"/api/v1/namespaces/{ns}/pods", body=obj)
+
+
+def test_impossible_pod_refused_naming_container_and_field(cluster):
+    obj = gpu_pod("impossible", {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "150"})
+    obj["spec"]["containers"][0]["name"] = "train"
+    r = create(cluster, obj)
+    try:
+        assert r.status_code == 400 or r.status_code == 403 or r.status_code == 422, r.text
+        msg = r.json().get("message", "")
+        assert "validate.gpusched.io" in msg, msg
+        assert "containers[0].limits[nvidia.com/gpu-cores]" in msg, msg
+        assert "'train'" in msg, msg
+        assert cluster.pod(NS, "impossible") is None
+    finally:
+        if r.status_code in (200, 201):
+            cluster.delete_pods(NS, ["impossible"])
+
+
+@pytest.fixture
+def quota_ns(cluster):
+    cluster.kubectl("create", "namespace", QNS)
+    cluster.apply({"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                   "metadata": {"name": "small", "namespace": QNS},
+                   "spec": {"total": {"gpus": 1}}})
+    yield QNS
+    cluster.kubectl("delete", "namespace", QNS, "--wait=false")
+
+
+def test_pod_over_gpuquota_refused(cluster, quota_ns):
+    over = gpu_pod("over-quota", {"nvidia.com/gpu": "2"}, ns=quota_ns)
+
+    # the webhook learns the GPUQuota through its watch: wait until it refuses
+    def refused():
+        r = create(cluster, over)
+        if r.status_code in (200, 201):
+            cluster.delete_pods(quota_ns, ["over-quota"])
+            return None
+        return [r]          # a 403 Response is falsy
+    r = cluster.wait(refused, 15, "the webhook to refuse a pod over the GPUQuota")[0]
+    assert r.status_code == 403, r.text
+    msg = r.json().get("message", "")
+    assert "validate.gpusched.io" in msg and "small" in msg, msg
+    # within the quota it is admitted
+    ok = gpu_pod("within-quota", {"nvidia.com/gpu": "1"}, ns=quota_ns)
+    r = create(cluster, ok)
+    assert r.status_code == 201, r.text
+    cluster.delete_pods(quota_ns, ["within-quota"])
+
+
+def test_gpu_pod_without_scheduler_name_gets_it(cluster):
+    obj = gpu_pod("no-sched", {"nvidia.com/gpu": "1"}, scheduler=None)
+    obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}  # stay Pending
+    r = create(cluster, obj)
+    try:
+        assert r.status_code == 201, r.text
+        p = r.json()
+        assert p["spec"]["schedulerName"] == "gpu-scheduler"
+        assert p["metadata"]["annotations"]["gpusched.io/request"] == "kind=whole,gpus=1"
+        # a pod without a GPU request keeps the default scheduler
+        plain = gpu_pod("no-gpu", {"cpu": "10m"}, scheduler=None)
+        plain["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
+        r2 = create(cluster, plain)
+        assert r2.status_code == 201, r2.text
+        assert r2.json()["spec"]["schedulerName"] == "default-scheduler"
+    finally:
+        cluster.delete_pods(NS, ["no-sched", "no-gpu"])
