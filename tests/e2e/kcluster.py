@@ -47,9 +47,9 @@ API (other scenarios build on it):
       "leader" forwards to the replica holding the Lease. .counts holds
       {(replica address, verb): requests}.
 
-The scheduler config is deploy/scheduler-config.yaml translated to
-kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
-urlPrefix pointed at the proxy, percentageOfNodesToScore: 100, healthz/metrics on
+The scheduler config is deploy/scheduler-config-v1beta1.yaml (the config API of
+1.20) as shipped, by scheduler_config_v1beta1(): urlPrefix pointed at the proxy,
+its percentageOfNodesToScore kept, healthz/metrics on
 free loopback ports, the kubeconfig; everything else as shipped.
 
 Isolation: each kubelet node runs containerd, kubelet and its device plugin in a
@@ -142,6 +142,10 @@ def k8s_binaries(src=None):
     os.makedirs(out, exist_ok=True)
     paths = {}
     for name in ("kube-apiserver", "kube-scheduler", "kubelet"):
+        plain = os.path.join(src, name)     # scripts/k8s-bin writes them so
+        if os.path.isfile(plain) and _sha256(plain) == sums.get(name):
+            paths[name] = plain
+            continue
         dst = os.path.join(out, name)
         if not (os.path.isfile(dst) and _sha256(dst) == sums.get(name)):
             xz = os.path.join(src, name + ".xz")
@@ -414,15 +418,17 @@ def write_kubeconfig(path, server, token):
 
 
 def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port):
-    """deploy/scheduler-config.yaml (KubeSchedulerConfiguration v1) as v1beta1 for 1.20."""
+    """deploy/scheduler-config-v1beta1.yaml (the config API of 1.20) as shipped,
+    with only what a test cluster must change: the extender URL, the
+    kubeconfig, loopback ports and short leader-election timings.
+    percentageOfNodesToScore and everything else come from the file."""
     with open(source) as f:
         cfg = yaml.safe_load(f)
     cfg = copy.deepcopy(cfg)
-    cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1", source
     cfg["clientConnection"] = {"kubeconfig": kubeconfig}
     cfg["healthzBindAddress"] = f"127.0.0.1:{healthz_port}"
     cfg["metricsBindAddress"] = f"127.0.0.1:{metrics_port}"
-    cfg["percentageOfNodesToScore"] = 100
     le = cfg.get("leaderElection", {})
     le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "15s", "10s", "1s"
     cfg["leaderElection"] = le
@@ -1062,7 +1068,7 @@ class Cluster:
 
     def _start_scheduler(self):
         hz, mz, sp = free_port(), free_port(), free_port()
-        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
+        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config-v1beta1.yaml"),
                                        self.proxy.url, self.kubeconfig, hz, mz)
         path = os.path.join(self.workdir, "scheduler-config.yaml")
         with open(path, "w") as f:
