@@ -3,13 +3,15 @@
 #                compare the scheduling policies on it (table + SVG plot)
 #   make check   install deps, build with -Werror, run unit + black-box tests,
 #                then again under ASan + UBSan, then the fuzzers briefly
+#   make image   the container image from Debian packages, no Docker:
+#                $(BUILD)/image/gpusched-image.tar (docs/deploy.md)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD)/demo
 
-.PHONY: all deps build demo check test asan fuzz bench clean
+.PHONY: all deps build demo check test asan fuzz bench clean image image-check
 
 all: build
 
@@ -46,6 +48,15 @@ check: test asan fuzz
 
 bench: build
 	scripts/run-bench $(BUILD)
+
+image: build
+	@scripts/deps image
+	scripts/make-image $(BUILD)
+
+# runs the image's binary (chroot, runc), checks layout, CA bundle, digests
+image-check: image
+	GPUSCHED_BIN=$(BUILD)/gpusched GPUSCHED_BUILD_DIR=$(BUILD) /usr/bin/python3 -m pytest \
+	    -q -rs -p no:cacheprovider tests/image
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
