@@ -264,6 +264,16 @@ def running_plugin(c, exclude=()):
     return None
 
 
+def plugin_diagnostics(c, ctl):
+    """Every plugin pod the controller made: its state, events and log tail."""
+    out = [f"controller errors: {ctl.errors}"]
+    for name in ctl.created:
+        out.append(c.describe_pods(DS_NS, [name]))
+        log = c.pod_log(DS_NS, name, "device-plugin")
+        out.append(f"{name} log: " + ("\n".join((log or "").splitlines()[-15:]) or "(none)"))
+    return "\n".join(out)
+
+
 def test_device_plugin_daemonset_on_a_real_kubelet(ds_cluster):
     c = ds_cluster
     node = c.node(NODE)
@@ -342,9 +352,9 @@ def test_device_plugin_daemonset_on_a_real_kubelet(ds_cluster):
         assert sorted(first + second) == sorted(g["uuid"] for g in node.spec.gpus["gpus"])
         assert split_uuids(p2)["main"] == second
         assert not ctl.errors, ctl.errors
-    except AssertionError:
+    except AssertionError as e:
         c.dump_logs()
-        raise
+        raise AssertionError(f"{e}\n{plugin_diagnostics(c, ctl)}") from None
     finally:
         ctl.stop()
         if gpu_pods:
