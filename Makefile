@@ -11,7 +11,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD)/demo
 
-.PHONY: all deps build demo check test asan fuzz bench clean image image-check
+.PHONY: all deps build demo check test asan fuzz bench clean
 
 all: build
 
@@ -49,6 +49,7 @@ check: test asan fuzz
 bench: build
 	scripts/run-bench $(BUILD)
 
+.PHONY: image image-check
 image: build
 	@scripts/deps image
 	scripts/make-image $(BUILD)
