@@ -3,6 +3,8 @@
 #                compare the scheduling policies on it (table + SVG plot)
 #   make check   install deps, build with -Werror, run unit + black-box tests,
 #                then again under ASan + UBSan, then the fuzzers briefly
+#   make image   the container image from Debian packages, no Docker:
+#                $(BUILD)/image/gpusched-image.tar (docs/deploy.md)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
@@ -50,6 +52,16 @@ e2e: build
 
 bench: build
 	scripts/run-bench $(BUILD)
+
+.PHONY: image image-check
+image: build
+	@scripts/deps image
+	scripts/make-image $(BUILD)
+
+# runs the image's binary (chroot, runc), checks layout, CA bundle, digests
+image-check: image
+	GPUSCHED_BIN=$(BUILD)/gpusched GPUSCHED_BUILD_DIR=$(BUILD) /usr/bin/python3 -m pytest \
+	    -q -rs -p no:cacheprovider tests/image
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
