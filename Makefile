@@ -1,8 +1,9 @@
 # Thin wrapper over CMake + CTest. The two commands a user needs:
 #   make demo    install deps, build, generate a synthetic cluster and workload,
 #                compare the scheduling policies on it (table + SVG plot)
-#   make check   install deps, build with -Werror, run unit + black-box tests,
-#                then again under ASan + UBSan, then the fuzzers briefly
+#   make check   install deps, build with -Werror, run unit + black-box tests
+#                and the real-Kubernetes e2e suite, then again under ASan +
+#                UBSan, then the fuzzers briefly, then the image's checks
 #   make image   the container image from Debian packages, no Docker:
 #                $(BUILD)/image/gpusched-image.tar (docs/deploy.md)
 BUILD ?= build
@@ -44,7 +45,7 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	scripts/run-fuzzers $(FUZZ_BUILD) $${FUZZ_SECONDS:-20}
 
-check: test asan fuzz
+check: test asan fuzz image-check
 
 # only the end-to-end suite (a real Kubernetes, docs/e2e.md); `make test` runs it too
 e2e: build
@@ -55,7 +56,6 @@ bench: build
 
 .PHONY: image image-check
 image: build
-	@scripts/deps image
 	scripts/make-image $(BUILD)
 
 # runs the image's binary (chroot, runc), checks layout, CA bundle, digests

@@ -62,7 +62,7 @@ def image_tar():
         r = subprocess.run([os.path.join(kcluster.ROOT, "scripts", "make-image"), build],
                            capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            pytest.fail(f"scripts/make-image failed (scripts/deps image installs its tools):\n"
+            pytest.fail(f"scripts/make-image failed (scripts/deps installs its tools):\n"
                         f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return tar
 
