@@ -159,6 +159,7 @@ static void nudge(struct ext_cluster *cl)
 {
     char *pods[MAX_NUDGE], now[40], key[160];
     int n = ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
+    n += ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n);
     kube_now_micro(now, sizeof now);
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
     for (int i = 0; i < n; i++) {
@@ -176,7 +177,8 @@ static void nudge(struct ext_cluster *cl)
         free(pods[i]);
     }
     if (n)
-        log_info("extender", "GPUs freed: nudged %d pending GPU pod%s", n, n == 1 ? "" : "s");
+        log_info("extender", "GPUs or a node freed: nudged %d pending GPU pod%s", n,
+                 n == 1 ? "" : "s");
 }
 
 static void post_events(struct ext_cluster *cl)

@@ -196,7 +196,7 @@ void ext_nodelock_set(struct ext_nodelock *l, const char *uid, const char *name,
     pthread_mutex_unlock(&l->mu);
 }
 
-void ext_nodelock_clear(struct ext_nodelock *l, const char *uid)
+int ext_nodelock_clear(struct ext_nodelock *l, const char *uid)
 {
     char was[CORE_NAME_MAX];
     pthread_mutex_lock(&l->mu);
@@ -204,6 +204,7 @@ void ext_nodelock_clear(struct ext_nodelock *l, const char *uid)
     if (was[0])
         wake_node(l, was);
     pthread_mutex_unlock(&l->mu);
+    return was[0] != '\0';
 }
 
 int ext_nodelock_take(struct ext_nodelock *l, const char *node, const char *uid,

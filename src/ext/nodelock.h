@@ -49,8 +49,9 @@ double ext_nodelock_timeout(const struct ext_nodelock *l);
  * the epoch) waits for kubelet. Replaces what uid held before. */
 void ext_nodelock_set(struct ext_nodelock *l, const char *uid, const char *name, const char *node,
                       double since);
-/* uid no longer waits (admitted, gone): wakes its node's waiters. */
-void ext_nodelock_clear(struct ext_nodelock *l, const char *uid);
+/* uid no longer waits (admitted, gone): wakes its node's waiters. Returns
+ * 1 when uid held a node. */
+int ext_nodelock_clear(struct ext_nodelock *l, const char *uid);
 /* Takes node for uid when no other pod holds it at `now` (0), else 1 and
  * *why says who holds it and for how long. */
 int ext_nodelock_take(struct ext_nodelock *l, const char *node, const char *uid,

@@ -139,6 +139,8 @@ struct pod {
     int need_restore;     /* assignment annotations whose node is not known yet */
     int binding;          /* a /bind is committing its allocation right now */
     int bound;            /* this replica's /bind committed its allocation */
+    int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
+                             it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
     struct pod *older, *newer; /* the eviction order (see evict) */
 };
@@ -159,6 +161,8 @@ struct ext_sched {
      * what they were resolved at */
     struct ext_namecache *lists;
     unsigned long node_gen;
+    int n_bind_busy;      /* pods with bind_busy set */
+    int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
     unsigned long seq;
     int n_need_restore;
@@ -436,10 +440,18 @@ static struct pod *remember(struct ext_sched *s, const json_t *obj)
     return p;
 }
 
+static void set_bind_busy(struct ext_sched *s, struct pod *p, int v)
+{
+    if (p->bind_busy != v)
+        s->n_bind_busy += v ? 1 : -1;
+    p->bind_busy = v;
+}
+
 static void forget(struct ext_sched *s, struct pod *p)
 {
     if (s->lock)
-        ext_nodelock_clear(s->lock, p->uid);
+        s->released |= ext_nodelock_clear(s->lock, p->uid);
+    set_bind_busy(s, p, 0);
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
@@ -601,7 +613,7 @@ static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
         snprintf(name, sizeof name, "%s/%s", p->ns, p->name);
         ext_nodelock_set(s->lock, p->uid, name, node, since);
     } else {
-        ext_nodelock_clear(s->lock, p->uid);
+        s->released |= ext_nodelock_clear(s->lock, p->uid);
     }
 }
 
@@ -621,7 +633,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         if ((p = smap_get(&s->pods, uid)))
             forget(s, p);
         else if (s->lock)
-            ext_nodelock_clear(s->lock, uid);
+            s->released |= ext_nodelock_clear(s->lock, uid);
         return freed;
     }
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
@@ -660,8 +672,38 @@ int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
 {
     pthread_mutex_lock(&s->mu);
     int freed = observe_locked(s, pod, deleted);
+    /* a node was released while a pod whose bind found it held may sit
+     * in kube-scheduler's unschedulable queue: worth a nudge too */
+    freed |= s->released && s->n_bind_busy > 0;
+    s->released = 0;
     pthread_mutex_unlock(&s->mu);
     return freed;
+}
+
+void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid)
+{
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = smap_get(&s->pods, uid);
+    if (p)
+        set_bind_busy(s, p, 1);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ext_sched_bind_retries(struct ext_sched *s, char **out, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (n < max && p->bind_busy && !p->binding && !core_alloc_find(s->c, p->uid) &&
+            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0) {
+            set_bind_busy(s, p, 0);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 /* A pod whose allocation survives a relist: a bind is committing it, or
@@ -1517,6 +1559,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
         p->unschedulable = 0;
         p->binding = 1;
+        set_bind_busy(s, p, 0);
     } else if (s->lock) {
         ext_nodelock_clear(s->lock, uid);
     }

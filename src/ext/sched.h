@@ -98,13 +98,21 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e);
 /* Cluster mode: a pod seen by the watch (deleted = 1 for DELETED). Finished
  * and deleted pods free their GPUs; pods with assignment annotations hold
  * them; pending GPU pods are remembered for /bind. Returns 1 when GPUs were
- * freed. */
+ * freed, or a node was released while a pod whose bind found it held waits
+ * for a retry (ext_sched_bind_retries). */
 int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted);
 /* Cluster mode: a full pod list; every allocation is rebuilt from it. */
 void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
 /* Pending GPU pods that found no node at their last /filter (for nudging);
  * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
+/* A /bind for pod uid was answered 503: its node stayed held (ext/nodelock.h). */
+void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid);
+/* Pending GPU pods whose /bind was answered 503 for a held node and that
+ * have not bound since: kube-scheduler keeps them in its unschedulable
+ * queue until a cluster event, so they are nudged when a node is released
+ * (each once; ext_sched_observe_pod then returns 1). Same form as above. */
+int ext_sched_bind_retries(struct ext_sched *s, char **out, int max);
 
 /* ---- the verbs: body in, (status, reply) out ---- */
 /* A reply is either a JSON tree or, on the hot paths (/filter and

@@ -59,11 +59,13 @@ static int bind_or_wait(struct ext_server *s, const struct http_request *req,
             break;
         struct ext_bind b;
         struct gs_err e = GS_ERR_INIT;
-        int w = -1;
-        if (now < deadline && ext_bind_parse(req->body, req->body_len, &b, &e) == 0) {
+        int w = -1, parsed = ext_bind_parse(req->body, req->body_len, &b, &e) == 0;
+        if (parsed && now < deadline)
             w = ext_nodelock_wait(s->opts.lock, b.node, b.pod_uid, tok, deadline, started, now);
+        if (parsed && w < 0) /* answered 503: nudged when a node is released */
+            ext_sched_bind_gave_up(s->opts.sched, b.pod_uid);
+        if (parsed)
             ext_bind_clear(&b);
-        }
         if (w == 1) {
             free(ext_reply_take(reply, &len));
             http_req_park(req);

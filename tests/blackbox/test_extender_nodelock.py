@@ -105,6 +105,31 @@ def test_wait_runs_out_then_admission_releases(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin, api,
+                                                                   tmp_path):
+    """After a 503 kube-scheduler keeps the pod in its unschedulable queue
+    until a cluster event (60 s in 1.20); the release of its node is one,
+    told by a pod update (gpusched.io/retry-at), as when GPUs free up."""
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--bind-wait", "0.5")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        time.sleep(1.5)  # past the nudge round that follows the start's pod list
+        assert bind(e, api, "a").status_code == 200
+        assert bind(e, api, "b").status_code == 503
+        time.sleep(1.5)
+        assert PREFIX + "retry-at" not in api.get("pods", "b", "default")["metadata"]["annotations"]
+        mark_allocated(api, "a")
+        wait_for(lambda: PREFIX + "retry-at" in
+                 api.get("pods", "b", "default")["metadata"]["annotations"],
+                 timeout=5, what="b nudged")
+        assert bind(e, api, "b").status_code == 200
+    finally:
+        e.stop()
+
+
 def test_holder_rebuilt_after_restart_and_released_by_delete(gpusched_bin, api, tmp_path):
     for n in ("a", "b"):
         add_gpu_pod(api, n)
