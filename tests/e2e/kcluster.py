@@ -15,7 +15,7 @@ API (other scenarios build on it):
       against SHA256SUMS. K8S_DIR: $GPUSCHED_K8S_DIR, else ../shared/k8s beside
       the repository. Raises Unavailable when they are absent.
   Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
-          proxy_mode="service", workdir=None)
+          proxy_mode="leader", workdir=None)
       .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
                                webhook (+ its Mutating/ValidatingWebhookConfiguration),
                                extender replicas behind one proxy URL, kube-scheduler,
@@ -40,12 +40,15 @@ API (other scenarios build on it):
   NodeSpec(name, gpus=fake-GPU JSON doc, dp_args=[...])
   HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
       host directories and sysctls that differ: the "leaves nothing behind" check.
-  ExtenderProxy(backends, mode)  the one URL kube-scheduler calls; "service"
-      forwards each request to a ready replica picked at random (as a Service's
-      kube-proxy does: /readyz is 200 on every rebuilt replica, leader or not;
-      a non-leader answers /bind 503 and kube-scheduler retries the pod),
-      "leader" forwards to the replica holding the Lease. .counts holds
-      {(replica address, verb): requests}.
+  ExtenderProxy(backends, mode, leader_fn)  the one URL kube-scheduler calls.
+      "leader" (the default) forwards every request to the replica holding the
+      Lease (read from the API server, cached 0.5 s). "service" does what
+      deploy/'s Service does: each request to a ready replica picked at random,
+      as kube-proxy picks an endpoint; /readyz is 200 on every rebuilt replica,
+      leader or not, and a non-leader answers /bind 503, after which
+      kube-scheduler 1.20 parks the pod in its unschedulable queue for up to
+      60 s (test_service_routing.py). .mode can be switched at run time;
+      .counts holds {(replica address, verb): requests}.
 
 The scheduler config is deploy/scheduler-config.yaml translated to
 kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
@@ -278,27 +281,42 @@ class HostSnapshot:
                 mounts.add(line.split()[4])
         out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
                              check=True).stdout
-        links = {link["ifname"] for link in json.loads(out or "[]")}
+        links = {link["ifname"]: link.get("master", "") for link in json.loads(out or "[]")}
         paths = {p for p in HOST_PATHS if os.path.lexists(p)}
         sysctls = {s: _read("/proc/sys/" + s) for s in SYSCTLS}
         return cls(mounts, links, paths, sysctls, cls._procs(), _cgroup_dirs())
 
     def leftovers(self, after, workdirs=()):
-        """What `after` has that this snapshot had not (and changed sysctls)."""
+        """What `after` has that this snapshot had not, of what the clusters with these
+        workdirs made (other runs may share the host: their links, cgroups, processes
+        and kubelet's sysctls are not counted)."""
+        tags = [os.path.basename(w.rstrip("/")) for w in workdirs]
+        bridges = tuple(bridge_prefix(t) for t in tags)
         bad = []
         bad += [f"mount left: {m}" for m in sorted(after.mounts - self.mounts)]
-        bad += [f"network link left: {l}" for l in sorted(after.links - self.links)]
+        for name in sorted(set(after.links) - set(self.links)):
+            master = after.links[name]
+            if name.startswith(bridges) or (name.startswith("veth") and
+                                            (not master or master.startswith(bridges))):
+                bad.append(f"network link left: {name}")
         bad += [f"host path left: {p}" for p in sorted(after.paths - self.paths)]
         bad += [f"directory left: {w}" for w in workdirs if os.path.lexists(w)]
-        bad += [f"cgroup left: /sys/fs/cgroup/{c}" for c in sorted(after.cgroups - self.cgroups)]
-        for s, v in self.sysctls.items():
-            if after.sysctls.get(s) != v:
-                bad.append(f"sysctl {s.replace('/', '.')} = {after.sysctls.get(s)} (was {v})")
-        markers = tuple(workdirs) + ("gpusched-e2e",)
+        bad += [f"cgroup left: /sys/fs/cgroup/{c}" for c in sorted(after.cgroups - self.cgroups)
+                if any(t in c for t in tags)]
+        if not any(cmd.split(" ")[0].endswith("kubelet") for cmd in after.procs.values()):
+            for s, v in self.sysctls.items():
+                if after.sysctls.get(s) != v:
+                    bad.append(f"sysctl {s.replace('/', '.')} = {after.sysctls.get(s)} "
+                               f"(was {v})")
         for pid, cmd in after.procs.items():
-            if pid not in self.procs and any(m in cmd for m in markers):
+            if pid not in self.procs and any(w in cmd for w in workdirs):
                 bad.append(f"process left: {pid} {cmd[:200]}")
         return bad
+
+
+def bridge_prefix(tag):
+    """CNI bridge names of the cluster whose workdir is named `tag` (15 chars at most)."""
+    return "gse" + tag[-8:]
 
 
 # ---- processes ------------------------------------------------------------------
@@ -434,10 +452,11 @@ def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port
 # ---- the extender proxy (one URL for two replicas) --------------------------------
 
 class ExtenderProxy:
-    def __init__(self, backends, mode="service"):
+    def __init__(self, backends, mode="leader", leader_fn=None):
         self.backends = list(backends)   # [(identity, "127.0.0.1:port")]
         self.mode = mode
-        self.leader = None               # identity, set by Cluster from the Lease
+        self.leader_fn = leader_fn       # () -> identity holding the Lease, or None
+        self.leader, self.leader_at = None, 0.0
         self.lock = threading.Lock()
         self.counts = {}
         proxy = self
@@ -467,6 +486,14 @@ class ExtenderProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def current_leader(self):
+        with self.lock:
+            if self.leader_fn and time.time() - self.leader_at > 0.5:
+                with contextlib.suppress(requests.RequestException, ValueError):
+                    self.leader = self.leader_fn()
+                self.leader_at = time.time()
+            return self.leader
+
     @staticmethod
     def ready(addr):
         try:
@@ -480,13 +507,14 @@ class ExtenderProxy:
 
     def pick(self):
         if self.mode == "leader":
+            leader = self.current_leader()
             for ident, addr in self.backends:
-                if ident == self.leader:
+                if ident == leader and self.ready(addr):
                     return addr
             return None
-        # a Service: kube-proxy (iptables mode) picks a ready endpoint at random for each
-        # connection. Round robin would not do: kube-scheduler's calls per pod follow a
-        # fixed pattern (filter, bind), and could always send /bind to the non-leader.
+        # "service": kube-proxy (iptables mode) picks a ready endpoint at random for each
+        # connection. (Round robin would be worse: kube-scheduler's calls per pod follow
+        # a fixed pattern, filter then bind, and could send every /bind to the non-leader.)
         ready = [addr for _ident, addr in self.backends if self.ready(addr)]
         return random.choice(ready) if ready else None
 
@@ -550,7 +578,11 @@ class KubeletNode:
     def __init__(self, cluster, spec, index):
         self.c, self.spec, self.name = cluster, spec, spec.name
         self.dir = os.path.join(cluster.workdir, "nodes", spec.name)
-        self.bridge = f"gse2e{os.getpid() % 10000}n{index}"[:15]
+        self.tag = os.path.basename(cluster.workdir)
+        self.bridge = f"{bridge_prefix(self.tag)}n{index}"
+        # containers' cgroups go under <controller>/<this>/ (not containerd's shared
+        # default k8s.io/), so teardown removes exactly this run's
+        self.cgroup_root = f"/{self.tag}-{spec.name}"
         self.subnet = _pick_subnet()
         self.kubelet = self.containerd = self.dp = None
         self.dp_args = list(spec.dp_args)
@@ -642,7 +674,8 @@ state = "{d}/containerd/state"
             "--register-node=true", f"--kubeconfig={c.kubeconfig}",
             f"--volume-plugin-dir={self.dir}/volume-plugins", "--resolv-conf=",
             f"--pod-infra-container-image={PAUSE_IMAGE}",
-            "--node-labels=nvidia.com/gpu.present=true", "--v=2"]), c.logdir)
+            "--node-labels=nvidia.com/gpu.present=true", f"--cgroup-root={self.cgroup_root}",
+            "--v=2"]), c.logdir)
 
         def ready():
             n = c.api("GET", f"/api/v1/nodes/{self.name}")
@@ -727,7 +760,7 @@ state = "{d}/containerd/state"
 # ---- the cluster ----------------------------------------------------------------
 
 class Cluster:
-    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
+    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="leader",
                  workdir=None, bins=None):
         self.gpusched = os.path.abspath(gpusched_bin)
         self.node_specs = list(nodes)
@@ -1047,18 +1080,15 @@ class Cluster:
             backends.append((f"extender-{i}", f"127.0.0.1:{port}"))
         for (ident, addr), p in zip(backends, self.extenders):
             self.wait(lambda: ExtenderProxy.ready(addr), 30, f"{ident} /readyz", proc=p)
-        self.proxy = ExtenderProxy(backends, self.proxy_mode)
         self.wait(self.lease_holder, 30, "an extender holds the Lease")
+        self.proxy = ExtenderProxy(backends, self.proxy_mode, self.lease_holder)
 
     def lease_holder(self):
         r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
                             "gpusched-extender")
         if r.status_code != 200:
             return None
-        holder = r.json().get("spec", {}).get("holderIdentity")
-        if self.proxy:
-            self.proxy.leader = holder
-        return holder
+        return r.json().get("spec", {}).get("holderIdentity")
 
     def _start_scheduler(self):
         hz, mz, sp = free_port(), free_port(), free_port()
@@ -1115,12 +1145,14 @@ class Cluster:
             p.stop()
         if self.cp_ns:
             self.cp_ns.close(self.workdir)
-        # containerd's CRI puts containers under <controller>/k8s.io/<id>; runc removes
-        # each container's cgroup, the parent stays: remove what this run created
+        # runc removes each container's cgroup; the parent (kubelet's --cgroup-root,
+        # named after the workdir) stays: remove it
+        tag = os.path.basename(self.workdir)
         for d in sorted(_cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()),
                         key=lambda s: s.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir("/sys/fs/cgroup/" + d)
+            if tag in d:
+                with contextlib.suppress(OSError):
+                    os.rmdir("/sys/fs/cgroup/" + d)
         for s, v in self.saved_sysctls.items():
             if v is not None and _read("/proc/sys/" + s) != v:
                 with open("/proc/sys/" + s, "w") as f:
