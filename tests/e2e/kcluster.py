@@ -102,6 +102,7 @@ HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/
 PAUSE_IMAGE = "localhost/pause:e2e"
 BUSYBOX_IMAGE = "localhost/busybox:e2e"
 PREFIX = "gpusched.io/"
+CGROUP_PARENT = "k8s.io"      # containerd's CRI namespace: containers' cgroup parent
 
 
 class Unavailable(Exception):
@@ -301,8 +302,12 @@ class HostSnapshot:
                 bad.append(f"network link left: {name}")
         bad += [f"host path left: {p}" for p in sorted(after.paths - self.paths)]
         bad += [f"directory left: {w}" for w in workdirs if os.path.lexists(w)]
-        bad += [f"cgroup left: /sys/fs/cgroup/{c}" for c in sorted(after.cgroups - self.cgroups)
-                if any(t in c for t in tags)]
+        for c in sorted(after.cgroups - self.cgroups):
+            path = "/sys/fs/cgroup/" + c
+            # containerd's parent of every run's containers: left over when empty
+            if c.endswith("/" + CGROUP_PARENT) and os.path.isdir(path) and not any(
+                    os.path.isdir(os.path.join(path, e)) for e in os.listdir(path)):
+                bad.append(f"cgroup left: {path}")
         if not any(cmd.split(" ")[0].endswith("kubelet") for cmd in after.procs.values()):
             for s, v in self.sysctls.items():
                 if after.sysctls.get(s) != v:
@@ -580,9 +585,7 @@ class KubeletNode:
         self.dir = os.path.join(cluster.workdir, "nodes", spec.name)
         self.tag = os.path.basename(cluster.workdir)
         self.bridge = f"{bridge_prefix(self.tag)}n{index}"
-        # containers' cgroups go under <controller>/<this>/ (not containerd's shared
-        # default k8s.io/), so teardown removes exactly this run's
-        self.cgroup_root = f"/{self.tag}-{spec.name}"
+
         self.subnet = _pick_subnet()
         self.kubelet = self.containerd = self.dp = None
         self.dp_args = list(spec.dp_args)
@@ -674,8 +677,7 @@ state = "{d}/containerd/state"
             "--register-node=true", f"--kubeconfig={c.kubeconfig}",
             f"--volume-plugin-dir={self.dir}/volume-plugins", "--resolv-conf=",
             f"--pod-infra-container-image={PAUSE_IMAGE}",
-            "--node-labels=nvidia.com/gpu.present=true", f"--cgroup-root={self.cgroup_root}",
-            "--v=2"]), c.logdir)
+            "--node-labels=nvidia.com/gpu.present=true", "--v=2"]), c.logdir)
 
         def ready():
             n = c.api("GET", f"/api/v1/nodes/{self.name}")
@@ -1145,12 +1147,11 @@ class Cluster:
             p.stop()
         if self.cp_ns:
             self.cp_ns.close(self.workdir)
-        # runc removes each container's cgroup; the parent (kubelet's --cgroup-root,
-        # named after the workdir) stays: remove it
-        tag = os.path.basename(self.workdir)
-        for d in sorted(_cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()),
-                        key=lambda s: s.count("/"), reverse=True):
-            if tag in d:
+        # runc removes each container's cgroup; containerd's parent for them,
+        # <controller>/k8s.io, stays: remove it when this run created it and no other
+        # run's containers are in it (rmdir fails on a non-empty cgroup)
+        for d in _cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()):
+            if d.endswith("/" + CGROUP_PARENT):
                 with contextlib.suppress(OSError):
                     os.rmdir("/sys/fs/cgroup/" + d)
         for s, v in self.saved_sysctls.items():
