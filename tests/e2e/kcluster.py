@@ -50,10 +50,11 @@ API (other scenarios build on it):
       60 s (test_service_routing.py). .mode can be switched at run time;
       .counts holds {(replica address, verb): requests}.
 
-The scheduler config is deploy/scheduler-config.yaml translated to
-kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
-urlPrefix pointed at the proxy, percentageOfNodesToScore: 100, healthz/metrics on
-free loopback ports, the kubeconfig; everything else as shipped.
+The scheduler config (scheduler_config_v1beta1()): deploy/'s
+kubescheduler.config.k8s.io/v1beta1 file (the API of 1.20) once deploy/ ships one;
+until then deploy/scheduler-config.yaml translated to v1beta1 with
+percentageOfNodesToScore: 100. urlPrefix points at the proxy; healthz/metrics on
+free loopback ports; the kubeconfig; everything else as shipped.
 
 Isolation: each kubelet node runs containerd, kubelet and its device plugin in a
 private mount namespace (unshare -m --propagation private; a holder process keeps
@@ -436,16 +437,40 @@ def write_kubeconfig(path, server, token):
         json.dump(doc, f)
 
 
-def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port):
-    """deploy/scheduler-config.yaml (KubeSchedulerConfiguration v1) as v1beta1 for 1.20."""
-    with open(source) as f:
-        cfg = yaml.safe_load(f)
-    cfg = copy.deepcopy(cfg)
-    cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
-    cfg["clientConnection"] = {"kubeconfig": kubeconfig}
+SCHED_API = "kubescheduler.config.k8s.io/v1beta1"     # the config API of kube-scheduler 1.20
+
+
+def shipped_scheduler_config(api=SCHED_API):
+    """(path, config) of the deploy/*.yaml KubeSchedulerConfiguration for `api`, or None."""
+    for path in sorted(os.listdir(os.path.join(ROOT, "deploy"))):
+        full = os.path.join(ROOT, "deploy", path)
+        if not path.endswith(".yaml"):
+            continue
+        with open(full) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        for d in docs:
+            if d.get("kind") == "KubeSchedulerConfiguration" and d.get("apiVersion") == api:
+                return full, d
+    return None
+
+
+def scheduler_config_v1beta1(url, kubeconfig, healthz_port, metrics_port):
+    """The scheduler config the harness runs: deploy/'s v1beta1 config when it ships one;
+    else deploy/scheduler-config.yaml translated to v1beta1 with
+    percentageOfNodesToScore: 100 (issue 12, problem 1). Either way urlPrefix points at
+    the proxy, the kubeconfig and healthz/metrics ports are the harness's, and the
+    leader election retries every second."""
+    shipped = shipped_scheduler_config()
+    if shipped:
+        cfg = copy.deepcopy(shipped[1])
+    else:
+        with open(os.path.join(ROOT, "deploy", "scheduler-config.yaml")) as f:
+            cfg = yaml.safe_load(f)
+        cfg["apiVersion"] = SCHED_API
+        cfg["percentageOfNodesToScore"] = 100
+    cfg["clientConnection"] = dict(cfg.get("clientConnection") or {}, kubeconfig=kubeconfig)
     cfg["healthzBindAddress"] = f"127.0.0.1:{healthz_port}"
     cfg["metricsBindAddress"] = f"127.0.0.1:{metrics_port}"
-    cfg["percentageOfNodesToScore"] = 100
     le = cfg.get("leaderElection", {})
     le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "15s", "10s", "1s"
     cfg["leaderElection"] = le
@@ -1094,8 +1119,7 @@ class Cluster:
 
     def _start_scheduler(self):
         hz, mz, sp = free_port(), free_port(), free_port()
-        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
-                                       self.proxy.url, self.kubeconfig, hz, mz)
+        cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
         path = os.path.join(self.workdir, "scheduler-config.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(cfg, f)
