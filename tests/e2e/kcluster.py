@@ -66,7 +66,6 @@ unused on the host, isGateway and ipMasq off. Teardown unmounts deepest first,
 kills what is left in each namespace, deletes the bridges and restores the
 sysctls kubelet changes.
 """
-import base64
 import contextlib
 import copy
 import hashlib
@@ -85,7 +84,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
 
 import requests
 import urllib3
@@ -885,7 +883,8 @@ class Cluster:
         try:
             self.wait(check, timeout, f"pods {names} in {phases}", interval=0.3)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n{self.describe_pods(ns, [n for n in names if n not in got])}")
+            left = [n for n in names if n not in got]
+            raise AssertionError(f"{e}\n{self.describe_pods(ns, left)}")
         return got
 
     def describe_pods(self, ns, names):
