@@ -173,6 +173,11 @@ def check_host():
         missing.append("/usr/lib/cni/bridge (containernetworking-plugins)")
     if missing:
         raise Unavailable("missing: " + ", ".join(missing) + " (scripts/deps installs them)")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise Unavailable(f"cannot make a private mount namespace here (unshare -m: "
+                          f"{probe.stderr.strip()}); a container without CAP_SYS_ADMIN?")
 
 
 def free_port():
