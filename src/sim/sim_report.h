@@ -43,4 +43,30 @@ int sim_write_csv(FILE *f, const struct sim_report *r);
 /* Arrived 75..130 %: one line (median) per policy with its 25-75 % band. */
 int sim_write_svg(FILE *f, const struct sim_report *r, const char *title);
 
+/* ---- building blocks for other plots (the time-driven replay's) ---- */
+
+struct sim_svg_line {
+    const char *label;         /* legend text, NULL = none */
+    const double *x, *y;       /* n points; NaN points are skipped */
+    int n;
+    int color;                 /* index into the palette sim_write_svg uses */
+    int dashed;
+};
+
+struct sim_svg_panel {
+    double left, top, width, height; /* plot area in the picture */
+    double x0, x1, y0, y1;           /* data ranges */
+    int log_x;                       /* log10 x axis, x0 > 0; smaller x drawn at x0 */
+    const char *title, *xlabel, *ylabel;
+    const struct sim_svg_line *lines;
+    int n_lines;
+    int legend;                      /* draw the legend in the top right corner */
+};
+
+/* An SVG picture of w x h with a title; panels go in between; end returns
+ * 0 or -GS_EIO. */
+void sim_svg_begin(FILE *f, int w, int h, const char *title);
+void sim_svg_panel(FILE *f, const struct sim_svg_panel *p);
+int sim_svg_end(FILE *f);
+
 #endif

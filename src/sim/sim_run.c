@@ -100,7 +100,7 @@ static int cmp_pod_name(const void *a, const void *b, void *arg)
     return c ? c : (x > y) - (x < y);
 }
 
-static int build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e)
+int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e)
 {
     struct core_node_spec *spec = calloc(1, sizeof *spec);
     if (!spec)
@@ -127,8 +127,7 @@ static int build_cluster(struct core_cluster *c, const struct sim_trace *t, stru
     return rc;
 }
 
-/* Fills the request part of a reusable core_pod from a trace pod. */
-static void to_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp)
+void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp)
 {
     struct core_request *r = &cp->req;
     memset(r, 0, sizeof *r);
@@ -212,7 +211,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
         rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
         goto out;
     }
-    if ((rc = build_cluster(c, t, e)) < 0 ||
+    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
         (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
         goto out;
     core_cluster_set_seed(c, seed);
@@ -278,7 +277,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
     struct core_decision d;
     for (int i = 0; i < len; i++) {
         const struct sim_pod *p = &t->pods[order[i]];
-        to_core_pod(p, i, cp);
+        sim_core_pod(p, i, cp);
         arrived += (double)p->num_gpu * p->gpu_milli;
         if (core_schedule_one(c, pol, cp, &d, NULL) == 0 && core_reserve(c, &d.alloc, NULL) == 0)
             alloc += (double)p->num_gpu * p->gpu_milli;
