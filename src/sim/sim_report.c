@@ -111,6 +111,15 @@ void sim_print_table(FILE *f, const struct sim_report *r)
         fprintf(f, "%-12s %5d  %-22s %7.2f  %-15s %-15s %-14s\n", s->policy->name, s->seeds, a,
                 s->unalloc100.median, b, c, d);
     }
+    if (r->bound) {
+        struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
+        fprintf(f, "%-12s %5d  %6.2f ± %-13.2f %7.2f  (LP lower bound at arrived 100 %%, %.1f s)\n",
+                "bound", b.n, b.mean, b.sd, b.median, r->bound_s);
+        fprintf(f, "\ndistance to the bound at 100 %% (points, mean over seeds):");
+        for (int i = 0; i < r->n; i++)
+            fprintf(f, " %s %+.2f", r->s[i].policy->name, r->s[i].unalloc100.mean - b.mean);
+        fprintf(f, "\n");
+    }
     fprintf(f, "\nelapsed %.2f s\n", r->elapsed_s);
 }
 
@@ -145,6 +154,16 @@ int sim_write_json(FILE *f, const struct sim_report *r)
                              "pods", r->pods, "results", results, "elapsed_s", r->elapsed_s);
     if (!root)
         return -GS_ENOMEM;
+    if (r->bound) {
+        struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
+        json_t *per = json_array();
+        for (int i = 0; i < r->n_bound; i++)
+            json_array_append_new(per, json_pack("{s:I, s:o}", "seed", (json_int_t)r->bound_seeds[i],
+                                                 "unallocated_pct_at_100", num(r->bound[i])));
+        json_object_set_new(root, "bound",
+                            json_pack("{s:o, s:o, s:f}", "unallocated_pct_at_100", stat_json(&b),
+                                      "per_seed", per, "elapsed_s", r->bound_s));
+    }
     int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
     json_decref(root);
     fputc('\n', f);

@@ -35,6 +35,12 @@ struct sim_report {
     const struct sim_summary *s;
     int n;
     double elapsed_s;
+    /* optional (--bound): the LP lower bound on unallocated % at 100 % per
+     * seed (sim_bound.h); NULL = not computed */
+    const double *bound;
+    const uint64_t *bound_seeds;
+    int n_bound;
+    double bound_s;                  /* time spent on the LPs */
 };
 
 void sim_print_table(FILE *f, const struct sim_report *r);

@@ -191,31 +191,16 @@ static void bin_samples(const struct sample *s, int n, struct sim_run_result *r)
     }
 }
 
-int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
-            struct sim_run_result *r, struct gs_err *e)
+int sim_order(const struct sim_config *cfg, uint64_t seed, int **out, int *out_len,
+              struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    memset(r, 0, sizeof *r);
-    r->policy = pol;
-    r->seed = seed;
-    if (t->total_gpus <= 0)
-        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-
-    struct core_cluster *c = core_cluster_new();
-    int *order = malloc(((size_t)t->n_pods + 1) * sizeof *order);
-    struct core_pod *cp = calloc(1, sizeof *cp);
     int rc = 0;
-    if (!c || !order || !cp) {
-        rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
-        goto out;
-    }
-    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
-        goto out;
-    core_cluster_set_seed(c, seed);
-
+    *out = NULL;
+    *out_len = 0;
+    int *order = malloc(((size_t)t->n_pods + 1) * sizeof *order);
+    if (!order)
+        return gs_errf(e, GS_ENOMEM, "run: out of memory");
     /* sort by name, then a seeded uniform shuffle */
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
     int n = t->n_pods;
@@ -247,7 +232,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
                 int *no = realloc(order, (size_t)cap_order * sizeof *order);
                 if (!no) {
                     rc = gs_errf(e, GS_ENOMEM, "tuning: out of memory");
-                    goto out;
+                    goto fail;
                 }
                 order = no;
             }
@@ -256,7 +241,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
             if (len > 100 * n + 1000000) {
                 rc = gs_errf(e, GS_EINVAL, "tuning: the trace's pods ask for too few GPUs to "
                              "reach %.0f%% of capacity", cfg->tune * 100);
-                goto out;
+                goto fail;
             }
         }
     } else {
@@ -268,6 +253,43 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
         }
     }
 
+    *out = order;
+    *out_len = len;
+    return 0;
+fail:
+    free(order);
+    return rc;
+}
+
+int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+            struct sim_run_result *r, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memset(r, 0, sizeof *r);
+    r->policy = pol;
+    r->seed = seed;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+
+    struct core_cluster *c = core_cluster_new();
+    int *order = NULL;
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    int rc = 0;
+    if (!c || !cp) {
+        rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
+        goto out;
+    }
+    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
+        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+        goto out;
+    core_cluster_set_seed(c, seed);
+
+    int len;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
+        goto out;
+    const double cap = (double)t->total_gpus * CORE_MILLI;
     struct sample *s = malloc(((size_t)len + 1) * sizeof *s);
     if (!s) {
         rc = gs_errf(e, GS_ENOMEM, "run: out of memory");

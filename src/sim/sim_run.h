@@ -46,6 +46,12 @@ struct sim_run_result {
     double elapsed_s;
 };
 
+/* The benchmark's submission order for a seed: trace pods sorted by name,
+ * shuffled, tuned to cfg->tune x capacity (clones repeat an index).
+ * *order (len *len) is the caller's to free. */
+int sim_order(const struct sim_config *cfg, uint64_t seed, int **order, int *len,
+              struct gs_err *e);
+
 /* One replay. Returns 0 or a negative GS_E* code. */
 int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
             struct sim_run_result *r, struct gs_err *e);
