@@ -28,7 +28,7 @@ static const char usage[] =
     "gpusched simulate --nodes NODE_CSV --pods POD_CSV [--policy LIST] [--seeds 42-51]\n"
     "       [--tune 1.3] [--json FILE] [--csv FILE] [--plot FILE.svg] [--threads N] [--bound]\n"
     "       gpusched simulate --mode time --nodes NODE_CSV --pods POD_CSV [--load 1,1.5,2]\n"
-    "       [--policy LIST] [--seeds 42-51] [--json FILE] [--plot FILE.svg]\n"
+    "       [--scale 1] [--policy LIST] [--seeds 42-51] [--json FILE] [--plot FILE.svg]\n"
     "       gpusched simulate --list-policies\n\n"
     "Replays an openb-schema trace (or gen-trace output) through the scheduling core:\n"
     "pods sorted by name, shuffled per seed, tuned to --tune x GPU capacity, placed\n"
@@ -176,8 +176,8 @@ static int write_tout(const char *path, int (*fn)(FILE *, const struct sim_time_
 
 /* --mode time: every load x policy x seed, then the tables and files. */
 static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
-                    const double *loads, int n_loads, const struct core_policy *const *pols,
-                    int n_pols, const uint64_t *seeds, int n_seeds, int threads,
+                    const double *loads, int n_loads, double scale,
+                    const struct core_policy *const *pols, int n_pols, const uint64_t *seeds, int n_seeds, int threads,
                     const char *json, const char *plot, const struct timespec *t0)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -190,7 +190,8 @@ static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
         status = 1;
         goto out;
     }
-    if (sim_time_grid(cfg, loads, n_loads, pols, n_pols, seeds, n_seeds, threads, runs, &e) < 0) {
+    if (sim_time_grid(cfg, loads, n_loads, scale, pols, n_pols, seeds, n_seeds, threads, runs,
+                      &e) < 0) {
         fprintf(stderr, "gpusched simulate: %s\n", e.msg);
         status = e.code == GS_EINVAL ? 2 : 1;
         goto out;
@@ -221,7 +222,7 @@ int cmd_simulate(int argc, char **argv)
     const char *nodes = NULL, *pods = NULL, *policy = DEFAULT_POLICIES, *seeds_s = "42-51";
     const char *json = NULL, *csv = NULL, *plot = NULL, *title = NULL;
     const char *mode = "arrival", *load_s = "1";
-    double tune = 1.3;
+    double tune = 1.3, scale = 1;
     long threads = 0;
     int list = 0, npos = 0, bound = 0;
     struct gs_err e = GS_ERR_INIT;
@@ -238,6 +239,7 @@ int cmd_simulate(int argc, char **argv)
         OPT_INT("threads", &threads, "N", "worker threads (default: one per CPU)", 0, 256),
         OPT_STR("mode", &mode, "MODE", "arrival (the benchmark, default) or time (replay in time)"),
         OPT_STR("load", &load_s, "LIST", "time mode: arrival compression factors, e.g. 1,1.5,2 (default 1)"),
+        OPT_DBL("scale", &scale, "X", "time mode: X times the trace's GPU request, by seeded clones (default 1)"),
         OPT_BOOL("bound", &bound, "arrival mode: also the LP lower bound on unallocated % at 100 % per seed"),
         OPT_BOOL("list-policies", &list, "print every policy name, one per line, and exit"),
         OPT_END(),
@@ -262,6 +264,11 @@ int cmd_simulate(int argc, char **argv)
     }
     if (time_mode && policy == (const char *)DEFAULT_POLICIES)
         policy = TIME_POLICIES;
+    if (!time_mode && scale != 1) {
+        fprintf(stderr, "gpusched simulate: --scale is for --mode time (the arrival mode has "
+                "--tune)\n");
+        return 2;
+    }
     if (time_mode && bound) {
         fprintf(stderr, "gpusched simulate: --bound is for the arrival mode\n");
         return 2;
@@ -305,7 +312,7 @@ int cmd_simulate(int argc, char **argv)
             return 2;
         }
         svg_title = title ? title : pods;
-        int st = run_time(&cfg, &trace, loads, n_loads, pols, n_pols, seeds, n_seeds,
+        int st = run_time(&cfg, &trace, loads, n_loads, scale, pols, n_pols, seeds, n_seeds,
                           (int)threads, json, plot, &t0);
         sim_config_clear(&cfg);
         sim_trace_clear(&trace);

@@ -116,10 +116,16 @@ struct tpod {
     unsigned char status;
 };
 
+struct req_arg {
+    const struct sim_pod *pods;
+    const int *src;
+};
+
 static int cmp_req(const void *a, const void *b, void *arg)
 {
-    const struct sim_pod *pods = arg;
-    const struct sim_pod *x = &pods[*(const int *)a], *y = &pods[*(const int *)b];
+    const struct req_arg *ra = arg;
+    const struct sim_pod *x = &ra->pods[ra->src[*(const int *)a]];
+    const struct sim_pod *y = &ra->pods[ra->src[*(const int *)b]];
     if (x->cpu_milli != y->cpu_milli)
         return x->cpu_milli < y->cpu_milli ? -1 : 1;
     if (x->mem_mib != y->mem_mib)
@@ -169,7 +175,7 @@ static double backoff_s(int attempts)
 struct state {
     struct core_cluster *c;
     struct tpod *tp;
-    int *order, *cls_of, *unsched, *freed;
+    int *src, *order, *unsched, *freed; /* src[i]: the trace pod that replay pod i is */
     int n_unsched, n_freed, cap_freed;
     struct core_pod *reps; /* one request per class */
     unsigned char *blocked;
@@ -183,8 +189,8 @@ static void state_free(struct state *s)
 {
     core_cluster_free(s->c);
     free(s->tp);
+    free(s->src);
     free(s->order);
-    free(s->cls_of);
     free(s->unsched);
     free(s->freed);
     free(s->reps);
@@ -221,27 +227,60 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
     r->policy = pol;
     r->seed = seed;
     r->load = o->load;
-    const int n = t->n_pods;
-    r->pods = n;
+    r->scale = o->scale;
     if (!t->has_times)
         return gs_errf(e, GS_EINVAL, "the time-driven replay needs the pod list's "
                        "creation_time column (and deletion_time, scheduled_time)");
     if (!(o->load >= 0.01 && o->load <= 1e6))
         return gs_errf(e, GS_EINVAL, "--load: %g is out of range [0.01, 1e6]", o->load);
+    if (!(o->scale >= 1 && o->scale <= 100))
+        return gs_errf(e, GS_EINVAL, "--scale: %g is out of range [1, 100]", o->scale);
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
 
     struct state s;
     memset(&s, 0, sizeof s);
     int rc = 0;
+    /* the replay's pods: the trace's, then clones drawn uniformly with
+     * replacement (seeded) until the GPU request reaches scale x the trace's */
+    double req = 0, target;
+    int n = t->n_pods, cap_src = n + 1;
+    for (int i = 0; i < t->n_pods; i++)
+        req += (double)t->pods[i].num_gpu * t->pods[i].gpu_milli;
+    target = o->scale * req;
+    s.src = malloc((size_t)cap_src * sizeof *s.src);
+    if (!s.src)
+        return gs_errf(e, GS_ENOMEM, "time replay: out of memory");
+    for (int i = 0; i < n; i++)
+        s.src[i] = i;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 7;
+    while (o->scale > 1 && req < target) {
+        rng += 0x9e3779b97f4a7c15ULL;
+        uint64_t x = rng;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+        x ^= x >> 31;
+        int pick = (int)(x % (uint64_t)t->n_pods);
+        if (n == cap_src) {
+            cap_src *= 2;
+            int *ns = realloc(s.src, (size_t)cap_src * sizeof *ns);
+            if (!ns) {
+                free(s.src);
+                return gs_errf(e, GS_ENOMEM, "time replay: out of memory");
+            }
+            s.src = ns;
+        }
+        s.src[n++] = pick;
+        req += (double)t->pods[pick].num_gpu * t->pods[pick].gpu_milli;
+    }
+    r->pods = n;
     s.c = core_cluster_new();
     s.tp = calloc((size_t)n, sizeof *s.tp);
     s.order = malloc((size_t)n * sizeof *s.order);
-    s.cls_of = malloc((size_t)n * sizeof *s.cls_of);
     s.unsched = malloc((size_t)n * sizeof *s.unsched);
     s.cp = calloc(1, sizeof *s.cp);
     s.delays = malloc((size_t)n * sizeof *s.delays);
-    if (!s.c || !s.tp || !s.order || !s.cls_of || !s.unsched || !s.cp || !s.delays) {
+    if (!s.c || !s.tp || !s.order || !s.unsched || !s.cp || !s.delays) {
         rc = gs_errf(e, GS_ENOMEM, "time replay: out of memory");
         goto out;
     }
@@ -253,7 +292,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
     /* arrivals and durations (docs/benchmark.md states the rule) */
     int64_t tmin = INT64_MAX, tend = 0;
     for (int i = 0; i < n; i++) {
-        const struct sim_pod *p = &t->pods[i];
+        const struct sim_pod *p = &t->pods[s.src[i]];
         if (p->t_create < 0) {
             rc = gs_errf(e, GS_EINVAL, "pods:%d: column creation_time: empty for pod %s; the "
                          "time-driven replay needs it", p->line, p->name);
@@ -269,7 +308,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
     }
     const double cap = (double)t->total_gpus * CORE_MILLI;
     for (int i = 0; i < n; i++) {
-        const struct sim_pod *p = &t->pods[i];
+        const struct sim_pod *p = &t->pods[s.src[i]];
         struct tpod *q = &s.tp[i];
         int64_t start = p->t_sched >= 0 ? p->t_sched : p->t_create;
         int64_t del = p->t_delete >= 0 ? p->t_delete : tend;
@@ -283,9 +322,10 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
             r->gpu_pods++;
     }
     /* request classes, for the skip of pods that cannot fit */
-    qsort_r(s.order, (size_t)n, sizeof *s.order, cmp_req, (void *)t->pods);
+    struct req_arg ra = {t->pods, s.src};
+    qsort_r(s.order, (size_t)n, sizeof *s.order, cmp_req, &ra);
     for (int k = 0; k < n; k++) {
-        if (k == 0 || cmp_req(&s.order[k - 1], &s.order[k], (void *)t->pods) != 0)
+        if (k == 0 || cmp_req(&s.order[k - 1], &s.order[k], &ra) != 0)
             s.n_cls++;
         s.tp[s.order[k]].cls = s.n_cls - 1;
     }
@@ -296,7 +336,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
         goto out;
     }
     for (int i = 0; i < n; i++)
-        sim_core_pod(&t->pods[i], i, &s.reps[s.tp[i].cls]);
+        sim_core_pod(&t->pods[s.src[i]], i, &s.reps[s.tp[i].cls]);
     for (int i = 0; i < n; i++)
         s.order[i] = i;
     qsort_r(s.order, (size_t)n, sizeof *s.order, cmp_arrival, s.tp);
@@ -351,7 +391,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
             const struct core_alloc *al = core_alloc_find(s.c, uid);
             if (q->status != ST_RUNNING || !al) {
                 rc = gs_errf(e, GS_ECONFLICT, "time replay: pod %s departs but does not run",
-                             t->pods[h.id].name);
+                             t->pods[s.src[h.id]].name);
                 goto out;
             }
             struct core_node *nd = core_cluster_find(s.c, al->node);
@@ -426,7 +466,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
             struct tpod *q = &s.tp[h.id];
             if (q->status != ST_ACTIVE) {
                 rc = gs_errf(e, GS_ECONFLICT, "time replay: pod %s is taken from the queue but "
-                             "%s (placed twice?)", t->pods[h.id].name,
+                             "%s (placed twice?)", t->pods[s.src[h.id]].name,
                              q->status == ST_RUNNING || q->status == ST_DONE ? "was placed already"
                                                                            : "was not waiting");
                 goto out;
@@ -436,7 +476,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
                 struct core_decision d;
                 memcpy(s.cp, &s.reps[q->cls], sizeof *s.cp);
                 snprintf(s.cp->uid, sizeof s.cp->uid, "p%d", h.id);
-                snprintf(s.cp->name, sizeof s.cp->name, "%s", t->pods[h.id].name);
+                snprintf(s.cp->name, sizeof s.cp->name, "%s", t->pods[s.src[h.id]].name);
                 r->attempts++;
                 if (core_schedule_one(s.c, pol, s.cp, &d, NULL) == 0) {
                     if ((rc = core_reserve(s.c, &d.alloc, e)) < 0)
@@ -506,7 +546,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
         memcpy(s.cp, &s.reps[s.tp[id].cls], sizeof *s.cp);
         if (core_schedule_one(s.c, pol, s.cp, &d, NULL) == 0) {
             rc = gs_errf(e, GS_ECONFLICT, "time replay: pod %s waited to the end though it fits "
-                         "the empty cluster (never retried)", t->pods[id].name);
+                         "the empty cluster (never retried)", t->pods[s.src[id]].name);
             goto out;
         }
     }
@@ -524,7 +564,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
         int k = 0;
         double sum = 0;
         for (int i = 0; i < n; i++)
-            if (s.tp[i].status == ST_DONE && in_class(&t->pods[i], cls)) {
+            if (s.tp[i].status == ST_DONE && in_class(&t->pods[s.src[i]], cls)) {
                 s.delays[k] = s.tp[i].placed - s.tp[i].arrive;
                 sum += s.delays[k++];
             }
@@ -550,6 +590,7 @@ out:
 struct tgrid {
     const struct sim_config *cfg;
     const double *loads;
+    double scale;
     const struct core_policy *const *pols;
     const uint64_t *seeds;
     int n_pols, n_seeds, n_jobs, next;
@@ -570,7 +611,7 @@ static void *tgrid_worker(void *arg)
             return NULL;
         struct gs_err e = GS_ERR_INIT;
         int per_load = g->n_pols * g->n_seeds;
-        struct sim_time_opts o = {g->loads[j / per_load], SIM_FAULT_NONE, 0};
+        struct sim_time_opts o = {g->loads[j / per_load], g->scale, SIM_FAULT_NONE, 0};
         int rc = sim_time_run(g->cfg, &o, g->pols[(j % per_load) / g->n_seeds],
                               g->seeds[j % g->n_seeds], &g->results[j], &e);
         if (rc < 0) {
@@ -584,11 +625,11 @@ static void *tgrid_worker(void *arg)
     }
 }
 
-int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads,
+int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads, double scale,
                   const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
                   int n_seeds, int threads, struct sim_time_result *results, struct gs_err *e)
 {
-    struct tgrid g = {cfg, loads, pols, seeds, n_pols, n_seeds, n_loads * n_pols * n_seeds, 0,
+    struct tgrid g = {cfg, loads, scale, pols, seeds, n_pols, n_seeds, n_loads * n_pols * n_seeds, 0,
                       results, PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
     if (threads <= 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,7 +1,8 @@
 /*
  * sim/sim_time.h - the time-driven replay (docs/benchmark.md, "Time-driven
  * replay"): every pod arrives at its creation_time (compressed by a load
- * factor), runs for its recorded duration once placed, then leaves; a pod
+ * factor; --scale adds seeded clones of random pods for more demand), runs
+ * for its recorded duration once placed, then leaves; a pod
  * that fits nowhere waits in a queue ordered and retried the way
  * kube-scheduler orders and retries it. Measures allocation and pending GPU
  * demand over time, queueing delay per request class, pods left waiting.
@@ -46,6 +47,8 @@ enum sim_fault {
 
 struct sim_time_opts {
     double load;            /* arrival times divided by this (0.01 to 1e6) */
+    double scale;           /* workload x the trace's GPU request, 1 to 100: clones of
+                               random pods (seeded) keep their original's times */
     enum sim_fault fault;
     int exhaustive;         /* test-only: try every waiting pod, no skipping (same results) */
 };
@@ -53,8 +56,8 @@ struct sim_time_opts {
 struct sim_time_result {
     const struct core_policy *policy;
     uint64_t seed;
-    double load;
-    int pods, gpu_pods;              /* in the trace; with GPUs */
+    double load, scale;
+    int pods, gpu_pods;              /* replayed (clones included); with GPUs */
     double t0, t1;                   /* window: arrival of pod n/100 in arrival order (skips
                                         a sparse lead-in) to the last arrival, replay s */
     double alloc_pct;                /* allocated GPU compute, time-weighted mean over the window */
@@ -78,7 +81,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
 
 /* Every load x policy x seed on up to `threads` threads (<= 0: one per
  * CPU); results[(l * n_pols + p) * n_seeds + s]. */
-int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads,
+int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads, double scale,
                   const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
                   int n_seeds, int threads, struct sim_time_result *results, struct gs_err *e);
 

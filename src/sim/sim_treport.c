@@ -18,6 +18,7 @@ void sim_time_summarize(const struct sim_time_result *runs, int n_seeds,
         return;
     out->policy = runs[0].policy;
     out->load = runs[0].load;
+    out->scale = runs[0].scale;
     out->seeds = n_seeds;
     out->t0 = runs[0].t0;
     out->t1 = runs[0].t1;
@@ -78,8 +79,8 @@ static void fmt_delay(char *buf, size_t size, double s)
 
 void sim_time_print(FILE *f, const struct sim_time_report *r)
 {
-    fprintf(f, "%d nodes, %d GPUs, %d pods; time-driven replay (mean over seeds)\n\n", r->nodes,
-            r->gpus, r->pods);
+    fprintf(f, "%d nodes, %d GPUs, %d pods; time-driven replay, workload x%g (mean over seeds)\n\n",
+            r->nodes, r->gpus, r->pods, r->n ? r->s[0].scale : 1.0);
     fprintf(f, "%-5s %-10s %5s %-14s %8s %9s %9s %9s %7s %7s %10s\n", "load", "policy", "seeds",
             "alloc% ±sd", "pending%", "delay p50", "p90", "p99", "waiting", "never", "GPU-hours");
     for (int i = 0; i < r->n; i++) {
@@ -146,8 +147,8 @@ int sim_time_write_json(FILE *f, const struct sim_time_report *r)
             json_array_append_new(cdf, json_pack("[i, o]", k, num(s->cdf[k])));
         json_array_append_new(
             results,
-            json_pack("{s:s, s:f, s:i, s:f, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-                      "policy", s->policy->name, "load", s->load, "seeds", s->seeds,
+            json_pack("{s:s, s:f, s:f, s:i, s:f, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                      "policy", s->policy->name, "load", s->load, "scale", s->scale, "seeds", s->seeds,
                       "window_start_s", s->t0, "window_end_s", s->t1, "gpu_alloc_pct_time_mean",
                       stat_json(&s->alloc), "pending_gpu_pct_time_mean", stat_json(&s->pending),
                       "gpu_hours", stat_json(&s->gpu_hours), "waiting_pods_at_end",

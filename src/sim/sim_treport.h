@@ -16,7 +16,7 @@
 
 struct sim_time_summary {
     const struct core_policy *policy;
-    double load;
+    double load, scale;
     int seeds;
     double t0, t1;                   /* window of the first run, s */
     struct sim_stat alloc, pending, gpu_hours, waiting_at_end, never_placed;
@@ -33,7 +33,7 @@ void sim_time_summarize(const struct sim_time_result *runs, int n_seeds,
                         struct sim_time_summary *out);
 
 struct sim_time_report {
-    int nodes, gpus, pods;
+    int nodes, gpus, pods;              /* pods: in the trace */
     const struct sim_time_summary *s; /* load-major: all policies of load 0, then load 1 ... */
     int n;
     double elapsed_s;

@@ -45,7 +45,7 @@ static int run1(const struct sim_trace *t, const char *policy, double load, enum
     struct sim_config cfg;
     if (sim_config_init(&cfg, t, 1.3, e) < 0)
         return -1;
-    struct sim_time_opts o = {load, fault, 0};
+    struct sim_time_opts o = {load, 1, fault, 0};
     int rc = sim_time_run(&cfg, &o, core_policy_find(policy), 42, r, e);
     sim_config_clear(&cfg);
     return rc;
@@ -123,6 +123,20 @@ static void test_hand(void)
     ASSERT_EQ(run1(&t, "bestfit", 1, SIM_FAULT_NONE, r, &e), 0);
     ASSERT_NEAR(r->delay[SIM_CLS_WHOLE][1], 0.9 * 19, 1e-9); /* B waits 2..21 */
     ASSERT_NEAR(r->alloc_pct, 100, 1e-9);
+
+    /* --scale 2: clones of random pods until twice the GPU request (2500
+     * milli -> 5000); every check of the run still holds */
+    struct sim_config cfg;
+    ASSERT_EQ(sim_config_init(&cfg, &t, 1.3, &e), 0);
+    struct sim_time_opts o2 = {1, 2, SIM_FAULT_NONE, 0};
+    ASSERT_EQ(sim_time_run(&cfg, &o2, core_policy_find("fgd"), 42, r, &e), 0);
+    ASSERT_TRUE(r->pods >= 6 && r->pods <= 4 + 5 * 2);
+    ASSERT_EQ(r->placements, r->pods);
+    o2.scale = 0.5;
+    ASSERT_EQ(sim_time_run(&cfg, &o2, core_policy_find("fgd"), 42, r, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "--scale");
+    sim_config_clear(&cfg);
+
     sim_trace_clear(&t);
 
     /* a trace without timestamps is refused with the reason */
@@ -180,7 +194,9 @@ static void test_skip_is_exact(void)
     struct sim_time_result *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
     const char *pols[] = {"bestfit", "fgd", "cpufrag"};
     for (int p = 0; p < 3; p++) {
-        struct sim_time_opts fast = {1, SIM_FAULT_NONE, 0}, slow = {1, SIM_FAULT_NONE, 1};
+        double scale = p == 2 ? 1.5 : 1; /* clones too */
+        struct sim_time_opts fast = {1, scale, SIM_FAULT_NONE, 0};
+        struct sim_time_opts slow = {1, scale, SIM_FAULT_NONE, 1};
         ASSERT_EQ(sim_time_run(&cfg, &fast, core_policy_find(pols[p]), 43, a, &e), 0);
         ASSERT_EQ(sim_time_run(&cfg, &slow, core_policy_find(pols[p]), 43, b, &e), 0);
         ASSERT_TRUE(a->pending_pct > 1);   /* the queue is busy */
@@ -188,6 +204,9 @@ static void test_skip_is_exact(void)
         ASSERT_NEAR(a->alloc_pct, b->alloc_pct, 1e-9);
         ASSERT_NEAR(a->pending_pct, b->pending_pct, 1e-9);
         ASSERT_EQ(a->placements, b->placements);
+        ASSERT_EQ(a->pods, p == 2 ? b->pods : t.n_pods);
+        if (p == 2)
+            ASSERT_TRUE(a->pods > t.n_pods * 5 / 4 && a->pods < t.n_pods * 7 / 4);
         ASSERT_EQ(a->never_placed, b->never_placed);
         for (int c = 0; c < SIM_N_CLS; c++)
             for (int q = 0; q < 3; q++)
