@@ -113,7 +113,7 @@ void sim_print_table(FILE *f, const struct sim_report *r)
     }
     if (r->bound) {
         struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
-        fprintf(f, "%-12s %5d  %6.2f ± %-13.2f %7.2f  (LP lower bound at arrived 100 %%, %.1f s)\n",
+        fprintf(f, "%-12s %5d  %6.2f ± %-12.2f %7.2f  (LP lower bound at arrived 100 %%, %.1f s)\n",
                 "bound", b.n, b.mean, b.sd, b.median, r->bound_s);
         fprintf(f, "\ndistance to the bound at 100 %% (points, mean over seeds):");
         for (int i = 0; i < r->n; i++)
@@ -370,7 +370,7 @@ void sim_svg_panel(FILE *f, const struct sim_svg_panel *p)
         }
         fprintf(f, "\"/>\n");
         if (p->legend && l->label) {
-            double ly = p->top + 12 + 15 * i, lx = p->left + p->width - 120;
+            double ly = p->top + 12 + 15 * i, lx = p->left + 8; /* top left */
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                        "stroke-width=\"3\"%s/><text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">",
                     lx, ly, lx + 18, ly, col, l->dashed ? " stroke-dasharray=\"4 3\"" : "",

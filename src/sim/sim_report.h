@@ -66,7 +66,7 @@ struct sim_svg_panel {
     const char *title, *xlabel, *ylabel;
     const struct sim_svg_line *lines;
     int n_lines;
-    int legend;                      /* draw the legend in the top right corner */
+    int legend;                      /* draw the legend in the top left corner */
 };
 
 /* An SVG picture of w x h with a title; panels go in between; end returns

@@ -226,15 +226,18 @@ int sim_time_write_svg(FILE *f, const struct sim_time_report *r, const char *tit
             lines[nl].label = s->policy->name;
             lines[nl].y = s->alloc_ts;
             lines[nl].n = SIM_TIME_POINTS;
-            lines[nl].color = i % r->n;
+            lines[nl].color = nl; /* the same policy, the same colour in every column */
             cl[nl] = lines[nl];
             cl[nl].x = cdf_x + i * SIM_CDF_POINTS;
             cl[nl].y = cy;
             cl[nl].n = SIM_CDF_POINTS;
             nl++;
         }
+        /* time unit by the window's length */
+        double unit = t1 - t0 >= 2 * 86400 ? 86400 : t1 - t0 >= 2 * 3600 ? 3600 : 60;
+        const char *uname = unit == 86400 ? "days" : unit == 3600 ? "hours" : "minutes";
         for (int k = 0; k < SIM_TIME_POINTS; k++)
-            xs[k] = (t1 - t0) * k / (SIM_TIME_POINTS - 1) / 86400;
+            xs[k] = (t1 - t0) * k / (SIM_TIME_POINTS - 1) / unit;
         for (int k = 0; k < nl; k++)
             lines[k].x = xs;
         char tt[3][64];
@@ -242,8 +245,10 @@ int sim_time_write_svg(FILE *f, const struct sim_time_report *r, const char *tit
         snprintf(tt[1], sizeof tt[1], "load x%g: waiting GPU demand", loads[li]);
         snprintf(tt[2], sizeof tt[2], "load x%g: queueing delay CDF, GPU pods", loads[li]);
         double left = ml + li * cw;
-        struct sim_svg_panel p = {left, mt, cw - gap + 10, ch, 0, (t1 - t0) / 86400, 0, 100, 0,
-                                  tt[0], "days", "% of GPU capacity", lines, nl, 1};
+        char xl[64];
+        snprintf(xl, sizeof xl, "%s since the window's start", uname);
+        struct sim_svg_panel p = {left, mt, cw - gap + 10, ch, 0, (t1 - t0) / unit, 0, 100, 0,
+                                  tt[0], xl, "% of GPU capacity", lines, nl, 1};
         sim_svg_panel(f, &p);
         for (int k = 0; k < nl; k++) {
             const struct sim_time_summary *s = NULL;

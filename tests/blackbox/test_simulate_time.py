@@ -90,3 +90,22 @@ def test_openb_default(gpusched_bin, openb_dir, tmp_path):
         assert x["never_placed_pods"]["mean"] == 0
         assert x["delay"]["all"]["pods"] == 7064  # every GPU pod of the trace
     assert wall < 60, wall  # two runs; about 2 s each on the 2-core build machine
+
+
+def test_help_mentions_time_flags(gpusched_bin):
+    r = run(gpusched_bin, "simulate", "--help")
+    assert r.returncode == 0
+    for flag in ("--mode", "--load", "--scale", "--bound", "creation_time"):
+        assert flag in r.stdout, flag
+
+
+def test_scale_only_in_time_mode(gpusched_bin, tmp_path):
+    n, p = write(tmp_path)
+    r = run(gpusched_bin, "simulate", "--nodes", n, "--pods", p, "--scale", "2")
+    assert r.returncode == 2 and "--scale is for --mode time" in r.stderr, r.stderr
+    js = tmp_path / "s.json"
+    r = run(gpusched_bin, "simulate", "--mode", "time", "--nodes", n, "--pods", p,
+            "--scale", "2", "--policy", "fgd", "--seeds", "1", "--json", str(js))
+    assert r.returncode == 0, r.stderr
+    x = json.loads(js.read_text())["results"][0]
+    assert x["scale"] == 2 and x["delay"]["all"]["pods"] >= 5  # clones placed too
