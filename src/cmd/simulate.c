@@ -219,7 +219,7 @@ static int write_svg(FILE *f, const struct sim_report *r)
 
 int cmd_simulate(int argc, char **argv)
 {
-    const char *nodes = NULL, *pods = NULL, *policy = DEFAULT_POLICIES, *seeds_s = "42-51";
+    const char *nodes = NULL, *pods = NULL, *policy = NULL, *seeds_s = "42-51";
     const char *json = NULL, *csv = NULL, *plot = NULL, *title = NULL;
     const char *mode = "arrival", *load_s = "1";
     double tune = 1.3, scale = 1;
@@ -262,8 +262,8 @@ int cmd_simulate(int argc, char **argv)
         fprintf(stderr, "gpusched simulate: --mode: '%s' is neither arrival nor time\n", mode);
         return 2;
     }
-    if (time_mode && policy == (const char *)DEFAULT_POLICIES)
-        policy = TIME_POLICIES;
+    if (!policy)
+        policy = time_mode ? TIME_POLICIES : DEFAULT_POLICIES;
     if (!time_mode && scale != 1) {
         fprintf(stderr, "gpusched simulate: --scale is for --mode time (the arrival mode has "
                 "--tune)\n");
