@@ -7,7 +7,8 @@ Prints (1) per trace the LP lower bound on unallocated GPU % at arrived
 100 % and each policy's mean, with its distance to the bound, from
 OUT_DIR/bound-TRACE.json; (2) per trace with timestamps and load the
 time-weighted GPU allocation and the p99 queueing delay of GPU pods from
-OUT_DIR/time-TRACE.json; (3) queueing delay per request class on `default`.
+OUT_DIR/time-TRACE.json; (3) queueing delay per request class on `default`
+and `gpuspec25` (the one with most model-constrained pods).
 """
 import json
 import os
@@ -54,15 +55,15 @@ def main(argv):
     print("| trace | load | alloc % bestfit | fgd | cpufrag | waiting GPU % bestfit | fgd | cpufrag "
           "| p99 delay bestfit | fgd | cpufrag |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    default = None
+    per_class = {}
     for t in traces:
         path = os.path.join(out, f"time-{t}.json")
         if not os.path.exists(path):
             continue
         with open(path) as f:
             doc = json.load(f)
-        if t == "default":
-            default = doc
+        if t in ("default", "gpuspec25"):
+            per_class[t] = doc
         loads = sorted({r["load"] for r in doc["results"]})
         for ld in loads:
             res = {r["policy"]: r for r in doc["results"] if r["load"] == ld}
@@ -70,12 +71,12 @@ def main(argv):
             w = [f"{res[p]['pending_gpu_pct_time_mean']['mean']:.2f}" for p in pols]
             d = [fmt_delay(res[p]["delay"]["all"]["p99_s"]["mean"]) for p in pols]
             print(f"| {t} | {ld:g} | " + " | ".join(a + w + d) + " |")
-    if default:
+    for t, doc in per_class.items():
         print()
-        print("| load | class | pods | bestfit p50 / p90 / p99 | fgd | cpufrag |")
+        print(f"| {t}: load | class | pods | bestfit p50 / p90 / p99 | fgd | cpufrag |")
         print("|---|---|---|---|---|---|")
-        for ld in sorted({r["load"] for r in default["results"]}):
-            res = {r["policy"]: r for r in default["results"] if r["load"] == ld}
+        for ld in sorted({r["load"] for r in doc["results"]}):
+            res = {r["policy"]: r for r in doc["results"] if r["load"] == ld}
             for c in ("all", "whole", "multi_gpu", "sharing", "model_constrained"):
                 n = res["cpufrag"]["delay"][c]["pods"]
                 if n == 0:
