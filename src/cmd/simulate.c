@@ -177,7 +177,8 @@ static int write_tout(const char *path, int (*fn)(FILE *, const struct sim_time_
 /* --mode time: every load x policy x seed, then the tables and files. */
 static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
                     const double *loads, int n_loads, double scale,
-                    const struct core_policy *const *pols, int n_pols, const uint64_t *seeds, int n_seeds, int threads,
+                    const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
+                    int n_seeds, int threads,
                     const char *json, const char *plot, const struct timespec *t0)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -200,9 +201,9 @@ static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
         sim_time_summarize(runs + (size_t)i * n_seeds, n_seeds, &sum[i]);
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    double elapsed = (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
     struct sim_time_report rep = {trace->n_nodes, trace->total_gpus, trace->n_pods, sum,
-                                  n_loads * n_pols,
-                                  (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9};
+                                  n_loads * n_pols, elapsed};
     sim_time_print(stdout, &rep);
     if ((json && write_tout(json, sim_time_write_json, &rep) < 0) ||
         (plot && write_tout(plot, write_tsvg, &rep) < 0))

@@ -113,7 +113,8 @@ void sim_print_table(FILE *f, const struct sim_report *r)
     }
     if (r->bound) {
         struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
-        fprintf(f, "%-12s %5d  %6.2f ± %-12.2f %7.2f  (LP lower bound at arrived 100 %%, %.1f s)\n",
+        fprintf(f, "%-12s %5d  %6.2f ± %-12.2f %7.2f  (LP lower bound at arrived 100 %%, "
+                   "%.1f s)\n",
                 "bound", b.n, b.mean, b.sd, b.median, r->bound_s);
         fprintf(f, "\ndistance to the bound at 100 %% (points, mean over seeds):");
         for (int i = 0; i < r->n; i++)
@@ -158,7 +159,8 @@ int sim_write_json(FILE *f, const struct sim_report *r)
         struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
         json_t *per = json_array();
         for (int i = 0; i < r->n_bound; i++)
-            json_array_append_new(per, json_pack("{s:I, s:o}", "seed", (json_int_t)r->bound_seeds[i],
+            json_array_append_new(per, json_pack("{s:I, s:o}", "seed",
+                                                 (json_int_t)r->bound_seeds[i],
                                                  "unallocated_pct_at_100", num(r->bound[i])));
         json_object_set_new(root, "bound",
                             json_pack("{s:o, s:o, s:f}", "unallocated_pct_at_100", stat_json(&b),

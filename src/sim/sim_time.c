@@ -629,8 +629,8 @@ int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads
                   const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
                   int n_seeds, int threads, struct sim_time_result *results, struct gs_err *e)
 {
-    struct tgrid g = {cfg, loads, scale, pols, seeds, n_pols, n_seeds, n_loads * n_pols * n_seeds, 0,
-                      results, PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
+    struct tgrid g = {cfg, loads, scale, pols, seeds, n_pols, n_seeds,
+                      n_loads * n_pols * n_seeds, 0, results, PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
     if (threads <= 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         threads = ncpu > 0 ? (int)ncpu : 1;

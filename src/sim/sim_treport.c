@@ -148,7 +148,8 @@ int sim_time_write_json(FILE *f, const struct sim_time_report *r)
         json_array_append_new(
             results,
             json_pack("{s:s, s:f, s:f, s:i, s:f, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-                      "policy", s->policy->name, "load", s->load, "scale", s->scale, "seeds", s->seeds,
+                      "policy", s->policy->name, "load", s->load, "scale", s->scale, "seeds",
+                      s->seeds,
                       "window_start_s", s->t0, "window_end_s", s->t1, "gpu_alloc_pct_time_mean",
                       stat_json(&s->alloc), "pending_gpu_pct_time_mean", stat_json(&s->pending),
                       "gpu_hours", stat_json(&s->gpu_hours), "waiting_pods_at_end",

@@ -148,7 +148,8 @@ static void test_hand(void)
     const char *bad_time = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\n"
                            "p,1,1,1,1000,-3\n";
     ASSERT_EQ(sim_trace_parse_pods(&t, bad_time, strlen(bad_time), "pods.csv", &e), -GS_EINVAL);
-    ASSERT_STREQ(e.msg, "pods.csv:2: column 6 (creation_time): '-3' is out of range 0..1099511627776");
+    ASSERT_STREQ(e.msg,
+                 "pods.csv:2: column 6 (creation_time): '-3' is out of range 0..1099511627776");
     sim_trace_clear(&t);
     free(r);
 }
