@@ -111,6 +111,16 @@ void sim_print_table(FILE *f, const struct sim_report *r)
         fprintf(f, "%-12s %5d  %-22s %7.2f  %-15s %-15s %-14s\n", s->policy->name, s->seeds, a,
                 s->unalloc100.median, b, c, d);
     }
+    if (r->bound) {
+        struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
+        fprintf(f, "%-12s %5d  %6.2f ± %-12.2f %7.2f  (LP lower bound at arrived 100 %%, "
+                   "%.1f s)\n",
+                "bound", b.n, b.mean, b.sd, b.median, r->bound_s);
+        fprintf(f, "\ndistance to the bound at 100 %% (points, mean over seeds):");
+        for (int i = 0; i < r->n; i++)
+            fprintf(f, " %s %+.2f", r->s[i].policy->name, r->s[i].unalloc100.mean - b.mean);
+        fprintf(f, "\n");
+    }
     fprintf(f, "\nelapsed %.2f s\n", r->elapsed_s);
 }
 
@@ -145,6 +155,17 @@ int sim_write_json(FILE *f, const struct sim_report *r)
                              "pods", r->pods, "results", results, "elapsed_s", r->elapsed_s);
     if (!root)
         return -GS_ENOMEM;
+    if (r->bound) {
+        struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
+        json_t *per = json_array();
+        for (int i = 0; i < r->n_bound; i++)
+            json_array_append_new(per, json_pack("{s:I, s:o}", "seed",
+                                                 (json_int_t)r->bound_seeds[i],
+                                                 "unallocated_pct_at_100", num(r->bound[i])));
+        json_object_set_new(root, "bound",
+                            json_pack("{s:o, s:o, s:f}", "unallocated_pct_at_100", stat_json(&b),
+                                      "per_seed", per, "elapsed_s", r->bound_s));
+    }
     int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
     json_decref(root);
     fputc('\n', f);
@@ -255,4 +276,111 @@ int sim_write_svg(FILE *f, const struct sim_report *r, const char *title)
                "median at 100 %%</text>\n", W - MR + 12, ly + 24, W - MR + 12, ly + 38);
     fprintf(f, "</svg>\n");
     return ferror(f) ? -GS_EIO : 0;
+}
+
+/* ---- panels ----------------------------------------------------------- */
+
+static void svg_text(FILE *f, const char *s)
+{
+    for (const char *p = s ? s : ""; *p; p++)
+        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+}
+
+void sim_svg_begin(FILE *f, int w, int h, const char *title)
+{
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+            w, h, w, h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", w / 2);
+    svg_text(f, title);
+    fprintf(f, "</text>\n");
+}
+
+int sim_svg_end(FILE *f)
+{
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -GS_EIO : 0;
+}
+
+/* Round tick step for a span: 1, 2 or 5 x 10^k giving 4-10 ticks. */
+static double tick_step(double span)
+{
+    if (!(span > 0))
+        return 1;
+    double s = pow(10, floor(log10(span)));
+    while (span / s > 10)
+        s *= span / (s * 2) > 10 ? 5 : 2;
+    while (span / s < 4)
+        s /= 2;
+    return s;
+}
+
+void sim_svg_panel(FILE *f, const struct sim_svg_panel *p)
+{
+    double lx0 = p->log_x ? log10(p->x0) : p->x0, lx1 = p->log_x ? log10(p->x1) : p->x1;
+    if (!(lx1 > lx0))
+        lx1 = lx0 + 1;
+    double y0 = p->y0, y1 = p->y1 > p->y0 ? p->y1 : p->y0 + 1;
+#define PX(v) (p->left + ((p->log_x ? log10((v) < p->x0 ? p->x0 : (v)) : (v)) - lx0) * \
+               p->width / (lx1 - lx0))
+#define PY(v) (p->top + (1 - ((v) - y0) / (y1 - y0)) * p->height)
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">",
+            p->left + p->width / 2, p->top - 8);
+    svg_text(f, p->title);
+    fprintf(f, "</text>\n");
+    if (p->log_x) {
+        for (int k = (int)ceil(lx0 - 1e-9); k <= (int)floor(lx1 + 1e-9); k++) {
+            double v = pow(10, k);
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                    PX(v), p->top, PX(v), p->top + p->height, PX(v), p->top + p->height + 16, v);
+        }
+    } else {
+        double st = tick_step(lx1 - lx0);
+        for (double v = ceil(lx0 / st) * st; v <= lx1 + 1e-9; v += st)
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                    PX(v), p->top, PX(v), p->top + p->height, PX(v), p->top + p->height + 16, v);
+    }
+    double yst = tick_step(y1 - y0);
+    for (double v = ceil(y0 / yst) * yst; v <= y1 + 1e-9; v += yst)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                p->left, PY(v), p->left + p->width, PY(v), p->left - 5, PY(v) + 4, v);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+               "stroke=\"black\"/>\n", p->left, p->top, p->width, p->height);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", p->left + p->width / 2,
+            p->top + p->height + 34);
+    svg_text(f, p->xlabel);
+    fprintf(f, "</text>\n<text transform=\"translate(%.1f %.1f) rotate(-90)\" "
+               "text-anchor=\"middle\">", p->left - 40, p->top + p->height / 2);
+    svg_text(f, p->ylabel);
+    fprintf(f, "</text>\n");
+    const int ncol = (int)(sizeof colors / sizeof colors[0]);
+    for (int i = 0; i < p->n_lines; i++) {
+        const struct sim_svg_line *l = &p->lines[i];
+        const char *col = colors[(l->color % ncol + ncol) % ncol];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\"%s points=\"", col,
+                l->dashed ? " stroke-dasharray=\"4 3\"" : "");
+        for (int k = 0; k < l->n; k++) {
+            double x = l->x[k], y = l->y[k];
+            if (isnan(x) || isnan(y))
+                continue;
+            y = y < y0 ? y0 : y > y1 ? y1 : y;
+            fprintf(f, "%.1f,%.1f ", PX(x), PY(y));
+        }
+        fprintf(f, "\"/>\n");
+        if (p->legend && l->label) {
+            double ly = p->top + 12 + 15 * i, lx = p->left + 8; /* top left */
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                       "stroke-width=\"3\"%s/><text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">",
+                    lx, ly, lx + 18, ly, col, l->dashed ? " stroke-dasharray=\"4 3\"" : "",
+                    lx + 22, ly + 4);
+            svg_text(f, l->label);
+            fprintf(f, "</text>\n");
+        }
+    }
+#undef PX
+#undef PY
 }

@@ -35,6 +35,12 @@ struct sim_report {
     const struct sim_summary *s;
     int n;
     double elapsed_s;
+    /* optional (--bound): the LP lower bound on unallocated % at 100 % per
+     * seed (sim_bound.h); NULL = not computed */
+    const double *bound;
+    const uint64_t *bound_seeds;
+    int n_bound;
+    double bound_s;                  /* time spent on the LPs */
 };
 
 void sim_print_table(FILE *f, const struct sim_report *r);
@@ -42,5 +48,31 @@ int sim_write_json(FILE *f, const struct sim_report *r);
 int sim_write_csv(FILE *f, const struct sim_report *r);
 /* Arrived 75..130 %: one line (median) per policy with its 25-75 % band. */
 int sim_write_svg(FILE *f, const struct sim_report *r, const char *title);
+
+/* ---- building blocks for other plots (the time-driven replay's) ---- */
+
+struct sim_svg_line {
+    const char *label;         /* legend text, NULL = none */
+    const double *x, *y;       /* n points; NaN points are skipped */
+    int n;
+    int color;                 /* index into the palette sim_write_svg uses */
+    int dashed;
+};
+
+struct sim_svg_panel {
+    double left, top, width, height; /* plot area in the picture */
+    double x0, x1, y0, y1;           /* data ranges */
+    int log_x;                       /* log10 x axis, x0 > 0; smaller x drawn at x0 */
+    const char *title, *xlabel, *ylabel;
+    const struct sim_svg_line *lines;
+    int n_lines;
+    int legend;                      /* draw the legend in the top left corner */
+};
+
+/* An SVG picture of w x h with a title; panels go in between; end returns
+ * 0 or -GS_EIO. */
+void sim_svg_begin(FILE *f, int w, int h, const char *title);
+void sim_svg_panel(FILE *f, const struct sim_svg_panel *p);
+int sim_svg_end(FILE *f);
 
 #endif

@@ -100,7 +100,7 @@ static int cmp_pod_name(const void *a, const void *b, void *arg)
     return c ? c : (x > y) - (x < y);
 }
 
-static int build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e)
+int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e)
 {
     struct core_node_spec *spec = calloc(1, sizeof *spec);
     if (!spec)
@@ -127,8 +127,7 @@ static int build_cluster(struct core_cluster *c, const struct sim_trace *t, stru
     return rc;
 }
 
-/* Fills the request part of a reusable core_pod from a trace pod. */
-static void to_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp)
+void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp)
 {
     struct core_request *r = &cp->req;
     memset(r, 0, sizeof *r);
@@ -192,31 +191,16 @@ static void bin_samples(const struct sample *s, int n, struct sim_run_result *r)
     }
 }
 
-int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
-            struct sim_run_result *r, struct gs_err *e)
+int sim_order(const struct sim_config *cfg, uint64_t seed, int **out, int *out_len,
+              struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    memset(r, 0, sizeof *r);
-    r->policy = pol;
-    r->seed = seed;
-    if (t->total_gpus <= 0)
-        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-
-    struct core_cluster *c = core_cluster_new();
-    int *order = malloc(((size_t)t->n_pods + 1) * sizeof *order);
-    struct core_pod *cp = calloc(1, sizeof *cp);
     int rc = 0;
-    if (!c || !order || !cp) {
-        rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
-        goto out;
-    }
-    if ((rc = build_cluster(c, t, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
-        goto out;
-    core_cluster_set_seed(c, seed);
-
+    *out = NULL;
+    *out_len = 0;
+    int *order = malloc(((size_t)t->n_pods + 1) * sizeof *order);
+    if (!order)
+        return gs_errf(e, GS_ENOMEM, "run: out of memory");
     /* sort by name, then a seeded uniform shuffle */
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
     int n = t->n_pods;
@@ -248,7 +232,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
                 int *no = realloc(order, (size_t)cap_order * sizeof *order);
                 if (!no) {
                     rc = gs_errf(e, GS_ENOMEM, "tuning: out of memory");
-                    goto out;
+                    goto fail;
                 }
                 order = no;
             }
@@ -257,7 +241,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
             if (len > 100 * n + 1000000) {
                 rc = gs_errf(e, GS_EINVAL, "tuning: the trace's pods ask for too few GPUs to "
                              "reach %.0f%% of capacity", cfg->tune * 100);
-                goto out;
+                goto fail;
             }
         }
     } else {
@@ -269,6 +253,43 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
         }
     }
 
+    *out = order;
+    *out_len = len;
+    return 0;
+fail:
+    free(order);
+    return rc;
+}
+
+int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+            struct sim_run_result *r, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memset(r, 0, sizeof *r);
+    r->policy = pol;
+    r->seed = seed;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+
+    struct core_cluster *c = core_cluster_new();
+    int *order = NULL;
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    int rc = 0;
+    if (!c || !cp) {
+        rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
+        goto out;
+    }
+    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
+        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+        goto out;
+    core_cluster_set_seed(c, seed);
+
+    int len;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
+        goto out;
+    const double cap = (double)t->total_gpus * CORE_MILLI;
     struct sample *s = malloc(((size_t)len + 1) * sizeof *s);
     if (!s) {
         rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
@@ -278,7 +299,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
     struct core_decision d;
     for (int i = 0; i < len; i++) {
         const struct sim_pod *p = &t->pods[order[i]];
-        to_core_pod(p, i, cp);
+        sim_core_pod(p, i, cp);
         arrived += (double)p->num_gpu * p->gpu_milli;
         if (core_schedule_one(c, pol, cp, &d, NULL) == 0 && core_reserve(c, &d.alloc, NULL) == 0)
             alloc += (double)p->num_gpu * p->gpu_milli;

@@ -46,9 +46,24 @@ struct sim_run_result {
     double elapsed_s;
 };
 
+/* The benchmark's submission order for a seed: trace pods sorted by name,
+ * shuffled, tuned to cfg->tune x capacity (clones repeat an index).
+ * *order (len *len) is the caller's to free. */
+int sim_order(const struct sim_config *cfg, uint64_t seed, int **order, int *len,
+              struct gs_err *e);
+
 /* One replay. Returns 0 or a negative GS_E* code. */
 int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
             struct sim_run_result *r, struct gs_err *e);
+
+/* The trace's nodes as a fresh core cluster (GPUs "GPU-<node>-<i>"), shared
+ * by the replays. */
+int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e);
+
+/* Fills a reusable core_pod (uid "p<uid>") with a trace pod's request:
+ * CPU-only, WHOLE at 1000 milli, else SHARED; gpu_spec -> allowed models. */
+struct core_pod;
+void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp);
 
 /* Every policy x seed on up to `threads` threads (<= 0: one per CPU);
  * results[p * n_seeds + s]. Returns the first error, if any. */

@@ -159,6 +159,15 @@ static int get_str(const struct csv *c, const struct col *col, char *out, size_t
     return 0;
 }
 
+/* An optional timestamp: absent column or empty field -> -1. */
+static int get_time(const struct csv *c, const struct col *col, int64_t *out, struct gs_err *e)
+{
+    *out = -1;
+    if (col->idx < 0 || c->flen[col->idx] == 0)
+        return 0;
+    return get_int(c, col, 0, SIM_MAX_TIME, out, e);
+}
+
 static int check_fields(const struct csv *c, const struct col *cols, int ncols, struct gs_err *e)
 {
     for (int k = 0; k < ncols; k++)
@@ -288,8 +297,10 @@ int sim_trace_parse_pods(struct sim_trace *t, const char *buf, size_t len, const
     struct col cols[] = {
         {"name", NULL, 1, -1},      {"cpu_milli", NULL, 1, -1}, {"memory_mib", NULL, 1, -1},
         {"num_gpu", NULL, 1, -1},   {"gpu_milli", NULL, 1, -1}, {"gpu_spec", NULL, 0, -1},
+        {"creation_time", NULL, 0, -1}, {"deletion_time", NULL, 0, -1},
+        {"scheduled_time", NULL, 0, -1},
     };
-    enum { C_NAME, C_CPU, C_MEM, C_NGPU, C_MILLI, C_SPEC, NCOLS };
+    enum { C_NAME, C_CPU, C_MEM, C_NGPU, C_MILLI, C_SPEC, C_CREATE, C_DELETE, C_SCHED, NCOLS };
     int rc, first = t->n_pods;
 
     if (len > SIM_MAX_FILE)
@@ -326,7 +337,10 @@ int sim_trace_parse_pods(struct sim_trace *t, const char *buf, size_t len, const
         p->num_gpu = (int)ng;
         p->gpu_milli = (int)gm;
         if ((rc = get_str(&c, &cols[C_SPEC], p->gpu_spec, sizeof p->gpu_spec, e)) < 0 ||
-            (rc = check_spec(&c, &cols[C_SPEC], p->gpu_spec, e)) < 0)
+            (rc = check_spec(&c, &cols[C_SPEC], p->gpu_spec, e)) < 0 ||
+            (rc = get_time(&c, &cols[C_CREATE], &p->t_create, e)) < 0 ||
+            (rc = get_time(&c, &cols[C_DELETE], &p->t_delete, e)) < 0 ||
+            (rc = get_time(&c, &cols[C_SCHED], &p->t_sched, e)) < 0)
             return rc;
         t->n_pods++;
     }
@@ -334,6 +348,7 @@ int sim_trace_parse_pods(struct sim_trace *t, const char *buf, size_t len, const
         return rc;
     if (t->n_pods == first)
         return gs_errf(e, GS_EINVAL, "%s: no pods after the header", file);
+    t->has_times = cols[C_CREATE].idx >= 0;
     return 0;
 }
 

@@ -2,9 +2,10 @@
  * sim/sim_trace.h - cluster and workload traces in the openb CSV schema.
  *
  * Node lists: sn,cpu_milli,memory_mib,gpu,model. Pod lists:
- * name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]; extra columns
- * (qos, phase, timestamps) are accepted and ignored, columns may come in any
- * order. `gpusched gen-trace` writes the same schema. Every field is checked
+ * name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]; the optional
+ * timestamps creation_time, deletion_time, scheduled_time (seconds, empty =
+ * absent) feed the time-driven replay (sim_time.h); other extra columns (qos,
+ * phase) are accepted and ignored, columns may come in any order. `gpusched gen-trace` writes the same schema. Every field is checked
  * and every error names file, line, column and field:
  *   "pods.csv:12: column 5 (gpu_milli): 'abc' is not an integer"
  *
@@ -26,6 +27,7 @@
 #define SIM_SPEC_MAX 256
 #define SIM_MAX_FILE (256u << 20)  /* refuse inputs larger than this */
 #define SIM_MAX_GPUS 16
+#define SIM_MAX_TIME (INT64_C(1) << 40) /* seconds; timestamps beyond are refused */
 
 struct sim_node {
     char name[SIM_NAME_MAX];
@@ -40,6 +42,7 @@ struct sim_pod {
     int64_t cpu_milli, mem_mib;
     int num_gpu, gpu_milli;
     char gpu_spec[SIM_SPEC_MAX]; /* "A|B", "" = any model */
+    int64_t t_create, t_delete, t_sched; /* seconds from trace start, -1 = absent */
     int line;
 };
 
@@ -49,6 +52,7 @@ struct sim_trace {
     struct sim_pod *pods;
     int n_pods;
     int total_gpus;
+    int has_times;             /* the pod list has a creation_time column */
 };
 
 /* Parse a node list / pod list from buf[0..len) (need not be terminated);

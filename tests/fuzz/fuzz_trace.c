@@ -2,12 +2,18 @@
  * tests/fuzz/fuzz_trace.c - the trace CSV parser on arbitrary bytes.
  *
  * The first byte picks the parser (even: node list, odd: pod list); the rest
- * is the file. Then, when both parse, the cross-check runs too. Any crash,
- * leak or sanitizer report is a bug; errors are expected.
+ * is the file. Then, when both parse, the cross-check runs too, and for a
+ * small valid pod list the LP bound over all its pods and, when it has
+ * timestamps, a time-driven replay. Any crash, leak or sanitizer report is a
+ * bug; errors are expected.
  */
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/policy.h"
+#include "sim/sim_bound.h"
+#include "sim/sim_run.h"
+#include "sim/sim_time.h"
 #include "sim/sim_trace.h"
 
 static const char nodes_ok[] = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -25,7 +31,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sim_trace_parse_nodes(&t, nodes_ok, sizeof nodes_ok - 1, "nodes.csv", &e) == 0 &&
             sim_trace_parse_pods(&t, buf, len, "pods.csv", &e) == 0) {
             int unfit;
-            sim_trace_check(&t, "pods.csv", &unfit, &e);
+            if (sim_trace_check(&t, "pods.csv", &unfit, &e) == 0 && t.n_pods <= 64) {
+                int idx[64];
+                double milli;
+                for (int i = 0; i < t.n_pods; i++)
+                    idx[i] = i;
+                sim_bound_milli(&t, idx, t.n_pods, &milli, NULL, &e);
+                struct sim_config cfg;
+                if (t.has_times && sim_config_init(&cfg, &t, 1.3, &e) == 0) {
+                    static struct sim_time_result r;
+                    struct sim_time_opts o = {1, 1, SIM_FAULT_NONE, 0};
+                    sim_time_run(&cfg, &o, core_policy_find("cpufrag"), 1, &r, &e);
+                    sim_config_clear(&cfg);
+                }
+            }
         }
     } else {
         sim_trace_parse_nodes(&t, buf, len, "nodes.csv", &e);

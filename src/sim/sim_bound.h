@@ -1,0 +1,44 @@
+/*
+ * sim/sim_bound.h - a proven lower bound on the unallocated GPU share of the
+ * openb benchmark (docs/benchmark.md, "Lower bound"): the LP relaxation of
+ * the offline problem "choose which of the arrived pods to place, and
+ * where, to maximise placed GPU milli", solved with GLPK.
+ *
+ * Nodes are aggregated into types (GPU model, GPU count, CPU, memory) and
+ * GPU pods into classes (share, GPU count, CPU, memory, allowed models);
+ * variables count the pods of each class on each node type and the GPUs of
+ * each type packed with each configuration of sharing sizes. Every real
+ * placement is a feasible point, so the LP optimum bounds the GPU milli any
+ * policy can hold. CPU-only pods are left out (placing none of them is
+ * feasible and they add no GPU milli).
+ *
+ * Ownership: no state kept between calls; GLPK objects live inside one call.
+ * Not thread-safe (GLPK's environment): call from one thread.
+ */
+#ifndef GPUSCHED_SIM_BOUND_H
+#define GPUSCHED_SIM_BOUND_H
+
+#include "sim/sim_run.h"
+#include "util/err.h"
+
+#define SIM_BOUND_MAX_CONFIGS 20000 /* beyond: the weaker capacity cut */
+
+struct sim_bound_stats {
+    int node_types, classes, sizes, configs; /* configs = 0: the capacity cut was used */
+    int rows, cols;
+    double lp_milli;                         /* LP optimum, GPU milli */
+    double elapsed_s;
+};
+
+/* Upper bound on the GPU milli that any placement of the pods
+ * t->pods[idx[0..n)] (an index may repeat: clones) can hold on t's nodes. */
+int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *milli,
+                    struct sim_bound_stats *st, struct gs_err *e);
+
+/* Lower bound on the benchmark's unallocated GPU % at arrived 100 % for a
+ * seed: the pods of sim_order() up to the last one whose sample falls in
+ * bin 100 (arrived in [99.5, 100.5), else within +-1, as sim_run bins). */
+int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                  struct sim_bound_stats *st, struct gs_err *e);
+
+#endif
