@@ -71,6 +71,11 @@ static void fork_parent(void)
     pthread_mutex_unlock(&g_track_mu);
     pthread_mutex_unlock(&g_ledger.mu);
 }
+static void fork_child(void)
+{
+    lim_ledger_forked(&g_ledger);
+    fork_parent();
+}
 
 static void ledger_init(void)
 {
@@ -82,7 +87,7 @@ static void ledger_init(void)
         if (lim_ledger_open_private(&g_ledger, s->cfg.mem_limit) < 0)
             return;
     }
-    pthread_atfork(fork_prepare, fork_parent, fork_parent);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     g_ledger_ok = 1;
 }
 

@@ -27,7 +27,7 @@ static int rlock(int fd, short type, off_t at, int wait)
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
     int rc;
     do
-        rc = fcntl(fd, wait ? F_SETLKW : F_SETLK, &fl);
+        rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
     while (rc < 0 && errno == EINTR);
     return rc;
 }
@@ -37,7 +37,7 @@ static int slot_alive(int fd, int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LOCK_SLOT(i),
                        .l_len = 1};
-    if (fcntl(fd, F_GETLK, &fl) < 0)
+    if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
         return 1; /* cannot tell: keep it */
     return fl.l_type != F_UNLCK;
 }
@@ -86,6 +86,7 @@ static void base_init(struct lim_ledger *l)
 {
     memset(l, 0, sizeof *l);
     l->fd = -1;
+    l->priv = 0;
     l->my = -1;
     pthread_mutex_init(&l->mu, NULL);
 }
@@ -98,6 +99,7 @@ int lim_ledger_open_private(struct lim_ledger *l, const uint64_t *limits)
     if (!l->h)
         return -1;
     init_hdr(l->h);
+    l->priv = 1;
     l->h->n_slots = 1;
     l->slots = (struct lim_slot *)(l->h + 1);
     l->writable = 1;
@@ -142,6 +144,8 @@ int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limit
     snprintf(path, sizeof path, "%s/%s", dir, LIM_LEDGER_FILE);
     if (mkdir(dir, 01777) == 0)
         (void)chmod(dir, 01777); /* any user of the container may share it */
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->opened_by = getpid();
     l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (l->fd < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
@@ -176,6 +180,8 @@ fail:
 int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t errlen)
 {
     base_init(l);
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->opened_by = getpid();
     l->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (l->fd < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
@@ -189,10 +195,11 @@ int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t
 
 void lim_ledger_close(struct lim_ledger *l)
 {
-    if (l->fd >= 0) {
+    if (!l->priv) {
         if (l->h)
             munmap(l->h, l->size);
-        close(l->fd);
+        if (l->fd >= 0)
+            close(l->fd);
     } else {
         free(l->h);
     }
@@ -202,16 +209,41 @@ void lim_ledger_close(struct lim_ledger *l)
     l->fd = -1;
 }
 
+void lim_ledger_forked(struct lim_ledger *l)
+{
+    if (!l->priv && l->fd >= 0 && l->opened_by != getpid()) {
+        close(l->fd);
+        l->fd = -1; /* reopened on next use */
+    }
+}
+
+/* A forked child shares its parent's open file description, and with it
+ * the parent's locks: it must see the file through a description of its
+ * own before it looks at who is alive. */
+static void own_description(struct lim_ledger *l)
+{
+    pid_t pid = getpid();
+    if (l->priv || l->opened_by == pid)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = open(l->path, (l->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+    l->opened_by = pid;
+    if (l->fd < 0)
+        l->writable = 0; /* the mapping still reads; nothing is written */
+}
+
 static void lock(struct lim_ledger *l)
 {
     pthread_mutex_lock(&l->mu);
-    if (l->fd >= 0 && l->writable)
+    own_description(l);
+    if (!l->priv && l->fd >= 0 && l->writable)
         rlock(l->fd, F_WRLCK, LOCK_GLOBAL, 1);
 }
 
 static void unlock(struct lim_ledger *l)
 {
-    if (l->fd >= 0 && l->writable)
+    if (!l->priv && l->fd >= 0 && l->writable)
         rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
     pthread_mutex_unlock(&l->mu);
 }
@@ -220,7 +252,7 @@ static void unlock(struct lim_ledger *l)
  * image before an exec, whose lock went with its descriptor). */
 static void reclaim(struct lim_ledger *l)
 {
-    if (l->fd < 0 || !l->writable)
+    if (l->priv || l->fd < 0 || !l->writable)
         return;
     for (uint32_t i = 0; i < l->h->n_slots; i++) {
         struct lim_slot *s = &l->slots[i];
@@ -239,8 +271,10 @@ static struct lim_slot *mine(struct lim_ledger *l)
     if (l->my >= 0 && l->my_pid == pid)
         return &l->slots[l->my];
     l->my = -1;
-    if (l->fd < 0) {
+    if (l->priv) {
         l->my = 0;
+    } else if (l->fd < 0) {
+        return NULL;
     } else {
         for (uint32_t i = 0; i < l->h->n_slots && l->my < 0; i++)
             if (!l->slots[i].in_use && rlock(l->fd, F_WRLCK, LOCK_SLOT(i), 0) == 0)

@@ -6,14 +6,18 @@
  * limit is the container's. They share a small file (<dir>/ledger, mapped
  * MAP_SHARED): a versioned header and one slot per process holding the
  * bytes it has allocated on each device. A process claims a slot on its
- * first allocation and holds a POSIX record lock on that slot's byte for
- * its lifetime; the kernel drops the lock when the process dies however it
- * dies (SIGKILL included), so a slot whose byte is unlocked belongs to a
- * dead process and is reclaimed by the next one that looks. Record locks
- * are per process and not inherited across fork, and the file descriptor
- * is close-on-exec, so a forked child and an exec'd image each start with
- * their own empty slot. Every update runs under a record lock on a global
- * byte (and a process mutex, as record locks do not exclude threads).
+ * first allocation and holds an open-file-description record lock
+ * (F_OFD_SETLK) on that slot's byte for its lifetime; the kernel drops the
+ * lock when the process dies however it dies (SIGKILL included), so a slot
+ * whose byte is unlocked belongs to a dead process and is reclaimed by the
+ * next one that looks. OFD locks (not classic fcntl locks) so that closing
+ * some other descriptor of the file, or a second handle in one process,
+ * cannot drop them. The descriptor is close-on-exec, and a forked child
+ * opens the file anew before its first look (and the limiter closes the
+ * inherited descriptor right after fork, lim_ledger_forked), so a child
+ * and an exec'd image each start with their own empty slot and never hold
+ * their parent's lock. Every update runs under an OFD lock on a global byte
+ * (and a process mutex, as the lock does not exclude threads).
  *
  * A file that is not a ledger of this major version, or whose sizes do not
  * fit the file, is an error on open, never a crash. The device plugin opens
@@ -54,7 +58,10 @@ struct lim_slot {
 };
 
 struct lim_ledger {
-    int fd;                      /* -1: a private in-process ledger */
+    int priv;                    /* a private in-process ledger, no file */
+    int fd;                      /* -1 when closed (after fork, until reopened) */
+    pid_t opened_by;             /* the process fd belongs to */
+    char path[LIM_DIR_MAX + 16];
     int writable;
     size_t size;
     struct lim_ledger_hdr *h;
@@ -78,6 +85,11 @@ int lim_ledger_open_private(struct lim_ledger *l, const uint64_t *limits);
 int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t errlen);
 
 void lim_ledger_close(struct lim_ledger *l);
+
+/* For pthread_atfork's child handler: drop the descriptor inherited from
+ * the parent at once (a child that never allocates must not keep the
+ * parent's slot lock alive after the parent dies). */
+void lim_ledger_forked(struct lim_ledger *l);
 
 /* Adds `bytes` on device `dev` to this process's slot if the container's
  * total stays within `limit`: 0 = reserved, 1 = over the limit, -1 = the
