@@ -14,6 +14,7 @@
 
 #include "deviceplugin.pb-c.h"
 #include "dp/inventory.h"
+#include "dp/limiter.h"
 #include "dp/plugin_internal.h"
 #include "util/log.h"
 
@@ -482,6 +483,39 @@ static void esc(const char *in, char *out, size_t cap)
     out[n] = '\0';
 }
 
+struct lim_out {
+    FILE *f;
+    int pass; /* 0: used, 1: limit */
+};
+
+static void limiter_row(void *ud, const struct dp_limiter_usage *u)
+{
+    struct lim_out *o = ud;
+    char owner[2 * sizeof u->owner];
+    esc(u->owner, owner, sizeof owner);
+    fprintf(o->f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
+            "%llu\n", o->pass ? "limit" : "used", owner, u->dev,
+            (unsigned long long)(o->pass ? u->limit : u->used));
+}
+
+/* Per-container memory from the in-container limiter's ledgers. */
+static void limiter_metrics(FILE *f, const char *dir)
+{
+    struct lim_out o = {f, 0};
+    int bad = 0;
+    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_used_bytes GPU memory a container's "
+               "processes hold, per CUDA device, from its limiter ledger.\n"
+               "# TYPE gpusched_dp_container_gpu_memory_used_bytes gauge\n");
+    dp_limiter_scan(dir, limiter_row, &o, &bad);
+    o.pass = 1;
+    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_limit_bytes The container's limit per "
+               "CUDA device.\n# TYPE gpusched_dp_container_gpu_memory_limit_bytes gauge\n");
+    int n = dp_limiter_scan(dir, limiter_row, &o, &bad);
+    fprintf(f, "# TYPE gpusched_dp_limiter_ledgers gauge\ngpusched_dp_limiter_ledgers %d\n"
+               "# TYPE gpusched_dp_limiter_ledger_errors gauge\ngpusched_dp_limiter_ledger_errors %d\n",
+            n, bad);
+}
+
 char *dp_plugin_metrics(struct dp_plugin *p)
 {
     char *buf = NULL;
@@ -532,6 +566,8 @@ char *dp_plugin_metrics(struct dp_plugin *p)
             fprintf(f, "gpusched_dp_streams{resource=\"%s\"} %d\n", p->srv[i].name,
                     dp_grpc_server_streams(p->srv[i].srv));
     pthread_mutex_unlock(&p->srv_mu);
+    if (p->cfg.alloc.limiter_dir)
+        limiter_metrics(f, p->cfg.alloc.limiter_dir);
     fclose(f);
     return buf;
 }
