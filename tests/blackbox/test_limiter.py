@@ -44,7 +44,8 @@ def env_for(ledger_dir, preload=True, **extra):
     e["GPUSCHED_LIMITER_DIR"] = ledger_dir
     # a sanitized probe (the ASan build) must not insist on its runtime
     # coming first: the limiter is deliberately not sanitized
-    e["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0"
+    e["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"),
+                                               "verify_asan_link_order=0"]))
     if preload:
         e["LD_PRELOAD"] = LIB
     e.update({k: str(v) for k, v in extra.items()})
