@@ -148,6 +148,21 @@ void *lim_helper(enum lim_helper h)
     return p;
 }
 
+/* Whether the wrapper of hook i is worth handing out: memory wrappers with
+ * a memory limit, launch wrappers with a compute share, cuGetProcAddress
+ * with either. */
+static int wanted(int i)
+{
+    const struct lim_state *st = lim_state();
+    if (!st->active)
+        return 0;
+    if (i == LIM_cuGetProcAddress || i == LIM_cuGetProcAddress_v2)
+        return 1;
+    if (strncmp(g_hooks[i].name, "cuLaunch", 8) == 0 || strncmp(g_hooks[i].name, "cuGraph", 7) == 0)
+        return st->cfg.milli > 0;
+    return st->cfg.mem_on;
+}
+
 LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
 {
     dlsym_fn rd = real_dlsym();
@@ -159,7 +174,7 @@ LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
     if (!p || handle == RTLD_NEXT || handle == RTLD_DEFAULT)
         return p;
     int i = find_hook(name);
-    if (i < 0 || !lim_state()->active)
+    if (i < 0 || !wanted(i))
         return p;
     adopt_handle(handle, g_hooks[i].nvml);
     return bind(i, p) ? (void *)g_hooks[i].wrapper : p;
@@ -173,7 +188,7 @@ void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags)
         return p;
     for (int i = 0; i < LIM_N_HOOKS; i++)
         if (!g_hooks[i].nvml && __atomic_load_n(&g_real[i], __ATOMIC_ACQUIRE) == p)
-            return (void *)g_hooks[i].wrapper;
+            return wanted(i) ? (void *)g_hooks[i].wrapper : p;
     /* not seen before: by name, the newest variant this version maps to */
     int best = -1;
     for (int i = 0; i < LIM_N_HOOKS; i++) {
@@ -183,7 +198,7 @@ void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags)
         if (best < 0 || k->ver > g_hooks[best].ver)
             best = i;
     }
-    if (best >= 0 && bind(best, p))
+    if (best >= 0 && wanted(best) && bind(best, p))
         return (void *)g_hooks[best].wrapper;
     return p;
 }

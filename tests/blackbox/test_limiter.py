@@ -77,6 +77,18 @@ def test_memory_limit_each_way_of_loading_the_driver(mode, ledger_dir):
 
 
 @pytest.mark.parametrize("mode", ["runtime", "dlsym"])
+def test_only_what_is_limited_is_wrapped(mode, ledger_dir):
+    r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info",
+              env=env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m"))
+    assert lines(r)[1:] == ["who alloc libgpusched-cuda.so", "who launch libcuda.so.1",
+                            "who info libgpusched-cuda.so"]
+    r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info",
+              env=env_for(ledger_dir, CUDA_DEVICE_SM_LIMIT="50"))
+    assert lines(r)[1:] == ["who alloc libcuda.so.1", "who launch libgpusched-cuda.so",
+                            "who info libcuda.so.1"]
+
+
+@pytest.mark.parametrize("mode", ["runtime", "dlsym"])
 def test_no_limit_is_pass_through(mode, ledger_dir):
     for env in (env_for(ledger_dir), env_for(ledger_dir, GPUSCHED_LIMITER="off",
                                              CUDA_DEVICE_MEMORY_LIMIT="64m")):
