@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "limiter/lim_ledger.h"
@@ -164,4 +165,42 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
     }
     closedir(d);
     return n;
+}
+
+int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s)
+{
+    char path[1100], err[300];
+    int removed = 0;
+    struct dirent *de;
+    snprintf(path, sizeof path, "%s/containers", dir);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    while ((de = readdir(d))) {
+        const char *us = strchr(de->d_name, '_');
+        struct stat st;
+        int keep = de->d_name[0] == '.' || !us;
+        for (int i = 0; i < n && !keep; i++)
+            keep = strlen(uids[i]) == (size_t)(us - de->d_name) &&
+                   strncmp(uids[i], de->d_name, (size_t)(us - de->d_name)) == 0;
+        snprintf(path, sizeof path, "%s/containers/%.300s", dir, de->d_name);
+        if (keep || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+            time(NULL) - st.st_mtime < min_age_s)
+            continue;
+        struct lim_ledger l;
+        snprintf(path, sizeof path, "%s/containers/%.300s/ledger", dir, de->d_name);
+        if (lim_ledger_open_ro(&l, path, err, sizeof err) == 0) {
+            int live = lim_ledger_procs(&l);
+            lim_ledger_close(&l);
+            if (live)
+                continue; /* a process outlived its pod's listing: later */
+        }
+        unlink(path);
+        snprintf(path, sizeof path, "%s/containers/%.300s/owner", dir, de->d_name);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/containers/%.300s", dir, de->d_name);
+        removed += rmdir(path) == 0;
+    }
+    closedir(d);
+    return removed;
 }

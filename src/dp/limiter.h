@@ -7,7 +7,8 @@
  *   <dir>/libgpusched-cuda.so     installed by the plugin at start
  *   <dir>/ld.so.preload           one line naming the library's container path
  *   <dir>/containers/<uid>_<ctr>/ the container's ledger directory, plus an
- *                                 "owner" file: namespace/pod/container
+ *                                 "owner" file: namespace/pod/container;
+ *                                 removed once the pod has left the node
  * Allocate mounts the first two read-only at /usr/local/gpusched/ and
  * /etc/ld.so.preload, and the third read-write at /usr/local/gpusched/ledger
  * (GPUSCHED_LIMITER_DIR), so every process of the container loads the
@@ -56,5 +57,11 @@ struct dp_limiter_usage {
  * (counted in *bad when bad is not NULL). Returns the number of ledgers. */
 int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limiter_usage *u),
                     void *ud, int *bad);
+
+/* Removes the ledger directories of pods no longer on the node: those
+ * whose pod uid is not in uids[0..n), no process holds, and that are older
+ * than min_age_s (a pod just allocated may not be listed yet). Returns how
+ * many were removed. */
+int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s);
 
 #endif

@@ -281,6 +281,34 @@ static void publish(struct dp_plugin *p)
     free(inv);
 }
 
+/* Ledger directories of pods gone from the node go with them. */
+static void prune_ledgers(struct dp_plugin *p)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *pods = NULL;
+    if (p->cfg.api->list_pods(p->cfg.api->ud, &pods, &e) != 0) {
+        log_debug("dp", "limiter: not pruning ledgers: %s", e.msg);
+        return;
+    }
+    const json_t *items = json_object_get(pods, "items");
+    size_t n = json_array_size(items);
+    char **uids = calloc(n ? n : 1, sizeof *uids);
+    int k = 0;
+    for (size_t i = 0; uids && i < n; i++) {
+        const char *u = json_string_value(
+            json_object_get(json_object_get(json_array_get(items, i), "metadata"), "uid"));
+        if (u)
+            uids[k++] = (char *)u;
+    }
+    if (uids && json_is_array(items)) {
+        int r = dp_limiter_prune(p->cfg.alloc.limiter_dir, uids, k, 600);
+        if (r)
+            log_info("dp", "limiter: removed %d ledger directories of pods gone from the node", r);
+    }
+    free(uids);
+    json_decref(pods);
+}
+
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
  * created) or one of our sockets was removed. */
 static int kubelet_restarted(struct dp_plugin *p, int fd)
@@ -390,6 +418,8 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         }
         if (p->cfg.api && (pub || t >= next_publish)) {
             publish(p);
+            if (p->cfg.alloc.limiter_dir)
+                prune_ledgers(p);
             next_publish = t + (int64_t)p->cfg.publish_interval_s * 1000;
         }
     }

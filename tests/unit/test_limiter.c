@@ -6,9 +6,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dp/limiter.h"
 #include "limiter/lim_env.h"
 #include "limiter/lim_ledger.h"
 #include "test.h"
@@ -196,9 +199,84 @@ static void test_ledger(void)
     rmdir(dir);
 }
 
+static void make_ctr(const char *root, const char *name, int old)
+{
+    char p[300];
+    struct dp_limiter_mount m[DP_LIM_MOUNTS];
+    struct gs_err e = GS_ERR_INIT;
+    char uid[64], ctr[64];
+    snprintf(uid, sizeof uid, "%.*s", (int)(strchr(name, '_') - name), name);
+    snprintf(ctr, sizeof ctr, "%s", strchr(name, '_') + 1);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, m, &e), 0);
+    ASSERT_EQ(m[2].read_only, 0);
+    snprintf(p, sizeof p, "%s/containers/%s", root, name);
+    ASSERT_STREQ(m[2].host, p);
+    if (old) {
+        struct timeval tv[2] = {{1000, 0}, {1000, 0}};
+        ASSERT_EQ(utimes(p, tv), 0);
+    }
+}
+
+static int exists(const char *root, const char *name)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/containers/%s", root, name);
+    return access(p, F_OK) == 0;
+}
+
+/* The device plugin's side: ledger directories of pods gone from the node
+ * are removed, unless a process still holds one or it is brand new. */
+static void test_prune(void)
+{
+    char root[] = "/tmp/gs-limdir-XXXXXX", cdir[300], lib[300], err[300];
+    struct gs_err e = GS_ERR_INIT;
+    struct dp_limiter_mount m[DP_LIM_MOUNTS];
+    uint64_t lim[LIM_MAX_DEV] = {100};
+    struct lim_ledger l;
+
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(lib, sizeof lib, "%s/src.so", root);
+    FILE *f = fopen(lib, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("ELF", f);
+    fclose(f);
+    ASSERT_EQ(dp_limiter_install(root, lib, &e), 0);
+    ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
+    ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", m, &e), -GS_EINVAL);
+
+    make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
+    make_ctr(root, "here_main", 1);   /* pod still here */
+    make_ctr(root, "fresh_main", 0);  /* pod not listed yet */
+    make_ctr(root, "busy_main", 1);   /* pod gone, a process still holds it */
+    snprintf(cdir, sizeof cdir, "%s/containers/busy_main", root);
+    ASSERT_EQ(lim_ledger_open(&l, cdir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&l, 0, 10, 100), 0);
+    struct timeval tv[2] = {{1000, 0}, {1000, 0}};
+    ASSERT_EQ(utimes(cdir, tv), 0);
+
+    char *uids[] = {(char *)"here", (char *)"other"};
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1);
+    ASSERT_EQ(exists(root, "gone_main"), 0);
+    ASSERT_EQ(exists(root, "here_main"), 1);
+    ASSERT_EQ(exists(root, "fresh_main"), 1);
+    ASSERT_EQ(exists(root, "busy_main"), 1);
+    lim_ledger_close(&l);
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1); /* busy_main, now free */
+    ASSERT_EQ(exists(root, "busy_main"), 0);
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 0), 1);   /* fresh_main, aged */
+    ASSERT_EQ(exists(root, "here_main"), 1);
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
 int test_limiter(void)
 {
     test_env();
     test_ledger();
+    test_prune();
     return test_failures;
 }
