@@ -340,6 +340,23 @@ static int op(char *o, char **rest, char **argv)
                  : !strcmp(o, "coop") ? api.cuLaunchCooperativeKernel(NULL, bl, 1, 1, 32, 1, 1, 0, NULL, NULL)
                  : api.cuGraphLaunch(NULL, NULL);
         printf("%s %d %.3f\n", o, rc, now() - t0);
+    } else if (!strcmp(o, "allocfree") || !strcmp(o, "infoloop")) {
+        /* cost per call: N alloc+free pairs of B bytes, or N cuMemGetInfo */
+        long n = atol(a);
+        size_t bytes = b ? strtoull(b, NULL, 10) : 4096;
+        double t0 = now();
+        for (long i = 0; i < n && !rc; i++) {
+            if (o[0] == 'a') {
+                CUdeviceptr p;
+                rc = api.cuMemAlloc_v2(&p, bytes);
+                if (!rc)
+                    rc = api.cuMemFree_v2(p);
+            } else {
+                size_t fr, to;
+                rc = api.cuMemGetInfo_v2(&fr, &to);
+            }
+        }
+        printf("%s %d %.0f ns\n", o, rc, (now() - t0) / (double)(n ? n : 1) * 1e9);
     } else if (!strcmp(o, "bench")) {
         double secs = atof(a), t0 = now();
         unsigned bl = (unsigned)atoi(b);
@@ -369,7 +386,7 @@ int main(int argc, char **argv)
                         "create:M:devD|host|hostnuma tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready fork:M exec launch:N:B launchex:N:B "
-                        "coop:N:B graph:N bench:S:B early\n");
+                        "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N early\n");
         return 2;
     }
     mode = argv[1];
