@@ -109,7 +109,7 @@ def test_linked_without_limit_passes_through(ledger_dir):
     assert lines(r) == ["ctx 0", "alloc 0", "alloc 0", "info 0 24 1024", "card 1000"]
 
 
-@pytest.mark.parametrize("mode", ["runtime", "linked"])
+@pytest.mark.parametrize("mode", ["runtime", "runtime-ptsz", "linked"])
 @pytest.mark.parametrize("kind", ["alloc:40", "managed:40", "async:40", "pool:40",
                                   "pitch:4096:10240", "create:40:dev0", "array:4096:2560",
                                   "array3d:1024:1024:10", "mipmap:4096:2048:2"])
@@ -187,6 +187,28 @@ def test_two_processes_share_one_budget_and_a_killed_one_gives_back(ledger_dir):
         if a.poll() is None:
             a.kill()
             a.wait()
+
+
+def test_concurrent_threads_and_processes_keep_the_ledger_exact(ledger_dir):
+    """4 threads in each of 3 processes allocate and free 70 MiB
+    against 256 MiB 3000 times: no process's card ever holds more than the limit, some
+    allocations are refused, none fails otherwise, and when all are done the
+    budget is whole again (no update lost under contention)."""
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    exe = os.path.join(TDIR, "lim_probe")
+    procs = [subprocess.Popen([exe, "runtime", "threads:4:3000:70"], env=env,
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    total_ok = total_oom = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        f = dict(kv.split("=") for kv in out.split()[1:])
+        assert f["other"] == "0" and int(f["peak"]) <= 256, out
+        total_ok += int(f["ok"])
+        total_oom += int(f["oom"])
+    assert total_ok + total_oom == 3 * 4 * 3000 and total_ok > 0 and total_oom > 0
+    r = probe("runtime", "ctx:0", "info", "alloc:256", env=env)
+    assert lines(r) == ["ctx 0", "info 0 256 256", "alloc 0"]
 
 
 def test_fork_child_has_its_own_slot_in_the_shared_budget(ledger_dir):

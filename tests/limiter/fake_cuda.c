@@ -51,7 +51,7 @@ struct alloc { uint64_t key; int kind, dev; uint64_t bytes; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc allocs[MAX_ALLOC];
-static uint64_t used[MAX_DEV], host_used, next_addr = 0x7f0000000000ULL, next_handle = 1;
+static uint64_t used[MAX_DEV], peak[MAX_DEV], host_used, next_addr = 0x7f0000000000ULL, next_handle = 1;
 static struct ctx ctxs[MAX_DEV];
 static __thread struct ctx *cur;
 static int inited;
@@ -73,6 +73,12 @@ static uint64_t card_bytes(void)
 __attribute__((visibility("default"))) uint64_t fake_cuda_used(int dev)
 {
     return dev >= 0 && dev < MAX_DEV ? used[dev] : host_used;
+}
+
+/* The most the card held at once in this process. */
+__attribute__((visibility("default"))) uint64_t fake_cuda_peak(int dev)
+{
+    return dev >= 0 && dev < MAX_DEV ? peak[dev] : 0;
 }
 
 CUresult cuInit(unsigned flags)
@@ -128,6 +134,8 @@ static CUresult take(int dev, uint64_t n, int kind, unsigned long long *key)
                     next_addr += (n + 0xfffff) & ~0xfffffULL;
                 allocs[i] = (struct alloc){*key, kind, dev, n};
                 *pool += n;
+                if (dev >= 0 && used[dev] > peak[dev])
+                    peak[dev] = used[dev];
                 rc = OK;
                 break;
             }

@@ -78,6 +78,7 @@ typedef struct { unsigned version; unsigned long long total, reserved, free, use
 FNS(X)
 #undef X
 uint64_t fake_cuda_used(int dev);
+uint64_t fake_cuda_peak(int dev);
 extern int early_rc;
 #endif
 
@@ -86,6 +87,7 @@ static struct {
     FNS(X)
 #undef X
     uint64_t (*used)(int);
+    uint64_t (*peak)(int);
 } api;
 
 static const char *mode;
@@ -113,6 +115,7 @@ static int load(void)
     FNS(X)
 #undef X
     api.used = fake_cuda_used;
+    api.peak = fake_cuda_peak;
     return 0;
 #else
     cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -127,6 +130,7 @@ static int load(void)
     FNS(X)
 #undef X
     api.used = (uint64_t(*)(int))dlsym(cuda, "fake_cuda_used");
+    api.peak = (uint64_t(*)(int))dlsym(cuda, "fake_cuda_peak");
     return 0;
 #endif
 }
@@ -156,6 +160,27 @@ static void *thread_create(void *arg)
     t->rc = api.cuMemCreate(&h, t->n, &prop, 0);
     if (t->rc == 0)
         keep(2, h);
+    return NULL;
+}
+
+struct hammer { int n; size_t bytes; void *ctx; long ok, oom, other; };
+static void *hammer(void *arg)
+{
+    struct hammer *h = arg;
+    api.cuCtxSetCurrent(h->ctx);
+    for (int i = 0; i < h->n; i++) {
+        CUdeviceptr p;
+        CUresult rc = api.cuMemAlloc_v2(&p, h->bytes);
+        if (rc == 0) {
+            h->ok++;
+            if (api.cuMemFree_v2(p))
+                h->other++;
+        } else if (rc == 2) {
+            h->oom++;
+        } else {
+            h->other++;
+        }
+    }
     return NULL;
 }
 
@@ -357,6 +382,27 @@ static int op(char *o, char **rest, char **argv)
             }
         }
         printf("%s %d %.0f ns\n", o, rc, (now() - t0) / (double)(n ? n : 1) * 1e9);
+    } else if (!strcmp(o, "threads")) {
+        /* T threads, each N alloc+free pairs of M MiB on device 0 */
+        int t = atoi(a), n = atoi(b);
+        struct hammer h[64];
+        pthread_t th[64];
+        void *ctx;
+        long ok = 0, oom = 0, other = 0;
+        api.cuInit(0);
+        api.cuDevicePrimaryCtxRetain(&ctx, 0);
+        for (int i = 0; i < t && i < 64; i++) {
+            h[i] = (struct hammer){n, mib(c), ctx, 0, 0, 0};
+            pthread_create(&th[i], NULL, hammer, &h[i]);
+        }
+        for (int i = 0; i < t && i < 64; i++) {
+            pthread_join(th[i], NULL);
+            ok += h[i].ok;
+            oom += h[i].oom;
+            other += h[i].other;
+        }
+        printf("threads ok=%ld oom=%ld other=%ld peak=%llu\n", ok, oom, other,
+               (unsigned long long)(api.peak ? api.peak(0) >> 20 : 0));
     } else if (!strcmp(o, "bench")) {
         double secs = atof(a), t0 = now();
         unsigned bl = (unsigned)atoi(b);
@@ -386,7 +432,7 @@ int main(int argc, char **argv)
                         "create:M:devD|host|hostnuma tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready fork:M exec launch:N:B launchex:N:B "
-                        "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N early\n");
+                        "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
         return 2;
     }
     mode = argv[1];
