@@ -3,25 +3,79 @@
  * inside the container show the container's memory: total = the limit (at
  * most the card), used = the container's ledger, free = the rest.
  *
- * NVML names GPUs by index; the limiter counts by CUDA device ordinal. They
- * agree for the GPUs Allocate hands a container (NVIDIA_VISIBLE_DEVICES
- * and CUDA_VISIBLE_DEVICES list the same GPUs in the same order) unless
- * CUDA_DEVICE_ORDER reorders CUDA's view.
+ * NVML names GPUs by index; the limiter counts by CUDA device ordinal.
+ * CUDA's ordinals follow CUDA_VISIBLE_DEVICES, which Allocate sets to the
+ * GPUs' UUIDs in assignment order, while NVML enumerates by PCI bus: the
+ * ordinal of an NVML device is its position in CUDA_VISIBLE_DEVICES (by UUID,
+ * or by index for numeric entries), else its NVML index.
  */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "limiter/lim.h"
+
+#define VIS_MAX 16
+#define VIS_LEN 96
+
+static char g_vis[VIS_MAX][VIS_LEN];
+static int g_n_vis;
+static pthread_once_t g_vis_once = PTHREAD_ONCE_INIT;
+
+static void vis_init(void)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    while (v && *v && g_n_vis < VIS_MAX) {
+        size_t len = strcspn(v, ",");
+        if (len > 0 && len < VIS_LEN) {
+            memcpy(g_vis[g_n_vis], v, len);
+            g_vis[g_n_vis][len] = '\0';
+        }
+        g_n_vis++; /* an unusable entry keeps its position */
+        v += len + (v[len] == ',');
+    }
+}
+
+/* The CUDA ordinal of NVML device `dev` (NVML index `idx`). */
+static int cuda_ordinal(nvmlDevice_t dev, unsigned idx)
+{
+    static nvmlReturn_t (*uuid_fn)(nvmlDevice_t, char *, unsigned);
+    char uuid[VIS_LEN] = "";
+    pthread_once(&g_vis_once, vis_init);
+    if (!__atomic_load_n(&uuid_fn, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&uuid_fn, (nvmlReturn_t(*)(nvmlDevice_t, char *, unsigned))lim_sym(
+                             "nvmlDeviceGetUUID", 1), __ATOMIC_RELEASE);
+    if (uuid_fn && uuid_fn(dev, uuid, sizeof uuid) != 0)
+        uuid[0] = '\0';
+    for (int k = 0; k < g_n_vis; k++) {
+        const char *e = g_vis[k];
+        if (!e[0])
+            continue;
+        if (e[0] >= '0' && e[0] <= '9') {
+            char *end;
+            unsigned long n = strtoul(e, &end, 10);
+            if (!*end && n == idx)
+                return k;
+        } else if (uuid[0] && strncmp(uuid, e, strlen(e)) == 0) {
+            return k; /* CUDA also takes a unique prefix of the UUID */
+        }
+    }
+    return g_n_vis ? -1 : (int)idx;
+}
 
 static int share(nvmlDevice_t dev, unsigned long long *total, unsigned long long *used)
 {
     nvmlReturn_t (*idx)(nvmlDevice_t, unsigned *) =
         (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))lim_helper(LIM_H_nvmlDeviceGetIndex);
     unsigned i;
+    int d;
     uint64_t lim;
-    if (!lim_state()->cfg.mem_on || !idx || idx(dev, &i) != 0 || i >= LIM_MAX_DEV ||
-        !(lim = lim_mem_limit((int)i)))
+    if (!lim_state()->cfg.mem_on || !idx || idx(dev, &i) != 0 ||
+        (d = cuda_ordinal(dev, i)) < 0 || d >= LIM_MAX_DEV || !(lim = lim_mem_limit(d)))
         return 0;
     if (lim < *total)
         *total = lim;
-    *used = lim_mem_used((int)i);
+    *used = lim_mem_used(d);
     if (*used > *total)
         *used = *total;
     return 1;
