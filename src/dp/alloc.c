@@ -372,7 +372,8 @@ static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp
     int shares = a->mem_mib > 0 || (a->milli > 0 && a->milli < 1000);
     if (!o->limiter_dir || a->limiter_off || !shares || strcmp(a->kind, "shared") || !a->uid[0])
         return 0;
-    int rc = dp_limiter_container(o->limiter_dir, a->uid, a->ns, a->pod, a->container, k->lm, e);
+    int rc = dp_limiter_container(o->limiter_dir, a->uid, a->ns, a->pod, a->container, a->n,
+                                  k->lm, e);
     if (rc)
         return rc;
     for (int i = 0; i < DP_LIM_MOUNTS; i++) {

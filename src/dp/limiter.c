@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <stdlib.h>
+
 #include "limiter/lim_ledger.h"
 
 static int write_all(int fd, const void *buf, size_t n)
@@ -88,8 +91,8 @@ static int safe_name(const char *s)
 }
 
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
-                         const char *container, struct dp_limiter_mount m[DP_LIM_MOUNTS],
-                         struct gs_err *e)
+                         const char *container, int n_gpus,
+                         struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e)
 {
     char cdir[700], owner[800];
     if (!safe_name(uid) || !safe_name(container) || strlen(uid) > 64)
@@ -103,7 +106,7 @@ int dp_limiter_container(const char *dir, const char *uid, const char *ns, const
         return gs_errf(e, GS_EIO, "%s: %s", cdir, strerror(errno));
     snprintf(owner, sizeof owner, "%s/owner", cdir);
     char who[800];
-    snprintf(who, sizeof who, "%s/%s/%s\n", ns, pod, container);
+    snprintf(who, sizeof who, "%s/%s/%s\n%d\n", ns, pod, container, n_gpus);
     int rc = put_file(owner, -1, who, 0644, e);
     if (rc)
         return rc;
@@ -148,8 +151,12 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
         memset(&u, 0, sizeof u);
         snprintf(path, sizeof path, "%s/containers/%.300s/owner", dir, de->d_name);
         FILE *f = fopen(path, "r");
+        char line[32];
+        int devs = LIM_MAX_DEV;
         if (!f || !fgets(u.owner, sizeof u.owner, f))
             snprintf(u.owner, sizeof u.owner, "%.300s", de->d_name);
+        else if (fgets(line, sizeof line, f) && (devs = atoi(line)) < 1)
+            devs = LIM_MAX_DEV;
         if (f)
             fclose(f);
         u.owner[strcspn(u.owner, "\n")] = '\0';
@@ -158,7 +165,7 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
             u.dev = i;
             u.limit = l.h->limit[i];
             u.used = lim_ledger_used(&l, i);
-            if (u.limit || u.used)
+            if ((i < devs && u.limit) || u.used)
                 fn(ud, &u);
         }
         lim_ledger_close(&l);
@@ -203,4 +210,44 @@ int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s)
     }
     closedir(d);
     return removed;
+}
+
+struct usage_rows {
+    struct dp_limiter_usage *r;
+    int n;
+};
+
+static void add_row(void *ud, const struct dp_limiter_usage *u)
+{
+    struct usage_rows *ur = ud;
+    if (ur->n < DP_LIM_USAGE_MAX)
+        ur->r[ur->n++] = *u;
+}
+
+static int cmp_row(const void *a, const void *b)
+{
+    const struct dp_limiter_usage *x = a, *y = b;
+    int c = strcmp(x->owner, y->owner);
+    return c ? c : x->dev - y->dev;
+}
+
+char *dp_limiter_usage_json(const char *dir, const char *now)
+{
+    struct usage_rows ur = {calloc(DP_LIM_USAGE_MAX, sizeof *ur.r), 0};
+    if (!ur.r)
+        return NULL;
+    dp_limiter_scan(dir, add_row, &ur, NULL);
+    qsort(ur.r, (size_t)ur.n, sizeof *ur.r, cmp_row);
+    json_t *rows = json_array();
+    for (int i = 0; rows && i < ur.n; i++)
+        json_array_append_new(rows, json_pack("{s:s, s:i, s:I, s:I, s:i}", "container",
+                                              ur.r[i].owner, "device", ur.r[i].dev, "used_mib",
+                                              (json_int_t)((ur.r[i].used + (1 << 20) - 1) >> 20),
+                                              "limit_mib", (json_int_t)(ur.r[i].limit >> 20),
+                                              "procs", ur.r[i].procs));
+    free(ur.r);
+    json_t *doc = rows ? json_pack("{s:s, s:o}", "updated_at", now, "containers", rows) : NULL;
+    char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    return s;
 }

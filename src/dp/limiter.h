@@ -7,7 +7,8 @@
  *   <dir>/libgpusched-cuda.so     installed by the plugin at start
  *   <dir>/ld.so.preload           one line naming the library's container path
  *   <dir>/containers/<uid>_<ctr>/ the container's ledger directory, plus an
- *                                 "owner" file: namespace/pod/container;
+ *                                 "owner" file: namespace/pod/container and,
+ *                                 on a second line, its number of GPUs;
  *                                 removed once the pod has left the node
  * Allocate mounts the first two read-only at /usr/local/gpusched/ and
  * /etc/ld.so.preload, and the third read-write at /usr/local/gpusched/ledger
@@ -39,10 +40,11 @@ int dp_limiter_install(const char *dir, const char *lib_src, struct gs_err *e);
 
 /* Creates the container's ledger directory and owner file and fills the
  * three mounts. uid and container must be non-empty names of letters,
- * digits, '-', '.', '_'. 0 or -GS_E*. */
+ * digits, '-', '.', '_'; n_gpus is how many GPUs (CUDA devices) the
+ * container gets. 0 or -GS_E*. */
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
-                         const char *container, struct dp_limiter_mount m[DP_LIM_MOUNTS],
-                         struct gs_err *e);
+                         const char *container, int n_gpus,
+                         struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e);
 
 /* One device of one container, from its ledger. */
 struct dp_limiter_usage {
@@ -52,11 +54,19 @@ struct dp_limiter_usage {
     int procs;
 };
 
-/* Calls fn for every device with a limit or usage of every container
- * ledger under <dir>/containers. Unreadable or corrupt ledgers are skipped
+/* Calls fn for each of the container's GPUs (and any other device with
+ * usage) of every container ledger under <dir>/containers. Unreadable or corrupt ledgers are skipped
  * (counted in *bad when bad is not NULL). Returns the number of ledgers. */
 int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limiter_usage *u),
                     void *ud, int *bad);
+
+/* The node's in-container use as a JSON document for the node annotation
+ * <prefix>gpu-usage: {"updated_at": now, "containers": [{"container":
+ * "ns/pod/ctr", "device": 0, "used_mib": 100, "limit_mib": 256, "procs": 1},
+ * ...]} sorted by container and device, at most DP_LIM_USAGE_MAX rows.
+ * Caller frees; NULL when out of memory. */
+#define DP_LIM_USAGE_MAX 512
+char *dp_limiter_usage_json(const char *dir, const char *now);
 
 /* Removes the ledger directories of pods no longer on the node: those
  * whose pod uid is not in uids[0..n), no process holds, and that are older

@@ -309,6 +309,24 @@ static void prune_ledgers(struct dp_plugin *p)
     json_decref(pods);
 }
 
+/* The limiter's per-container memory, for `gpusched status`. */
+static void publish_usage(struct dp_plugin *p)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char now[32];
+    if (!p->cfg.api->publish_usage)
+        return;
+    now_rfc3339(now, sizeof now);
+    char *doc = dp_limiter_usage_json(p->cfg.alloc.limiter_dir, now);
+    if (doc && p->cfg.api->publish_usage(p->cfg.api->ud, doc, &e) != 0) {
+        log_warn("dp", "publishing in-container GPU use: %s", e.msg);
+        pthread_mutex_lock(&p->mu);
+        p->n_publish_err++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    free(doc);
+}
+
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
  * created) or one of our sockets was removed. */
 static int kubelet_restarted(struct dp_plugin *p, int fd)
@@ -418,8 +436,10 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         }
         if (p->cfg.api && (pub || t >= next_publish)) {
             publish(p);
-            if (p->cfg.alloc.limiter_dir)
+            if (p->cfg.alloc.limiter_dir) {
                 prune_ledgers(p);
+                publish_usage(p);
+            }
             next_publish = t + (int64_t)p->cfg.publish_interval_s * 1000;
         }
     }

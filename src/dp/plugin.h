@@ -40,6 +40,9 @@ struct dp_api {
     int (*list_pods)(void *ud, json_t **out, struct gs_err *e);
     /* Writes the node annotation and the missing labels. */
     int (*publish)(void *ud, const struct dp_inventory *inv, struct gs_err *e);
+    /* Writes the node's in-container GPU memory use (dp/limiter.h), a
+     * JSON string, as the <prefix>gpu-usage annotation. NULL: not kept. */
+    int (*publish_usage)(void *ud, const char *usage_json, struct gs_err *e);
 };
 
 struct dp_plugin_cfg {

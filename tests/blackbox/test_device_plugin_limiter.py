@@ -6,8 +6,10 @@ a container holding a GPU share gets libgpusched-cuda.so and an
 (read-write); whole-GPU containers, pods that opt out with
 gpusched.io/limiter: "off", and a plugin run with --no-limiter get none.
 Then a CUDA program (the stand-in driver and lim_probe) run with that
-container's environment and ledger shows up in the plugin's /metrics.
+container's environment and ledger shows up in the plugin's /metrics, in
+the node's gpusched.io/gpu-usage annotation and in `gpusched status`.
 """
+import json
 import os
 import shutil
 import stat
@@ -18,7 +20,8 @@ import grpc
 import pytest
 
 from test_device_plugin import GPU
-from test_device_plugin_api import assigned_pod, world  # noqa: F401 (fixture)
+from conftest import run
+from test_device_plugin_api import assigned_pod, wait, world  # noqa: F401 (fixture)
 from test_limiter import LIB, TDIR, env_for
 
 AT = "2026-11-22T15:20:01.000000000Z"
@@ -40,8 +43,14 @@ def mounts(r):
     return {m.container_path: (m.host_path, m.read_only) for m in r.mounts}
 
 
-def test_shared_container_gets_the_limiter(world, limdir):  # noqa: F811
-    pl = world.start("--limiter-dir", limdir, "--limiter-lib", LIB)
+def usage_rows(api):
+    ann = api.get("nodes", "node-a")["metadata"]["annotations"].get("gpusched.io/gpu-usage")
+    return json.loads(ann)["containers"] if ann else None
+
+
+def test_shared_container_gets_the_limiter(world, limdir, gpusched_bin,
+                                           tmp_path):  # noqa: F811
+    pl = world.start("--limiter-dir", limdir, "--limiter-lib", LIB, "--publish-interval", "1")
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
     pod = assigned_pod(world.api, "shared", [GPU[0]], AT, kind="shared", mem=8192, milli=300)
     uid = pod["metadata"]["uid"]
@@ -62,7 +71,7 @@ def test_shared_container_gets_the_limiter(world, limdir):  # noqa: F811
         assert f.read() == "/usr/local/gpusched/libgpusched-cuda.so\n"
     assert stat.S_IMODE(os.stat(cdir).st_mode) == 0o1777
     with open(os.path.join(cdir, "owner")) as f:
-        assert f.read() == "default/shared/main\n"
+        assert f.read() == "default/shared/main\n1\n"
 
     # a CUDA process of that container, with its environment and ledger
     env = env_for(cdir, **{k: v for k, v in r.envs.items() if k.startswith("CUDA_DEVICE")})
@@ -78,6 +87,19 @@ def test_shared_container_gets_the_limiter(world, limdir):  # noqa: F811
         assert f"gpusched_dp_container_gpu_memory_used_bytes{lbl} {100 << 20}\n" in text, text
         assert f"gpusched_dp_container_gpu_memory_limit_bytes{lbl} {256 << 20}\n" in text
         assert "gpusched_dp_limiter_ledgers 1\n" in text
+        # published on the node, shown by `gpusched status`
+        row = {"container": "default/shared/main", "device": 0, "used_mib": 100,
+               "limit_mib": 256, "procs": 1}
+        seen = []
+        try:
+            wait(lambda: seen.append(usage_rows(world.api)) or seen[-1] == [row], timeout=10)
+        except AssertionError:
+            raise AssertionError(f"gpu-usage annotation: {seen[-1:]}\n{pl.output()[-2000:]}")
+        kc = world.api.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        r = run(gpusched_bin, "status", "--kubeconfig", kc)
+        assert r.returncode == 0, r.stderr
+        line = next(x for x in r.stdout.splitlines() if "default/shared/main" in x)
+        assert line.split()[:5] == ["node-a", "default/shared/main", "0", "100/256", "MiB"]
     finally:
         proc.kill()
         proc.wait()

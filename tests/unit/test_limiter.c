@@ -207,7 +207,7 @@ static void make_ctr(const char *root, const char *name, int old)
     char uid[64], ctr[64];
     snprintf(uid, sizeof uid, "%.*s", (int)(strchr(name, '_') - name), name);
     snprintf(ctr, sizeof ctr, "%s", strchr(name, '_') + 1);
-    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, m, &e), 0);
     ASSERT_EQ(m[2].read_only, 0);
     snprintf(p, sizeof p, "%s/containers/%s", root, name);
     ASSERT_STREQ(m[2].host, p);
@@ -243,8 +243,8 @@ static void test_prune(void)
     ASSERT_EQ(dp_limiter_install(root, lib, &e), 0);
     ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
     ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
-    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", m, &e), -GS_EINVAL);
-    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, m, &e), -GS_EINVAL);
 
     make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
     make_ctr(root, "here_main", 1);   /* pod still here */
