@@ -31,7 +31,6 @@ static void *g_real[LIM_N_HOOKS];
 static void *g_help[LIM_N_HELPERS];
 static void *g_cuda_handle, *g_nvml_handle;
 
-/* The wrappers, defined in lim_mem.c, lim_nvml.c, lim_throttle.c. */
 /* The wrappers (lim_mem.c, lim_nvml.c, lim_throttle.c, lim_proc.c), by
  * address only: their prototypes are their own files' business. */
 #define X(name, base, ver, kind) extern void name(void);
@@ -72,12 +71,23 @@ static int find_hook(const char *name)
     return -1;
 }
 
+/* Whether p is one of this library's wrappers: what a lookup through the
+ * program's own handle (dlopen(NULL)) or the global scope finds first. It
+ * must never be taken for the driver's function (it would call itself). */
+static int is_mine(const void *p)
+{
+    for (int i = 0; i < LIM_N_HOOKS; i++)
+        if (p == (const void *)g_hooks[i].wrapper)
+            return 1;
+    return 0;
+}
+
 /* Binds g_real[i] to p unless it is bound to something else already;
  * 1 when g_real[i] == p afterwards. */
 static int bind(int i, void *p)
 {
     void *none = NULL;
-    if (!p)
+    if (!p || is_mine(p))
         return 0;
     if (__atomic_compare_exchange_n(&g_real[i], &none, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return 1;
@@ -110,13 +120,14 @@ static void *resolve(const char *name, int nvml)
     if ((p = rd(RTLD_NEXT, name)))
         return p;
     h = __atomic_load_n(nvml ? &g_nvml_handle : &g_cuda_handle, __ATOMIC_ACQUIRE);
-    if (h && (p = rd(h, name)))
+    if (h && (p = rd(h, name)) && !is_mine(p))
         return p;
     h = dlopen(nvml ? "libnvidia-ml.so.1" : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return NULL;
     adopt_handle(h, nvml);
-    return rd(h, name);
+    p = rd(h, name);
+    return is_mine(p) ? NULL : p;
 }
 
 void *lim_sym(const char *name, int nvml)
@@ -174,8 +185,8 @@ LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
     if (!p || handle == RTLD_NEXT || handle == RTLD_DEFAULT)
         return p;
     int i = find_hook(name);
-    if (i < 0 || !wanted(i))
-        return p;
+    if (i < 0 || !wanted(i) || is_mine(p))
+        return p; /* is_mine: a handle whose scope includes this library */
     adopt_handle(handle, g_hooks[i].nvml);
     return bind(i, p) ? (void *)g_hooks[i].wrapper : p;
 }
@@ -185,6 +196,8 @@ void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags)
 {
     int ptsz = (flags & LIM_CU_PROC_PER_THREAD_STREAM) != 0;
     if (!p || !sym || !lim_state()->active)
+        return p;
+    if (is_mine(p))
         return p;
     for (int i = 0; i < LIM_N_HOOKS; i++)
         if (!g_hooks[i].nvml && __atomic_load_n(&g_real[i], __ATOMIC_ACQUIRE) == p)

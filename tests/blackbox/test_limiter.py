@@ -304,6 +304,24 @@ def test_python_ctypes_is_held_too(ledger_dir):
     assert (r.returncode, r.stdout, r.stderr) == (0, "0 2\n", "")
 
 
+def test_lookup_through_the_program_handle(ledger_dir):
+    """dlsym on dlopen(NULL)'s handle (ctypes.CDLL(None)) finds the limiter's
+    own exported functions in the global scope: they must not be taken for
+    the driver's (that would recurse forever)."""
+    code = ("import ctypes, os\n"
+            "ctypes.CDLL('libcuda.so.1', mode=os.RTLD_NOW | os.RTLD_GLOBAL)\n"
+            "c = ctypes.CDLL(None)\n"
+            "ctx = ctypes.c_void_p(); p = ctypes.c_ulonglong()\n"
+            "assert c.cuInit(0) == 0 and c.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
+            "assert c.cuCtxSetCurrent(ctx) == 0\n"
+            "print(c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)),"
+            " c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)))\n")
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="128m")
+    r = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr[-500:]) == (0, "0 2\n", "")
+
+
 def bench(ledger_dir, secs, **extra):
     env = env_for(ledger_dir, FAKE_CUDA_BUSY=os.path.join(os.path.dirname(ledger_dir), "busy"),
                   FAKE_CUDA_BLOCK_US=10, **extra)
