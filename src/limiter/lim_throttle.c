@@ -16,7 +16,6 @@
  * other tenants' work counts against this container, so with busy
  * neighbours it gets less than its share, never more.
  */
-#include <math.h>
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +40,10 @@ static pthread_mutex_t g_watcher_mu = PTHREAD_MUTEX_INITIALIZER;
 typedef nvmlReturn_t (*nv_init_fn)(void);
 typedef nvmlReturn_t (*nv_handle_fn)(unsigned, nvmlDevice_t *);
 typedef nvmlReturn_t (*nv_util_fn)(nvmlDevice_t, nvmlUtilization_t *);
+
+/* (no libm: the library needs nothing but libc) */
+static double dmin(double a, double b) { return a < b ? a : b; }
+static double dmax(double a, double b) { return a > b ? a : b; }
 
 static double now_s(void)
 {
@@ -133,15 +136,15 @@ void lim_throttle(uint64_t cost)
             b->last = t;
             break;
         }
-        double cap = fmax(b->rate * 0.05, (double)cost);
-        b->tokens = fmin(cap, b->tokens + b->rate * (t - b->last));
+        double cap = dmax(b->rate * 0.05, (double)cost);
+        b->tokens = dmin(cap, b->tokens + b->rate * (t - b->last));
         b->last = t;
         if (b->tokens >= 0) {
             b->tokens -= (double)cost;
             break;
         }
         b->throttled = 1;
-        double wait = fmin(-b->tokens / b->rate, 0.02);
+        double wait = dmin(-b->tokens / b->rate, 0.02);
         pthread_mutex_unlock(&b->mu);
         struct timespec ts = {0, (long)(wait * 1e9) + 1000};
         nanosleep(&ts, NULL);

@@ -289,6 +289,19 @@ def test_preloaded_into_every_program(ledger_dir):
     assert not os.path.exists(ledger_dir), "no GPU call: nothing created"
 
 
+def test_needs_nothing_but_libc():
+    """Preloaded into every program of any image: the library may depend on
+    libc alone (the image may have nothing else), and exports only the
+    interposed functions."""
+    d = subprocess.run(["readelf", "-dW", LIB], capture_output=True, text=True, check=True)
+    needed = [line.split("[")[1].rstrip("]") for line in d.stdout.splitlines()
+              if "(NEEDED)" in line]
+    assert needed == ["libc.so.6"]
+    syms = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True,
+                          check=True).stdout.split()[2::3]
+    assert all(s.startswith(("cu", "nvml")) or s == "dlsym" for s in syms), syms
+
+
 def test_python_ctypes_is_held_too(ledger_dir):
     # ctypes resolves through dlsym on the library's handle
     code = ("import ctypes\n"
