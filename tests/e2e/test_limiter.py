@@ -31,7 +31,7 @@ from conftest import NODE_A, NS, gpu_pod
 IMAGE = "localhost/gslimiter:e2e"
 DONE = "LIMITER-E2E-DONE"
 SCRIPT = ("cat /etc/ld.so.preload 2>/dev/null || echo no-preload; "
-          "/probe/lim_probe runtime ctx:0 who:alloc alloc:200 alloc:100 info nvml:0; "
+          "/probe/lim_probe runtime ctx:0 who:alloc alloc:200 alloc:100 info; "
           "(echo x > /etc/ld.so.preload) 2>/dev/null && echo preload-writable || echo preload-ro; "
           "touch /usr/local/gpusched/ledger/t 2>/dev/null && echo ledger-rw || echo no-ledger; "
           f"echo {DONE}; trap 'exit 0' TERM; sleep 3600 & wait")
@@ -126,7 +126,7 @@ def test_real_kubelet_mounts_the_limiter_and_glibc_preloads_it(cluster, limiter_
     out = log_lines(cluster, "limited")
     assert out == ["/usr/local/gpusched/libgpusched-cuda.so",
                    "ctx 0", "who alloc libgpusched-cuda.so", "alloc 0", "alloc 2",
-                   "info 0 56 256", "nvml 0 256 200 56", "preload-ro", "ledger-rw"], out
+                   "info 0 56 256", "preload-ro", "ledger-rw"], out
     uid = p["metadata"]["uid"]
     ledger = limiter_node.host(f"/var/lib/gpusched/limiter/containers/{uid}_main/ledger")
     assert os.path.exists(ledger)
