@@ -104,6 +104,10 @@ enum lim_kind { LIM_K_PTR = 1, LIM_K_HANDLE, LIM_K_ARRAY, LIM_K_MIPMAP };
 void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes);
 int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes); /* 1 = found */
 
+/* The NVML device of CUDA device `cuda_dev` (through CUDA_VISIBLE_DEVICES,
+ * as in lim_nvml.c): 0 or -1. */
+int lim_nvml_handle(int cuda_dev, nvmlDevice_t *out);
+
 /* Compute: wait as the share requires before a launch of `cost` blocks. */
 void lim_throttle(uint64_t cost);
 

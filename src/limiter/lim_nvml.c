@@ -63,6 +63,27 @@ static int cuda_ordinal(nvmlDevice_t dev, unsigned idx)
     return g_n_vis ? -1 : (int)idx;
 }
 
+int lim_nvml_handle(int cuda_dev, nvmlDevice_t *out)
+{
+    static nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
+    static nvmlReturn_t (*by_index)(unsigned, nvmlDevice_t *);
+    pthread_once(&g_vis_once, vis_init);
+    if (!__atomic_load_n(&by_index, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&by_uuid, (nvmlReturn_t(*)(const char *, nvmlDevice_t *))lim_sym(
+                             "nvmlDeviceGetHandleByUUID", 1), __ATOMIC_RELEASE);
+        __atomic_store_n(&by_index, (nvmlReturn_t(*)(unsigned, nvmlDevice_t *))lim_sym(
+                             "nvmlDeviceGetHandleByIndex_v2", 1), __ATOMIC_RELEASE);
+    }
+    if (!by_index || cuda_dev < 0)
+        return -1;
+    if (cuda_dev >= g_n_vis)
+        return g_n_vis ? -1 : (by_index((unsigned)cuda_dev, out) == 0 ? 0 : -1);
+    const char *e = g_vis[cuda_dev];
+    if (e[0] >= '0' && e[0] <= '9')
+        return by_index((unsigned)strtoul(e, NULL, 10), out) == 0 ? 0 : -1;
+    return e[0] && by_uuid && by_uuid(e, out) == 0 ? 0 : -1;
+}
+
 static int share(nvmlDevice_t dev, unsigned long long *total, unsigned long long *used)
 {
     nvmlReturn_t (*idx)(nvmlDevice_t, unsigned *) =

@@ -12,6 +12,7 @@
  * first sample nothing waits; a share of 1000 (or none) is off and the
  * launch wrappers call straight through.
  *
+ * CUDA device d is NVML's device named by entry d of CUDA_VISIBLE_DEVICES.
  * The utilisation is the whole GPU's (nvmlDeviceGetUtilizationRates):
  * other tenants' work counts against this container, so with busy
  * neighbours it gets less than its share, never more.
@@ -38,7 +39,6 @@ static pid_t g_watcher_pid;
 static pthread_mutex_t g_watcher_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef nvmlReturn_t (*nv_init_fn)(void);
-typedef nvmlReturn_t (*nv_handle_fn)(unsigned, nvmlDevice_t *);
 typedef nvmlReturn_t (*nv_util_fn)(nvmlDevice_t, nvmlUtilization_t *);
 
 /* (no libm: the library needs nothing but libc) */
@@ -62,12 +62,11 @@ static void *watch(void *arg)
 {
     (void)arg;
     nv_init_fn init = (nv_init_fn)lim_sym("nvmlInit_v2", 1);
-    nv_handle_fn handle = (nv_handle_fn)lim_sym("nvmlDeviceGetHandleByIndex_v2", 1);
     nv_util_fn util = (nv_util_fn)lim_sym("nvmlDeviceGetUtilizationRates", 1);
     nvmlDevice_t h[LIM_MAX_DEV] = {0};
     double share = lim_state()->cfg.milli / 10.0;
 
-    if (!init || !handle || !util || init() != 0) {
+    if (!init || !util || init() != 0) {
         lim_warn_once(LIM_W_NVML, "NVML (libnvidia-ml.so.1) unusable: the compute share is "
                       "not enforced");
         return NULL;
@@ -80,7 +79,7 @@ static void *watch(void *arg)
             nvmlUtilization_t u;
             if (!__atomic_load_n(&b->used, __ATOMIC_ACQUIRE))
                 continue;
-            if (!h[d] && handle((unsigned)d, &h[d]) != 0)
+            if (!h[d] && lim_nvml_handle(d, &h[d]) != 0)
                 continue;
             if (util(h[d], &u) != 0)
                 continue;

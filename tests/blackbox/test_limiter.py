@@ -354,6 +354,16 @@ def test_compute_share_throttles_launches(ledger_dir):
     assert off / full >= 0.8, f"100 % share ran at {off / full:.2f} of unlimited"
 
 
+def test_throttle_watches_the_containers_gpu(ledger_dir):
+    # CUDA device 0 is NVML's GPU 1 (CUDA_VISIBLE_DEVICES in assignment
+    # order): its utilisation, not GPU 0's, drives the throttle
+    extra = {"CUDA_VISIBLE_DEVICES": "GPU-fake0000-0000-4000-8000-000000000001",
+             "FAKE_NVML_BUSY_GPU": 1}
+    full = bench(ledger_dir, 2, **extra)
+    limited = bench(ledger_dir, 3, CUDA_DEVICE_SM_LIMIT=30, **extra)
+    assert limited / full <= 0.45, f"30 % share ran at {limited / full:.2f} of unlimited"
+
+
 @pytest.mark.parametrize("op", ["launch:600:100", "launchex:600:100", "coop:600:100",
                                 "graph:600"])
 def test_every_launch_kind_is_throttled(op, ledger_dir):

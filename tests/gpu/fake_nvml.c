@@ -16,9 +16,10 @@
  *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
- *                   (tests/limiter/fake_cuda.c): GPU 0's utilisation is
- *                   the share of wall time it grew by since the previous
- *                   query in this process (the limiter's tests).
+ *                   (tests/limiter/fake_cuda.c): the utilisation of GPU
+ *                   FAKE_NVML_BUSY_GPU (default 0) is the share of wall
+ *                   time it grew by since the previous query in this
+ *                   process (the limiter's tests); other GPUs are idle.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,8 +147,9 @@ ret_t nvmlDeviceGetUtilizationRates(handle_t h, util_t *u)
     struct timespec ts;
     FILE *fp;
 
+    const char *busy_gpu = getenv("FAKE_NVML_BUSY_GPU");
     u->gpu = u->memory = 0;
-    if (h->idx != 0 || !f || !(fp = fopen(f, "rb")))
+    if (h->is_mig || h->idx != (busy_gpu ? atoi(busy_gpu) : 0) || !f || !(fp = fopen(f, "rb")))
         return OK;
     if (fread(&b, sizeof b, 1, fp) != 1)
         b = 0;
