@@ -13,6 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef LIM_OLD_GLIBC_ABI
+#include <sys/syscall.h>
+/* fstat is GLIBC_2.33 (an inline over __fxstat before): the system call
+ * fills the same struct stat on x86-64 (lim_compat.h) */
+#define lim_fstat(fd, st) ((int)syscall(SYS_fstat, (fd), (st)))
+#else
+#define lim_fstat fstat
+#endif
+
 /* Record-lock bytes live past the data, so they never overlap it. */
 #define LOCK_GLOBAL ((off_t)1 << 30)
 #define LOCK_SLOT(i) (LOCK_GLOBAL + 1 + (off_t)(i))
@@ -110,7 +119,7 @@ int lim_ledger_open_private(struct lim_ledger *l, const uint64_t *limits)
 static int map_checked(struct lim_ledger *l, const char *path, int prot, char *err, size_t errlen)
 {
     struct stat st;
-    if (fstat(l->fd, &st) < 0)
+    if (lim_fstat(l->fd, &st) < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
     if (!S_ISREG(st.st_mode))
         return snprintf(err, errlen, "%s: not a regular file", path), -1;
@@ -154,7 +163,7 @@ int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limit
         snprintf(err, errlen, "%s: lock: %s", path, strerror(errno));
         goto fail;
     }
-    if (fstat(l->fd, &st) == 0 && st.st_size == 0) {
+    if (lim_fstat(l->fd, &st) == 0 && st.st_size == 0) {
         struct lim_ledger_hdr h;
         init_hdr(&h);
         (void)fchmod(l->fd, 0666);

@@ -289,14 +289,19 @@ def test_preloaded_into_every_program(ledger_dir):
     assert not os.path.exists(ledger_dir), "no GPU call: nothing created"
 
 
-def test_needs_nothing_but_libc():
+def test_needs_nothing_but_an_old_glibc():
     """Preloaded into every program of any image: the library may depend on
-    libc alone (the image may have nothing else), and exports only the
-    interposed functions."""
+    glibc alone (the image may have nothing else), of any version since 2.17
+    (src/limiter/lim_compat.h; an image with glibc 2.31 would otherwise
+    refuse it), and exports only the interposed functions."""
     d = subprocess.run(["readelf", "-dW", LIB], capture_output=True, text=True, check=True)
     needed = [line.split("[")[1].rstrip("]") for line in d.stdout.splitlines()
               if "(NEEDED)" in line]
-    assert needed == ["libc.so.6"]
+    assert needed == ["libdl.so.2", "libpthread.so.0", "libc.so.6"]
+    t = subprocess.run(["objdump", "-T", LIB], capture_output=True, text=True, check=True)
+    versions = {w.strip("()") for w in t.stdout.split() if w.startswith(("GLIBC_", "(GLIBC_"))}
+    newest = max(tuple(int(x) for x in v[6:].split(".")) for v in versions)
+    assert newest <= (2, 17), sorted(versions)
     syms = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True,
                           check=True).stdout.split()[2::3]
     assert all(s.startswith(("cu", "nvml")) or s == "dlsym" for s in syms), syms
