@@ -14,7 +14,8 @@
 #ifndef GPUSCHED_LIM_COMPAT_H
 #define GPUSCHED_LIM_COMPAT_H
 
-#if defined(__x86_64__) && defined(__GLIBC__) || defined(__x86_64__) && defined(__linux__)
+/* x86-64 only: other architectures keep the build machine's versions */
+#if defined(__x86_64__) && defined(__linux__)
 __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
