@@ -61,12 +61,17 @@ def probe_image(cluster, out):
         os.makedirs(os.path.join(root, "probe"))
         for f in ("lim_probe", "libcuda.so.1", "libnvidia-ml.so.1"):
             shutil.copy(os.path.join(tdir, f), os.path.join(root, "probe", f))
-        libs = subprocess.run(["ldd", probe], capture_output=True, text=True, check=True).stdout
+        # the probe's libraries and the limiter's (glibc's libdl and libpthread,
+        # which every distribution's C library package installs)
+        lib = os.path.join(build_dir(cluster), "libgpusched-cuda.so")
+        libs = "".join(subprocess.run(["ldd", f], capture_output=True, text=True,
+                                      check=True).stdout for f in (probe, lib))
         for word in libs.split():
             if word.startswith("/") and os.path.exists(word):
                 dst = os.path.join(root, word.lstrip("/"))
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
-                shutil.copy(word, dst)
+                if not os.path.exists(dst):
+                    shutil.copy(word, dst)
         os.makedirs(os.path.join(root, "tmp"))
         subprocess.run(["umoci", "repack", "--image", ref, bundle], check=True)
         subprocess.run(["umoci", "config", "--image", ref, "--config.entrypoint=/bin/sh"],
