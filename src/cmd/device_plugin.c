@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "dp/grpc.h"
 #include "dp/kube.h"
+#include "dp/limiter.h"
 #include "dp/plugin.h"
 #include "http/http_server.h"
 #include "util/log.h"
@@ -52,6 +54,51 @@ static void metrics_handler(void *ud, const struct http_request *req, struct htt
     }
 }
 
+/* The limiter library to install: --limiter-lib, else the one beside the
+ * binary (a build tree, or /usr/bin + /usr/lib/gpusched in the image). */
+static const char *limiter_source(const char *given, char *buf, size_t cap)
+{
+    char exe[512];
+    if (given)
+        return given;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(buf, cap, "%s/%s", exe, DP_LIM_LIB);
+            if (access(buf, R_OK) == 0)
+                return buf;
+            snprintf(buf, cap, "%s/../lib/gpusched/%s", exe, DP_LIM_LIB);
+            if (access(buf, R_OK) == 0)
+                return buf;
+        }
+    }
+    return "/usr/lib/gpusched/" DP_LIM_LIB;
+}
+
+/* Installs the limiter into dir; the directory to inject from, or NULL
+ * (injection off) when dir is absent or the install failed. */
+static const char *limiter_setup(const char *dir, const char *lib)
+{
+    char src[600];
+    struct stat st;
+    struct gs_err e = GS_ERR_INIT;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        log_info("dp", "limiter: %s is not a directory; shared GPUs are not enforced inside "
+                 "containers", dir);
+        return NULL;
+    }
+    lib = limiter_source(lib, src, sizeof src);
+    if (dp_limiter_install(dir, lib, &e) != 0) {
+        log_warn("dp", "limiter: %s; shared GPUs are not enforced inside containers", e.msg);
+        return NULL;
+    }
+    log_info("dp", "limiter: %s installed in %s; shared containers get it", lib, dir);
+    return dir;
+}
+
 static const char usage[] =
     "gpusched device-plugin [--kubelet-dir DIR] [--fake-gpus FILE] [--node-name NAME] "
     "[--kubeconfig FILE]\n\n"
@@ -67,6 +114,8 @@ int cmd_device_plugin(int argc, char **argv)
     const char *prefix = "nvidia.com/", *annot_prefix = "gpusched.io/", *ignore_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
+    const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
+    int no_limiter = 0;
     long replicas = 0, transient_s = 10, fatal_s = 300, publish_s = 60;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
@@ -102,6 +151,13 @@ int cmd_device_plugin(int argc, char **argv)
         OPT_STR("nvml-lib", &nvml_lib, "PATH", "NVML library to load (libnvidia-ml.so.1)"),
         OPT_BOOL("fail-on-init-error", &fail_on_init,
                  "exit 1 when NVML cannot be loaded or there is no GPU"),
+        OPT_STR("limiter-dir", &limiter_dir, "DIR",
+                "host directory of the in-container limiter (/var/lib/gpusched/limiter); "
+                "injection is on when it exists"),
+        OPT_STR("limiter-lib", &limiter_lib, "PATH",
+                "libgpusched-cuda.so to install there (default: beside the binary, else "
+                "/usr/lib/gpusched/)"),
+        OPT_BOOL("no-limiter", &no_limiter, "do not inject the limiter into shared containers"),
         OPT_STR("log-level", &log_level, "LEVEL", "debug, info, warn or error"),
         OPT_STR("log-format", &log_format, "FORMAT", "text or json"),
         OPT_END(),
@@ -148,6 +204,8 @@ int cmd_device_plugin(int argc, char **argv)
     cfg.alloc.dev_dir = no_device_specs ? NULL : dev_dir;
     cfg.alloc.caps_dir = caps_dir;
     cfg.alloc.annot_prefix = annot_prefix;
+    if (!no_limiter)
+        cfg.alloc.limiter_dir = limiter_setup(limiter_dir, limiter_lib);
     cfg.publish_interval_s = (int)publish_s;
     cfg.register_timeout_ms = 15000;
 

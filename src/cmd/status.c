@@ -10,7 +10,10 @@
  * journal in --state-dir, read without writing (a torn last record, which the
  * running extender may be writing, is skipped). Then it prints one row per
  * GPU, totals and fragmentation per model, and with --quotas the use of each
- * GPUQuota. Colour only on a terminal (and never with NO_COLOR).
+ * GPUQuota. In a cluster it also shows the GPU memory each shared container
+ * really holds, as the device plugins publish it from their in-container
+ * limiters' ledgers (the <prefix>gpu-usage node annotation). Colour only on
+ * a terminal (and never with NO_COLOR).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -38,6 +41,7 @@ struct status {
     struct core_cluster *c;
     struct core_quotas *q; /* NULL without --quotas */
     int warnings;
+    json_t *usage;         /* rows of in-container use, each with its "node" */
 };
 
 static void warn(struct status *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -55,6 +59,8 @@ static void warn(struct status *st, const char *fmt, ...)
 
 /* ---- building the state ---------------------------------------------------- */
 
+static void add_usage(struct status *st, const char *node, const json_t *annotations);
+
 static void add_nodes(struct status *st, const json_t *items)
 {
     size_t i;
@@ -71,7 +77,58 @@ static void add_nodes(struct status *st, const json_t *items)
         else if (updated > 0 && (double)time(NULL) - updated > STATUS_INVENTORY_TTL)
             core_cluster_set_available(st->c, spec.name, 0, &e); /* shown as stale */
         ext_node_buf_clear(&buf);
+        const char *name = kube_meta_str(node, "name");
+        if (name && st->usage)
+            add_usage(st, name, json_object_get(json_object_get(node, "metadata"),
+                                                "annotations"));
     }
+}
+
+/* A node's <prefix>gpu-usage annotation (dp/limiter.h): checked row by row,
+ * added to st->usage with the node's name. */
+static void add_usage(struct status *st, const char *node, const json_t *annotations)
+{
+    char key[160];
+    json_error_t je;
+    snprintf(key, sizeof key, "%sgpu-usage", st->names->annot_prefix);
+    const char *s = json_string_value(json_object_get(annotations, key));
+    if (!s)
+        return;
+    if (strlen(s) > 256 * 1024) {
+        warn(st, "node %s: %s: longer than 256 KiB, ignored", node, key);
+        return;
+    }
+    json_t *doc = json_loads(s, 0, &je);
+    const json_t *rows = json_object_get(doc, "containers");
+    const char *at = json_string_value(json_object_get(doc, "updated_at"));
+    if (!json_is_array(rows)) {
+        warn(st, "node %s: %s: not a usage document (%s)", node, key,
+             doc ? "no containers array" : je.text);
+        json_decref(doc);
+        return;
+    }
+    size_t i;
+    const json_t *r;
+    json_array_foreach(rows, i, r) {
+        const char *c = json_string_value(json_object_get(r, "container"));
+        const json_t *dev = json_object_get(r, "device"), *used = json_object_get(r, "used_mib");
+        const json_t *lim = json_object_get(r, "limit_mib"), *procs = json_object_get(r, "procs");
+        if (!c || strlen(c) > 800 || !json_is_integer(dev) || json_integer_value(dev) < 0 ||
+            json_integer_value(dev) > 63 || !json_is_integer(used) ||
+            json_integer_value(used) < 0 || !json_is_integer(lim) ||
+            json_integer_value(lim) < 0 || !json_is_integer(procs) ||
+            json_integer_value(procs) < 0) {
+            warn(st, "node %s: %s: containers[%zu]: a field is missing or out of range", node,
+                 key, i);
+            continue;
+        }
+        json_array_append_new(st->usage,
+                              json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:s}", "node", node,
+                                        "container", c, "device", dev, "used_mib", used,
+                                        "limit_mib", lim, "procs", procs, "updated_at",
+                                        at ? at : ""));
+    }
+    json_decref(doc);
 }
 
 /* One allocation from a pod's (or journal record's) annotations. */
@@ -390,6 +447,30 @@ static void print_table(struct status *st, int wide, const struct colours *co)
            "cannot use)\n");
 }
 
+/* What shared containers really hold, from their limiters' ledgers. */
+static void print_usage(const struct status *st, const struct colours *co)
+{
+    size_t i;
+    const json_t *r;
+    if (!json_array_size(st->usage))
+        return;
+    printf("\n%s%-20s %-44s %6s %-20s %5s  %s%s\n", co->bold, "NODE", "CONTAINER (in-container use)",
+           "DEVICE", "MEMORY USED/LIMIT", "PROCS", "AS OF", co->off);
+    json_array_foreach(st->usage, i, r) {
+        char mem[64];
+        long long used = json_integer_value(json_object_get(r, "used_mib"));
+        long long lim = json_integer_value(json_object_get(r, "limit_mib"));
+        snprintf(mem, sizeof mem, "%lld/%lld MiB", used, lim);
+        printf("%-20s %-44s %6lld %s%-20s%s %5lld  %s\n",
+               json_string_value(json_object_get(r, "node")),
+               json_string_value(json_object_get(r, "container")),
+               json_integer_value(json_object_get(r, "device")),
+               lim && used * 10 >= lim * 9 ? co->yellow : "", mem, co->off,
+               json_integer_value(json_object_get(r, "procs")),
+               json_string_value(json_object_get(r, "updated_at")));
+    }
+}
+
 static void fmt_pair(int64_t used, int64_t limit, int kind, char *buf, size_t cap)
 {
     char u[32], l[32];
@@ -476,6 +557,8 @@ static void print_json(struct status *st)
         core_quotas_foreach(st->q, quota_row_json, qa);
         json_object_set_new(root, "quotas", qa);
     }
+    if (json_array_size(st->usage))
+        json_object_set(root, "containers", st->usage);
     char *s = json_dumps(root, JSON_INDENT(2));
     if (s)
         puts(s);
@@ -529,8 +612,10 @@ int cmd_status(int argc, char **argv)
         kubeconfig = def[0] ? def : NULL;
     }
 
-    struct status st = {core_names_default(), core_cluster_new(), NULL, 0};
-    if (!st.c) {
+    struct status st = {core_names_default(), core_cluster_new(), NULL, 0, json_array()};
+    if (!st.c || !st.usage) {
+        json_decref(st.usage);
+        core_cluster_free(st.c);
         fprintf(stderr, "gpusched status: out of memory\n");
         return 1;
     }
@@ -538,6 +623,7 @@ int cmd_status(int argc, char **argv)
                    : from_cluster(&st, kubeconfig, quotas, &e);
     if (rc < 0) {
         fprintf(stderr, "gpusched status: %s\n", e.msg);
+        json_decref(st.usage);
         core_quotas_free(st.q);
         core_cluster_free(st.c);
         return 1;
@@ -556,7 +642,9 @@ int cmd_status(int argc, char **argv)
                    "MODEL", "GPUS", "MEMORY", "COMPUTE", co.off);
             core_quotas_foreach(st.q, quota_row_print, NULL);
         }
+        print_usage(&st, &co);
     }
+    json_decref(st.usage);
     core_quotas_free(st.q);
     core_cluster_free(st.c);
     return 0;

@@ -7,6 +7,7 @@
 
 #include "deviceplugin.pb-c.h"
 #include "dp/alloc.h"
+#include "dp/limiter.h"
 
 void dp_assign_key(const struct dp_assign *a, char *buf, size_t cap)
 {
@@ -206,6 +207,11 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             if (parse_int_annot(pod, prefix, "gpu-milli", 0, 1000, &v, out, e))
                 return -GS_EINVAL;
             out->milli = (int)v;
+            const char *lim = annot(pod, prefix, "limiter");
+            if (lim && strcmp(lim, "on") && strcmp(lim, "off"))
+                return gs_errf(e, GS_EINVAL, "pod %s/%s: %slimiter: '%.20s' is not on or off",
+                               out->ns, out->pod, prefix, lim);
+            out->limiter_off = lim && strcmp(lim, "off") == 0;
         }
     }
     out->started = started;
@@ -288,6 +294,10 @@ struct kvs {
     V1beta1__DeviceSpec dev[3 * DP_MAX_GPUS + 4];
     V1beta1__DeviceSpec *devp[3 * DP_MAX_GPUS + 4];
     int n_dev;
+    V1beta1__Mount mnt[DP_LIM_MOUNTS];
+    V1beta1__Mount *mntp[DP_LIM_MOUNTS];
+    struct dp_limiter_mount lm[DP_LIM_MOUNTS];
+    int n_mnt;
     char strs[128][1600]; /* up to 16 UUIDs joined; two per device spec */
     int n_str;
 };
@@ -381,6 +391,30 @@ static void mig_devspecs(struct kvs *k, const struct dp_alloc_opts *o, const str
     }
 }
 
+/* The in-container limiter for a container holding a GPU share: the
+ * library, /etc/ld.so.preload naming it, and the container's ledger. */
+static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp_assign *a,
+                   struct gs_err *e)
+{
+    int shares = a->mem_mib > 0 || (a->milli > 0 && a->milli < 1000);
+    if (!o->limiter_dir || a->limiter_off || !shares || strcmp(a->kind, "shared") || !a->uid[0])
+        return 0;
+    int rc = dp_limiter_container(o->limiter_dir, a->uid, a->ns, a->pod, a->container, a->n,
+                                  k->lm, e);
+    if (rc)
+        return rc;
+    for (int i = 0; i < DP_LIM_MOUNTS; i++) {
+        v1beta1__mount__init(&k->mnt[i]);
+        k->mnt[i].container_path = k->lm[i].container;
+        k->mnt[i].host_path = k->lm[i].host;
+        k->mnt[i].read_only = k->lm[i].read_only;
+        k->mntp[i] = &k->mnt[i];
+    }
+    k->n_mnt = DP_LIM_MOUNTS;
+    env(k, "GPUSCHED_LIMITER_DIR", (char *)DP_LIM_CTR_LEDGER);
+    return 0;
+}
+
 static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
                 const struct dp_alloc_opts *o, struct kvs *k,
                 V1beta1__ContainerAllocateResponse *cr, struct gs_err *e)
@@ -415,6 +449,9 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
         env(k, "GPUSCHED_GPU_MILLI", keep_i(k, a->milli, ""));
         env(k, "CUDA_DEVICE_SM_LIMIT", keep_i(k, (a->milli + 9) / 10, ""));
     }
+    int lrc = limiter(k, o, a, e);
+    if (lrc)
+        return lrc;
     if (a->pod[0]) {
         char *who = keep_s(k, a->ns, "/");
         size_t wl = strlen(who);
@@ -447,6 +484,8 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
     cr->annotations = k->annp;
     cr->n_devices = (size_t)k->n_dev;
     cr->devices = k->devp;
+    cr->n_mounts = (size_t)k->n_mnt;
+    cr->mounts = k->mntp;
     return 0;
 }
 

@@ -44,6 +44,7 @@ struct dp_assign {
                                 this resource: the pod's Allocates are done after this one */
     int started;             /* another container of the pod already got its devices */
     int n_ctrs;              /* the pod's containers asking for this resource */
+    int limiter_off;         /* the pod's gpusched.io/limiter: "off" */
 };
 
 /* The two keys of a container in the claimed set: "ns/pod/container" (what
@@ -76,13 +77,18 @@ struct dp_alloc_opts {
                                  instance's /dev/nvidia-caps nodes (those
                                  under dev_dir). NULL = none. */
     const char *annot_prefix; /* "gpusched.io/" */
+    const char *limiter_dir;  /* shared-GPU containers get the in-container
+                                 limiter from here (dp/limiter.h); NULL =
+                                 no injection */
 };
 
 /* Packs a V1beta1__AllocateResponse with one ContainerAllocateResponse per
  * assignment: NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES = the UUIDs,
  * limits for shared GPUs (GPUSCHED_GPU_MEMORY_MIB, GPUSCHED_GPU_MILLI and
  * HAMi-core's CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT), device
- * nodes, and annotations. Every UUID must be a GPU or MIG instance in inv. */
+ * nodes, and annotations; with o->limiter_dir, a shared container (unless
+ * its pod opted out) also gets the limiter's mounts and GPUSCHED_LIMITER_DIR.
+ * Every UUID must be a GPU or MIG instance in inv. */
 int dp_alloc_pack(const struct dp_inventory *inv, const struct dp_assign *a, int n,
                   const struct dp_alloc_opts *o, uint8_t **out, size_t *len, struct gs_err *e);
 

@@ -13,6 +13,7 @@ struct dp_kube {
     char node[254];
     char annot_key[160];
     char alloc_key[160];
+    char usage_key[160];
     char pods_path[1300];
 };
 
@@ -43,6 +44,7 @@ int dp_kube_open(const char *kubeconfig, const char *node, const char *annot_pre
     snprintf(k->node, sizeof k->node, "%s", node);
     snprintf(k->annot_key, sizeof k->annot_key, "%sgpu-inventory", annot_prefix);
     snprintf(k->alloc_key, sizeof k->alloc_key, "%sallocated-at", annot_prefix);
+    snprintf(k->usage_key, sizeof k->usage_key, "%sgpu-usage", annot_prefix);
     snprintf(sel, sizeof sel, "spec.nodeName=%s", node);
     if (rc == 0 && (rc = kube_escape(sel, esc, sizeof esc, e)) == 0)
         snprintf(k->pods_path, sizeof k->pods_path, "/api/v1/pods?fieldSelector=%s", esc);
@@ -101,12 +103,27 @@ static int mark_allocated(void *ud, const char *ns, const char *name, const char
     return rc;
 }
 
+static int publish_usage(void *ud, const char *usage_json, struct gs_err *e)
+{
+    struct dp_kube *k = ud;
+    char path[300];
+    snprintf(path, sizeof path, "/api/v1/nodes/%s", k->node);
+    json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", k->usage_key,
+                              usage_json);
+    if (!patch)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    int rc = kube_patch(k->c, path, KUBE_PATCH_MERGE, patch, NULL, e);
+    json_decref(patch);
+    return rc;
+}
+
 void dp_kube_api(struct dp_kube *k, struct dp_api *api)
 {
     api->ud = k;
     api->list_pods = list_pods;
     api->publish = publish;
     api->mark_allocated = mark_allocated;
+    api->publish_usage = publish_usage;
 }
 
 void dp_kube_close(struct dp_kube *k)

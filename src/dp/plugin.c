@@ -14,6 +14,7 @@
 
 #include "deviceplugin.pb-c.h"
 #include "dp/inventory.h"
+#include "dp/limiter.h"
 #include "dp/plugin_internal.h"
 #include "util/log.h"
 
@@ -280,6 +281,52 @@ static void publish(struct dp_plugin *p)
     free(inv);
 }
 
+/* Ledger directories of pods gone from the node go with them. */
+static void prune_ledgers(struct dp_plugin *p)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *pods = NULL;
+    if (p->cfg.api->list_pods(p->cfg.api->ud, &pods, &e) != 0) {
+        log_debug("dp", "limiter: not pruning ledgers: %s", e.msg);
+        return;
+    }
+    const json_t *items = json_object_get(pods, "items");
+    size_t n = json_array_size(items);
+    char **uids = calloc(n ? n : 1, sizeof *uids);
+    int k = 0;
+    for (size_t i = 0; uids && i < n; i++) {
+        const char *u = json_string_value(
+            json_object_get(json_object_get(json_array_get(items, i), "metadata"), "uid"));
+        if (u)
+            uids[k++] = (char *)u;
+    }
+    if (uids && json_is_array(items)) {
+        int r = dp_limiter_prune(p->cfg.alloc.limiter_dir, uids, k, 600);
+        if (r)
+            log_info("dp", "limiter: removed %d ledger directories of pods gone from the node", r);
+    }
+    free(uids);
+    json_decref(pods);
+}
+
+/* The limiter's per-container memory, for `gpusched status`. */
+static void publish_usage(struct dp_plugin *p)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char now[32];
+    if (!p->cfg.api->publish_usage)
+        return;
+    now_rfc3339(now, sizeof now);
+    char *doc = dp_limiter_usage_json(p->cfg.alloc.limiter_dir, now);
+    if (doc && p->cfg.api->publish_usage(p->cfg.api->ud, doc, &e) != 0) {
+        log_warn("dp", "publishing in-container GPU use: %s", e.msg);
+        pthread_mutex_lock(&p->mu);
+        p->n_publish_err++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    free(doc);
+}
+
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
  * created) or one of our sockets was removed. */
 static int kubelet_restarted(struct dp_plugin *p, int fd)
@@ -389,6 +436,10 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         }
         if (p->cfg.api && (pub || t >= next_publish)) {
             publish(p);
+            if (p->cfg.alloc.limiter_dir) {
+                prune_ledgers(p);
+                publish_usage(p);
+            }
             next_publish = t + (int64_t)p->cfg.publish_interval_s * 1000;
         }
     }
@@ -482,6 +533,39 @@ static void esc(const char *in, char *out, size_t cap)
     out[n] = '\0';
 }
 
+struct lim_out {
+    FILE *f;
+    int pass; /* 0: used, 1: limit */
+};
+
+static void limiter_row(void *ud, const struct dp_limiter_usage *u)
+{
+    struct lim_out *o = ud;
+    char owner[2 * sizeof u->owner];
+    esc(u->owner, owner, sizeof owner);
+    fprintf(o->f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
+            "%llu\n", o->pass ? "limit" : "used", owner, u->dev,
+            (unsigned long long)(o->pass ? u->limit : u->used));
+}
+
+/* Per-container memory from the in-container limiter's ledgers. */
+static void limiter_metrics(FILE *f, const char *dir)
+{
+    struct lim_out o = {f, 0};
+    int bad = 0;
+    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_used_bytes GPU memory a container's "
+               "processes hold, per CUDA device, from its limiter ledger.\n"
+               "# TYPE gpusched_dp_container_gpu_memory_used_bytes gauge\n");
+    dp_limiter_scan(dir, limiter_row, &o, &bad);
+    o.pass = 1;
+    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_limit_bytes The container's limit per "
+               "CUDA device.\n# TYPE gpusched_dp_container_gpu_memory_limit_bytes gauge\n");
+    int n = dp_limiter_scan(dir, limiter_row, &o, &bad);
+    fprintf(f, "# TYPE gpusched_dp_limiter_ledgers gauge\ngpusched_dp_limiter_ledgers %d\n"
+               "# TYPE gpusched_dp_limiter_ledger_errors gauge\ngpusched_dp_limiter_ledger_errors %d\n",
+            n, bad);
+}
+
 char *dp_plugin_metrics(struct dp_plugin *p)
 {
     char *buf = NULL;
@@ -532,6 +616,8 @@ char *dp_plugin_metrics(struct dp_plugin *p)
             fprintf(f, "gpusched_dp_streams{resource=\"%s\"} %d\n", p->srv[i].name,
                     dp_grpc_server_streams(p->srv[i].srv));
     pthread_mutex_unlock(&p->srv_mu);
+    if (p->cfg.alloc.limiter_dir)
+        limiter_metrics(f, p->cfg.alloc.limiter_dir);
     fclose(f);
     return buf;
 }

@@ -45,6 +45,9 @@ struct dp_api {
      * pod (docs/design.md, "One pending GPU pod per node"). */
     int (*mark_allocated)(void *ud, const char *ns, const char *name, const char *uid,
                           struct gs_err *e);
+    /* Writes the node's in-container GPU memory use (dp/limiter.h), a
+     * JSON string, as the <prefix>gpu-usage annotation. NULL: not kept. */
+    int (*publish_usage)(void *ud, const char *usage_json, struct gs_err *e);
 };
 
 struct dp_plugin_cfg {

@@ -185,3 +185,33 @@ def test_cluster(gpusched_bin, tmp_path):
         assert r.returncode == 0 and "ml/a" in r.stdout, r.stderr
     r = run(gpusched_bin, "status", "--kubeconfig", kc)
     assert r.returncode == 1 and "gpusched status:" in r.stderr  # server gone: clear error
+
+
+def test_cluster_in_container_use(gpusched_bin, tmp_path):
+    """What the device plugins publish from their limiters' ledgers
+    (gpusched.io/gpu-usage, docs/device-plugin.md) is shown per container; a
+    row that does not parse is skipped with a warning naming it."""
+    usage = {"updated_at": "2026-11-23T20:00:00Z", "containers": [
+        {"container": "ml/b/main", "device": 0, "used_mib": 3900, "limit_mib": 4096, "procs": 2},
+        {"container": "ml/c/main", "device": 1, "used_mib": -5, "limit_mib": 4096, "procs": 1}]}
+    with FakeApiServer() as api:
+        n = gpu_node("g1", n=2)
+        ann = dict(n["metadata"]["annotations"])
+        ann["gpusched.io/gpu-usage"] = json.dumps(usage)
+        api.add_node("g1", labels={}, annotations=ann, capacity=n["status"]["allocatable"])
+        n2 = gpu_node("g2", n=1)
+        ann2 = dict(n2["metadata"]["annotations"], **{"gpusched.io/gpu-usage": "{not json"})
+        api.add_node("g2", labels={}, annotations=ann2, capacity=n2["status"]["allocatable"])
+        kc = api.write_kubeconfig(tmp_path / "kubeconfig")
+        doc, err = status_json(gpusched_bin, "--kubeconfig", kc)
+        assert doc["containers"] == [dict(usage["containers"][0], node="g1",
+                                          updated_at="2026-11-23T20:00:00Z")]
+        assert "node g1: gpusched.io/gpu-usage: containers[1]: a field is missing or out " \
+               "of range" in err
+        assert "node g2: gpusched.io/gpu-usage: not a usage document" in err
+        r = run(gpusched_bin, "status", "--kubeconfig", kc)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        head = next(i for i, x in enumerate(lines) if x.startswith("NODE") and "CONTAINER" in x)
+        assert lines[head + 1].split() == ["g1", "ml/b/main", "0", "3900/4096", "MiB", "2",
+                                           "2026-11-23T20:00:00Z"]

@@ -14,7 +14,12 @@
  *   FAKE_NVML_XID   "<gpu index> <xid>": the next nvmlEventSetWait_v2
  *                   returns that XID event, then the file is removed;
  *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST;
- *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails.
+ *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
+ *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
+ *                   (tests/limiter/fake_cuda.c): the utilisation of GPU
+ *                   FAKE_NVML_BUSY_GPU (default 0) is the share of wall
+ *                   time it grew by since the previous query in this
+ *                   process (the limiter's tests); other GPUs are idle.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +117,51 @@ ret_t nvmlDeviceGetMemoryInfo(handle_t h, mem_t *m)
     m->total = (h->idx == 2 ? 40960ULL : 81559ULL) << 20;
     m->used = 0;
     m->free = m->total;
+    return OK;
+}
+typedef struct {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+} mem2_t;
+ret_t nvmlDeviceGetMemoryInfo_v2(handle_t h, mem2_t *m)
+{
+    mem_t v1;
+    ret_t rc = nvmlDeviceGetMemoryInfo(h, &v1);
+    if (rc != OK)
+        return rc;
+    m->total = v1.total;
+    m->reserved = 0;
+    m->used = v1.used;
+    m->free = v1.free;
+    return OK;
+}
+typedef struct {
+    unsigned gpu, memory;
+} util_t;
+ret_t nvmlDeviceGetUtilizationRates(handle_t h, util_t *u)
+{
+    static unsigned long long prev_busy;
+    static double prev_t;
+    const char *f = getenv("FAKE_CUDA_BUSY");
+    unsigned long long b = 0;
+    struct timespec ts;
+    FILE *fp;
+
+    const char *busy_gpu = getenv("FAKE_NVML_BUSY_GPU");
+    u->gpu = u->memory = 0;
+    if (h->is_mig || h->idx != (busy_gpu ? atoi(busy_gpu) : 0) || !f || !(fp = fopen(f, "rb")))
+        return OK;
+    if (fread(&b, sizeof b, 1, fp) != 1)
+        b = 0;
+    fclose(fp);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (prev_t > 0 && t > prev_t && b >= prev_busy) {
+        double pct = (double)(b - prev_busy) / 1e9 / (t - prev_t) * 100.0;
+        u->gpu = pct > 100 ? 100 : (unsigned)(pct + 0.5);
+    }
+    prev_busy = b;
+    prev_t = t;
     return OK;
 }
 ret_t nvmlDeviceGetMinorNumber(handle_t h, unsigned *m) { *m = (unsigned)h->idx + 4; return OK; }

@@ -4,6 +4,7 @@
 # Ubuntu image with the NVIDIA driver and a Python with grpcio, but no
 # compiler packages and no network). Run it here, on the Debian build machine:
 #   OUT/gpusched   the binary (stripped)
+#   OUT/libgpusched-cuda.so  the in-container limiter (needs only libc)
 #   OUT/lib/       the shared libraries it links, except the C library's own
 #   OUT/stubs/     Python stubs of proto/, from protoc (message code that any
 #                  protobuf runtime of 3.20 or later loads) and grpc_tools
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/../.."
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/stubs"
 strip -o "$out/gpusched" "$build/gpusched"
+[ -f "$build/libgpusched-cuda.so" ] && strip -o "$out/libgpusched-cuda.so" "$build/libgpusched-cuda.so"
 ldd "$build/gpusched" | awk '/=> \// {print $3}' |
   grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64)\.so' |
   while read -r l; do cp -L "$l" "$out/lib/"; done

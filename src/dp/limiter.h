@@ -1,0 +1,77 @@
+/*
+ * dp/limiter.h - injecting the in-container limiter (libgpusched-cuda.so,
+ * src/limiter/) into shared-GPU containers, and reading back what they use.
+ *
+ * The plugin owns a host directory (--limiter-dir, a hostPath in the
+ * DaemonSet, seen by the plugin at the same path):
+ *   <dir>/libgpusched-cuda.so     installed by the plugin at start
+ *   <dir>/ld.so.preload           one line naming the library's container path
+ *   <dir>/containers/<uid>_<ctr>/ the container's ledger directory, plus an
+ *                                 "owner" file: namespace/pod/container and,
+ *                                 on a second line, its number of GPUs;
+ *                                 removed once the pod has left the node
+ * Allocate mounts the first two read-only at /usr/local/gpusched/ and
+ * /etc/ld.so.preload, and the third read-write at /usr/local/gpusched/ledger
+ * (GPUSCHED_LIMITER_DIR), so every process of the container loads the
+ * limiter, with no image change, and all share one budget; the plugin reads
+ * the ledgers for its metrics.
+ */
+#ifndef GPUSCHED_DP_LIMITER_H
+#define GPUSCHED_DP_LIMITER_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define DP_LIM_LIB "libgpusched-cuda.so"
+#define DP_LIM_CTR_LIB "/usr/local/gpusched/" DP_LIM_LIB
+#define DP_LIM_CTR_LEDGER "/usr/local/gpusched/ledger"
+#define DP_LIM_MOUNTS 3
+
+struct dp_limiter_mount {
+    char host[700], container[128];
+    int read_only;
+};
+
+/* Copies lib_src to <dir>/libgpusched-cuda.so (through a rename, so
+ * running containers keep the copy they mapped) and writes
+ * <dir>/ld.so.preload. 0 or -GS_E* naming the file. */
+int dp_limiter_install(const char *dir, const char *lib_src, struct gs_err *e);
+
+/* Creates the container's ledger directory and owner file and fills the
+ * three mounts. uid and container must be non-empty names of letters,
+ * digits, '-', '.', '_'; n_gpus is how many GPUs (CUDA devices) the
+ * container gets. 0 or -GS_E*. */
+int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
+                         const char *container, int n_gpus,
+                         struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e);
+
+/* One device of one container, from its ledger. */
+struct dp_limiter_usage {
+    char owner[800]; /* namespace/pod/container */
+    int dev;
+    uint64_t used, limit;
+    int procs;
+};
+
+/* Calls fn for each of the container's GPUs (and any other device with
+ * usage) of every container ledger under <dir>/containers. Unreadable or corrupt ledgers are skipped
+ * (counted in *bad when bad is not NULL). Returns the number of ledgers. */
+int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limiter_usage *u),
+                    void *ud, int *bad);
+
+/* The node's in-container use as a JSON document for the node annotation
+ * <prefix>gpu-usage: {"updated_at": now, "containers": [{"container":
+ * "ns/pod/ctr", "device": 0, "used_mib": 100, "limit_mib": 256, "procs": 1},
+ * ...]} sorted by container and device, at most DP_LIM_USAGE_MAX rows.
+ * Caller frees; NULL when out of memory. */
+#define DP_LIM_USAGE_MAX 512
+char *dp_limiter_usage_json(const char *dir, const char *now);
+
+/* Removes the ledger directories of pods no longer on the node: those
+ * whose pod uid is not in uids[0..n), no process holds, and that are older
+ * than min_age_s (a pod just allocated may not be listed yet). Returns how
+ * many were removed. */
+int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s);
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * limiter/lim_core.c - the limiter's state: configuration read once, the
+ * shared ledger opened on first use, the table of live allocations, and the
+ * one-time warnings (see lim.h).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "limiter/lim.h"
+#include "limiter/lim_ledger.h"
+
+static struct lim_state g_state;
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_ledger_once = PTHREAD_ONCE_INIT;
+static struct lim_ledger g_ledger;
+static int g_ledger_ok;
+static int g_warned[LIM_W_MAX];
+
+void lim_warn_once(int key, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    if (key < 0 || key >= LIM_W_MAX || __atomic_exchange_n(&g_warned[key], 1, __ATOMIC_ACQ_REL))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* one write, so lines of several processes do not interleave */
+    char line[440];
+    int n = snprintf(line, sizeof line, "gpusched-limiter: %s\n", msg);
+    if (n > 0)
+        (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static const char *get_env(const char *name, void *arg)
+{
+    (void)arg;
+    return getenv(name);
+}
+
+static void env_init(void)
+{
+    char err[200];
+    if (lim_env_parse(&g_state.cfg, get_env, NULL, err, sizeof err) < 0) {
+        lim_warn_once(LIM_W_ENV, "%s; limits are off in this process", err);
+        return;
+    }
+    g_state.active = g_state.cfg.mem_on || g_state.cfg.milli > 0;
+}
+
+const struct lim_state *lim_state(void)
+{
+    pthread_once(&g_env_once, env_init);
+    return &g_state;
+}
+
+/* fork while another thread holds the ledger's mutex must not leave the
+ * child with a mutex nobody will release */
+static pthread_mutex_t g_track_mu = PTHREAD_MUTEX_INITIALIZER;
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_ledger.mu);
+    pthread_mutex_lock(&g_track_mu);
+}
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_track_mu);
+    pthread_mutex_unlock(&g_ledger.mu);
+}
+static void fork_child(void)
+{
+    lim_ledger_forked(&g_ledger);
+    fork_parent();
+}
+
+static void ledger_init(void)
+{
+    char err[300];
+    const struct lim_state *s = lim_state();
+    if (lim_ledger_open(&g_ledger, s->cfg.dir, s->cfg.mem_limit, err, sizeof err) < 0) {
+        lim_warn_once(LIM_W_LEDGER, "shared ledger unusable (%s); this process is held to the "
+                      "limit on its own", err);
+        if (lim_ledger_open_private(&g_ledger, s->cfg.mem_limit) < 0)
+            return;
+    }
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    g_ledger_ok = 1;
+}
+
+static struct lim_ledger *ledger(void)
+{
+    pthread_once(&g_ledger_once, ledger_init);
+    return g_ledger_ok ? &g_ledger : NULL;
+}
+
+uint64_t lim_mem_limit(int dev)
+{
+    const struct lim_state *s = lim_state();
+    if (!s->active || dev < 0 || dev >= LIM_MAX_DEV)
+        return 0;
+    return s->cfg.mem_limit[dev];
+}
+
+int lim_mem_reserve(int dev, uint64_t bytes)
+{
+    uint64_t lim = lim_mem_limit(dev);
+    struct lim_ledger *l;
+    if (!lim || !(l = ledger()))
+        return -1;
+    int rc = lim_ledger_reserve(l, dev, bytes, lim);
+    if (rc < 0)
+        lim_warn_once(LIM_W_SLOTS, "no free process slot in the ledger (%d processes); "
+                      "allocations of this process are not counted", LIM_LEDGER_SLOTS);
+    return rc;
+}
+
+void lim_mem_undo(int dev, uint64_t bytes)
+{
+    struct lim_ledger *l;
+    if (lim_mem_limit(dev) && (l = ledger()))
+        lim_ledger_release(l, dev, bytes);
+}
+
+uint64_t lim_mem_used(int dev)
+{
+    struct lim_ledger *l;
+    if (!lim_mem_limit(dev) || !(l = ledger()))
+        return 0;
+    return lim_ledger_used(l, dev);
+}
+
+int lim_cur_dev(CUdevice *dev)
+{
+    CUresult (*get)(CUdevice *) = (CUresult(*)(CUdevice *))lim_helper(LIM_H_cuCtxGetDevice);
+    *dev = -1;
+    if (!get || get(dev) != CUDA_SUCCESS || *dev < 0 || *dev >= LIM_MAX_DEV)
+        return -1;
+    return 0;
+}
+
+/* ---- live allocations: open addressing on (kind, key) ------------------ */
+
+struct track_ent {
+    uint64_t key;
+    uint64_t bytes;
+    int kind; /* 0 = empty, -1 = deleted */
+    int dev;
+};
+
+static struct track_ent *g_tab;
+static size_t g_cap, g_len, g_tomb;
+
+static size_t slot_of(int kind, uint64_t key, size_t cap)
+{
+    uint64_t h = (key ^ ((uint64_t)kind << 56)) * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 20) & (cap - 1);
+}
+
+static int grow(void)
+{
+    size_t ncap = g_cap ? g_cap * 2 : 1024;
+    if (g_len * 2 < g_cap)
+        ncap = g_cap; /* mostly tombstones: rehash in place size */
+    struct track_ent *n = calloc(ncap, sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < g_cap; i++) {
+        if (g_tab[i].kind <= 0)
+            continue;
+        size_t j = slot_of(g_tab[i].kind, g_tab[i].key, ncap);
+        while (n[j].kind)
+            j = (j + 1) & (ncap - 1);
+        n[j] = g_tab[i];
+    }
+    free(g_tab);
+    g_tab = n;
+    g_cap = ncap;
+    g_tomb = 0;
+    return 0;
+}
+
+void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&g_track_mu);
+    if ((g_len + g_tomb + 1) * 4 >= g_cap * 3 && grow() < 0) {
+        pthread_mutex_unlock(&g_track_mu);
+        lim_warn_once(LIM_W_TRACK, "out of memory tracking allocations; some frees will not "
+                      "be credited");
+        return;
+    }
+    size_t j = slot_of(kind, key, g_cap);
+    while (g_tab[j].kind > 0 && !(g_tab[j].kind == kind && g_tab[j].key == key))
+        j = (j + 1) & (g_cap - 1);
+    if (g_tab[j].kind <= 0) {
+        if (g_tab[j].kind < 0)
+            g_tomb--;
+        g_len++;
+    }
+    g_tab[j] = (struct track_ent){key, bytes, kind, dev};
+    pthread_mutex_unlock(&g_track_mu);
+}
+
+int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes)
+{
+    int found = 0;
+    pthread_mutex_lock(&g_track_mu);
+    if (g_cap) {
+        size_t j = slot_of(kind, key, g_cap);
+        while (g_tab[j].kind) {
+            if (g_tab[j].kind == kind && g_tab[j].key == key) {
+                *dev = g_tab[j].dev;
+                *bytes = g_tab[j].bytes;
+                g_tab[j].kind = -1;
+                g_len--;
+                g_tomb++;
+                found = 1;
+                break;
+            }
+            j = (j + 1) & (g_cap - 1);
+        }
+    }
+    pthread_mutex_unlock(&g_track_mu);
+    return found;
+}

@@ -1,0 +1,364 @@
+/*
+ * limiter/lim_ledger.c - the shared per-container memory ledger (see
+ * lim_ledger.h).
+ */
+#include "limiter/lim_ledger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef LIM_OLD_GLIBC_ABI
+#include <sys/syscall.h>
+/* fstat is GLIBC_2.33 (an inline over __fxstat before): the system call
+ * fills the same struct stat on x86-64 (lim_compat.h) */
+#define lim_fstat(fd, st) ((int)syscall(SYS_fstat, (fd), (st)))
+#else
+#define lim_fstat fstat
+#endif
+
+/* Record-lock bytes live past the data, so they never overlap it. */
+#define LOCK_GLOBAL ((off_t)1 << 30)
+#define LOCK_SLOT(i) (LOCK_GLOBAL + 1 + (off_t)(i))
+
+static size_t file_size_for(uint32_t n_slots)
+{
+    return sizeof(struct lim_ledger_hdr) + (size_t)n_slots * sizeof(struct lim_slot);
+}
+
+static int rlock(int fd, short type, off_t at, int wait)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+    int rc;
+    do
+        rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+    while (rc < 0 && errno == EINTR);
+    return rc;
+}
+
+/* 1 when some other process holds the slot's byte, 0 when nobody does. */
+static int slot_alive(int fd, int i)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LOCK_SLOT(i),
+                       .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+        return 1; /* cannot tell: keep it */
+    return fl.l_type != F_UNLCK;
+}
+
+int lim_ledger_check(const struct lim_ledger_hdr *h, size_t file_size, char *err, size_t errlen)
+{
+    if (file_size < sizeof *h)
+        return snprintf(err, errlen, "%zu bytes is too small for a ledger header", file_size), -1;
+    if (memcmp(h->magic, LIM_LEDGER_MAGIC, 8) != 0)
+        return snprintf(err, errlen, "magic: not a gpusched ledger"), -1;
+    if (h->major != LIM_LEDGER_MAJOR)
+        return snprintf(err, errlen, "major: version %u, this limiter reads %u", h->major,
+                        LIM_LEDGER_MAJOR), -1;
+    if (h->hdr_size != sizeof *h || h->slot_size != sizeof(struct lim_slot) ||
+        h->n_dev != LIM_MAX_DEV)
+        return snprintf(err, errlen, "hdr_size/slot_size/n_dev: %u/%u/%u, expected %zu/%zu/%d",
+                        h->hdr_size, h->slot_size, h->n_dev, sizeof *h, sizeof(struct lim_slot),
+                        LIM_MAX_DEV), -1;
+    if (h->n_slots < 1 || h->n_slots > 4096)
+        return snprintf(err, errlen, "n_slots: %u is not in 1..4096", h->n_slots), -1;
+    if (file_size < file_size_for(h->n_slots))
+        return snprintf(err, errlen, "n_slots: %u slots need %zu bytes, the file has %zu",
+                        h->n_slots, file_size_for(h->n_slots), file_size), -1;
+    return 0;
+}
+
+static void init_hdr(struct lim_ledger_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, LIM_LEDGER_MAGIC, 8);
+    h->major = LIM_LEDGER_MAJOR;
+    h->minor = LIM_LEDGER_MINOR;
+    h->hdr_size = sizeof *h;
+    h->slot_size = sizeof(struct lim_slot);
+    h->n_slots = LIM_LEDGER_SLOTS;
+    h->n_dev = LIM_MAX_DEV;
+}
+
+static void set_limits(struct lim_ledger *l, const uint64_t *limits)
+{
+    for (int i = 0; limits && i < LIM_MAX_DEV; i++)
+        l->h->limit[i] = limits[i];
+}
+
+static void base_init(struct lim_ledger *l)
+{
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+    l->priv = 0;
+    l->my = -1;
+    pthread_mutex_init(&l->mu, NULL);
+}
+
+int lim_ledger_open_private(struct lim_ledger *l, const uint64_t *limits)
+{
+    base_init(l);
+    l->size = file_size_for(1);
+    l->h = calloc(1, l->size);
+    if (!l->h)
+        return -1;
+    init_hdr(l->h);
+    l->priv = 1;
+    l->h->n_slots = 1;
+    l->slots = (struct lim_slot *)(l->h + 1);
+    l->writable = 1;
+    set_limits(l, limits);
+    return 0;
+}
+
+static int map_checked(struct lim_ledger *l, const char *path, int prot, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lim_fstat(l->fd, &st) < 0)
+        return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    if (!S_ISREG(st.st_mode))
+        return snprintf(err, errlen, "%s: not a regular file", path), -1;
+    if (st.st_size < (off_t)sizeof(struct lim_ledger_hdr) || st.st_size > (off_t)(1 << 24))
+        return snprintf(err, errlen, "%s: size %lld is not a ledger's", path,
+                        (long long)st.st_size), -1;
+    void *m = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, l->fd, 0);
+    if (m == MAP_FAILED)
+        return snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno)), -1;
+    l->h = m;
+    l->size = (size_t)st.st_size;
+    if (lim_ledger_check(l->h, l->size, err + 0, errlen) < 0) {
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        snprintf(err, errlen, "%s: %s", path, tmp);
+        munmap(m, l->size);
+        l->h = NULL;
+        return -1;
+    }
+    l->slots = (struct lim_slot *)((char *)l->h + l->h->hdr_size);
+    return 0;
+}
+
+int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limits, char *err,
+                    size_t errlen)
+{
+    char path[LIM_DIR_MAX + 16];
+    struct stat st;
+
+    base_init(l);
+    snprintf(path, sizeof path, "%s/%s", dir, LIM_LEDGER_FILE);
+    if (mkdir(dir, 01777) == 0)
+        (void)chmod(dir, 01777); /* any user of the container may share it */
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->opened_by = getpid();
+    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (l->fd < 0)
+        return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    l->writable = 1;
+    if (rlock(l->fd, F_WRLCK, LOCK_GLOBAL, 1) < 0) {
+        snprintf(err, errlen, "%s: lock: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (lim_fstat(l->fd, &st) == 0 && st.st_size == 0) {
+        struct lim_ledger_hdr h;
+        init_hdr(&h);
+        (void)fchmod(l->fd, 0666);
+        if (ftruncate(l->fd, (off_t)file_size_for(h.n_slots)) < 0 ||
+            pwrite(l->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+            snprintf(err, errlen, "%s: cannot write the header: %s", path, strerror(errno));
+            goto fail_unlock;
+        }
+    }
+    if (map_checked(l, path, PROT_READ | PROT_WRITE, err, errlen) < 0)
+        goto fail_unlock;
+    set_limits(l, limits);
+    rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
+    return 0;
+fail_unlock:
+    rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
+fail:
+    close(l->fd);
+    l->fd = -1;
+    return -1;
+}
+
+int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t errlen)
+{
+    base_init(l);
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->opened_by = getpid();
+    l->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (l->fd < 0)
+        return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    if (map_checked(l, path, PROT_READ, err, errlen) < 0) {
+        close(l->fd);
+        l->fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+void lim_ledger_close(struct lim_ledger *l)
+{
+    if (!l->priv) {
+        if (l->h)
+            munmap(l->h, l->size);
+        if (l->fd >= 0)
+            close(l->fd);
+    } else {
+        free(l->h);
+    }
+    pthread_mutex_destroy(&l->mu);
+    l->h = NULL;
+    l->slots = NULL;
+    l->fd = -1;
+}
+
+void lim_ledger_forked(struct lim_ledger *l)
+{
+    if (!l->priv && l->fd >= 0 && l->opened_by != getpid()) {
+        close(l->fd);
+        l->fd = -1; /* reopened on next use */
+    }
+}
+
+/* A forked child shares its parent's open file description, and with it
+ * the parent's locks: it must see the file through a description of its
+ * own before it looks at who is alive. */
+static void own_description(struct lim_ledger *l)
+{
+    pid_t pid = getpid();
+    if (l->priv || l->opened_by == pid)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = open(l->path, (l->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+    l->opened_by = pid;
+    if (l->fd < 0)
+        l->writable = 0; /* the mapping still reads; nothing is written */
+}
+
+static void lock(struct lim_ledger *l)
+{
+    pthread_mutex_lock(&l->mu);
+    own_description(l);
+    if (!l->priv && l->fd >= 0 && l->writable)
+        rlock(l->fd, F_WRLCK, LOCK_GLOBAL, 1);
+}
+
+static void unlock(struct lim_ledger *l)
+{
+    if (!l->priv && l->fd >= 0 && l->writable)
+        rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Under lock: zero the slots of processes that died (or of this process's
+ * image before an exec, whose lock went with its descriptor). */
+static void reclaim(struct lim_ledger *l)
+{
+    if (l->priv || l->fd < 0 || !l->writable)
+        return;
+    for (uint32_t i = 0; i < l->h->n_slots; i++) {
+        struct lim_slot *s = &l->slots[i];
+        if (!s->in_use || (int)i == l->my)
+            continue;
+        if (!slot_alive(l->fd, (int)i))
+            memset(s, 0, sizeof *s);
+    }
+}
+
+/* Under lock: this process's slot, claiming one when it has none (or when
+ * it is a forked child still pointing at its parent's). */
+static struct lim_slot *mine(struct lim_ledger *l)
+{
+    pid_t pid = getpid();
+    if (l->my >= 0 && l->my_pid == pid)
+        return &l->slots[l->my];
+    l->my = -1;
+    if (l->priv) {
+        l->my = 0;
+    } else if (l->fd < 0) {
+        return NULL;
+    } else {
+        for (uint32_t i = 0; i < l->h->n_slots && l->my < 0; i++)
+            if (!l->slots[i].in_use && rlock(l->fd, F_WRLCK, LOCK_SLOT(i), 0) == 0)
+                l->my = (int)i;
+        if (l->my < 0)
+            return NULL;
+    }
+    struct lim_slot *s = &l->slots[l->my];
+    memset(s, 0, sizeof *s);
+    s->pid = (int32_t)pid;
+    s->in_use = 1;
+    l->my_pid = pid;
+    return s;
+}
+
+static uint64_t sum(const struct lim_ledger *l, int dev)
+{
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < l->h->n_slots; i++)
+        if (l->slots[i].in_use && (l->writable || slot_alive(l->fd, (int)i)))
+            t += l->slots[i].used[dev];
+    return t;
+}
+
+int lim_ledger_reserve(struct lim_ledger *l, int dev, uint64_t bytes, uint64_t limit)
+{
+    int rc;
+    if (dev < 0 || dev >= LIM_MAX_DEV || !l->writable)
+        return -1;
+    lock(l);
+    reclaim(l);
+    struct lim_slot *s = mine(l);
+    uint64_t used = sum(l, dev);
+    if (!s)
+        rc = -1;
+    else if (bytes > limit || used > limit - bytes)
+        rc = 1;
+    else {
+        s->used[dev] += bytes;
+        rc = 0;
+    }
+    unlock(l);
+    return rc;
+}
+
+void lim_ledger_release(struct lim_ledger *l, int dev, uint64_t bytes)
+{
+    if (dev < 0 || dev >= LIM_MAX_DEV || !l->writable)
+        return;
+    lock(l);
+    struct lim_slot *s = mine(l);
+    if (s)
+        s->used[dev] -= bytes < s->used[dev] ? bytes : s->used[dev];
+    unlock(l);
+}
+
+uint64_t lim_ledger_used(struct lim_ledger *l, int dev)
+{
+    uint64_t t;
+    if (dev < 0 || dev >= LIM_MAX_DEV)
+        return 0;
+    lock(l);
+    reclaim(l);
+    t = sum(l, dev);
+    unlock(l);
+    return t;
+}
+
+int lim_ledger_procs(struct lim_ledger *l)
+{
+    int n = 0;
+    lock(l);
+    reclaim(l);
+    for (uint32_t i = 0; i < l->h->n_slots; i++)
+        n += l->slots[i].in_use && ((int)i == l->my || slot_alive(l->fd, (int)i));
+    unlock(l);
+    return n;
+}

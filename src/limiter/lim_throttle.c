@@ -1,0 +1,260 @@
+/*
+ * limiter/lim_throttle.c - compute: hold the container to its thousandths
+ * of the GPU by delaying kernel launches.
+ *
+ * A launch costs its number of blocks (a graph launch costs 1). Each device
+ * has a token bucket refilled at `rate` cost per second; a launch waits
+ * while the bucket is in debt. A watcher thread samples the GPU's
+ * utilisation through NVML every 100 ms and sets the rate from what was
+ * launched in that window: if C cost gave u % busy, the share s % needs
+ * C * s / u per window (smoothed over windows; raised by half when the
+ * bucket held launches back and the GPU was below the share). Until the
+ * first sample nothing waits; a share of 1000 (or none) is off and the
+ * launch wrappers call straight through.
+ *
+ * CUDA device d is NVML's device named by entry d of CUDA_VISIBLE_DEVICES.
+ * The utilisation is the whole GPU's (nvmlDeviceGetUtilizationRates):
+ * other tenants' work counts against this container, so with busy
+ * neighbours it gets less than its share, never more.
+ */
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "limiter/lim.h"
+
+#define WINDOW_S 0.1
+
+struct bucket {
+    pthread_mutex_t mu;
+    double rate, tokens;
+    double last;
+    double window_cost;
+    int measured, throttled, used;
+};
+
+static struct bucket g_b[LIM_MAX_DEV];
+static pthread_once_t g_b_once = PTHREAD_ONCE_INIT;
+static pid_t g_watcher_pid;
+static pthread_mutex_t g_watcher_mu = PTHREAD_MUTEX_INITIALIZER;
+
+typedef nvmlReturn_t (*nv_init_fn)(void);
+typedef nvmlReturn_t (*nv_util_fn)(nvmlDevice_t, nvmlUtilization_t *);
+
+/* (no libm: the library needs nothing but libc) */
+static double dmin(double a, double b) { return a < b ? a : b; }
+static double dmax(double a, double b) { return a > b ? a : b; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void buckets_init(void)
+{
+    for (int i = 0; i < LIM_MAX_DEV; i++)
+        pthread_mutex_init(&g_b[i].mu, NULL);
+}
+
+static void *watch(void *arg)
+{
+    (void)arg;
+    nv_init_fn init = (nv_init_fn)lim_sym("nvmlInit_v2", 1);
+    nv_util_fn util = (nv_util_fn)lim_sym("nvmlDeviceGetUtilizationRates", 1);
+    nvmlDevice_t h[LIM_MAX_DEV] = {0};
+    double share = lim_state()->cfg.milli / 10.0;
+
+    if (!init || !util || init() != 0) {
+        lim_warn_once(LIM_W_NVML, "NVML (libnvidia-ml.so.1) unusable: the compute share is "
+                      "not enforced");
+        return NULL;
+    }
+    for (;;) {
+        struct timespec ts = {0, (long)(WINDOW_S * 1e9)};
+        nanosleep(&ts, NULL);
+        for (int d = 0; d < LIM_MAX_DEV; d++) {
+            struct bucket *b = &g_b[d];
+            nvmlUtilization_t u;
+            if (!__atomic_load_n(&b->used, __ATOMIC_ACQUIRE))
+                continue;
+            if (!h[d] && lim_nvml_handle(d, &h[d]) != 0)
+                continue;
+            if (util(h[d], &u) != 0)
+                continue;
+            pthread_mutex_lock(&b->mu);
+            double c = b->window_cost;
+            b->window_cost = 0;
+            if (u.gpu >= 1 && c > 0) {
+                double est = c / WINDOW_S * share / (double)u.gpu;
+                b->rate = b->measured ? 0.5 * b->rate + 0.5 * est : est;
+                b->measured = 1;
+            } else if (b->throttled && u.gpu < share) {
+                b->rate *= 1.5;
+            }
+            b->throttled = 0;
+            pthread_mutex_unlock(&b->mu);
+        }
+    }
+    return NULL;
+}
+
+/* A watcher per process: a forked child has none until it launches. */
+static void ensure_watcher(void)
+{
+    pid_t pid = getpid();
+    if (__atomic_load_n(&g_watcher_pid, __ATOMIC_ACQUIRE) == pid)
+        return;
+    pthread_mutex_lock(&g_watcher_mu);
+    if (g_watcher_pid != pid) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, watch, NULL) == 0)
+            __atomic_store_n(&g_watcher_pid, pid, __ATOMIC_RELEASE);
+        pthread_attr_destroy(&a);
+    }
+    pthread_mutex_unlock(&g_watcher_mu);
+}
+
+void lim_throttle(uint64_t cost)
+{
+    CUdevice d;
+    if (lim_cur_dev(&d) < 0)
+        d = 0;
+    pthread_once(&g_b_once, buckets_init);
+    ensure_watcher();
+    struct bucket *b = &g_b[d];
+    __atomic_store_n(&b->used, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        double t = now_s();
+        if (!b->measured || b->rate <= 0) {
+            b->last = t;
+            break;
+        }
+        double cap = dmax(b->rate * 0.05, (double)cost);
+        b->tokens = dmin(cap, b->tokens + b->rate * (t - b->last));
+        b->last = t;
+        if (b->tokens >= 0) {
+            b->tokens -= (double)cost;
+            break;
+        }
+        b->throttled = 1;
+        double wait = dmin(-b->tokens / b->rate, 0.02);
+        pthread_mutex_unlock(&b->mu);
+        struct timespec ts = {0, (long)(wait * 1e9) + 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&b->mu);
+    }
+    b->window_cost += (double)cost;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static uint64_t blocks(unsigned x, unsigned y, unsigned z)
+{
+    uint64_t n = (uint64_t)(x ? x : 1) * (y ? y : 1) * (z ? z : 1);
+    return n > (1ULL << 40) ? (1ULL << 40) : n;
+}
+
+static int compute_on(void)
+{
+    return lim_state()->cfg.milli > 0;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+static CUresult launch(launch_fn f, CUfunction k, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                       void **params, void **extra)
+{
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (compute_on())
+        lim_throttle(blocks(gx, gy, gz));
+    return f(k, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+LIM_EXPORT CUresult cuLaunchKernel(CUfunction k, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                   CUstream s, void **params, void **extra)
+{
+    return launch((launch_fn)lim_real(LIM_cuLaunchKernel), k, gx, gy, gz, bx, by, bz, shm, s,
+                  params, extra);
+}
+LIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction k, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                        CUstream s, void **params, void **extra)
+{
+    return launch((launch_fn)lim_real(LIM_cuLaunchKernel_ptsz), k, gx, gy, gz, bx, by, bz, shm,
+                  s, params, extra);
+}
+
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+static CUresult launch_ex(launch_ex_fn f, const CUlaunchConfig *c, CUfunction k, void **params,
+                          void **extra)
+{
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (compute_on() && c)
+        lim_throttle(blocks(c->gridDimX, c->gridDimY, c->gridDimZ));
+    return f(c, k, params, extra);
+}
+LIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction k, void **params,
+                                     void **extra)
+{
+    return launch_ex((launch_ex_fn)lim_real(LIM_cuLaunchKernelEx), c, k, params, extra);
+}
+LIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction k, void **params,
+                                          void **extra)
+{
+    return launch_ex((launch_ex_fn)lim_real(LIM_cuLaunchKernelEx_ptsz), c, k, params, extra);
+}
+
+typedef CUresult (*coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CUstream, void **);
+static CUresult coop(coop_fn f, CUfunction k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                     unsigned by, unsigned bz, unsigned shm, CUstream s, void **params)
+{
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (compute_on())
+        lim_throttle(blocks(gx, gy, gz));
+    return f(k, gx, gy, gz, bx, by, bz, shm, s, params);
+}
+LIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction k, unsigned gx, unsigned gy, unsigned gz,
+                                              unsigned bx, unsigned by, unsigned bz,
+                                              unsigned shm, CUstream s, void **params)
+{
+    return coop((coop_fn)lim_real(LIM_cuLaunchCooperativeKernel), k, gx, gy, gz, bx, by, bz, shm,
+                s, params);
+}
+LIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction k, unsigned gx, unsigned gy,
+                                                   unsigned gz, unsigned bx, unsigned by,
+                                                   unsigned bz, unsigned shm, CUstream s,
+                                                   void **params)
+{
+    return coop((coop_fn)lim_real(LIM_cuLaunchCooperativeKernel_ptsz), k, gx, gy, gz, bx, by, bz,
+                shm, s, params);
+}
+
+typedef CUresult (*graph_fn)(CUgraphExec, CUstream);
+LIM_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+    graph_fn f = (graph_fn)lim_real(LIM_cuGraphLaunch);
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (compute_on())
+        lim_throttle(1);
+    return f(g, s);
+}
+LIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
+{
+    graph_fn f = (graph_fn)lim_real(LIM_cuGraphLaunch_ptsz);
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (compute_on())
+        lim_throttle(1);
+    return f(g, s);
+}

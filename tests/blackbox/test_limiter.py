@@ -1,0 +1,384 @@
+"""The in-container limiter (libgpusched-cuda.so) with stand-in drivers.
+
+CI has no GPU: <build>/limiter-test holds a stand-in libcuda.so.1
+(tests/limiter/fake_cuda.c: 2 devices of FAKE_CUDA_MEM_MIB each, every
+allocation tracked), the stand-in libnvidia-ml.so.1 (tests/gpu/fake_nvml.c)
+and lim_probe, a CUDA "application" that loads the driver as the CUDA 12
+runtime does (dlopen + cuGetProcAddress_v2), by exported names (dlsym), or
+linked (lim_probe_linked). Each probe op prints one line; these tests run
+it with the limiter preloaded, as the device plugin's /etc/ld.so.preload
+does, and check what the application sees and what the card holds.
+"""
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+BUILD = os.environ.get("GPUSCHED_BUILD_DIR", os.path.join(ROOT, "build"))
+TDIR = os.path.join(BUILD, "limiter-test")
+LIB = os.path.join(BUILD, "libgpusched-cuda.so")
+MODES = ["runtime", "runtime-ptsz", "dlsym", "linked"]
+
+
+@pytest.fixture(autouse=True)
+def built():
+    for f in (LIB, os.path.join(TDIR, "lim_probe"), os.path.join(TDIR, "libcuda.so.1")):
+        if not os.path.exists(f):
+            pytest.fail(f"{f} not built (cmake --build {BUILD})")
+
+
+@pytest.fixture
+def ledger_dir(tmp_path):
+    return str(tmp_path / "ledger")
+
+
+def env_for(ledger_dir, preload=True, **extra):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("CUDA_", "GPUSCHED_", "FAKE_", "LD_PRELOAD"))}
+    e["LD_LIBRARY_PATH"] = TDIR
+    e["GPUSCHED_LIMITER_DIR"] = ledger_dir
+    # a sanitized probe (the ASan build) must not insist on its runtime
+    # coming first: the limiter is deliberately not sanitized
+    e["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"),
+                                               "verify_asan_link_order=0"]))
+    if preload:
+        e["LD_PRELOAD"] = LIB
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def probe(mode, *ops, env, check=True, timeout=60):
+    exe = os.path.join(TDIR, "lim_probe_linked" if mode == "linked" else "lim_probe")
+    r = subprocess.run([exe, mode, *ops], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"probe {ops}: rc {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def lines(r):
+    return r.stdout.split("\n")[:-1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memory_limit_each_way_of_loading_the_driver(mode, ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    r = probe(mode, "ctx:0", "who:alloc", "alloc:100", "alloc:100", "alloc:100", "info",
+              "total:0", "card:0", "free", "alloc:50", "info", env=env)
+    assert lines(r) == ["ctx 0", "who alloc libgpusched-cuda.so", "alloc 0", "alloc 0",
+                        "alloc 2", "info 0 56 256", "total 0 256", "card 200", "free 0",
+                        "alloc 0", "info 0 106 256"], r.stderr
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize("mode", ["runtime", "dlsym"])
+def test_only_what_is_limited_is_wrapped(mode, ledger_dir):
+    r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info",
+              env=env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m"))
+    assert lines(r)[1:] == ["who alloc libgpusched-cuda.so", "who launch libcuda.so.1",
+                            "who info libgpusched-cuda.so"]
+    r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info",
+              env=env_for(ledger_dir, CUDA_DEVICE_SM_LIMIT="50"))
+    assert lines(r)[1:] == ["who alloc libcuda.so.1", "who launch libgpusched-cuda.so",
+                            "who info libcuda.so.1"]
+
+
+@pytest.mark.parametrize("mode", ["runtime", "dlsym"])
+def test_no_limit_is_pass_through(mode, ledger_dir):
+    for env in (env_for(ledger_dir), env_for(ledger_dir, GPUSCHED_LIMITER="off",
+                                             CUDA_DEVICE_MEMORY_LIMIT="64m")):
+        r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info", "alloc:700", "info",
+                  "nvml:0", "launch:3:1", env=env)
+        out = lines(r)
+        # the driver's own functions were handed out, not the wrappers
+        assert out[1:4] == ["who alloc libcuda.so.1", "who launch libcuda.so.1",
+                            "who info libcuda.so.1"]
+        assert out[4:7] == ["alloc 0", "info 0 324 1024", "nvml 0 81559 0 81559"]
+        assert r.stderr == ""
+    assert not os.path.exists(ledger_dir), "no limit: no ledger either"
+
+
+def test_linked_without_limit_passes_through(ledger_dir):
+    r = probe("linked", "ctx:0", "alloc:700", "alloc:300", "info", "card:0",
+              env=env_for(ledger_dir))
+    assert lines(r) == ["ctx 0", "alloc 0", "alloc 0", "info 0 24 1024", "card 1000"]
+
+
+@pytest.mark.parametrize("mode", ["runtime", "runtime-ptsz", "linked"])
+@pytest.mark.parametrize("kind", ["alloc:40", "managed:40", "async:40", "pool:40",
+                                  "pitch:4096:10240", "create:40:dev0", "array:4096:2560",
+                                  "array3d:1024:1024:10", "mipmap:4096:2048:2"])
+def test_every_allocation_kind_counts_and_its_free_gives_back(mode, kind, ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m")
+    r = probe(mode, "ctx:0", kind, "card:0", "alloc:40", "free", "alloc:40", "card:0", env=env)
+    out = lines(r)
+    assert out[1].split()[1] == "0", out
+    assert out[2] == "card 40"
+    assert out[3] == "alloc 2", f"{kind} was not counted: {out}"
+    assert out[4] == "free 0"
+    assert out[5] == "alloc 0", f"freeing {kind} did not give its memory back: {out}"
+
+
+@pytest.mark.parametrize("mode", ["runtime", "linked"])
+def test_vmm_host_locations_are_not_device_memory(mode, ledger_dir):
+    # HAMi-core #187: cuMemCreate with a host location (llama.cpp) must work
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m")
+    r = probe(mode, "ctx:0", "create:100:host", "create:100:hostnuma", "alloc:60", "card:0",
+              "info", env=env)
+    assert lines(r) == ["ctx 0", "create 0", "create 0", "alloc 0", "card 60", "info 0 4 64"]
+
+
+@pytest.mark.parametrize("mode", ["runtime", "linked"])
+def test_vmm_from_a_thread_without_context(mode, ledger_dir):
+    # HAMi-core #169/#172: a worker thread with no current context calling
+    # cuMemCreate is counted on the device its location names
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT_1="64m")
+    r = probe(mode, "init", "tcreate:40:1", "tcreate:40:1", "tcreate:300:0", "ctx:1",
+              "alloc:30", "info", env=env)
+    assert lines(r) == ["init 0", "tcreate 0", "tcreate 2", "tcreate 0", "ctx 0", "alloc 2",
+                        "info 0 24 64"]
+
+
+def test_per_device_limits(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="512m", CUDA_DEVICE_MEMORY_LIMIT_1="64m")
+    r = probe("runtime", "ctx:0", "alloc:400", "info", "ctx:1", "alloc:100", "alloc:60", "info",
+              "total:0", "total:1", env=env)
+    assert lines(r) == ["ctx 0", "alloc 0", "info 0 112 512", "ctx 0", "alloc 2", "alloc 0",
+                        "info 0 4 64", "total 0 512", "total 0 64"]
+
+
+def test_reported_total_never_above_the_card(ledger_dir):
+    # HAMi-core #81
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="2g", FAKE_CUDA_MEM_MIB=512)
+    r = probe("runtime", "ctx:0", "info", "total:0", "alloc:100", "info", env=env)
+    assert lines(r) == ["ctx 0", "info 0 512 512", "total 0 512", "alloc 0", "info 0 412 512"]
+
+
+def test_nvml_reports_the_share(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="20g", FAKE_CUDA_MEM_MIB=81559)
+    r = probe("runtime", "ctx:0", "alloc:5000", "nvml:0", "nvml2:0", "nvml:1", env=env)
+    assert lines(r) == ["ctx 0", "alloc 0", "nvml 0 20480 5000 15480",
+                        "nvml2 0 20480 5000 15480", "nvml 0 20480 0 20480"]
+
+
+@pytest.mark.parametrize("visible", [
+    "GPU-fake0000-0000-4000-8000-000000000001,GPU-fake0000-0000-4000-8000-000000000000",
+    "1,0"])
+def test_nvml_maps_its_gpus_to_cuda_ordinals(visible, ledger_dir):
+    # Allocate lists UUIDs in assignment order; NVML enumerates by bus: CUDA
+    # device 0 is NVML's GPU 1 here (indices work too)
+    env = env_for(ledger_dir, CUDA_VISIBLE_DEVICES=visible, CUDA_DEVICE_MEMORY_LIMIT_0="256m",
+                  CUDA_DEVICE_MEMORY_LIMIT_1="512m")
+    r = probe("runtime", "ctx:0", "alloc:100", "nvml:0", "nvml:1", "nvml:2", env=env)
+    assert lines(r) == ["ctx 0", "alloc 0", "nvml 0 512 0 512", "nvml 0 256 100 156",
+                        "nvml 0 40960 0 40960"]
+
+
+def test_two_processes_share_one_budget_and_a_killed_one_gives_back(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    a = subprocess.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", "alloc:150",
+                          "ready"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert a.stdout.readline() == "ctx 0\n"
+        assert a.stdout.readline() == "alloc 0\n"
+        assert a.stdout.readline() == "ready\n"
+        r = probe("dlsym", "ctx:0", "alloc:150", "alloc:100", "info", "nvml:0", env=env)
+        assert lines(r) == ["ctx 0", "alloc 2", "alloc 0", "info 0 6 256",
+                            "nvml 0 256 250 6"]
+        # mid-run SIGKILL: no exit handler runs, the kernel drops its lock
+        a.send_signal(signal.SIGKILL)
+        a.wait(timeout=10)
+        r = probe("runtime", "ctx:0", "alloc:250", "info", env=env)
+        assert lines(r) == ["ctx 0", "alloc 0", "info 0 6 256"]
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+
+
+def test_concurrent_threads_and_processes_keep_the_ledger_exact(ledger_dir):
+    """4 threads in each of 3 processes allocate and free 70 MiB
+    against 256 MiB 3000 times: no process's card ever holds more than the limit, some
+    allocations are refused, none fails otherwise, and when all are done the
+    budget is whole again (no update lost under contention)."""
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    exe = os.path.join(TDIR, "lim_probe")
+    procs = [subprocess.Popen([exe, "runtime", "threads:4:3000:70"], env=env,
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    total_ok = total_oom = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        f = dict(kv.split("=") for kv in out.split()[1:])
+        assert f["other"] == "0" and int(f["peak"]) <= 256, out
+        total_ok += int(f["ok"])
+        total_oom += int(f["oom"])
+    assert total_ok + total_oom == 3 * 4 * 3000 and total_ok > 0 and total_oom > 0
+    r = probe("runtime", "ctx:0", "info", "alloc:256", env=env)
+    assert lines(r) == ["ctx 0", "info 0 256 256", "alloc 0"]
+
+
+def test_fork_child_has_its_own_slot_in_the_shared_budget(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    r = probe("linked", "ctx:0", "alloc:150", "fork:150", "fork:100", "alloc:100", "info",
+              env=env)
+    # the child's 100 MiB went with it (its slot is reclaimed)
+    assert lines(r) == ["ctx 0", "alloc 0", "child 2", "forked 0", "child 0", "forked 0",
+                        "alloc 0", "info 0 6 256"]
+
+
+def test_exec_starts_with_an_empty_slot(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
+    r = probe("runtime", "ctx:0", "alloc:200", "exec", "ctx:0", "info", "alloc:200", env=env)
+    assert lines(r) == ["ctx 0", "alloc 0", "ctx 0", "info 0 256 256", "alloc 0"]
+
+
+def test_static_initialiser_before_the_limiter(ledger_dir):
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m", EARLY_ALLOC_MIB=300)
+    assert lines(probe("linked", "early", env=env)) == ["early 2"]
+    env["EARLY_ALLOC_MIB"] = "200"
+    r = probe("linked", "early", "alloc:100", "info", env=env)
+    assert lines(r) == ["early 0", "alloc 2", "info 0 56 256"]
+
+
+@pytest.mark.parametrize("var,val", [("CUDA_DEVICE_MEMORY_LIMIT", "12x"),
+                                     ("CUDA_DEVICE_MEMORY_LIMIT", "-5m"),
+                                     ("CUDA_DEVICE_MEMORY_LIMIT_3", "0"),
+                                     ("CUDA_DEVICE_SM_LIMIT", "150"),
+                                     ("GPUSCHED_LIMITER_DIR", "relative/dir")])
+def test_bad_environment_warns_once_and_passes_through(var, val, ledger_dir):
+    env = env_for(ledger_dir, **{"CUDA_DEVICE_MEMORY_LIMIT": "64m", var: val})
+    r = probe("runtime", "ctx:0", "who:alloc", "alloc:300", "info", "alloc:10", env=env)
+    assert lines(r) == ["ctx 0", "who alloc libcuda.so.1", "alloc 0", "info 0 724 1024",
+                        "alloc 0"]
+    assert r.stderr.count("gpusched-limiter:") == 1, r.stderr
+    assert f"{var}: '{val}'" in r.stderr
+
+
+def test_corrupt_ledger_is_an_error_not_a_crash(ledger_dir):
+    os.makedirs(ledger_dir)
+    with open(os.path.join(ledger_dir, "ledger"), "wb") as f:
+        f.write(b"GSLEDGER" + b"\xff" * 4000)
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m")
+    r = probe("runtime", "ctx:0", "alloc:60", "alloc:10", "info", env=env)
+    # held to the limit on its own
+    assert lines(r) == ["ctx 0", "alloc 0", "alloc 2", "info 0 4 64"]
+    assert r.stderr.count("gpusched-limiter:") == 1
+    assert "shared ledger unusable" in r.stderr and "major" in r.stderr
+
+
+def test_preloaded_into_every_program(ledger_dir):
+    """/etc/ld.so.preload puts the library into every process of the
+    container: shells, interpreters, programs run with an empty environment.
+    They must run as if it were not there."""
+    for extra in ({}, {"CUDA_DEVICE_MEMORY_LIMIT": "64m", "CUDA_DEVICE_SM_LIMIT": "30"}):
+        env = env_for(ledger_dir, **extra)
+        for argv in (["/bin/true"], ["/bin/sh", "-c", "ls / >/dev/null && echo ok"],
+                     ["/usr/bin/python3", "-c", "import ctypes, json; print('ok')"]):
+            r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0 and r.stderr == "", (argv, r.stderr)
+        r = subprocess.run(["env", "-i", f"LD_PRELOAD={LIB}", "/bin/sh", "-c", "echo ok"],
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "ok\n", "")
+    assert not os.path.exists(ledger_dir), "no GPU call: nothing created"
+
+
+def test_needs_nothing_but_an_old_glibc():
+    """Preloaded into every program of any image: the library may depend on
+    glibc alone (the image may have nothing else), of any version since 2.17
+    (src/limiter/lim_compat.h; an image with glibc 2.31 would otherwise
+    refuse it), and exports only the interposed functions."""
+    d = subprocess.run(["readelf", "-dW", LIB], capture_output=True, text=True, check=True)
+    needed = [line.split("[")[1].rstrip("]") for line in d.stdout.splitlines()
+              if "(NEEDED)" in line]
+    assert needed == ["libdl.so.2", "libpthread.so.0", "libc.so.6"]
+    t = subprocess.run(["objdump", "-T", LIB], capture_output=True, text=True, check=True)
+    versions = {w.strip("()") for w in t.stdout.split() if w.startswith(("GLIBC_", "(GLIBC_"))}
+    newest = max(tuple(int(x) for x in v[6:].split(".")) for v in versions)
+    if platform.machine() == "x86_64":  # lim_compat.h pins x86-64 only
+        assert newest <= (2, 17), sorted(versions)
+    syms = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True,
+                          check=True).stdout.split()[2::3]
+    assert all(s.startswith(("cu", "nvml")) or s == "dlsym" for s in syms), syms
+
+
+def test_python_ctypes_is_held_too(ledger_dir):
+    # ctypes resolves through dlsym on the library's handle
+    code = ("import ctypes\n"
+            "c = ctypes.CDLL('libcuda.so.1')\n"
+            "ctx = ctypes.c_void_p(); p = ctypes.c_ulonglong()\n"
+            "assert c.cuInit(0) == 0 and c.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
+            "assert c.cuCtxSetCurrent(ctx) == 0\n"
+            "print(c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)),"
+            " c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)))\n")
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="128m")
+    r = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0 2\n", "")
+
+
+def test_lookup_through_the_program_handle(ledger_dir):
+    """dlsym on dlopen(NULL)'s handle (ctypes.CDLL(None)) finds the limiter's
+    own exported functions in the global scope: they must not be taken for
+    the driver's (that would recurse forever)."""
+    code = ("import ctypes, os\n"
+            "ctypes.CDLL('libcuda.so.1', mode=os.RTLD_NOW | os.RTLD_GLOBAL)\n"
+            "c = ctypes.CDLL(None)\n"
+            "ctx = ctypes.c_void_p(); p = ctypes.c_ulonglong()\n"
+            "assert c.cuInit(0) == 0 and c.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
+            "assert c.cuCtxSetCurrent(ctx) == 0\n"
+            "print(c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)),"
+            " c.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(100 << 20)))\n")
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="128m")
+    r = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr[-500:]) == (0, "0 2\n", "")
+
+
+def bench(ledger_dir, secs, **extra):
+    env = env_for(ledger_dir, FAKE_CUDA_BUSY=os.path.join(os.path.dirname(ledger_dir), "busy"),
+                  FAKE_CUDA_BLOCK_US=10, **extra)
+    r = probe("runtime", "ctx:0", f"bench:{secs}:100", env=env, timeout=secs + 30)
+    out = lines(r)[1].split()
+    assert out[:2] == ["bench", "0"], r.stdout
+    return float(out[2])
+
+
+def test_compute_share_throttles_launches(ledger_dir):
+    full = bench(ledger_dir, 3)
+    limited = bench(ledger_dir, 4, CUDA_DEVICE_SM_LIMIT=30)
+    ratio = limited / full
+    print(f"launches/s unlimited {full:.0f}, 30 %: {limited:.0f} ({ratio:.2f})", file=sys.stderr)
+    assert 0.20 <= ratio <= 0.40, f"30 % share ran at {ratio:.2f} of unlimited"
+    off = bench(ledger_dir, 2, CUDA_DEVICE_SM_LIMIT=100, CUDA_DEVICE_MEMORY_LIMIT="64m")
+    assert off / full >= 0.8, f"100 % share ran at {off / full:.2f} of unlimited"
+
+
+def test_throttle_watches_the_containers_gpu(ledger_dir):
+    # CUDA device 0 is NVML's GPU 1 (CUDA_VISIBLE_DEVICES in assignment
+    # order): its utilisation, not GPU 0's, drives the throttle
+    extra = {"CUDA_VISIBLE_DEVICES": "GPU-fake0000-0000-4000-8000-000000000001",
+             "FAKE_NVML_BUSY_GPU": 1}
+    full = bench(ledger_dir, 2, **extra)
+    limited = bench(ledger_dir, 3, CUDA_DEVICE_SM_LIMIT=30, **extra)
+    assert limited / full <= 0.45, f"30 % share ran at {limited / full:.2f} of unlimited"
+
+
+@pytest.mark.parametrize("op", ["launch:600:100", "launchex:600:100", "coop:600:100",
+                                "graph:600"])
+def test_every_launch_kind_is_throttled(op, ledger_dir):
+    env = env_for(ledger_dir, FAKE_CUDA_BUSY=os.path.join(os.path.dirname(ledger_dir), "busy"),
+                  FAKE_CUDA_BLOCK_US=10)
+    t_full = float(lines(probe("runtime", "ctx:0", op, env=env))[1].split()[2])
+    env["CUDA_DEVICE_SM_LIMIT"] = "25"
+    t_lim = float(lines(probe("runtime", "ctx:0", op, env=env))[1].split()[2])
+    # the first 200 ms run free (the first NVML sample has no interval); the
+    # rest at a quarter
+    assert t_lim > 2 * t_full, f"{op}: {t_full:.2f}s unlimited, {t_lim:.2f}s at 25 %"

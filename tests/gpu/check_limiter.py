@@ -1,0 +1,209 @@
+"""The in-container limiter (libgpusched-cuda.so) on a real GPU, with PyTorch.
+
+For a machine with an NVIDIA GPU, its driver and a Python with torch (not
+part of CI, which has no GPU). Started by tests/gpu/run-real-gpu.sh after
+check_real_gpu.py, or alone:
+
+    python3 tests/gpu/check_limiter.py build/libgpusched-cuda.so
+
+Every check runs PyTorch in a fresh process with the limiter preloaded, as
+the device plugin's /etc/ld.so.preload does, and the environment Allocate
+gives a shared container (CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT,
+GPUSCHED_LIMITER_DIR):
+
+- a 20 GiB share: torch.cuda.mem_get_info() reports 20 GiB total, 19 GiB
+  can be allocated, 21 GiB raises torch.cuda.OutOfMemoryError, and
+  nvidia-smi in the same environment shows 20480 MiB total; the same with
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API:
+  cuMemCreate);
+- two processes share the 20 GiB: while one holds 12 GiB the other cannot
+  take 12 GiB, and can once the first is killed;
+- a compute-bound loop (fp16 matmuls) with a 30 % share runs at 25-40 % of
+  its unlimited throughput;
+- with no limit, the preloaded limiter costs at most 2 % of throughput.
+
+Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+GIB = 1 << 30
+SHARE_GIB = 20
+
+MEM = r"""
+import torch
+free, total = torch.cuda.mem_get_info()
+print("mem_get_info total_mib=%d free_mib=%d" % (total >> 20, free >> 20))
+x = torch.empty(19 << 30, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print("alloc 19GiB ok")
+del x
+torch.cuda.empty_cache()
+try:
+    y = torch.empty(21 << 30, dtype=torch.uint8, device="cuda")
+    print("alloc 21GiB ok")
+except torch.cuda.OutOfMemoryError:
+    print("alloc 21GiB OutOfMemoryError")
+"""
+
+HOLD = r"""
+import sys, torch
+x = torch.empty(12 << 30, dtype=torch.uint8, device="cuda")
+print("holding 12GiB", flush=True)
+sys.stdin.readline()
+"""
+
+TRY12 = r"""
+import torch
+try:
+    x = torch.empty(12 << 30, dtype=torch.uint8, device="cuda")
+    print("alloc 12GiB ok")
+except torch.cuda.OutOfMemoryError:
+    print("alloc 12GiB OutOfMemoryError")
+"""
+
+BENCH = r"""
+import time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+for _ in range(20):
+    b = a @ a
+torch.cuda.synchronize()
+t0, n = time.time(), 0
+while time.time() - t0 < %(secs)s:
+    for _ in range(10):
+        b = a @ a
+    torch.cuda.synchronize()
+    n += 10
+print("matmuls_per_s %%.2f" %% (n / (time.time() - t0)))
+"""
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    failures += 0 if ok else 1
+
+
+def env_for(lib, ledger, **limits):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("CUDA_DEVICE_", "GPUSCHED_", "PYTORCH_CUDA_ALLOC_CONF"))}
+    if lib:
+        e["LD_PRELOAD"] = lib
+    e["GPUSCHED_LIMITER_DIR"] = ledger
+    e.update({k: str(v) for k, v in limits.items()})
+    return e
+
+
+def py(code, env, timeout=300):
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    out = r.stdout + r.stderr
+    print("  $ python -c <%d lines>  (exit %d)\n    %s" % (
+        code.count("\n"), r.returncode, out.strip().replace("\n", "\n    ")[-1500:]))
+    return r.stdout
+
+
+def smi_total(env):
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.total,memory.used",
+                        "--format=csv,noheader,nounits", "-i", "0"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    print("  $ nvidia-smi --query-gpu=memory.total,memory.used -i 0 -> %s%s" % (
+        r.stdout.strip(), r.stderr.strip()))
+    try:
+        return int(r.stdout.split(",")[0])
+    except (ValueError, IndexError):
+        return -1
+
+
+def memory(lib, ledger, alloc_conf=None):
+    extra = {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf} if alloc_conf else {}
+    tag = " (%s)" % alloc_conf if alloc_conf else ""
+    env = env_for(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB, **extra)
+    out = py(MEM, env)
+    check("mem_get_info total_mib=%d " % (SHARE_GIB * 1024) in out,
+          "torch.cuda.mem_get_info() reports the %d GiB share%s" % (SHARE_GIB, tag))
+    check("alloc 19GiB ok" in out, "19 GiB fits in the share%s" % tag)
+    check("alloc 21GiB OutOfMemoryError" in out, "21 GiB raises OutOfMemoryError%s" % tag)
+    check(smi_total(env) == SHARE_GIB * 1024, "nvidia-smi shows %d MiB total%s" % (
+        SHARE_GIB * 1024, tag))
+
+
+def shared_budget(lib, ledger):
+    env = env_for(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline()
+        check(line.startswith("holding"), "a first process holds 12 GiB")
+        check("OutOfMemoryError" in py(TRY12, env),
+              "a second process of the container cannot take 12 GiB more")
+        holder.kill()
+        holder.wait()
+        check("alloc 12GiB ok" in py(TRY12, env), "after the first is killed it can")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def rate(lib, ledger, secs=15, **limits):
+    out = py(BENCH % {"secs": secs}, env_for(lib, ledger, **limits), timeout=secs + 120)
+    for line in out.splitlines():
+        if line.startswith("matmuls_per_s "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def compute(lib, ledger):
+    bare = rate(None, ledger)
+    pre = rate(lib, ledger)
+    mem_only = rate(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB)
+    share = rate(lib, ledger, CUDA_DEVICE_SM_LIMIT=30, secs=30)
+    print("  matmuls/s: no limiter %.2f, limiter without limits %.2f, memory limit only %.2f, "
+          "30 %% compute share %.2f" % (bare, pre, mem_only, share))
+    if bare <= 0:
+        check(False, "the benchmark ran")
+        return
+    check(pre >= 0.98 * bare, "no limit: overhead %.1f %% (at most 2 %%)" % (100 * (1 - pre / bare)))
+    check(mem_only >= 0.98 * bare,
+          "memory limit only: overhead %.1f %% (at most 2 %%)" % (100 * (1 - mem_only / bare)))
+    check(0.25 <= share / bare <= 0.40,
+          "30 %% compute share runs at %.0f %% of unlimited (25-40 %%)" % (100 * share / bare))
+
+
+def main():
+    lib = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/libgpusched-cuda.so")
+    if not os.path.exists(lib):
+        print("check_limiter: %s not found (build it: cmake --build build)" % lib)
+        return 2
+    if subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
+                      capture_output=True).returncode:
+        print("check_limiter: %s has no torch with CUDA: limiter checks skipped" % sys.executable)
+        return 2
+    total = py("import torch; print(torch.cuda.mem_get_info()[1] >> 30)", env_for(None, "/tmp"))
+    if not total.strip().isdigit() or int(total) <= SHARE_GIB + 2:
+        print("check_limiter: the GPU needs more than %d GiB" % (SHARE_GIB + 2))
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gs-limiter-") as d:
+        print("== memory: %d GiB share of a %s GiB GPU" % (SHARE_GIB, total.strip()))
+        memory(lib, os.path.join(d, "a"))
+        memory(lib, os.path.join(d, "b"), "expandable_segments:True")
+        print("== two processes, one budget")
+        shared_budget(lib, os.path.join(d, "c"))
+        print("== compute")
+        compute(lib, os.path.join(d, "d"))
+    print("check_limiter: %s" % ("all checks passed" if not failures else "%d FAILED" % failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print("check_limiter: %.0f s" % (time.time() - t0))
+    sys.exit(rc)

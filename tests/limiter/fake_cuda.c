@@ -1,0 +1,364 @@
+/*
+ * tests/limiter/fake_cuda.c - a stand-in libcuda.so.1 for the limiter's
+ * tests in CI, which has no GPU.
+ *
+ * Written from the driver API reference, independently of src/limiter/: a
+ * process sees FAKE_CUDA_DEVICES devices (default 2) of FAKE_CUDA_MEM_MIB
+ * MiB each (default 1024), contexts are current per thread, every
+ * allocation is tracked (fake_cuda_used() tells a test what the "card"
+ * holds), and an allocation past the card fails with OUT_OF_MEMORY as the
+ * real driver does. cuGetProcAddress(_v2) maps names as the driver does:
+ * "_v2" for versions >= 3020 where one exists, "_ptsz" for the per-thread
+ * default stream flag. A kernel launch "runs" synchronously for
+ * FAKE_CUDA_BLOCK_US (default 10) microseconds per block and adds the time
+ * to a busy counter, kept in the file FAKE_CUDA_BUSY when set (8 bytes,
+ * nanoseconds), which the stand-in NVML (tests/gpu/fake_nvml.c) turns into
+ * utilisation.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INIT = 3, INVALID_CTX = 201, NOT_FOUND = 500 };
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long handle_t;
+typedef struct { int type, id; } loc_t;
+typedef struct {
+    int type, handle_types;
+    loc_t location;
+    void *win32;
+    unsigned char flags[8];
+} prop_t;
+typedef struct { size_t w, h; int fmt; unsigned ch; } desc_t;
+typedef struct { size_t w, h, d; int fmt; unsigned ch, flags; } desc3_t;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shm;
+    void *stream, *attrs;
+    unsigned n_attrs;
+} launch_cfg_t;
+
+#define MAX_ALLOC 65536
+#define MAX_DEV 8
+struct ctx { int dev; };
+struct alloc { uint64_t key; int kind, dev; uint64_t bytes; };
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct alloc allocs[MAX_ALLOC];
+static uint64_t used[MAX_DEV], peak[MAX_DEV], host_used, next_addr = 0x7f0000000000ULL, next_handle = 1;
+static struct ctx ctxs[MAX_DEV];
+static __thread struct ctx *cur;
+static int inited;
+static uint64_t *busy;
+
+static int n_dev(void)
+{
+    const char *s = getenv("FAKE_CUDA_DEVICES");
+    int n = s ? atoi(s) : 2;
+    return n < 1 ? 1 : n > MAX_DEV ? MAX_DEV : n;
+}
+
+static uint64_t card_bytes(void)
+{
+    const char *s = getenv("FAKE_CUDA_MEM_MIB");
+    return (uint64_t)(s ? atoll(s) : 1024) << 20;
+}
+
+__attribute__((visibility("default"))) uint64_t fake_cuda_used(int dev)
+{
+    return dev >= 0 && dev < MAX_DEV ? used[dev] : host_used;
+}
+
+/* The most the card held at once in this process. */
+__attribute__((visibility("default"))) uint64_t fake_cuda_peak(int dev)
+{
+    return dev >= 0 && dev < MAX_DEV ? peak[dev] : 0;
+}
+
+CUresult cuInit(unsigned flags)
+{
+    (void)flags;
+    inited = 1;
+    const char *f = getenv("FAKE_CUDA_BUSY");
+    if (f && !busy) {
+        int fd = open(f, O_RDWR | O_CREAT, 0644);
+        if (fd >= 0 && ftruncate(fd, 8) == 0) {
+            void *m = mmap(NULL, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            busy = m == MAP_FAILED ? NULL : m;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    return OK;
+}
+CUresult cuDriverGetVersion(int *v) { *v = 12040; return OK; }
+CUresult cuDeviceGetCount(int *n) { *n = n_dev(); return inited ? OK : NOT_INIT; }
+CUresult cuDeviceGet(int *d, int ord) { if (ord < 0 || ord >= n_dev()) return INVALID_VALUE; *d = ord; return OK; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int dev)
+{
+    if (!inited) return NOT_INIT;
+    if (dev < 0 || dev >= n_dev()) return INVALID_VALUE;
+    ctxs[dev].dev = dev;
+    *c = &ctxs[dev];
+    return OK;
+}
+CUresult cuCtxSetCurrent(void *c) { cur = c; return OK; }
+CUresult cuCtxGetCurrent(void **c) { *c = cur; return OK; }
+CUresult cuCtxGetDevice(int *d)
+{
+    if (!cur) return INVALID_CTX;
+    *d = cur->dev;
+    return OK;
+}
+
+static CUresult take(int dev, uint64_t n, int kind, unsigned long long *key)
+{
+    CUresult rc = OOM;
+    pthread_mutex_lock(&mu);
+    uint64_t *pool = dev >= 0 ? &used[dev] : &host_used;
+    if (n == 0)
+        rc = INVALID_VALUE;
+    else if (dev >= 0 && *pool + n > card_bytes())
+        rc = OOM;
+    else {
+        for (int i = 0; i < MAX_ALLOC; i++)
+            if (!allocs[i].kind) {
+                *key = kind == 2 ? next_handle++ : next_addr;
+                if (kind != 2)
+                    next_addr += (n + 0xfffff) & ~0xfffffULL;
+                allocs[i] = (struct alloc){*key, kind, dev, n};
+                *pool += n;
+                if (dev >= 0 && used[dev] > peak[dev])
+                    peak[dev] = used[dev];
+                rc = OK;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static CUresult give(uint64_t key, int kind)
+{
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOC; i++)
+        if (allocs[i].kind == kind && allocs[i].key == key) {
+            if (allocs[i].dev >= 0)
+                used[allocs[i].dev] -= allocs[i].bytes;
+            else
+                host_used -= allocs[i].bytes;
+            allocs[i].kind = 0;
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static CUresult on_ctx(uint64_t n, int kind, unsigned long long *key)
+{
+    if (!cur) return INVALID_CTX;
+    return take(cur->dev, n, kind, key);
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return on_ctx(n, 1, p); }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e)
+{
+    (void)e;
+    *pitch = (w + 511) / 512 * 512;
+    return on_ctx(*pitch * h, 1, p);
+}
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return on_ctx(n, 1, p); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return on_ctx(n, 1, p); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return on_ctx(n, 1, p); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s)
+{
+    (void)pool; (void)s;
+    return on_ctx(n, 1, p);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, void *s)
+{
+    (void)pool; (void)s;
+    return on_ctx(n, 1, p);
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { return give(p, 1); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return give(p, 1); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return give(p, 1); }
+CUresult cuMemCreate(handle_t *h, size_t n, const prop_t *prop, unsigned long long flags)
+{
+    (void)flags;
+    if (!inited) return NOT_INIT;
+    if (!prop) return INVALID_VALUE;
+    /* no context needed: the location says where */
+    if (prop->location.type == 1) {
+        if (prop->location.id < 0 || prop->location.id >= n_dev()) return INVALID_VALUE;
+        return take(prop->location.id, n, 2, h);
+    }
+    if (prop->location.type >= 2 && prop->location.type <= 4)
+        return take(-1, n, 2, h);
+    return INVALID_VALUE;
+}
+CUresult cuMemRelease(handle_t h) { return give(h, 2); }
+
+static uint64_t elem(int fmt) { return fmt == 1 || fmt == 8 ? 1 : fmt == 2 || fmt == 9 || fmt == 16 ? 2 : 4; }
+CUresult cuArrayCreate_v2(void **a, const desc_t *d)
+{
+    unsigned long long k;
+    CUresult rc = on_ctx(d->w * (d->h ? d->h : 1) * elem(d->fmt) * d->ch, 3, &k);
+    if (rc == OK) *a = (void *)(uintptr_t)k;
+    return rc;
+}
+CUresult cuArray3DCreate_v2(void **a, const desc3_t *d)
+{
+    unsigned long long k;
+    CUresult rc = on_ctx(d->w * (d->h ? d->h : 1) * (d->d ? d->d : 1) * elem(d->fmt) * d->ch, 3, &k);
+    if (rc == OK) *a = (void *)(uintptr_t)k;
+    return rc;
+}
+CUresult cuMipmappedArrayCreate(void **a, const desc3_t *d, unsigned levels)
+{
+    unsigned long long k; uint64_t n = 0;
+    size_t w = d->w, h = d->h, z = d->d;
+    for (unsigned l = 0; l < levels; l++) {
+        n += w * (h ? h : 1) * (z ? z : 1) * elem(d->fmt) * d->ch;
+        w = w > 1 ? w / 2 : w; h = h > 1 ? h / 2 : h; z = z > 1 ? z / 2 : z;
+    }
+    CUresult rc = on_ctx(n, 4, &k);
+    if (rc == OK) *a = (void *)(uintptr_t)k;
+    return rc;
+}
+CUresult cuArrayDestroy(void *a) { return give((uint64_t)(uintptr_t)a, 3); }
+CUresult cuMipmappedArrayDestroy(void *a) { return give((uint64_t)(uintptr_t)a, 4); }
+
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
+{
+    if (!cur) return INVALID_CTX;
+    *total = card_bytes();
+    *free_b = card_bytes() - used[cur->dev];
+    return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t *b, int dev)
+{
+    if (dev < 0 || dev >= n_dev()) return INVALID_VALUE;
+    *b = card_bytes();
+    return OK;
+}
+
+static CUresult run(uint64_t blocks)
+{
+    if (!cur) return INVALID_CTX;
+    const char *s = getenv("FAKE_CUDA_BLOCK_US");
+    struct timespec a, b, d;
+    uint64_t us = blocks * (uint64_t)(s ? atoi(s) : 10);
+    d.tv_sec = (time_t)(us / 1000000);
+    d.tv_nsec = (long)(us % 1000000) * 1000;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    nanosleep(&d, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (busy)
+        __atomic_add_fetch(busy, (uint64_t)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec)),
+                           __ATOMIC_RELAXED);
+    return OK;
+}
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shm, void *s, void **p, void **e)
+{
+    (void)f; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)p; (void)e;
+    return run((uint64_t)gx * gy * gz);
+}
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shm, void *s, void **p, void **e)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, e);
+}
+CUresult cuLaunchKernelEx(const launch_cfg_t *c, void *f, void **p, void **e)
+{
+    (void)f; (void)p; (void)e;
+    return run((uint64_t)c->gx * c->gy * c->gz);
+}
+CUresult cuLaunchKernelEx_ptsz(const launch_cfg_t *c, void *f, void **p, void **e)
+{
+    return cuLaunchKernelEx(c, f, p, e);
+}
+CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz, unsigned shm, void *s, void **p)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, NULL);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                        void *s, void **p)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, NULL);
+}
+CUresult cuGraphLaunch(void *g, void *s) { (void)g; (void)s; return run(100); }
+CUresult cuGraphLaunch_ptsz(void *g, void *s) { (void)g; (void)s; return run(100); }
+
+/* ---- cuGetProcAddress ------------------------------------------------- */
+
+#define E(n) {#n, (void *)n}
+static const struct { const char *name; void *fn; } table[] = {
+    E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet),
+    E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxGetDevice),
+    E(cuMemAlloc_v2), E(cuMemAllocPitch_v2), E(cuMemAllocManaged), E(cuMemAllocAsync),
+    E(cuMemAllocAsync_ptsz), E(cuMemAllocFromPoolAsync), E(cuMemAllocFromPoolAsync_ptsz),
+    E(cuMemFree_v2), E(cuMemFreeAsync), E(cuMemFreeAsync_ptsz), E(cuMemCreate), E(cuMemRelease),
+    E(cuArrayCreate_v2), E(cuArray3DCreate_v2), E(cuMipmappedArrayCreate), E(cuArrayDestroy),
+    E(cuMipmappedArrayDestroy), E(cuMemGetInfo_v2), E(cuDeviceTotalMem_v2), E(cuLaunchKernel),
+    E(cuLaunchKernel_ptsz), E(cuLaunchKernelEx), E(cuLaunchKernelEx_ptsz),
+    E(cuLaunchCooperativeKernel), E(cuLaunchCooperativeKernel_ptsz), E(cuGraphLaunch),
+    E(cuGraphLaunch_ptsz), {"cuGetProcAddress", NULL}, {"cuGetProcAddress_v2", NULL},
+};
+
+static void *lookup(const char *name)
+{
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].name, name) == 0)
+            return table[i].fn;
+    return NULL;
+}
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags,
+                             int *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags);
+
+static CUresult gpa(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    char n[128];
+    void *p = NULL;
+    if (!sym || !pfn || strlen(sym) > 100)
+        return INVALID_VALUE;
+    if (strcmp(sym, "cuGetProcAddress") == 0)
+        p = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    if (!p && (flags & 2)) {
+        snprintf(n, sizeof n, "%s_ptsz", sym);
+        p = lookup(n);
+    }
+    if (!p && ver >= 3020) {
+        snprintf(n, sizeof n, "%s_v2", sym);
+        p = lookup(n);
+    }
+    if (!p)
+        p = lookup(sym);
+    *pfn = p;
+    return p ? OK : NOT_FOUND;
+}
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    return gpa(sym, pfn, ver, flags);
+}
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags,
+                             int *status)
+{
+    CUresult rc = gpa(sym, pfn, ver, flags);
+    if (status)
+        *status = rc == OK ? 0 : 1;
+    return rc;
+}

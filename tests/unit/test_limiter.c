@@ -1,0 +1,282 @@
+/* tests/unit/test_limiter.c - the limiter's pure parts: the environment
+ * parser (every variable, bounds, the all-or-nothing rule) and the shared
+ * ledger (budget across processes, dead and forked processes, corrupt
+ * files). The interposition itself is tested black-box in
+ * tests/blackbox/test_limiter.py. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dp/limiter.h"
+#include "limiter/lim_env.h"
+#include "limiter/lim_ledger.h"
+#include "test.h"
+
+struct kv {
+    const char *k[6], *v[6];
+};
+
+static const char *get(const char *name, void *arg)
+{
+    const struct kv *kv = arg;
+    for (int i = 0; i < 6 && kv->k[i]; i++)
+        if (strcmp(kv->k[i], name) == 0)
+            return kv->v[i];
+    return NULL;
+}
+
+static int parse(struct lim_cfg *c, char *err, const char *k0, const char *v0, const char *k1,
+                 const char *v1)
+{
+    struct kv kv = {{k0, k1}, {v0, v1}};
+    return lim_env_parse(c, get, &kv, err, 200);
+}
+
+static void test_env(void)
+{
+    struct lim_cfg c;
+    char err[200];
+    uint64_t b;
+
+    ASSERT_EQ(lim_env_bytes("8192m", &b), 0);
+    ASSERT_EQ(b, 8192ULL << 20);
+    ASSERT_EQ(lim_env_bytes("20G", &b), 0);
+    ASSERT_EQ(b, 20ULL << 30);
+    ASSERT_EQ(lim_env_bytes("1048576", &b), 0);
+    ASSERT_EQ(b, 1048576);
+    ASSERT_EQ(lim_env_bytes("4k", &b), 0);
+    ASSERT_EQ(b, 4096);
+    const char *bad[] = {"", "0", "m", "12x", "-5m", " 5m", "5m ", "5mb", "5.5g",
+                         "1048577g", "99999999999999999999999", "0x10"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ASSERT_EQ(lim_env_bytes(bad[i], &b), -1);
+    ASSERT_EQ(lim_env_bytes("1048576g", &b), 0); /* 1 PiB, the bound */
+
+    /* nothing set: nothing limited, default ledger directory */
+    ASSERT_EQ(parse(&c, err, NULL, NULL, NULL, NULL), 0);
+    ASSERT_EQ(c.mem_on, 0);
+    ASSERT_EQ(c.milli, 0);
+    ASSERT_STREQ(c.dir, LIM_DEFAULT_DIR);
+
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_MEMORY_LIMIT", "8192m", "CUDA_DEVICE_MEMORY_LIMIT_2",
+                    "1g"), 0);
+    ASSERT_EQ(c.mem_on, 1);
+    ASSERT_EQ(c.mem_limit[0], 8192ULL << 20);
+    ASSERT_EQ(c.mem_limit[2], 1ULL << 30);
+    ASSERT_EQ(c.mem_limit[15], 8192ULL << 20);
+
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_MEMORY_LIMIT_1", "64m", NULL, NULL), 0);
+    ASSERT_EQ(c.mem_limit[0], 0);
+    ASSERT_EQ(c.mem_limit[1], 64ULL << 20);
+
+    /* compute: percent, thousandths win, 100 % / 1000 is off */
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_SM_LIMIT", "30", NULL, NULL), 0);
+    ASSERT_EQ(c.milli, 300);
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_SM_LIMIT", "25", "GPUSCHED_GPU_MILLI", "250"), 0);
+    ASSERT_EQ(c.milli, 250);
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_SM_LIMIT", "100", NULL, NULL), 0);
+    ASSERT_EQ(c.milli, 0);
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_GPU_MILLI", "1000", NULL, NULL), 0);
+    ASSERT_EQ(c.milli, 0);
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_SM_LIMIT", "0", NULL, NULL), 0);
+    ASSERT_EQ(c.milli, 0);
+
+    /* one bad variable rejects everything, naming it */
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_MEMORY_LIMIT", "8g", "CUDA_DEVICE_SM_LIMIT", "101"), -1);
+    ASSERT_CONTAINS(err, "CUDA_DEVICE_SM_LIMIT: '101'");
+    ASSERT_EQ(c.mem_on, 0);
+    ASSERT_EQ(c.mem_limit[0], 0);
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_MEMORY_LIMIT_15", "x", NULL, NULL), -1);
+    ASSERT_CONTAINS(err, "CUDA_DEVICE_MEMORY_LIMIT_15: 'x'");
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_GPU_MILLI", "0", NULL, NULL), -1);
+    ASSERT_CONTAINS(err, "GPUSCHED_GPU_MILLI");
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_LIMITER_DIR", "tmp/x", NULL, NULL), -1);
+    ASSERT_CONTAINS(err, "GPUSCHED_LIMITER_DIR: 'tmp/x'");
+    char longv[300];
+    memset(longv, '1', sizeof longv - 1);
+    longv[sizeof longv - 1] = '\0';
+    ASSERT_EQ(parse(&c, err, "CUDA_DEVICE_MEMORY_LIMIT", longv, NULL, NULL), -1);
+    ASSERT_CONTAINS(err, "...'");
+    ASSERT_TRUE(strlen(err) < 200);
+
+    /* the escape hatch wins over anything, even bad values */
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_LIMITER", "off", "CUDA_DEVICE_MEMORY_LIMIT", "junk"), 0);
+    ASSERT_EQ(c.mem_on, 0);
+}
+
+static void test_ledger(void)
+{
+    char dir[] = "/tmp/gs-ledger-XXXXXX", path[200], err[300];
+    uint64_t lim[LIM_MAX_DEV] = {100, 100};
+    struct lim_ledger a, b, ro;
+
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/ledger", dir);
+    ASSERT_EQ(lim_ledger_open(&a, dir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_open(&b, dir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 60, 100), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 41, 100), 1);
+    ASSERT_EQ(lim_ledger_reserve(&a, 1, 100, 100), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, UINT64_MAX, 100), 1);
+    ASSERT_EQ(lim_ledger_reserve(&a, LIM_MAX_DEV, 1, 100), -1);
+    ASSERT_EQ(lim_ledger_used(&b, 0), 60);
+    ASSERT_EQ(lim_ledger_procs(&b), 1); /* one process: both handles share its slot lock */
+
+    /* a forked child has its own slot; its usage goes when it dies,
+     * however it dies */
+    int pfd[2];
+    ASSERT_EQ(pipe(pfd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c = lim_ledger_reserve(&a, 0, 40, 100) == 0 &&
+                 lim_ledger_reserve(&a, 0, 1, 100) == 1 ? 'y' : 'n';
+        (void)!write(pfd[1], &c, 1);
+        pause();
+        _exit(0);
+    }
+    char got = 0;
+    ASSERT_EQ(read(pfd[0], &got, 1), 1);
+    ASSERT_EQ(got, 'y');
+    ASSERT_EQ(lim_ledger_used(&a, 0), 100);
+    ASSERT_EQ(lim_ledger_procs(&a), 2);
+    ASSERT_EQ(lim_ledger_open_ro(&ro, path, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_used(&ro, 0), 100);
+    ASSERT_EQ(ro.h->limit[1], 100);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    ASSERT_EQ(lim_ledger_used(&ro, 0), 60); /* read-only: dead slots left out */
+    ASSERT_EQ(lim_ledger_used(&a, 0), 60);
+    ASSERT_EQ(lim_ledger_procs(&a), 1);
+    lim_ledger_release(&a, 0, 60);
+    lim_ledger_release(&a, 0, 60); /* never below zero */
+    ASSERT_EQ(lim_ledger_used(&a, 0), 0);
+    ASSERT_EQ(lim_ledger_reserve(&ro, 0, 1, 100), -1);
+    lim_ledger_close(&ro);
+    lim_ledger_close(&a);
+    lim_ledger_close(&b);
+
+    /* corrupt files are errors naming what is wrong */
+    struct lim_ledger_hdr h;
+    int fd = open(path, O_RDWR);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    struct { const char *field; void (*spoil)(struct lim_ledger_hdr *); } cases[] = {
+        {"magic", NULL}, {"major", NULL}, {"n_slots", NULL}, {"slot_size", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct lim_ledger_hdr bad = h;
+        if (i == 0)
+            bad.magic[0] = 'X';
+        else if (i == 1)
+            bad.major = 2;
+        else if (i == 2)
+            bad.n_slots = 4000; /* more than the file holds */
+        else
+            bad.slot_size = 8;
+        ASSERT_EQ(pwrite(fd, &bad, sizeof bad, 0), (ssize_t)sizeof bad);
+        ASSERT_EQ(lim_ledger_open(&a, dir, lim, err, sizeof err), -1);
+        ASSERT_CONTAINS(err, cases[i].field);
+        ASSERT_EQ(lim_ledger_open_ro(&a, path, err, sizeof err), -1);
+        ASSERT_CONTAINS(err, cases[i].field);
+    }
+    ASSERT_EQ(ftruncate(fd, 10), 0);
+    ASSERT_EQ(lim_ledger_open_ro(&a, path, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "size 10");
+    close(fd);
+    unlink(path);
+
+    /* the private fallback holds one process to the limit */
+    ASSERT_EQ(lim_ledger_open_private(&a, lim), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 100, 100), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 1, 100), 1);
+    lim_ledger_close(&a);
+    rmdir(dir);
+}
+
+static void make_ctr(const char *root, const char *name, int old)
+{
+    char p[300];
+    struct dp_limiter_mount m[DP_LIM_MOUNTS];
+    struct gs_err e = GS_ERR_INIT;
+    char uid[64], ctr[64];
+    snprintf(uid, sizeof uid, "%.*s", (int)(strchr(name, '_') - name), name);
+    snprintf(ctr, sizeof ctr, "%s", strchr(name, '_') + 1);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, m, &e), 0);
+    ASSERT_EQ(m[2].read_only, 0);
+    snprintf(p, sizeof p, "%s/containers/%s", root, name);
+    ASSERT_STREQ(m[2].host, p);
+    if (old) {
+        struct timeval tv[2] = {{1000, 0}, {1000, 0}};
+        ASSERT_EQ(utimes(p, tv), 0);
+    }
+}
+
+static int exists(const char *root, const char *name)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/containers/%s", root, name);
+    return access(p, F_OK) == 0;
+}
+
+/* The device plugin's side: ledger directories of pods gone from the node
+ * are removed, unless a process still holds one or it is brand new. */
+static void test_prune(void)
+{
+    char root[] = "/tmp/gs-limdir-XXXXXX", cdir[300], lib[300], err[300];
+    struct gs_err e = GS_ERR_INIT;
+    struct dp_limiter_mount m[DP_LIM_MOUNTS];
+    uint64_t lim[LIM_MAX_DEV] = {100};
+    struct lim_ledger l;
+
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(lib, sizeof lib, "%s/src.so", root);
+    FILE *f = fopen(lib, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("ELF", f);
+    fclose(f);
+    ASSERT_EQ(dp_limiter_install(root, lib, &e), 0);
+    ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
+    ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, m, &e), -GS_EINVAL);
+
+    make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
+    make_ctr(root, "here_main", 1);   /* pod still here */
+    make_ctr(root, "fresh_main", 0);  /* pod not listed yet */
+    make_ctr(root, "busy_main", 1);   /* pod gone, a process still holds it */
+    snprintf(cdir, sizeof cdir, "%s/containers/busy_main", root);
+    ASSERT_EQ(lim_ledger_open(&l, cdir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&l, 0, 10, 100), 0);
+    struct timeval tv[2] = {{1000, 0}, {1000, 0}};
+    ASSERT_EQ(utimes(cdir, tv), 0);
+
+    char *uids[] = {(char *)"here", (char *)"other"};
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1);
+    ASSERT_EQ(exists(root, "gone_main"), 0);
+    ASSERT_EQ(exists(root, "here_main"), 1);
+    ASSERT_EQ(exists(root, "fresh_main"), 1);
+    ASSERT_EQ(exists(root, "busy_main"), 1);
+    lim_ledger_close(&l);
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1); /* busy_main, now free */
+    ASSERT_EQ(exists(root, "busy_main"), 0);
+    ASSERT_EQ(dp_limiter_prune(root, uids, 2, 0), 1);   /* fresh_main, aged */
+    ASSERT_EQ(exists(root, "here_main"), 1);
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+int test_limiter(void)
+{
+    test_env();
+    test_ledger();
+    test_prune();
+    return test_failures;
+}
