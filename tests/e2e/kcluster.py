@@ -443,6 +443,10 @@ def write_kubeconfig(path, server, token):
         json.dump(doc, f)
 
 
+# devices per GPU the device plugin advertises in API mode without --replicas
+# (docs/device-plugin.md): kubelet admits up to this many pods per GPU
+DP_DEFAULT_API_REPLICAS = 10
+
 SCHED_API = "kubescheduler.config.k8s.io/v1beta1"     # the config API of kube-scheduler 1.20
 
 
@@ -726,7 +730,7 @@ state = "{d}/containerd/state"
             "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.dp_args),
             self.c.logdir)
         ngpus = sum(1 for g in json.load(open(self.fake_gpus_path))["gpus"])
-        replicas = 1
+        replicas = DP_DEFAULT_API_REPLICAS
         for i, a in enumerate(self.dp_args):
             if a.startswith("--replicas="):
                 replicas = int(a.split("=", 1)[1])

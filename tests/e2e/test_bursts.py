@@ -1,6 +1,8 @@
 """Bursts on one node (issue 12, problems 4 and 5): 2, 5 and 20 GPU pods of mixed
 shapes (whole, shared) created at once for e2e-node-a (4 GPUs), with the device
-plugin's default flags (--replicas 1) and with deploy/device-plugin.yaml's.
+plugin's default flags (10 devices per GPU in API mode; 1 before issue 12, which
+let the extender bind more pods than kubelet had devices for) and with
+deploy/device-plugin.yaml's.
 
 Checked: no pod fails admission (phase Failed, UnexpectedAdmissionError), none
 starts with another pod's GPUs or limits (each container's environment equals its
