@@ -129,6 +129,7 @@ static void *smap_del(struct smap *m, const char *k)
 struct node_info {
     double updated_at;      /* inventory time (0: none) */
     struct ext_devcap cap;  /* kubelet's device counts (ext/devices.h) */
+    int kubelet;            /* a kubelet registered it (status.nodeInfo.kubeletVersion) */
 };
 
 /* A pod the extender has seen. */
@@ -790,9 +791,12 @@ static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err 
             t = NULL;
         }
         if (t) {
+            const json_t *ni = json_object_get(json_object_get(node, "status"), "nodeInfo");
+            const json_t *kv = json_object_get(ni, "kubeletVersion");
             s->n_devcap += cap.known - t->cap.known;
             t->updated_at = updated;
             t->cap = cap;
+            t->kubelet = json_is_string(kv) && *json_string_value(kv);
         }
     }
     ext_node_buf_clear(&buf);
@@ -1518,7 +1522,10 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     snprintf(uid, sizeof uid, "%s", p->uid);
     snprintf(ns, sizeof ns, "%s", p->ns);
     snprintf(name, sizeof name, "%s", p->name);
-    if (s->lock) {
+    /* the lock is for kubelet's Allocate: a Node no kubelet registered (one
+     * written through the API alone) never calls it */
+    const struct node_info *ni = s->lock ? smap_get(&s->inv, b.node) : NULL;
+    if (ni && ni->kubelet) {
         char why[600], who[2 * CORE_NAME_MAX];
         snprintf(who, sizeof who, "%s/%s", ns, name);
         if (ext_nodelock_take(s->lock, b.node, uid, who, wall_now(), why, sizeof why)) {

@@ -45,6 +45,8 @@ def cluster(gpusched_bin):
     api = FakeApiServer(bookmark_interval=0.5, kubelet_admits=False).start()
     api.add_node("node-a", capacity={"cpu": "64", "memory": "512Gi", "pods": "110",
                                      "nvidia.com/gpu": "4"})
+    api.update("nodes", "node-a", fn=lambda n: n["status"].update(
+        nodeInfo={"kubeletVersion": "v1.20.2"}))  # as if its kubelet registered it
     kc = api.write_kubeconfig(os.path.join(gdir, "kubeconfig"))
     kubelet = FakeKubelet(kdir).start()
     # one device per GPU (the node's 4 devices above): kubelet's IDs are then

@@ -20,10 +20,16 @@ from fake_apiserver import FakeApiServer
 from test_extender_cluster import PREFIX, add_gpu_pod, node_kwargs, start, wait_for
 
 
+def registered(node):
+    """What a kubelet writes when it registers its Node."""
+    node["status"]["nodeInfo"] = {"kubeletVersion": "v1.20.2"}
+
+
 @pytest.fixture
 def api():
     with FakeApiServer(bookmark_interval=0.5, kubelet_admits=False) as a:
         a.add_node("g1", **node_kwargs("g1", n=8))
+        a.update("nodes", "g1", fn=registered)
         yield a
 
 
@@ -215,6 +221,24 @@ def test_burst_to_one_node_is_serialised(gpusched_bin, api, tmp_path):
         stop.set()
         if k.is_alive():
             k.join()
+        e.stop()
+
+
+def test_no_lock_on_a_node_without_a_kubelet(gpusched_bin, api, tmp_path):
+    """A Node written through the API alone (no kubelet registered it: no
+    status.nodeInfo.kubeletVersion) never gets an Allocate: nothing to wait for."""
+    api.add_node("g2", **node_kwargs("g2", n=8))
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g2"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a", "g2").status_code == 200
+        t0 = time.monotonic()
+        assert bind(e, api, "b", "g2").status_code == 200
+        assert time.monotonic() - t0 < 1
+    finally:
         e.stop()
 
 
