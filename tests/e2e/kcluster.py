@@ -730,8 +730,10 @@ state = "{d}/containerd/state"
 
 class Cluster:
     def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
-                 workdir=None, bins=None):
+                 workdir=None, bins=None, extender_config=None):
         self.gpusched = os.path.abspath(gpusched_bin)
+        # keys over deploy/'s: a dict, or f(index, port) -> dict per replica
+        self.extender_config = extender_config or {}
         self.node_specs = list(nodes)
         self.extender_replicas = extender_replicas
         self.proxy_mode = proxy_mode
@@ -1040,6 +1042,8 @@ class Cluster:
             cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
                         "identity": f"extender-{i}", "lease_namespace": "gpusched",
                         "log_format": "text"})
+            extra = self.extender_config
+            cfg.update(extra(i, port) if callable(extra) else extra)
             path = os.path.join(self.workdir, f"extender-{i}.yaml")
             with open(path, "w") as f:
                 yaml.safe_dump(cfg, f)
@@ -1141,3 +1145,73 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.stop()
+
+    # -- additions for the scale, HA, requeue and preemption scenarios ---------
+    def restart_scheduler(self, edit=None):
+        """Stop kube-scheduler and start it again with the harness's v1beta1 config passed
+        through edit(cfg) (which changes the dict in place). The old scheduler's Lease is
+        deleted so the new one leads at once instead of after the lease period."""
+        self.scheduler.stop()
+        self.api("DELETE", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                           "gpu-scheduler")
+        hz, mz, sp = free_port(), free_port(), free_port()
+        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
+                                       self.proxy.url, self.kubeconfig, hz, mz)
+        if edit:
+            edit(cfg)
+        self.scheduler_cfg = cfg
+        path = os.path.join(self.workdir, "scheduler-config.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        self.scheduler = self.start_proc("kube-scheduler", [
+            self.bins["kube-scheduler"], f"--config={path}", "--bind-address=127.0.0.1",
+            f"--secure-port={sp}", "--port=0", "--v=2"])
+        self.scheduler_metrics_port = mz
+
+        def leads():
+            if requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code != 200:
+                return False
+            r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                                "gpu-scheduler")
+            return r.status_code == 200
+        self.wait(leads, 30, "restarted kube-scheduler leads", proc=self.scheduler)
+
+    def force_delete_all(self, ns, selector=None, timeout=60):
+        """Delete every pod of ns (matching selector) with grace 0 in one collection call
+        and wait until none is left: fast for hundreds of pods on API-only nodes."""
+        params = {"gracePeriodSeconds": "0"}
+        if selector:
+            params["labelSelector"] = selector
+        r = self.api("DELETE", f"/api/v1/namespaces/{ns}/pods", params=params, timeout=120)
+        if r.status_code not in (200, 202):
+            raise AssertionError(f"deleting pods: {r.status_code} {r.text[:300]}")
+        self.wait(lambda: not self.pods(ns, selector), timeout, f"pods of {ns} deleted")
+
+    def extender_addr(self, i):
+        return self.proxy.backends[i][1]
+
+    def kill_extender(self, i, sig=signal.SIGKILL):
+        """Kill replica i (default SIGKILL: no lease release, no goodbye)."""
+        self.extenders[i].stop(timeout=5, sig=sig)
+
+    def restart_extender(self, i):
+        """Start replica i again with its config (same identity and port); waits until it
+        is ready (state rebuilt from the API server)."""
+        path = os.path.join(self.workdir, f"extender-{i}.yaml")
+        p = self.start_proc(f"extender-{i}", [self.gpusched, "extender", "--config", path])
+        self.extenders[i] = p
+        addr = self.extender_addr(i)
+        self.wait(lambda: ExtenderProxy.ready(addr), 30, f"extender-{i} /readyz", proc=p)
+        return p
+
+    def extender_metric(self, i, name, labels=None):
+        """Sum of metric `name` (samples whose labels include `labels`) of replica i."""
+        r = requests.get(f"http://{self.extender_addr(i)}/metrics", timeout=5)
+        total = 0.0
+        for line in r.text.splitlines():
+            if not (line.startswith(name + " ") or line.startswith(name + "{")):
+                continue
+            if labels and not all(f'{k}="{v}"' in line for k, v in labels.items()):
+                continue
+            total += float(line.rsplit(" ", 1)[1])
+        return total
