@@ -99,6 +99,10 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
 /* Pending GPU pods that found no node at their last /filter (for nudging);
  * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
+/* Every pending GPU pod this replica knows (no node, no GPUs, no bind under
+ * way), the same way: a new leader nudges them, since binds refused during a
+ * failover leave pods in kube-scheduler's unschedulable queue. */
+int ext_sched_waiting(struct ext_sched *s, char **out, int max);
 
 /* ---- the verbs: body in, (status, reply) out ---- */
 /* A reply is either a JSON tree or, on the hot paths (/filter and

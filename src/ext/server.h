@@ -14,6 +14,7 @@
 #ifndef GPUSCHED_EXT_SERVER_H
 #define GPUSCHED_EXT_SERVER_H
 
+#include "ext/forward.h"
 #include "ext/sched.h"
 #include "util/err.h"
 #include "util/metrics.h"
@@ -29,6 +30,7 @@ struct ext_server_opts {
                                   cluster a pod's GPUs are freed by deleting it) */
     int (*ready)(void *ud);    /* NULL = always ready */
     void *ready_ud;
+    struct ext_forward *forward; /* non-leader /bind to the leader (ext/forward.h), or NULL */
 };
 
 struct ext_server;
