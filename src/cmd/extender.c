@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "ext/cluster.h"
@@ -88,6 +89,7 @@ int cmd_extender(int argc, char **argv)
     struct ext_sched *s = NULL;
     struct ext_standalone *sa = NULL;
     struct ext_cluster *cl = NULL;
+    struct ext_forward *fwd = NULL;
     struct ext_quotas *quotas = NULL;
     struct kube_client *kc = NULL;
     struct ext_server *srv = NULL;
@@ -201,6 +203,15 @@ int cmd_extender(int argc, char **argv)
             so.lock = lock;
             so.bind_wait_s = cfg.bind_wait;
         }
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        if (cfg.leader_elect && ext_forward_new(ext_cluster_leader, cl, cfg.identity ? cfg.identity
+                                                : host, 9, m, &fwd, &e) < 0) {
+            fprintf(stderr, "gpusched extender: %s\n", e.msg);
+            status = 2;
+            goto out;
+        }
+        so.forward = fwd;
     }
     if ((cfg.nodes && cfg.quotas &&
          ext_quotas_from_file(cfg.quotas, set_quotas, s, m, &quotas, &e) < 0) ||
@@ -227,6 +238,7 @@ int cmd_extender(int argc, char **argv)
 out:
     ext_nodelock_shutdown(lock); /* parked binds answer before the server stops */
     ext_server_stop(srv);
+    ext_forward_free(fwd);
     ext_quotas_stop(quotas);
     ext_cluster_stop(cl);
     ext_standalone_close(sa);

@@ -153,13 +153,24 @@ static int may_bind(void *ud)
     return !cl->leader || kube_leader_is_leader(cl->leader);
 }
 
+int ext_cluster_leader(void *cluster, char *out, size_t cap)
+{
+    struct ext_cluster *cl = cluster;
+    if (!cl->leader || kube_leader_is_leader(cl->leader))
+        return 0;
+    kube_leader_holder(cl->leader, out, cap);
+    return *out != 0;
+}
+
 /* ---- housekeeping: stale inventories, nudges, events, metrics --------------- */
 
-static void nudge(struct ext_cluster *cl)
+static void nudge(struct ext_cluster *cl, int all)
 {
     char *pods[MAX_NUDGE], now[40], key[160];
-    int n = ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
-    n += ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n);
+    int n = all ? ext_sched_waiting(cl->s, pods, MAX_NUDGE)
+                : ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
+    if (!all)
+        n += ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n);
     kube_now_micro(now, sizeof now);
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
     for (int i = 0; i < n; i++) {
@@ -177,8 +188,8 @@ static void nudge(struct ext_cluster *cl)
         free(pods[i]);
     }
     if (n)
-        log_info("extender", "GPUs or a node freed: nudged %d pending GPU pod%s", n,
-                 n == 1 ? "" : "s");
+        log_info("extender", "%s: nudged %d pending GPU pod%s",
+                 all ? "now leading" : "GPUs or a node freed", n, n == 1 ? "" : "s");
 }
 
 static void post_events(struct ext_cluster *cl)
@@ -232,10 +243,14 @@ static void *house_main(void *arg)
 {
     struct ext_cluster *cl = arg;
     double last_inv = 0;
+    int led = 1; /* the first leader has no failover to recover from */
     while (!gs_worker_sleep(&cl->wk, 1.0, &cl->freed)) {
         int leading = may_bind(cl);
-        if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
-            nudge(cl);
+        if (leading && !led && cl->cfg->nudge)
+            nudge(cl, 1); /* binds refused while nobody led: retry those pods now */
+        else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
+            nudge(cl, 0);
+        led = leading;
         if (now_real() - last_inv >= 1.0) {
             last_inv = now_real();
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);

@@ -33,6 +33,9 @@ int ext_cluster_ready(void *cluster);
 /* Refreshes the watch, rebuild and leader metrics (from the metrics
  * collect callback). */
 void ext_cluster_collect(struct ext_cluster *cl);
+/* 1 and the Lease holder's identity in out when another replica leads;
+ * 0 when this one leads, nobody does, or there is no election. */
+int ext_cluster_leader(void *cluster, char *out, size_t cap);
 void ext_cluster_stop(struct ext_cluster *cl);
 
 #endif

@@ -763,6 +763,23 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
     return n;
 }
 
+int ext_sched_waiting(struct ext_sched *s, char **out, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        const char *node = json_string_value(
+            json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
+        if (n < max && !p->binding && (!node || !*node) && !core_alloc_find(s->c, p->uid) &&
+            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0)
+            n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 /* ---- nodes ----------------------------------------------------------------- */
 
 static int upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *e)

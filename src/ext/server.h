@@ -14,6 +14,7 @@
 #ifndef GPUSCHED_EXT_SERVER_H
 #define GPUSCHED_EXT_SERVER_H
 
+#include "ext/forward.h"
 #include "ext/sched.h"
 #include "util/err.h"
 #include "util/metrics.h"
@@ -34,6 +35,7 @@ struct ext_server_opts {
      * held), then answers 503; NULL = never waits */
     struct ext_nodelock *lock;
     double bind_wait_s;
+    struct ext_forward *forward; /* non-leader /bind to the leader (ext/forward.h), or NULL */
 };
 
 struct ext_server;

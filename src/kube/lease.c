@@ -22,7 +22,23 @@ struct kube_leader {
     char seen_holder[256], seen_renew[64];
     double seen_at;
     double last_renew_ok; /* monotonic time of our last successful renew */
+    pthread_mutex_t holder_mu; /* guards holder: read by other threads */
+    char holder[256];
 };
+
+static void set_holder(struct kube_leader *l, const char *who)
+{
+    pthread_mutex_lock(&l->holder_mu);
+    snprintf(l->holder, sizeof l->holder, "%s", who);
+    pthread_mutex_unlock(&l->holder_mu);
+}
+
+void kube_leader_holder(struct kube_leader *l, char *out, size_t cap)
+{
+    pthread_mutex_lock(&l->holder_mu);
+    snprintf(out, cap, "%s", l->holder);
+    pthread_mutex_unlock(&l->holder_mu);
+}
 
 static double mono(void)
 {
@@ -75,6 +91,7 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
         if (rc < 0)
             return rc;
         l->last_renew_ok = now;
+        set_holder(l, l->identity);
         return 1;
     }
     if (rc < 0) {
@@ -88,6 +105,7 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
     double duration = json_is_integer(dur) ? (double)json_integer_value(dur) : l->opts.lease_s;
     long transitions = json_is_integer(tr) ? (long)json_integer_value(tr) : 0;
     int mine = strcmp(holder, l->identity) == 0;
+    set_holder(l, holder);
 
     if (strcmp(holder, l->seen_holder) != 0 || strcmp(renew, l->seen_renew) != 0) {
         snprintf(l->seen_holder, sizeof l->seen_holder, "%s", holder);
@@ -110,6 +128,7 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
     if (rc < 0)
         return rc;
     l->last_renew_ok = now;
+    set_holder(l, l->identity);
     return 1;
 }
 
@@ -144,6 +163,7 @@ int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts
         return gs_errf(e, GS_ENOMEM, "out of memory");
     l->c = c;
     l->opts = *opts;
+    pthread_mutex_init(&l->holder_mu, NULL);
     if (l->opts.lease_s <= 0)
         l->opts.lease_s = 15;
     if (l->opts.renew_s <= 0)
@@ -160,6 +180,7 @@ int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts
         free(l->ns);
         free(l->name);
         free(l->identity);
+        pthread_mutex_destroy(&l->holder_mu);
         free(l);
         return gs_errf(e, GS_ENOMEM, "cannot start the election thread");
     }
@@ -194,5 +215,6 @@ void kube_leader_stop(struct kube_leader *l)
     free(l->ns);
     free(l->name);
     free(l->identity);
+    pthread_mutex_destroy(&l->holder_mu);
     free(l);
 }

@@ -40,6 +40,10 @@ int kube_leader_is_leader(struct kube_leader *l);
 /* Leader transitions observed by this replica (became or stopped leading). */
 unsigned long kube_leader_transitions(struct kube_leader *l);
 void kube_leader_stop(struct kube_leader *l);
+/* The holderIdentity this replica last read from the Lease (its own when it
+ * leads; "" before the first read or when nobody holds it) into out. May
+ * name a replica whose lease has expired. Thread-safe. */
+void kube_leader_holder(struct kube_leader *l, char *out, size_t cap);
 
 /* One election step, exposed for tests: reads the lease and takes, renews
  * or leaves it. Returns 1 when this replica holds the lease afterwards, 0

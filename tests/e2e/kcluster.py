@@ -15,7 +15,7 @@ API (other scenarios build on it):
       against SHA256SUMS. K8S_DIR: $GPUSCHED_K8S_DIR, else ../shared/k8s beside
       the repository. Raises Unavailable when they are absent.
   Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
-          proxy_mode="leader", workdir=None)
+          proxy_mode="service", workdir=None, bins=None, extender_config=None)
       .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
                                webhook (+ its Mutating/ValidatingWebhookConfiguration),
                                extender replicas behind one proxy URL, kube-scheduler,
@@ -41,14 +41,14 @@ API (other scenarios build on it):
   HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
       host directories and sysctls that differ: the "leaves nothing behind" check.
   ExtenderProxy(backends, mode, leader_fn)  the one URL kube-scheduler calls.
-      "leader" (the default) forwards every request to the replica holding the
-      Lease (read from the API server, cached 0.5 s). "service" does what
-      deploy/'s Service does: each request to a ready replica picked at random,
-      as kube-proxy picks an endpoint; /readyz is 200 on every rebuilt replica,
-      leader or not, and a non-leader answers /bind 503, after which
-      kube-scheduler 1.20 parks the pod in its unschedulable queue for up to
-      60 s (test_service_routing.py). .mode can be switched at run time;
-      .counts holds {(replica address, verb): requests}.
+      "service" (the Cluster's default) does what deploy/'s Service does: each
+      request to a ready replica picked at random, as kube-proxy picks an
+      endpoint; /readyz is 200 on every rebuilt replica, leader or not, and a
+      non-leader forwards /bind to the Lease holder (src/ext/forward.c;
+      test_service_routing.py, test_ha.py). "leader" forwards every request to
+      the replica holding the Lease (read from the API server, cached 0.5 s).
+      .mode can be switched at run time; .counts holds
+      {(replica address, verb): requests}.
 
 The scheduler config is deploy/scheduler-config-v1beta1.yaml (the config API of
 1.20) as shipped, by scheduler_config_v1beta1(): urlPrefix pointed at the proxy,
@@ -791,9 +791,11 @@ state = "{d}/containerd/state"
 # ---- the cluster ----------------------------------------------------------------
 
 class Cluster:
-    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="leader",
-                 workdir=None, bins=None):
+    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
+                 workdir=None, bins=None, extender_config=None):
         self.gpusched = os.path.abspath(gpusched_bin)
+        # keys over deploy/'s: a dict, or f(index, port) -> dict per replica
+        self.extender_config = extender_config or {}
         self.node_specs = list(nodes)
         self.extender_replicas = extender_replicas
         self.proxy_mode = proxy_mode
@@ -1104,6 +1106,8 @@ class Cluster:
             cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
                         "identity": f"extender-{i}", "lease_namespace": "gpusched",
                         "log_format": "text"})
+            extra = self.extender_config
+            cfg.update(extra(i, port) if callable(extra) else extra)
             path = os.path.join(self.workdir, f"extender-{i}.yaml")
             with open(path, "w") as f:
                 yaml.safe_dump(cfg, f)
@@ -1202,3 +1206,73 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.stop()
+
+    # -- additions for the scale, HA, requeue and preemption scenarios ---------
+    def restart_scheduler(self, edit=None):
+        """Stop kube-scheduler and start it again with the harness's v1beta1 config passed
+        through edit(cfg) (which changes the dict in place). The old scheduler's Lease is
+        deleted so the new one leads at once instead of after the lease period."""
+        self.scheduler.stop()
+        self.api("DELETE", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                           "gpu-scheduler")
+        hz, mz, sp = free_port(), free_port(), free_port()
+        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
+                                       self.proxy.url, self.kubeconfig, hz, mz)
+        if edit:
+            edit(cfg)
+        self.scheduler_cfg = cfg
+        path = os.path.join(self.workdir, "scheduler-config.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        self.scheduler = self.start_proc("kube-scheduler", [
+            self.bins["kube-scheduler"], f"--config={path}", "--bind-address=127.0.0.1",
+            f"--secure-port={sp}", "--port=0", "--v=2"])
+        self.scheduler_metrics_port = mz
+
+        def leads():
+            if requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code != 200:
+                return False
+            r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                                "gpu-scheduler")
+            return r.status_code == 200
+        self.wait(leads, 30, "restarted kube-scheduler leads", proc=self.scheduler)
+
+    def force_delete_all(self, ns, selector=None, timeout=60):
+        """Delete every pod of ns (matching selector) with grace 0 in one collection call
+        and wait until none is left: fast for hundreds of pods on API-only nodes."""
+        params = {"gracePeriodSeconds": "0"}
+        if selector:
+            params["labelSelector"] = selector
+        r = self.api("DELETE", f"/api/v1/namespaces/{ns}/pods", params=params, timeout=120)
+        if r.status_code not in (200, 202):
+            raise AssertionError(f"deleting pods: {r.status_code} {r.text[:300]}")
+        self.wait(lambda: not self.pods(ns, selector), timeout, f"pods of {ns} deleted")
+
+    def extender_addr(self, i):
+        return self.proxy.backends[i][1]
+
+    def kill_extender(self, i, sig=signal.SIGKILL):
+        """Kill replica i (default SIGKILL: no lease release, no goodbye)."""
+        self.extenders[i].stop(timeout=5, sig=sig)
+
+    def restart_extender(self, i):
+        """Start replica i again with its config (same identity and port); waits until it
+        is ready (state rebuilt from the API server)."""
+        path = os.path.join(self.workdir, f"extender-{i}.yaml")
+        p = self.start_proc(f"extender-{i}", [self.gpusched, "extender", "--config", path])
+        self.extenders[i] = p
+        addr = self.extender_addr(i)
+        self.wait(lambda: ExtenderProxy.ready(addr), 30, f"extender-{i} /readyz", proc=p)
+        return p
+
+    def extender_metric(self, i, name, labels=None):
+        """Sum of metric `name` (samples whose labels include `labels`) of replica i."""
+        r = requests.get(f"http://{self.extender_addr(i)}/metrics", timeout=5)
+        total = 0.0
+        for line in r.text.splitlines():
+            if not (line.startswith(name + " ") or line.startswith(name + "{")):
+                continue
+            if labels and not all(f'{k}="{v}"' in line for k, v in labels.items()):
+                continue
+            total += float(line.rsplit(" ", 1)[1])
+        return total

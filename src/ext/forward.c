@@ -1,0 +1,188 @@
+/* ext/forward.c - see forward.h. */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ext/forward.h"
+#include "util/buf.h"
+#include "util/log.h"
+
+#define MAX_REPLY (1 << 20) /* a /bind answer is a few hundred bytes */
+#define MAX_ID 256
+
+struct ext_forward {
+    int (*leader)(void *ud, char *out, size_t cap);
+    void *ud;
+    char self[MAX_ID];
+    long timeout_ms;
+    struct metric *m_forwarded;
+};
+
+int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, const char *self,
+                    double timeout_s, struct metrics *m, struct ext_forward **out,
+                    struct gs_err *e)
+{
+    struct ext_forward *f;
+    if (!leader || !self || strlen(self) >= MAX_ID)
+        return gs_errf(e, GS_EINVAL, "forward: a leader callback and an identity under %d "
+                                     "bytes are needed", MAX_ID);
+    if (!(f = calloc(1, sizeof *f)))
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    f->leader = leader;
+    f->ud = ud;
+    snprintf(f->self, sizeof f->self, "%s", self);
+    f->timeout_ms = timeout_s > 0 ? (long)(timeout_s * 1000) : 9000;
+    if (m && !(f->m_forwarded = metrics_add(
+                   m, METRIC_COUNTER, "gpusched_extender_forwarded_binds_total",
+                   "/bind requests this replica handed to the leader, by the leader's status "
+                   "(0: unreachable).",
+                   "code", NULL, 0, e))) {
+        free(f);
+        return -GS_EINVAL;
+    }
+    *out = f;
+    return 0;
+}
+
+void ext_forward_free(struct ext_forward *f) { free(f); }
+
+static int port_ok(const char *p)
+{
+    long v = 0;
+    if (!*p || strlen(p) > 5)
+        return 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        v = v * 10 + (*p - '0');
+    }
+    return v >= 1 && v <= 65535;
+}
+
+static int host_ok(const char *h, size_t n)
+{
+    if (n == 0 || n > 253)
+        return 0;
+    if (h[0] == '[') { /* [IPv6] */
+        if (n < 3 || h[n - 1] != ']')
+            return 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (!strchr("0123456789abcdefABCDEF:.", h[i]))
+                return 0;
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-", h[i]))
+            return 0;
+    return 1;
+}
+
+int ext_forward_addr(const char *identity, char *out, size_t cap, struct gs_err *e)
+{
+    const char *at = strrchr(identity, '@'), *colon;
+    if (!at)
+        return 1;
+    const char *addr = at + 1;
+    if (strlen(addr) >= cap || strlen(addr) > 260)
+        return gs_errf(e, GS_EINVAL, "leader identity %.80s: address after '@' too long",
+                       identity);
+    colon = strrchr(addr, ':');
+    if (!colon || (addr[0] == '[' && colon < strchr(addr, ']')))
+        return gs_errf(e, GS_EINVAL, "leader identity %.80s: address after '@' has no :PORT",
+                       identity);
+    if (!host_ok(addr, (size_t)(colon - addr)))
+        return gs_errf(e, GS_EINVAL, "leader identity %.80s: bad host before the port",
+                       identity);
+    if (!port_ok(colon + 1))
+        return gs_errf(e, GS_EINVAL, "leader identity %.80s: port is not 1..65535", identity);
+    snprintf(out, cap, "%s", addr);
+    return 0;
+}
+
+static size_t on_data(char *p, size_t sz, size_t n, void *ud)
+{
+    struct gs_buf *b = ud;
+    if (b->len + sz * n > MAX_REPLY)
+        return 0; /* curl fails the transfer */
+    gs_buf_put(b, p, sz * n);
+    return b->oom ? 0 : sz * n;
+}
+
+static char *error_json(const char *fmt, const char *a, const char *b, size_t *len)
+{
+    char msg[600];
+    struct gs_buf out = {0};
+    snprintf(msg, sizeof msg, fmt, a, b);
+    gs_buf_str(&out, "{\"error\":");
+    gs_buf_json_str(&out, msg);
+    gs_buf_str(&out, ",\"Error\":");
+    gs_buf_json_str(&out, msg);
+    gs_buf_str(&out, "}");
+    if (out.oom) {
+        gs_buf_free(&out);
+        *len = 0;
+        return NULL;
+    }
+    *len = out.len;
+    return out.buf;
+}
+
+int ext_forward_bind(struct ext_forward *f, const char *body, size_t len, int *status,
+                     char **out, size_t *out_len)
+{
+    char who[MAX_ID], addr[300], url[340], hdr[MAX_ID + 40], code[8];
+    struct gs_err e = GS_ERR_INIT;
+    if (!f->leader(f->ud, who, sizeof who))
+        return 0;
+    int rc = ext_forward_addr(who, addr, sizeof addr, &e);
+    if (rc == 1)
+        return 0;
+    *status = 503;
+    if (rc < 0) {
+        *out = error_json("this replica is not the leader and cannot forward: %s%s", e.msg, "",
+                          out_len);
+        return 1;
+    }
+    snprintf(url, sizeof url, "http://%s/bind", addr);
+    snprintf(hdr, sizeof hdr, EXT_FORWARD_HEADER ": %s", f->self);
+    struct gs_buf reply = {0};
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, hdr) : NULL;
+    CURL *h = curl_easy_init();
+    CURLcode cc = CURLE_OUT_OF_MEMORY;
+    long http = 0;
+    if (h && h2) {
+        hdrs = h2;
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, f->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
+        cc = curl_easy_perform(h);
+        if (cc == CURLE_OK)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+    }
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    snprintf(code, sizeof code, "%ld", cc == CURLE_OK ? http : 0L);
+    metric_inc(f->m_forwarded, (const char *[]){code});
+    if (cc != CURLE_OK || reply.oom || http < 100 || http > 599) {
+        log_warn("extender", "forwarding /bind to the leader %s at %s: %s", who, addr,
+                 cc == CURLE_OK ? "bad answer" : curl_easy_strerror(cc));
+        gs_buf_free(&reply);
+        *out = error_json("this replica is not the leader, and the leader %s did not answer: %s",
+                          who, cc == CURLE_OK ? "bad answer" : curl_easy_strerror(cc), out_len);
+        return 1;
+    }
+    *status = (int)http;
+    *out_len = reply.len;
+    *out = reply.buf;
+    return 1;
+}

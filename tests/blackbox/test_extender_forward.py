@@ -1,0 +1,100 @@
+"""Two extender replicas behind one URL (ext/forward.h), against the fake
+kube-apiserver: when the Lease holder's identity names its address
+(NAME@HOST:PORT), a replica that does not lead hands /bind to the leader and
+relays its answer, so kube-scheduler's bind succeeds whichever replica a
+Service picked; a request already forwarded is never forwarded again; a leader
+that died leaves the follower answering 503 until the lease expires, then the
+follower binds itself and nudges the pods left waiting; identities without an
+address keep the plain 503."""
+import signal
+
+import requests
+
+import test_extender
+from test_extender_cluster import add_gpu_pod, api, start, wait_for  # noqa: F401
+
+PREFIX = "gpusched.io/"
+ARGS = ["--leader-elect", "--lease-duration", "3", "--lease-namespace", "kube-system"]
+
+
+def start_as(bin_, api_, tmp_path, ident, name):
+    """An extender whose Lease identity carries its own address."""
+    port = test_extender.free_port()
+    orig = test_extender.free_port
+    test_extender.free_port = lambda: port
+    try:
+        return start(bin_, api_, tmp_path, *ARGS, "--identity", f"{ident}@127.0.0.1:{port}",
+                     name=name)
+    finally:
+        test_extender.free_port = orig
+
+
+def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "f1", "1")
+    add_gpu_pod(api, "f2", "1")
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a")
+    wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+    b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b")
+    try:
+        p = api.get("pods", "f1", "default")
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
+        assert b.metric("gpusched_extender_leader") == 0
+        r = b.bind(p, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        ann = api.get("pods", "f1", "default")["metadata"]["annotations"]
+        assert ann[PREFIX + "node"] == "g1"
+        assert b.metric("gpusched_extender_forwarded_binds_total") == 1
+        assert a.metric("gpusched_extender_forwarded_binds_total") == 0
+        # the leader did the bind: its state holds the GPU at once
+        assert a.allocation(p)[PREFIX + "node"] == "g1"
+
+        # a request another replica already forwarded is answered here (no loops)
+        q = api.get("pods", "f2", "default")
+        wait_for(lambda: b.filter(q, ["g1"])["NodeNames"], what="b has seen f2")
+        r = requests.post(b.url + "/bind", timeout=10,
+                          headers={"X-Gpusched-Forwarded-By": "c"},
+                          json={"PodName": "f2", "PodNamespace": "default",
+                                "PodUID": q["metadata"]["uid"], "Node": "g1"})
+        assert r.status_code == 503 and "leader" in r.json()["error"], r.text
+
+        # the leader dies without releasing the lease: 503 (the forward fails),
+        # then b takes over and binds itself
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        r = b.bind(q, "g1")
+        assert r.status_code == 503 and "did not answer" in r.json()["Error"], r.text
+        wait_for(lambda: b.metric("gpusched_extender_leader") == 1, timeout=20,
+                 what="b takes over")
+        # the new leader nudges the pods left waiting (refused binds put them in
+        # kube-scheduler's unschedulable queue), not the bound one
+        wait_for(lambda: PREFIX + "retry-at" in
+                 api.get("pods", "f2", "default")["metadata"].get("annotations", {}),
+                 what="f2 nudged by the new leader")
+        assert PREFIX + "retry-at" not in api.get("pods", "f1", "default")["metadata"][
+            "annotations"]
+        r = b.bind(q, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert api.get("pods", "f2", "default")["metadata"]["annotations"][PREFIX + "node"] \
+            == "g1"
+    finally:
+        if a.proc.poll() is None:
+            a.stop()
+        else:
+            a.proc.communicate()
+        b.stop()
+
+
+def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):
+    add_gpu_pod(api, "n1", "1")
+    a = start(gpusched_bin, api, tmp_path, *ARGS, "--identity", "a", name="kc-a")
+    wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+    b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b")
+    try:
+        p = api.get("pods", "n1", "default")
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
+        r = b.bind(p, "g1")
+        assert r.status_code == 503 and "leader" in r.json()["error"], r.text
+        assert b.metric("gpusched_extender_forwarded_binds_total") == 0
+    finally:
+        a.stop()
+        b.stop()

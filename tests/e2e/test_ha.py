@@ -1,0 +1,146 @@
+"""HA (issue 12): two extender replicas with Lease election behind the one URL
+kube-scheduler calls, routed as deploy/extender.yaml's Service does (the proxy's
+"service" mode: every ready replica in turn), each replica's Lease identity
+carrying its address as deploy/ sets it ($(POD_NAME)@$(POD_IP):8888).
+
+1. Pods arriving with both replicas up are all placed on their first attempt: the
+   replica that does not lead hands /bind to the leader (ext/forward.h) instead of
+   answering 503 (which made every other pod wait out kube-scheduler's backoff).
+2. The leader is SIGKILLed while pods keep arriving: every pod ends placed, none
+   twice (one Scheduled event and one assignment each), no GPU oversubscribed; the
+   survivor takes the Lease within its duration.
+3. The killed replica comes back: its state is rebuilt from the API server (its
+   /debug view of pods bound by the other replica equals their annotations), it
+   follows and forwards, and more pods are placed without oversubscription.
+
+API-only nodes; one cluster for the module (~1 min, most of it the lease period)."""
+import threading
+import time
+
+import pytest
+import requests
+
+import kcluster
+import scale
+from conftest import gpusched_bin
+
+NS = "default"
+GPU_NODES, GPUS = 16, 8
+
+
+@pytest.fixture(scope="module")
+def ha(host_clean):
+    bins, workdirs = host_clean
+    base = scale.api_only_extender_config(gpusched_bin())
+
+    def per_replica(i, port):
+        return dict(base, identity=f"extender-{i}@127.0.0.1:{port}")
+    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=2, proxy_mode="service",
+                         bins=bins, extender_config=per_replica)
+    workdirs.append(c.workdir)
+    c.start()
+    try:
+        c.add_api_nodes(30, gpus=0, prefix="cpu")
+        c.add_api_nodes(GPU_NODES, gpus=GPUS, prefix="gpu")
+        yield c
+    finally:
+        c.stop()
+
+
+def leader_index(c):
+    holder = c.lease_holder() or ""
+    for i, (ident, _) in enumerate(c.proxy.backends):
+        if holder.startswith(ident + "@"):
+            return i
+    return None
+
+
+def all_bound(c, names, timeout, what):
+    state = {}
+
+    def done():
+        pods = scale.pods_by_name(c, NS)
+        state["left"] = [n for n in names if not pods.get(n, {}).get("spec", {}).get("nodeName")]
+        return not state["left"]
+    try:
+        c.wait(done, timeout, what, interval=0.5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {c.describe_pods(NS, state.get('left', [])[:3])}")
+
+
+def check_once(c, names):
+    """Every pod placed once: one Scheduled event each, assignments consistent."""
+    pods = scale.pods_by_name(c, NS)
+    scale.check_assignments(pods, scale.inventories(c, "gpu"))
+    r = c.api("GET", f"/api/v1/namespaces/{NS}/events",
+              params={"fieldSelector": "reason=Scheduled"})
+    scheduled = {}
+    for e in r.json()["items"]:
+        n = e["involvedObject"]["name"]
+        scheduled[n] = scheduled.get(n, 0) + (e.get("count") or 1)
+    twice = {n: k for n, k in scheduled.items() if n in names and k != 1}
+    assert not twice, f"pods scheduled more than once: {twice}"
+    return pods
+
+
+def test_failover(ha):
+    c = ha
+    lead = leader_index(c)
+    assert lead is not None, c.lease_holder()
+    follower = 1 - lead
+    # 1. both up: binds through the follower are forwarded, none refused
+    first = scale.create_pods(c, [scale.pod(f"ha-a{i}", scale.WHOLE1 if i % 2 else
+                                            scale.SHARED10) for i in range(20)])
+    all_bound(c, first, 60, "first wave bound")
+    time.sleep(1)
+    failed = scale.failed_scheduling(c, NS, set(first))
+    assert not failed, f"with both replicas up, pods were refused: {failed}"
+    fwd = c.extender_metric(follower, "gpusched_extender_forwarded_binds_total", {"code": "200"})
+    assert fwd > 0, "the follower forwarded no /bind: the proxy sent it none?"
+
+    # 2. SIGKILL the leader while pods keep arriving
+    names = []
+    stop = threading.Event()
+
+    def arrive():
+        k = 0
+        while not stop.is_set() and k < 60:
+            names.extend(scale.create_pods(c, [scale.pod(f"ha-b{k}", scale.WHOLE1 if k % 3
+                                                         else scale.SHARED4)]))
+            k += 1
+            time.sleep(0.1)
+    t = threading.Thread(target=arrive)
+    t.start()
+    try:
+        time.sleep(1.5)
+        t_kill = time.time()
+        c.kill_extender(lead)
+        c.wait(lambda: leader_index(c) == follower, 40, "the survivor takes the Lease",
+               interval=0.2)
+        took = time.time() - t_kill
+    finally:
+        stop.set()
+        t.join()
+    all_bound(c, names, 120, f"{len(names)} pods arriving across the failover bound")
+    print(f"HA: survivor led {took:.1f} s after the SIGKILL; {len(names)} pods across it "
+          f"all bound {time.time() - t_kill:.1f} s after it")
+    check_once(c, first + names)
+
+    # 3. the killed replica comes back: rebuilt from the API server, follows, forwards
+    c.restart_extender(lead)
+    addr = c.extender_addr(lead)
+    pods = scale.pods_by_name(c, NS)
+    for n in (first[0], names[-1]):
+        d = requests.get(f"http://{addr}/debug/pods/{NS}/{n}", timeout=5).json()
+        ann = pods[n]["metadata"]["annotations"]
+        assert d["allocation"][scale.PREFIX + "gpu-uuids"] == ann[scale.PREFIX + "gpu-uuids"], \
+            (n, d, ann)
+    assert leader_index(c) == follower
+    third = scale.create_pods(c, [scale.pod(f"ha-c{i}", scale.WHOLE1) for i in range(20)])
+    all_bound(c, third, 60, "third wave bound")
+    time.sleep(1)
+    assert not scale.failed_scheduling(c, NS, set(third))
+    assert c.extender_metric(lead, "gpusched_extender_forwarded_binds_total",
+                             {"code": "200"}) > 0
+    check_once(c, first + names + third)
+    c.force_delete_all(NS, "e2e=1")

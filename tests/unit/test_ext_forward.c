@@ -1,0 +1,97 @@
+/* tests/unit/test_ext_forward.c - the leader's address in a Lease holderIdentity
+ * (ext/forward.h): "NAME@HOST:PORT" gives HOST:PORT, an identity without '@'
+ * is not forwarded to, and every malformed address is refused naming the
+ * part that is wrong; a replica that leads (or knows no leader) answers
+ * /bind itself. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ext/forward.h"
+#include "test.h"
+
+static void test_addr(void)
+{
+    char out[300];
+    struct gs_err e = GS_ERR_INIT;
+
+    ASSERT_EQ(ext_forward_addr("extender-7d9f@10.1.2.3:8888", out, sizeof out, &e), 0);
+    ASSERT_STREQ(out, "10.1.2.3:8888");
+    ASSERT_EQ(ext_forward_addr("a@b@gpusched-1.gpusched.svc:80", out, sizeof out, &e), 0);
+    ASSERT_STREQ(out, "gpusched-1.gpusched.svc:80");
+    ASSERT_EQ(ext_forward_addr("x@[fd00::1]:8888", out, sizeof out, &e), 0);
+    ASSERT_STREQ(out, "[fd00::1]:8888");
+    ASSERT_EQ(ext_forward_addr("extender-7d9f", out, sizeof out, &e), 1);
+
+    struct {
+        const char *id, *why;
+    } bad[] = {
+        {"a@10.1.2.3", "no :PORT"},         {"a@:8888", "bad host"},
+        {"a@10.1.2.3:", "port"},            {"a@10.1.2.3:0", "port"},
+        {"a@10.1.2.3:65536", "port"},       {"a@10.1.2.3:88a8", "port"},
+        {"a@h/x:80", "bad host"},           {"a@[fd00::1]", "no :PORT"},
+        {"a@[zz::1]:80", "bad host"},       {"a@h st:80", "bad host"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct gs_err e2 = GS_ERR_INIT;
+        ASSERT_EQ(ext_forward_addr(bad[i].id, out, sizeof out, &e2), -GS_EINVAL);
+        ASSERT_TRUE(strstr(e2.msg, bad[i].why) != NULL);
+    }
+    char longid[400];
+    memset(longid, 'h', sizeof longid);
+    memcpy(longid, "a@", 2);
+    strcpy(longid + sizeof longid - 6, ":80");
+    ASSERT_EQ(ext_forward_addr(longid, out, sizeof out, &e), -GS_EINVAL);
+}
+
+static int leads(void *ud, char *out, size_t cap)
+{
+    (void)ud;
+    (void)cap;
+    *out = 0;
+    return 0;
+}
+
+static int no_address(void *ud, char *out, size_t cap)
+{
+    (void)ud;
+    snprintf(out, cap, "%s", "other-replica");
+    return 1;
+}
+
+static int bad_address(void *ud, char *out, size_t cap)
+{
+    (void)ud;
+    snprintf(out, cap, "%s", "other@nowhere");
+    return 1;
+}
+
+static void test_bind_here_or_refuse(void)
+{
+    struct ext_forward *f;
+    struct gs_err e = GS_ERR_INIT;
+    int status = 0;
+    char *out = NULL;
+    size_t len = 0;
+
+    ASSERT_EQ(ext_forward_new(leads, NULL, "me", 1, NULL, &f, &e), 0);
+    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 0);
+    ext_forward_free(f);
+    ASSERT_EQ(ext_forward_new(no_address, NULL, "me", 1, NULL, &f, &e), 0);
+    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 0);
+    ext_forward_free(f);
+    ASSERT_EQ(ext_forward_new(bad_address, NULL, "me", 1, NULL, &f, &e), 0);
+    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 1);
+    ASSERT_EQ(status, 503);
+    ASSERT_TRUE(out && strstr(out, "no :PORT") && strstr(out, "\"Error\""));
+    ASSERT_EQ(len, out ? strlen(out) : 0);
+    free(out);
+    ext_forward_free(f);
+    ASSERT_EQ(ext_forward_new(NULL, NULL, "me", 1, NULL, &f, &e), -GS_EINVAL);
+}
+
+int test_ext_forward(void)
+{
+    test_addr();
+    test_bind_here_or_refuse();
+    return test_failures;
+}
