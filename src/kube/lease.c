@@ -73,7 +73,10 @@ static const char *spec_str(const json_t *lease, const char *k)
     return json_is_string(v) ? json_string_value(v) : "";
 }
 
-int kube_leader_try(struct kube_leader *l, struct gs_err *e)
+/* One round; after losing the race to create the Lease, once more (again =
+ * 1) to learn who won, so a non-leader can forward /bind at once instead of
+ * after retry_s. */
+static int leader_try(struct kube_leader *l, int again, struct gs_err *e)
 {
     json_t *lease = NULL, *spec;
     int rc = kube_get(l->c, l->path, &lease, e);
@@ -86,8 +89,8 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
         json_object_set_new(obj, "spec", lease_spec(l, l->identity, 0));
         rc = kube_create(l->c, l->coll, obj, NULL, e);
         json_decref(obj);
-        if (rc == -GS_ECONFLICT)
-            return 0; /* someone else created it first */
+        if (rc == -GS_ECONFLICT) /* someone else created it first */
+            return again ? leader_try(l, 0, e) : 0;
         if (rc < 0)
             return rc;
         l->last_renew_ok = now;
@@ -130,6 +133,11 @@ int kube_leader_try(struct kube_leader *l, struct gs_err *e)
     l->last_renew_ok = now;
     set_holder(l, l->identity);
     return 1;
+}
+
+int kube_leader_try(struct kube_leader *l, struct gs_err *e)
+{
+    return leader_try(l, 1, e);
 }
 
 static int nap(struct kube_leader *l, double s) { return gs_worker_sleep(&l->wk, s, NULL); }
