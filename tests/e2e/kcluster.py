@@ -1130,22 +1130,29 @@ class Cluster:
             return None
         return r.json().get("spec", {}).get("holderIdentity")
 
-    def _start_scheduler(self):
+    def _start_scheduler(self, edit=None):
+        """kube-scheduler with the shipped v1beta1 config (passed through edit(cfg), which
+        changes the dict in place); returns once it is healthy and leads."""
         hz, mz, sp = free_port(), free_port(), free_port()
         cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
+        if edit:
+            edit(cfg)
+        self.scheduler_cfg = cfg
         path = os.path.join(self.workdir, "scheduler-config.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(cfg, f)
         self.scheduler = self.start_proc("kube-scheduler", [
             self.bins["kube-scheduler"], f"--config={path}", "--bind-address=127.0.0.1",
             f"--secure-port={sp}", "--port=0", "--v=2"])
+        self.scheduler_metrics_port = mz
 
-        def healthy():
-            return requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code == 200
-        self.wait(healthy, 30, "kube-scheduler healthz", proc=self.scheduler)
-        self.wait(lambda: self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/"
-                                          "leases/gpu-scheduler").status_code == 200,
-                  30, "kube-scheduler leads", proc=self.scheduler)
+        def leads():
+            if requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code != 200:
+                return False
+            r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
+                                "gpu-scheduler")
+            return r.status_code == 200
+        self.wait(leads, 30, "kube-scheduler healthy and leading", proc=self.scheduler)
 
     # -- stop ------------------------------------------------------------------
     def dump_logs(self, n=30):
@@ -1219,26 +1226,7 @@ class Cluster:
         self.scheduler.stop()
         self.api("DELETE", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
                            "gpu-scheduler")
-        hz, mz, sp = free_port(), free_port(), free_port()
-        cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
-        if edit:
-            edit(cfg)
-        self.scheduler_cfg = cfg
-        path = os.path.join(self.workdir, "scheduler-config.yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(cfg, f)
-        self.scheduler = self.start_proc("kube-scheduler", [
-            self.bins["kube-scheduler"], f"--config={path}", "--bind-address=127.0.0.1",
-            f"--secure-port={sp}", "--port=0", "--v=2"])
-        self.scheduler_metrics_port = mz
-
-        def leads():
-            if requests.get(f"http://127.0.0.1:{hz}/healthz", timeout=1).status_code != 200:
-                return False
-            r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
-                                "gpu-scheduler")
-            return r.status_code == 200
-        self.wait(leads, 30, "restarted kube-scheduler leads", proc=self.scheduler)
+        self._start_scheduler(edit)
 
     def force_delete_all(self, ns, selector=None, timeout=60):
         """Delete every pod of ns (matching selector) with grace 0 in one collection call
