@@ -15,7 +15,7 @@ API (other scenarios build on it):
       against SHA256SUMS. K8S_DIR: $GPUSCHED_K8S_DIR, else ../shared/k8s beside
       the repository. Raises Unavailable when they are absent.
   Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
-          proxy_mode="service", workdir=None)
+          proxy_mode="leader", workdir=None)
       .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
                                webhook (+ its Mutating/ValidatingWebhookConfiguration),
                                extender replicas behind one proxy URL, kube-scheduler,
@@ -40,16 +40,21 @@ API (other scenarios build on it):
   NodeSpec(name, gpus=fake-GPU JSON doc, dp_args=[...])
   HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
       host directories and sysctls that differ: the "leaves nothing behind" check.
-  ExtenderProxy(backends, mode)  the one URL kube-scheduler calls; "service"
-      forwards each request to the next ready replica in turn (as a Service's
-      kube-proxy would: /readyz is 200 on every rebuilt replica, leader or not;
-      a non-leader answers /bind 503 and kube-scheduler retries the pod),
-      "leader" forwards to the replica holding the Lease.
+  ExtenderProxy(backends, mode, leader_fn)  the one URL kube-scheduler calls.
+      "leader" (the default) forwards every request to the replica holding the
+      Lease (read from the API server, cached 0.5 s). "service" does what
+      deploy/'s Service does: each request to a ready replica picked at random,
+      as kube-proxy picks an endpoint; /readyz is 200 on every rebuilt replica,
+      leader or not, and a non-leader answers /bind 503, after which
+      kube-scheduler 1.20 parks the pod in its unschedulable queue for up to
+      60 s (test_service_routing.py). .mode can be switched at run time;
+      .counts holds {(replica address, verb): requests}.
 
-The scheduler config is deploy/scheduler-config.yaml translated to
-kubescheduler.config.k8s.io/v1beta1 (the API of 1.20) by scheduler_config_v1beta1():
-urlPrefix pointed at the proxy, percentageOfNodesToScore: 100, healthz/metrics on
-free loopback ports, the kubeconfig; everything else as shipped.
+The scheduler config (scheduler_config_v1beta1()): deploy/'s
+kubescheduler.config.k8s.io/v1beta1 file (the API of 1.20) once deploy/ ships one;
+until then deploy/scheduler-config.yaml translated to v1beta1 with
+percentageOfNodesToScore: 100. urlPrefix points at the proxy; healthz/metrics on
+free loopback ports; the kubeconfig; everything else as shipped.
 
 Isolation: each kubelet node runs containerd, kubelet and its device plugin in a
 private mount namespace (unshare -m --propagation private; a holder process keeps
@@ -61,7 +66,6 @@ unused on the host, isGateway and ipMasq off. Teardown unmounts deepest first,
 kills what is left in each namespace, deletes the bridges and restores the
 sysctls kubelet changes.
 """
-import base64
 import contextlib
 import copy
 import hashlib
@@ -80,7 +84,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
 
 import requests
 import urllib3
@@ -98,6 +101,7 @@ HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/
 PAUSE_IMAGE = "localhost/pause:e2e"
 BUSYBOX_IMAGE = "localhost/busybox:e2e"
 PREFIX = "gpusched.io/"
+CGROUP_PARENT = "k8s.io"      # containerd's CRI namespace: containers' cgroup parent
 
 
 class Unavailable(Exception):
@@ -169,6 +173,11 @@ def check_host():
         missing.append("/usr/lib/cni/bridge (containernetworking-plugins)")
     if missing:
         raise Unavailable("missing: " + ", ".join(missing) + " (scripts/deps installs them)")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise Unavailable(f"cannot make a private mount namespace here (unshare -m: "
+                          f"{probe.stderr.strip()}); a container without CAP_SYS_ADMIN?")
 
 
 def free_port():
@@ -277,27 +286,46 @@ class HostSnapshot:
                 mounts.add(line.split()[4])
         out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
                              check=True).stdout
-        links = {link["ifname"] for link in json.loads(out or "[]")}
+        links = {link["ifname"]: link.get("master", "") for link in json.loads(out or "[]")}
         paths = {p for p in HOST_PATHS if os.path.lexists(p)}
         sysctls = {s: _read("/proc/sys/" + s) for s in SYSCTLS}
         return cls(mounts, links, paths, sysctls, cls._procs(), _cgroup_dirs())
 
     def leftovers(self, after, workdirs=()):
-        """What `after` has that this snapshot had not (and changed sysctls)."""
+        """What `after` has that this snapshot had not, of what the clusters with these
+        workdirs made (other runs may share the host: their links, cgroups, processes
+        and kubelet's sysctls are not counted)."""
+        tags = [os.path.basename(w.rstrip("/")) for w in workdirs]
+        bridges = tuple(bridge_prefix(t) for t in tags)
         bad = []
         bad += [f"mount left: {m}" for m in sorted(after.mounts - self.mounts)]
-        bad += [f"network link left: {l}" for l in sorted(after.links - self.links)]
+        for name in sorted(set(after.links) - set(self.links)):
+            master = after.links[name]
+            if name.startswith(bridges) or (name.startswith("veth") and
+                                            (not master or master.startswith(bridges))):
+                bad.append(f"network link left: {name}")
         bad += [f"host path left: {p}" for p in sorted(after.paths - self.paths)]
         bad += [f"directory left: {w}" for w in workdirs if os.path.lexists(w)]
-        bad += [f"cgroup left: /sys/fs/cgroup/{c}" for c in sorted(after.cgroups - self.cgroups)]
-        for s, v in self.sysctls.items():
-            if after.sysctls.get(s) != v:
-                bad.append(f"sysctl {s.replace('/', '.')} = {after.sysctls.get(s)} (was {v})")
-        markers = tuple(workdirs) + ("gpusched-e2e",)
+        for c in sorted(after.cgroups - self.cgroups):
+            path = "/sys/fs/cgroup/" + c
+            # containerd's parent of every run's containers: left over when empty
+            if c.endswith("/" + CGROUP_PARENT) and os.path.isdir(path) and not any(
+                    os.path.isdir(os.path.join(path, e)) for e in os.listdir(path)):
+                bad.append(f"cgroup left: {path}")
+        if not any(cmd.split(" ")[0].endswith("kubelet") for cmd in after.procs.values()):
+            for s, v in self.sysctls.items():
+                if after.sysctls.get(s) != v:
+                    bad.append(f"sysctl {s.replace('/', '.')} = {after.sysctls.get(s)} "
+                               f"(was {v})")
         for pid, cmd in after.procs.items():
-            if pid not in self.procs and any(m in cmd for m in markers):
+            if pid not in self.procs and any(w in cmd for w in workdirs):
                 bad.append(f"process left: {pid} {cmd[:200]}")
         return bad
+
+
+def bridge_prefix(tag):
+    """CNI bridge names of the cluster whose workdir is named `tag` (15 chars at most)."""
+    return "gse" + tag[-8:]
 
 
 # ---- processes ------------------------------------------------------------------
@@ -412,16 +440,40 @@ def write_kubeconfig(path, server, token):
         json.dump(doc, f)
 
 
-def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port):
-    """deploy/scheduler-config.yaml (KubeSchedulerConfiguration v1) as v1beta1 for 1.20."""
-    with open(source) as f:
-        cfg = yaml.safe_load(f)
-    cfg = copy.deepcopy(cfg)
-    cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
-    cfg["clientConnection"] = {"kubeconfig": kubeconfig}
+SCHED_API = "kubescheduler.config.k8s.io/v1beta1"     # the config API of kube-scheduler 1.20
+
+
+def shipped_scheduler_config(api=SCHED_API):
+    """(path, config) of the deploy/*.yaml KubeSchedulerConfiguration for `api`, or None."""
+    for path in sorted(os.listdir(os.path.join(ROOT, "deploy"))):
+        full = os.path.join(ROOT, "deploy", path)
+        if not path.endswith(".yaml"):
+            continue
+        with open(full) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        for d in docs:
+            if d.get("kind") == "KubeSchedulerConfiguration" and d.get("apiVersion") == api:
+                return full, d
+    return None
+
+
+def scheduler_config_v1beta1(url, kubeconfig, healthz_port, metrics_port):
+    """The scheduler config the harness runs: deploy/'s v1beta1 config when it ships one;
+    else deploy/scheduler-config.yaml translated to v1beta1 with
+    percentageOfNodesToScore: 100 (issue 12, problem 1). Either way urlPrefix points at
+    the proxy, the kubeconfig and healthz/metrics ports are the harness's, and the
+    leader election retries every second."""
+    shipped = shipped_scheduler_config()
+    if shipped:
+        cfg = copy.deepcopy(shipped[1])
+    else:
+        with open(os.path.join(ROOT, "deploy", "scheduler-config.yaml")) as f:
+            cfg = yaml.safe_load(f)
+        cfg["apiVersion"] = SCHED_API
+        cfg["percentageOfNodesToScore"] = 100
+    cfg["clientConnection"] = dict(cfg.get("clientConnection") or {}, kubeconfig=kubeconfig)
     cfg["healthzBindAddress"] = f"127.0.0.1:{healthz_port}"
     cfg["metricsBindAddress"] = f"127.0.0.1:{metrics_port}"
-    cfg["percentageOfNodesToScore"] = 100
     le = cfg.get("leaderElection", {})
     le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "15s", "10s", "1s"
     cfg["leaderElection"] = le
@@ -433,11 +485,11 @@ def scheduler_config_v1beta1(source, url, kubeconfig, healthz_port, metrics_port
 # ---- the extender proxy (one URL for two replicas) --------------------------------
 
 class ExtenderProxy:
-    def __init__(self, backends, mode="service"):
+    def __init__(self, backends, mode="leader", leader_fn=None):
         self.backends = list(backends)   # [(identity, "127.0.0.1:port")]
         self.mode = mode
-        self.leader = None               # identity, set by Cluster from the Lease
-        self.next = 0
+        self.leader_fn = leader_fn       # () -> identity holding the Lease, or None
+        self.leader, self.leader_at = None, 0.0
         self.lock = threading.Lock()
         self.counts = {}
         proxy = self
@@ -467,6 +519,14 @@ class ExtenderProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def current_leader(self):
+        with self.lock:
+            if self.leader_fn and time.time() - self.leader_at > 0.5:
+                with contextlib.suppress(requests.RequestException, ValueError):
+                    self.leader = self.leader_fn()
+                self.leader_at = time.time()
+            return self.leader
+
     @staticmethod
     def ready(addr):
         try:
@@ -480,17 +540,16 @@ class ExtenderProxy:
 
     def pick(self):
         if self.mode == "leader":
+            leader = self.current_leader()
             for ident, addr in self.backends:
-                if ident == self.leader:
+                if ident == leader and self.ready(addr):
                     return addr
-        with self.lock:
-            n = len(self.backends)
-            for i in range(n):
-                ident, addr = self.backends[(self.next + i) % n]
-                if self.ready(addr):
-                    self.next = (self.next + i + 1) % n
-                    return addr
-        return None
+            return None
+        # "service": kube-proxy (iptables mode) picks a ready endpoint at random for each
+        # connection. (Round robin would be worse: kube-scheduler's calls per pod follow
+        # a fixed pattern, filter then bind, and could send every /bind to the non-leader.)
+        ready = [addr for _ident, addr in self.backends if self.ready(addr)]
+        return random.choice(ready) if ready else None
 
     def forward(self, path, body):
         addr = self.pick()
@@ -552,7 +611,9 @@ class KubeletNode:
     def __init__(self, cluster, spec, index):
         self.c, self.spec, self.name = cluster, spec, spec.name
         self.dir = os.path.join(cluster.workdir, "nodes", spec.name)
-        self.bridge = f"gse2e{os.getpid() % 10000}n{index}"[:15]
+        self.tag = os.path.basename(cluster.workdir)
+        self.bridge = f"{bridge_prefix(self.tag)}n{index}"
+
         self.subnet = _pick_subnet()
         self.kubelet = self.containerd = self.dp = None
         self.dp_args = list(spec.dp_args)
@@ -729,7 +790,7 @@ state = "{d}/containerd/state"
 # ---- the cluster ----------------------------------------------------------------
 
 class Cluster:
-    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
+    def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="leader",
                  workdir=None, bins=None, extender_config=None):
         self.gpusched = os.path.abspath(gpusched_bin)
         # keys over deploy/'s: a dict, or f(index, port) -> dict per replica
@@ -829,7 +890,8 @@ class Cluster:
         try:
             self.wait(check, timeout, f"pods {names} in {phases}", interval=0.3)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n{self.describe_pods(ns, [n for n in names if n not in got])}")
+            left = [n for n in names if n not in got]
+            raise AssertionError(f"{e}\n{self.describe_pods(ns, left)}")
         return got
 
     def describe_pods(self, ns, names):
@@ -841,7 +903,8 @@ class Cluster:
                 continue
             st = p["status"]
             cs = [(c["name"], c.get("state")) for c in st.get("containerStatuses", [])]
-            evs = [f"{e.get('reason')}: {e.get('message')}" for e in self.events(ns, n)]
+            evs = [f"{e.get('reason')}: {e.get('message')}" for e in self.events(ns, n)
+                   if e["involvedObject"].get("uid") == p["metadata"]["uid"]]
             out.append(f"{ns}/{n}: phase={st.get('phase')} node={p['spec'].get('nodeName')} "
                        f"reason={st.get('reason')} msg={st.get('message')} containers={cs} "
                        f"events={evs[-6:]}")
@@ -1052,23 +1115,19 @@ class Cluster:
             backends.append((f"extender-{i}", f"127.0.0.1:{port}"))
         for (ident, addr), p in zip(backends, self.extenders):
             self.wait(lambda: ExtenderProxy.ready(addr), 30, f"{ident} /readyz", proc=p)
-        self.proxy = ExtenderProxy(backends, self.proxy_mode)
         self.wait(self.lease_holder, 30, "an extender holds the Lease")
+        self.proxy = ExtenderProxy(backends, self.proxy_mode, self.lease_holder)
 
     def lease_holder(self):
         r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
                             "gpusched-extender")
         if r.status_code != 200:
             return None
-        holder = r.json().get("spec", {}).get("holderIdentity")
-        if self.proxy:
-            self.proxy.leader = holder
-        return holder
+        return r.json().get("spec", {}).get("holderIdentity")
 
     def _start_scheduler(self):
         hz, mz, sp = free_port(), free_port(), free_port()
-        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
-                                       self.proxy.url, self.kubeconfig, hz, mz)
+        cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
         path = os.path.join(self.workdir, "scheduler-config.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(cfg, f)
@@ -1120,12 +1179,13 @@ class Cluster:
             p.stop()
         if self.cp_ns:
             self.cp_ns.close(self.workdir)
-        # containerd's CRI puts containers under <controller>/k8s.io/<id>; runc removes
-        # each container's cgroup, the parent stays: remove what this run created
-        for d in sorted(_cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()),
-                        key=lambda s: s.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir("/sys/fs/cgroup/" + d)
+        # runc removes each container's cgroup; containerd's parent for them,
+        # <controller>/k8s.io, stays: remove it when this run created it and no other
+        # run's containers are in it (rmdir fails on a non-empty cgroup)
+        for d in _cgroup_dirs() - getattr(self, "cgroups_before", _cgroup_dirs()):
+            if d.endswith("/" + CGROUP_PARENT):
+                with contextlib.suppress(OSError):
+                    os.rmdir("/sys/fs/cgroup/" + d)
         for s, v in self.saved_sysctls.items():
             if v is not None and _read("/proc/sys/" + s) != v:
                 with open("/proc/sys/" + s, "w") as f:

@@ -96,7 +96,8 @@ def test_burst(cluster, node_a, n):
                     assert u not in whole_seen, f"{u} given to {whole_seen.get(u)} and {nm}"
                     whole_seen[u] = nm
         both = set(whole_seen) & set(shared_seen)
-        assert not both, f"GPUs both whole and shared: {[(u, whole_seen[u], shared_seen[u]) for u in both]}"
+        assert not both, "GPUs both whole and shared: " + \
+            str([(u, whole_seen[u], shared_seen[u]) for u in both])
         for nm in names:
             if nm not in bound:
                 p = cluster.pod(NS, nm)

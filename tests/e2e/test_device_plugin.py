@@ -5,6 +5,8 @@ import json
 import os
 import time
 
+import requests
+
 from conftest import NODE_A, NODE_B, NS, READY, check_pod_gpus, deploy_dp_args, gpu_pod
 
 
@@ -28,20 +30,29 @@ def test_registered_on_both_nodes(cluster):
         assert obj["metadata"]["labels"].get("nvidia.com/gpu.count") == str(gpus)
 
 
+def registrations(node):
+    """gpusched_dp_registrations_total of the node's plugin (its /metrics)."""
+    text = requests.get(f"http://127.0.0.1:{node.dp_metrics_port}/metrics", timeout=5).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("gpusched_dp_registrations_total"))
+
+
 def test_reregisters_after_kubelet_restart(cluster):
     node = cluster.node(NODE_B)
     sock = node.host("/var/lib/kubelet/device-plugins/gpusched-gpu.sock")
     assert os.path.exists(sock)
+    before = registrations(node)
     node.kubelet.stop()
     t0 = time.time()
     node.start_kubelet()          # kubelet deletes every socket in the directory at start
     want = str(2 * replicas())
-
-    def back():
-        return node.allocatable().get("nvidia.com/gpu") == want and \
-            os.path.exists(sock)
-    cluster.wait(back, 30, "plugin registered again with the new kubelet", proc=node.dp)
+    # the node's status still shows the old kubelet's allocatable: wait for the plugin
+    # to register with the new one, then for the new kubelet to report its devices
+    cluster.wait(lambda: registrations(node) > before and os.path.exists(sock), 30,
+                 "plugin registered again with the new kubelet", proc=node.dp)
     print(f"re-registered {time.time() - t0:.1f}s after kubelet's restart")
+    cluster.wait(lambda: node.allocatable().get("nvidia.com/gpu") == want, 10,
+                 f"allocatable nvidia.com/gpu = {want}")
     assert node.dp.alive()
     # and the new kubelet hands out its devices
     cluster.apply(gpu_pod("after-restart", {"nvidia.com/gpu": "1"}, node=NODE_B))

@@ -36,6 +36,10 @@ def test_whole_gpu(cluster, pods):
     uuids = check_pod_gpus(cluster, p)
     assert len(uuids) == 1
     assert p["metadata"]["annotations"]["gpusched.io/request-kind"] == "whole"
+    # kubectl logs goes apiserver -> kubelet (the node name resolves through the control
+    # plane's /etc/hosts) and shows what the node's log file holds
+    logs = cluster.kubectl("logs", "whole-1", "-c", "main").stdout
+    assert f"NVIDIA_VISIBLE_DEVICES={uuids[0]}" in logs.splitlines(), logs
 
 
 def test_shared_memory_and_cores(cluster, pods):
@@ -101,10 +105,12 @@ def extender_reason(cluster, name, node):
 
 
 def test_fits_nowhere_stays_pending_with_reason(cluster, pods):
-    """8 GPUs fit no node (4 and 2): Pending, and kube-scheduler's FailedScheduling event
-    carries the extender's reasons. On 1.20 that needs FailedNodes filled (issue 12,
-    problem 2): expected to fail until the extender does."""
-    obj = gpu_pod("too-big", {"nvidia.com/gpu": "8"})
+    """3 A100s fit no node (node-b has 2 A100s, node-a H100s; the webhook passes it, as
+    the cluster's largest node has 4 GPUs): Pending, and kube-scheduler's
+    FailedScheduling event carries the extender's reasons. On 1.20 that needs
+    FailedNodes filled (issue 12, problem 2)."""
+    obj = gpu_pod("too-big", {"nvidia.com/gpu": "3"},
+                  annotations={"gpusched.io/gpu-type": "A100"})
     pods.append("too-big")
     cluster.apply(obj)
 

@@ -49,8 +49,9 @@ def test_pod_over_gpuquota_refused(cluster, quota_ns):
         if r.status_code in (200, 201):
             cluster.delete_pods(quota_ns, ["over-quota"])
             return None
-        return r
-    r = cluster.wait(refused, 15, "the webhook to refuse a pod over the GPUQuota")
+        return [r]          # a 403 Response is falsy
+    r = cluster.wait(refused, 15, "the webhook to refuse a pod over the GPUQuota")[0]
+    assert r.status_code == 403, r.text
     msg = r.json().get("message", "")
     assert "validate.gpusched.io" in msg and "small" in msg, msg
     # within the quota it is admitted
