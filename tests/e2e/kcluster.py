@@ -542,7 +542,8 @@ class ExtenderProxy:
         if self.mode == "leader":
             leader = self.current_leader()
             for ident, addr in self.backends:
-                if ident == leader and self.ready(addr):
+                # the Lease names NAME@ADDRESS as deploy/ sets it
+                if leader and ident == leader.split("@")[0] and self.ready(addr):
                     return addr
             return None
         # "service": kube-proxy (iptables mode) picks a ready endpoint at random for each
@@ -1103,7 +1104,8 @@ class Cluster:
             cfg = dict(base)
             cfg.pop("in_cluster", None)
             cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
-                        "identity": f"extender-{i}", "lease_namespace": "gpusched",
+                        "identity": f"extender-{i}@127.0.0.1:{port}",
+                        "lease_namespace": "gpusched",
                         "log_format": "text"})
             extra = self.extender_config
             cfg.update(extra(i, port) if callable(extra) else extra)
@@ -1215,8 +1217,7 @@ class Cluster:
         self.api("DELETE", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
                            "gpu-scheduler")
         hz, mz, sp = free_port(), free_port(), free_port()
-        cfg = scheduler_config_v1beta1(os.path.join(ROOT, "deploy", "scheduler-config.yaml"),
-                                       self.proxy.url, self.kubeconfig, hz, mz)
+        cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
         if edit:
             edit(cfg)
         self.scheduler_cfg = cfg
