@@ -497,6 +497,9 @@ class ExtenderProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # one segment per answer: headers and body are two writes, and Nagle would
+            # hold the body until kube-scheduler's delayed ACK (~40 ms a request)
+            disable_nagle_algorithm = True
 
             def log_message(self, *a):
                 pass
