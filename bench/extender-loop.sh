@@ -1,9 +1,10 @@
 #!/bin/sh
 # bench/extender-loop.sh BUILD_DIR [PODS] [NODES...] - the standalone extender
-# driven as kube-scheduler drives it: PODS new one-GPU pods (default 2000),
+# driven as kube-scheduler drives it: PODS new pods of seven shapes (default 2000),
 # each through /filter, /prioritize on the nodes that passed and /bind to
 # the best (bench_sched_loop over one keep-alive connection), on 1000 and
-# 5000 nodes x 8 GPUs. Prints pods placed per second and each verb's p50/p99.
+# 5000 nodes x 8 GPUs. Prints pods placed per second, each verb's p50/p99,
+# filter+prioritize per pod and the same /filter body answered 404.
 set -eu
 build=$1; pods=${2:-2000}; shift 2 2>/dev/null || shift $#
 nodes=${*:-"1000 5000"}
