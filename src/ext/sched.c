@@ -120,10 +120,10 @@ static void *smap_del(struct smap *m, const char *k)
 
 /* NodeNames arrays remembered: /filter's candidates and /prioritize's
  * (/filter's answer), for a couple of profiles or schedulers at once. */
-#define EXT_NAMELISTS 4
+#define EXT_NAMELISTS 16
 /* Answers kept (ext/memo.h): a /filter and a /prioritize entry per list
  * and pod shape, for a few shapes at once. */
-#define EXT_MEMO_SLOTS 8
+#define EXT_MEMO_SLOTS 32
 
 /* What the extender keeps of a node beside the core's model. */
 struct node_info {
