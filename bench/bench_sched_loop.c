@@ -7,8 +7,12 @@
  * changing in between; here every pod is new and every bind changes a node
  * before the next pod is asked about, so what the extender keeps between
  * requests (ext/memo.h) helps only as far as it does in a real cluster.
- * Prints each verb's round trip (p50, p99) and their sum per pod: the
- * extender's time per placement. This client's own JSON work (building the
+ * Pods come in seven shapes in turn (whole GPUs, shared by memory and
+ * compute, a GPU model by annotation). Prints each verb's round trip (p50,
+ * p99), /filter + /prioritize per pod (what kube-scheduler's scheduling
+ * cycle waits on), their sum with /bind per pod, and, in the same run, the
+ * transport ceiling: each /filter body POSTed again to /unknown (404, no
+ * work). This client's own JSON work (building the
  * 70-140 KB requests, decoding the replies with jansson: several ms a pod at
  * 5,000 nodes) is left out of those figures; kube-scheduler does the same
  * work in Go, and it is not the extender's.
@@ -28,8 +32,41 @@
 
 #include "util/buf.h"
 
-enum { V_FILTER, V_PRIORITIZE, V_BIND, V_N, V_POD = V_N, V_ALL };
-static const char *const verb_names[V_ALL] = {"/filter", "/prioritize", "/bind", "per pod"};
+enum { V_FILTER, V_PRIORITIZE, V_BIND, V_404, V_N, V_FP = V_N, V_POD, V_ALL };
+static const char *const verb_names[V_ALL] = {"/filter", "/prioritize", "/bind", "404 (same)",
+                                              "filter+prio", "per pod"};
+
+/* The pod shapes sent in turn: whole GPUs, shared GPUs by memory and
+ * compute, and a GPU model asked for by annotation (the generator's nodes
+ * carry four models). */
+struct shape {
+    const char *gpus, *mem, *cores, *type;
+};
+static const struct shape shapes[] = {
+    {"1", NULL, NULL, NULL},      {"2", NULL, NULL, NULL},
+    {"4", NULL, NULL, NULL},      {"1", "8Gi", NULL, NULL},
+    {"1", "16Gi", "50", NULL},    {"1", NULL, NULL, "A100"},
+    {"2", "20Gi", "30", "H100"},
+};
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+
+/* Sets pod's GPU limits and gpu-type annotation to shape s. */
+static void set_shape(json_t *pod, const struct shape *s)
+{
+    json_t *md = json_object_get(pod, "metadata");
+    json_t *c0 = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
+    json_t *lim = json_object();
+    json_object_set_new(lim, "nvidia.com/gpu", json_string(s->gpus));
+    if (s->mem)
+        json_object_set_new(lim, "nvidia.com/gpu-memory", json_string(s->mem));
+    if (s->cores)
+        json_object_set_new(lim, "nvidia.com/gpu-cores", json_string(s->cores));
+    json_object_set_new(c0, "resources", json_pack("{s:o}", "limits", lim));
+    if (s->type)
+        json_object_set_new(md, "annotations", json_pack("{s:s}", "gpusched.io/gpu-type", s->type));
+    else
+        json_object_del(md, "annotations");
+}
 
 static double now(void)
 {
@@ -48,7 +85,7 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud)
 /* POSTs body to URL/verb; the reply parsed into *out. Adds the round trip
  * to *secs. 0, or -1 with a message printed. */
 static int post(CURL *c, const char *url, const char *verb, const char *body, json_t **out,
-                double *secs)
+                double *secs, long want)
 {
     char full[512];
     struct gs_buf reply = {0};
@@ -63,6 +100,10 @@ static int post(CURL *c, const char *url, const char *verb, const char *body, js
     CURLcode rc = curl_easy_perform(c);
     *secs = now() - t0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (rc == CURLE_OK && status == want && want != 200) {
+        gs_buf_free(&reply);
+        return 0;
+    }
     if (rc != CURLE_OK || status != 200 || !reply.buf) {
         fprintf(stderr, "bench_sched_loop: /%s: %s, HTTP %ld: %.200s\n", verb,
                 curl_easy_strerror(rc), status, reply.buf ? reply.buf : "");
@@ -81,7 +122,7 @@ static int post(CURL *c, const char *url, const char *verb, const char *body, js
 
 /* POSTs the request object req (which it frees) to URL/verb, as post(). */
 static int ask(CURL *c, const char *url, const char *verb, json_t *req, json_t **out,
-               double *secs)
+               double *secs, double *secs404)
 {
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -89,7 +130,9 @@ static int ask(CURL *c, const char *url, const char *verb, json_t *req, json_t *
         fprintf(stderr, "bench_sched_loop: /%s: out of memory\n", verb);
         return -1;
     }
-    int rc = post(c, url, verb, body, out, secs);
+    int rc = post(c, url, verb, body, out, secs, 200);
+    if (rc == 0 && secs404) /* the same body to a path the server does not have */
+        rc = post(c, url, "unknown", body, NULL, secs404, 404);
     free(body);
     return rc;
 }
@@ -114,7 +157,7 @@ static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[
     int rc = -1;
 
     if (ask(c, url, "filter", json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", names, "Nodes"),
-            &f, &t[V_FILTER]) < 0)
+            &f, &t[V_FILTER], &t[V_404]) < 0)
         goto out;
     json_t *fit = json_object_get(f, "NodeNames");
     if (!json_is_array(fit) || json_array_size(fit) == 0) {
@@ -122,7 +165,7 @@ static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[
         goto out;
     }
     if (ask(c, url, "prioritize", json_pack("{s:O, s:O, s:n}", "Pod", pod, "NodeNames", fit,
-                                             "Nodes"), &pr, &t[V_PRIORITIZE]) < 0)
+                                             "Nodes"), &pr, &t[V_PRIORITIZE], NULL) < 0)
         goto out;
     const char *best = NULL;
     json_int_t top = -1;
@@ -143,7 +186,7 @@ static int place(CURL *c, const char *url, json_t *pod, json_t *names, double t[
     if (ask(c, url, "bind", json_pack("{s:O, s:s, s:O, s:s}", "PodName", json_object_get(md, "name"),
                                        "PodNamespace", "default", "PodUID",
                                        json_object_get(md, "uid"), "Node", best),
-            &b, &t[V_BIND]) < 0)
+            &b, &t[V_BIND], NULL) < 0)
         goto out;
     const char *err = json_string_value(json_object_get(b, "Error"));
     if (err && *err) {
@@ -194,6 +237,7 @@ int main(int argc, char **argv)
         json_t *md = json_object_get(pod, "metadata");
         json_object_set_new(md, "name", json_string(name));
         json_object_set_new(md, "uid", json_string(uid));
+        set_shape(pod, &shapes[i % N_SHAPES]);
         int rc = place(c, url, pod, names, t);
         if (rc < 0) {
             status = 1;
@@ -205,8 +249,10 @@ int main(int argc, char **argv)
         for (int v = 0; v < V_N; v++)
             if (t[v] > 0) {
                 lat[v][n[v]++] = t[v];
-                sum += t[v];
+                sum += v == V_404 ? 0 : t[v];
             }
+        if (t[V_PRIORITIZE] > 0)
+            lat[V_FP][n[V_FP]++] = t[V_FILTER] + t[V_PRIORITIZE];
         lat[V_POD][n[V_POD]++] = sum;
         busy += sum;
     }

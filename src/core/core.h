@@ -80,6 +80,16 @@ int core_filter(struct core_cluster *c, const struct core_node *n, const struct 
 int core_score(struct core_cluster *c, const struct core_policy *pol, const struct core_pod *pod,
                struct core_node *const *nodes, int n, int *scores, struct gs_err *e);
 
+/* core_score with the filters' verdicts carried over from an earlier call
+ * for the same pod: on entry fit[i] is CORE_FIT_YES or CORE_FIT_NO where
+ * the caller knows the verdict (nothing the filters read of nodes[i] or the
+ * pod has changed since), 0 where the filters must decide; on return every
+ * fit[i] is YES or NO. Given true verdicts, the scores are core_score's. */
+enum { CORE_FIT_YES = 1, CORE_FIT_NO = 2 };
+int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
+                   const struct core_pod *pod, struct core_node *const *nodes, int n,
+                   unsigned char *fit, int *scores, struct gs_err *e);
+
 /* The policy's GPU-level choice on one node: fills *out (pod identity, node,
  * kind, GPUs, per-GPU memory and compute, MIG instances) without reserving.
  * WHOLE: the topology policy picks linked GPUs (core_topology_pick), the

@@ -386,9 +386,10 @@ static int hot_fit(const struct core_cycle *cy, const struct core_node_hot *h)
 
 /* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
  * leaving the feasible ones in c->feasible and their normalised scores in
- * c->scores. Returns how many are feasible. */
+ * c->scores. known (optional, with nodes): core_score_fit's verdicts, used
+ * where set and written where decided. Returns how many are feasible. */
 static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
-                          struct core_node *const *nodes, int n)
+                          struct core_node *const *nodes, int n, unsigned char *known)
 {
     int k = 0;
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
@@ -402,13 +403,20 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
     }
     for (int i = 0; i < n; i++) {
         const struct core_node_hot *h = nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i];
-        int fit = hot_fit(cy, h);
-        if (fit == 0)
-            continue;
-        cy->hot = h;
         struct core_node *node = nodes ? nodes[i] : c->nodes[i];
-        if (fit < 0 && !core_filter_cycle(cy, node, NULL))
-            continue;
+        cy->hot = h;
+        if (known && known[i]) {
+            if (known[i] != CORE_FIT_YES)
+                continue;
+        } else {
+            int fit = hot_fit(cy, h);
+            if (fit < 0)
+                fit = core_filter_cycle(cy, node, NULL);
+            if (known)
+                known[i] = fit ? CORE_FIT_YES : CORE_FIT_NO;
+            if (!fit)
+                continue;
+        }
         c->feasible[k] = node;
         c->ranks[k] = h->rank;
         if (col) {
@@ -456,13 +464,20 @@ int core_filter_nodes(struct core_cluster *c, const struct core_pod *pod,
 int core_score(struct core_cluster *c, const struct core_policy *pol, const struct core_pod *pod,
                struct core_node *const *nodes, int n, int *scores, struct gs_err *e)
 {
+    return core_score_fit(c, pol, pod, nodes, n, NULL, scores, e);
+}
+
+int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
+                   const struct core_pod *pod, struct core_node *const *nodes, int n,
+                   unsigned char *fit, int *scores, struct gs_err *e)
+{
     struct core_cycle cy;
     int rc = core_cycle_init(&cy, c, pol, pod, e);
     if (rc < 0)
         return rc;
     if (n > c->n_nodes)
         return gs_errf(e, GS_EINVAL, "score: %d nodes given, the cluster has %d", n, c->n_nodes);
-    int k = score_feasible(c, &cy, nodes, n);
+    int k = score_feasible(c, &cy, nodes, n, fit);
     for (int i = 0, j = 0; i < n; i++) {
         if (j < k && c->feasible[j] == nodes[i]) {
             scores[i] = (pol->flags & CORE_POLICY_RANDOM_NODE)
@@ -500,7 +515,7 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
         return rc;
     d->node = NULL;
     d->score = 0;
-    int k = score_feasible(c, &cy, NULL, c->n_nodes);
+    int k = score_feasible(c, &cy, NULL, c->n_nodes, NULL);
     d->n_feasible = k;
     if (k == 0)
         return gs_errf(e, GS_ENOFIT, "pod %s: no node fits (%d nodes)", pod->name, c->n_nodes);

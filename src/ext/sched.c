@@ -119,11 +119,12 @@ static void *smap_del(struct smap *m, const char *k)
 /* ---- state ---------------------------------------------------------------- */
 
 /* NodeNames arrays remembered: /filter's candidates and /prioritize's
- * (/filter's answer), for a couple of profiles or schedulers at once. */
-#define EXT_NAMELISTS 4
+ * (/filter's answer, one per pod shape): enough for the pods of seven or
+ * more shapes in turn (bench/extender-loop.sh), each ~0.3 MB at 5,000 nodes. */
+#define EXT_NAMELISTS 16
 /* Answers kept (ext/memo.h): a /filter and a /prioritize entry per list
- * and pod shape, for a few shapes at once. */
-#define EXT_MEMO_SLOTS 8
+ * and pod shape, for 16 shapes at once (test_ext_memo's test_shapes). */
+#define EXT_MEMO_SLOTS 32
 
 /* What the extender keeps of a node beside the core's model. */
 struct node_info {
@@ -1386,13 +1387,15 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
     int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
+    unsigned char *fit = calloc((size_t)a.n + 1, 1);
     int k = 0, scored = 0;
 
-    if (!nodes || !pos || !sc || !out_scores) {
+    if (!nodes || !pos || !sc || !out_scores || !fit) {
         free(nodes);
         free(pos);
         free(sc);
         free(out_scores);
+        free(fit);
         core_pod_clear(&pod);
         ext_args_clear(&a);
         *reply = ext_error("out of memory");
@@ -1407,9 +1410,23 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
                 pos[k] = i;
                 nodes[k++] = nodes[i];
             }
-        scored = !k || core_score(s->c, pol, &pod, nodes, k, sc, &e) == 0;
+        /* the filters' verdicts kept in the entry (per list index, with the
+         * node's state stamp): only the nodes whose state moved since are
+         * filtered again; scores are normalised over all, so all are scored */
+        const uint64_t *stamps = core_cluster_stamps(s->c);
+        int keep = en && en->epoch == epoch && (en->fit || ext_memo_entry_init(en, a.n) == 0);
+        for (int j = 0; j < k && keep; j++) {
+            int i = pos[j];
+            if (en->fit[i] && en->stamp[i] == stamps[core_node_pos(nodes[j])])
+                fit[j] = en->fit[i];
+        }
+        scored = !k || core_score_fit(s->c, pol, &pod, nodes, k, fit, sc, &e) == 0;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
             out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
+        for (int j = 0; j < k && keep; j++) {
+            en->fit[pos[j]] = scored ? fit[j] : 0;
+            en->stamp[pos[j]] = stamps[core_node_pos(nodes[j])];
+        }
         ver = core_cluster_version(s->c);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1462,6 +1479,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     free(pos);
     free(sc);
     free(out_scores);
+    free(fit);
     core_pod_clear(&pod);
     ext_args_clear(&a);
     return 200;

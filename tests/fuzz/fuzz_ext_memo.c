@@ -1,8 +1,9 @@
 /* tests/fuzz/fuzz_ext_memo.c - kept /filter and /prioritize answers
  * (ext/memo.h) under arbitrary sequences of changes. The input is a
  * program, two bytes an operation: ask (a pod shape from the byte: GPUs,
- * node selector, toleration, CPU) through the kept array and through a
- * fresh one, bind, release, a node updated (healthy or not, labels,
+ * node selector, toleration, CPU, shared GPU memory) through a kept array
+ * (all nodes, or part of them as /prioritize gets) and through a fresh one
+ * (so kept /prioritize verdicts meet every change below), bind, release, a node updated (healthy or not, labels,
  * taint), removed or added, a quota set. Every kept answer must be byte
  * for byte the fresh one; abort() otherwise. */
 #include <stdint.h>
@@ -36,15 +37,16 @@ static void node(struct ext_sched *s, int i, int healthy, int zone, int tainted)
     json_decref(n);
 }
 
-/* The pod of shape b (bits: GPUs 0-3, selector, toleration, CPU). */
+/* The pod of shape b (bits: GPUs 0-3, selector, toleration, CPU, GPU
+ * memory shared). */
 static void pod(char *buf, size_t cap, const char *name, unsigned b)
 {
     snprintf(buf, cap, "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
              "\"spec\":{%s%s\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
-             "\"nvidia.com/gpu\":\"%u\",\"cpu\":\"%u\"}}}]}}", name, name,
+             "%s\"nvidia.com/gpu\":\"%u\",\"cpu\":\"%u\"}}}]}}", name, name,
              b & 4 ? "\"nodeSelector\":{\"zone\":\"a\"}," : "",
              b & 8 ? "\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\"}]," : "",
-             b & 3, (b >> 4) & 3);
+             b & 64 ? "\"nvidia.com/gpu-memory\":\"600Mi\"," : "", b & 3, (b >> 4) & 3);
 }
 
 static char *call(struct ext_sched *s, int prioritize, const char *b)
@@ -60,13 +62,16 @@ static char *call(struct ext_sched *s, int prioritize, const char *b)
     return out;
 }
 
+/* the kept arrays: all nodes (and one unknown), and a part of them, as
+ * /prioritize gets what /filter passed */
 static const char names[] = "[\"n0\",\"n1\",\"n2\",\"n3\",\"n4\"]";
+static const char part[] = "[\"n1\",\"n2\",\"n3\"]";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct gs_err e = GS_ERR_INIT;
     struct ext_sched *s;
-    char p[1024], kept[1200], fresh[1300], name[16];
+    char p[1024], kept[1200], fresh[1600], name[16];
     static int quiet;
     if (!quiet++)
         log_set_level(LOG_ERROR);
@@ -81,9 +86,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 0:
         case 1: /* ask, /filter or /prioritize */
             pod(p, sizeof p, name, b);
-            snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, names);
+            const char *arr = b & 128 ? part : names;
+            snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, arr);
+            /* an array of its own in every ask: decided afresh, never kept */
             snprintf(fresh, sizeof fresh, "{\"Pod\":%s,\"NodeNames\":[%*s%s}", p,
-                     (int)(k % 64) + 1, "", names + 1);
+                     (int)(k / 2) + 1, "", arr + 1);
             char *r1 = call(s, op, kept), *r2 = call(s, op, fresh);
             if (strcmp(r1, r2) != 0) {
                 fprintf(stderr, "kept:  %s\nfresh: %s\n", r1, r2);

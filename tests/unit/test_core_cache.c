@@ -98,6 +98,17 @@ static int check_scores(struct core_cluster *c, const struct core_policy *pol,
     fresh_scores(c, pol, p, nodes, n, want);
     for (int i = 0; i < n; i++)
         bad += got[i] != want[i];
+    /* core_score_fit: the verdicts it decides are the filters', and given
+     * back they give the same scores without the filters */
+    unsigned char fit[NODES] = {0};
+    ASSERT_EQ(core_score_fit(c, pol, p, nodes, n, fit, got, NULL), 0);
+    for (int i = 0; i < n; i++) {
+        bad += got[i] != want[i];
+        bad += fit[i] != (core_filter(c, nodes[i], p, NULL) ? CORE_FIT_YES : CORE_FIT_NO);
+    }
+    ASSERT_EQ(core_score_fit(c, pol, p, nodes, n, fit, got, NULL), 0);
+    for (int i = 0; i < n; i++)
+        bad += got[i] != want[i] || !fit[i];
     return bad;
 }
 
@@ -229,6 +240,35 @@ static void test_columns_move(void)
     core_cluster_free(c);
 }
 
+/* A verdict given to core_score_fit is taken as it is: a node said not to
+ * fit is not scored (what lets a caller skip the filters for nodes whose
+ * state has not moved). */
+static void test_score_fit_trusted(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new();
+    struct core_node *nodes[2];
+    int got[2];
+    rnd_state = 11;
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(random_node(c, i), 0);
+        nodes[i] = core_cluster_node(c, i);
+    }
+    struct core_pod p = class_pod(0, 1);
+    unsigned char fit[2] = {0, 0};
+    ASSERT_EQ(core_score_fit(c, pol, &p, nodes, 2, fit, got, NULL), 0);
+    if (fit[0] == CORE_FIT_YES && got[0] > 0) {
+        fit[0] = CORE_FIT_NO;
+        ASSERT_EQ(core_score_fit(c, pol, &p, nodes, 2, fit, got, NULL), 0);
+        ASSERT_EQ(got[0], 0);
+        ASSERT_EQ(fit[0], CORE_FIT_NO);
+    } else {
+        TEST_FAIL_("node 0 should fit class 0 with a positive score (fit %d, score %d)", fit[0],
+                   got[0]);
+    }
+    core_cluster_free(c);
+}
+
 int test_core_cache(void)
 {
     static const char *const policies[] = {"cpufrag", "fgd", "packing"};
@@ -238,5 +278,6 @@ int test_core_cache(void)
     }
     test_columns_evict();
     test_columns_move();
+    test_score_fit_trusted();
     return 0;
 }

@@ -471,12 +471,79 @@ static void test_version(void)
     core_cluster_free(c);
 }
 
+/* kube-scheduler with mixed workloads: pods of seven shapes in turn, each
+ * shape's /prioritize on an array of its own (what /filter passed for it).
+ * None of the 14 answers or 8 arrays may push another out: the second round
+ * is answered from kept entries, byte for byte the first. */
+/* The kept-answer counter of verb in m's text. */
+static double kept(struct metrics *m, const char *verb)
+{
+    size_t len;
+    char *t = metrics_render(m, &len), pat[128];
+    ASSERT_TRUE(t != NULL);
+    snprintf(pat, sizeof pat, "gpusched_extender_kept_answers_total{verb=\"%s\"} ", verb);
+    const char *at = strstr(t, pat);
+    double v = at ? strtod(at + strlen(pat), NULL) : 0;
+    free(t);
+    return v;
+}
+
+static void test_shapes(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    static const char *const pods[] = {
+        POD("s1", GPU1),
+        POD("s2", CTR("\"nvidia.com/gpu\":\"2\"")),
+        POD("s3", CTR("\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"100Mi\"")),
+        POD("s4", CTR("\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"200Mi\"")),
+        POD("s5", CTR("\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"100Mi\","
+                      "\"nvidia.com/gpu-cores\":\"50\"")),
+        POD("s6", GPU1 ",\"nodeSelector\":{\"zone\":\"a\"}"),
+        POD("s7", GPU1 ",\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\"}]"),
+    };
+    enum { N = sizeof pods / sizeof pods[0] };
+    char *first[N][2] = {{0}};
+    struct metrics *m = metrics_new();
+
+    ASSERT_TRUE(m != NULL);
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.metrics = m}, &s, &e), 0);
+    put_node(s, "n1", 1, "a", 0, NULL);
+    put_node(s, "n2", 1, "a", 0, NULL);
+    put_node(s, "n3", 1, "b", 0, NULL);
+    put_node(s, "n4", 1, "a", 1, NULL);
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            char *f = body(pods[i], 0), *p = body(pods[i], 1000 + i);
+            double kf = kept(m, "filter"), kp = kept(m, "prioritize");
+            char *rf = call(s, EXT_MEMO_FILTER, f, NULL);
+            char *rp = call(s, EXT_MEMO_PRIORITIZE, p, NULL);
+            /* the first round decides; the second answers from kept entries */
+            ASSERT_EQ(kept(m, "filter") - kf, round);
+            ASSERT_EQ(kept(m, "prioritize") - kp, round);
+            if (round == 0) {
+                first[i][0] = rf;
+                first[i][1] = rp;
+            } else {
+                ASSERT_STREQ(rf, first[i][0]);
+                ASSERT_STREQ(rp, first[i][1]);
+                free(rf), free(rp);
+            }
+            free(f), free(p);
+        }
+    for (int i = 0; i < N; i++)
+        free(first[i][0]), free(first[i][1]);
+    ext_sched_free(s);
+    metrics_free(m);
+}
+
 int test_ext_memo(void)
 {
     test_key();
     test_table();
     test_sched();
     test_devices();
+    test_shapes();
     test_version();
     return test_failures;
 }
