@@ -91,6 +91,12 @@ def test_same_user_and_entrypoint():
 def test_every_linked_library_comes_from_a_listed_package(gpusched_bin):
     """readelf's NEEDED entries, each mapped to its Debian package by dpkg -S:
     a new library dependency fails here until scripts/image-packages names it."""
+    syms = subprocess.run(["readelf", "-W", "--dyn-syms", gpusched_bin], capture_output=True,
+                          text=True, check=True).stdout
+    if re.search(r"\s__(asan|ubsan)_", syms):
+        # clang links every pkg-config library without --as-needed, and the
+        # image ships the release (gcc) build, which `make test` checks here
+        pytest.skip("a sanitizer build: the image ships the release build")
     r = subprocess.run(["readelf", "-d", gpusched_bin], capture_output=True, text=True, check=True)
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", r.stdout)
     assert "libjansson.so.4" in needed
