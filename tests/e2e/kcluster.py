@@ -256,6 +256,64 @@ def _read(path):
         return None
 
 
+# ---- the host's sysctls (kubelet changes them while it runs) ------------------
+#
+# Saved once for every cluster of this host, not per Cluster: a cluster started
+# while another one's kubelet runs would otherwise save kubelet's values and
+# "restore" them. The originals also go to SYSCTL_FILE (tmpfs: gone at reboot,
+# as the values are), so a run killed before its teardown is repaired by the
+# next one instead of leaving kernel.panic=10 behind.
+SYSCTL_FILE = "/run/gpusched-e2e-sysctls.json"
+_sysctl_lock = threading.Lock()
+_sysctl_users = 0
+
+
+def _kubelet_running():
+    return any(cmd.split(" ")[0].endswith("/kubelet") or cmd.split(" ")[0] == "kubelet"
+               for cmd in HostSnapshot._procs().values())
+
+
+def _write_sysctls(values):
+    for s, v in values.items():
+        if v is not None and _read("/proc/sys/" + s) != v:
+            with open("/proc/sys/" + s, "w") as f:
+                f.write(v)
+
+
+def sysctls_acquire():
+    """Before a cluster's first kubelet: remember the host's values (or take
+    those an earlier, killed run remembered)."""
+    global _sysctl_users
+    with _sysctl_lock:
+        if _sysctl_users == 0:
+            try:
+                with open(SYSCTL_FILE) as f:
+                    saved = json.load(f)
+                if not _kubelet_running():     # a killed run's leftovers: repair now
+                    _write_sysctls(saved)
+            except (OSError, ValueError):
+                with open(SYSCTL_FILE, "w") as f:
+                    json.dump({s: _read("/proc/sys/" + s) for s in SYSCTLS}, f)
+        _sysctl_users += 1
+
+
+def sysctls_release():
+    """After a cluster's kubelets stopped: the last user on a host with no
+    kubelet left puts the remembered values back."""
+    global _sysctl_users
+    with _sysctl_lock:
+        _sysctl_users -= 1
+        if _sysctl_users > 0 or _kubelet_running():
+            return
+        try:
+            with open(SYSCTL_FILE) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return
+        _write_sysctls(saved)
+        os.unlink(SYSCTL_FILE)
+
+
 def _cgroup_dirs():
     """Top-level cgroup v1 directories of the controllers containers are put in."""
     out = set()
@@ -811,7 +869,7 @@ class Cluster:
         self.nodes = {}
         self.proxy = None
         self.cp_ns = None
-        self.saved_sysctls = {}
+        self.sysctls_held = False
         self.session = requests.Session()
         self.session.verify = False
 
@@ -999,8 +1057,8 @@ class Cluster:
     def _start(self):
         w = self.workdir
         self.images = build_images(os.path.join(cache_dir(), "images"))
-        for s in SYSCTLS:
-            self.saved_sysctls[s] = _read("/proc/sys/" + s)
+        sysctls_acquire()
+        self.sysctls_held = True
         self.cgroups_before = _cgroup_dirs()
         # control plane: its own mount namespace with /etc/hosts naming the nodes
         self.cp_ns = MountNS("control-plane", self.logdir)
@@ -1201,10 +1259,9 @@ class Cluster:
             if d.endswith("/" + CGROUP_PARENT):
                 with contextlib.suppress(OSError):
                     os.rmdir("/sys/fs/cgroup/" + d)
-        for s, v in self.saved_sysctls.items():
-            if v is not None and _read("/proc/sys/" + s) != v:
-                with open("/proc/sys/" + s, "w") as f:
-                    f.write(v)
+        if self.sysctls_held:
+            self.sysctls_held = False
+            sysctls_release()
         if not keep_workdir:
             with open("/proc/self/mountinfo") as f:
                 busy = [l.split()[4] for l in f if l.split()[4].startswith(self.workdir)]
