@@ -136,20 +136,30 @@ static int parse_policies(const char *s, const struct core_policy **out, int *n,
     return 0;
 }
 
-static int write_out(const char *path, int (*fn)(FILE *, const struct sim_report *),
-                     const struct sim_report *r)
+/* Opens an output file, or says why not (NULL). */
+static FILE *open_out(const char *path)
 {
     FILE *f = fopen(path, "w");
-    if (!f) {
+    if (!f)
         fprintf(stderr, "gpusched simulate: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    int rc = fn(f, r);
+    return f;
+}
+
+/* Closes what open_out opened; rc is the writer's result. */
+static int close_out(FILE *f, const char *path, int rc)
+{
     if (fclose(f) != 0 || rc < 0) {
         fprintf(stderr, "gpusched simulate: %s: write failed\n", path);
         return -1;
     }
     return 0;
+}
+
+static int write_out(const char *path, int (*fn)(FILE *, const struct sim_report *),
+                     const struct sim_report *r)
+{
+    FILE *f = open_out(path);
+    return f ? close_out(f, path, fn(f, r)) : -1;
 }
 
 static const char *svg_title;
@@ -161,17 +171,8 @@ static int write_tsvg(FILE *f, const struct sim_time_report *r)
 static int write_tout(const char *path, int (*fn)(FILE *, const struct sim_time_report *),
                       const struct sim_time_report *r)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "gpusched simulate: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    int rc = fn(f, r);
-    if (fclose(f) != 0 || rc < 0) {
-        fprintf(stderr, "gpusched simulate: %s: write failed\n", path);
-        return -1;
-    }
-    return 0;
+    FILE *f = open_out(path);
+    return f ? close_out(f, path, fn(f, r)) : -1;
 }
 
 /* --mode time: every load x policy x seed, then the tables and files. */

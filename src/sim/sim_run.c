@@ -323,71 +323,88 @@ out:
     return rc;
 }
 
-/* ---- the grid on threads --------------------------------------------- */
+/* ---- jobs on threads ------------------------------------------------- */
 
-struct grid {
-    const struct sim_config *cfg;
-    const struct core_policy *const *pols;
-    const uint64_t *seeds;
-    int n_seeds, n_jobs, next;
-    struct sim_run_result *results;
+struct pool {
+    int (*job)(void *ud, int j, struct gs_err *e);
+    void *ud;
+    int n_jobs, next;
     pthread_mutex_t lock;
     int rc;
     struct gs_err err;
 };
 
-static void *grid_worker(void *arg)
+static void *pool_worker(void *arg)
 {
-    struct grid *g = arg;
+    struct pool *p = arg;
     for (;;) {
-        pthread_mutex_lock(&g->lock);
-        int j = g->rc < 0 ? g->n_jobs : g->next++;
-        pthread_mutex_unlock(&g->lock);
-        if (j >= g->n_jobs)
+        pthread_mutex_lock(&p->lock);
+        int j = p->rc < 0 ? p->n_jobs : p->next++;
+        pthread_mutex_unlock(&p->lock);
+        if (j >= p->n_jobs)
             return NULL;
         struct gs_err e = GS_ERR_INIT;
-        int rc = sim_run(g->cfg, g->pols[j / g->n_seeds], g->seeds[j % g->n_seeds],
-                         &g->results[j], &e);
+        int rc = p->job(p->ud, j, &e);
         if (rc < 0) {
-            pthread_mutex_lock(&g->lock);
-            if (g->rc == 0) {
-                g->rc = rc;
-                g->err = e;
+            pthread_mutex_lock(&p->lock);
+            if (p->rc == 0) {
+                p->rc = rc;
+                p->err = e;
             }
-            pthread_mutex_unlock(&g->lock);
+            pthread_mutex_unlock(&p->lock);
         }
     }
+}
+
+int sim_jobs_run(int n_jobs, int threads, int (*job)(void *ud, int j, struct gs_err *e), void *ud,
+                 struct gs_err *e)
+{
+    struct pool p = {job, ud, n_jobs, 0, PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
+    if (threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    if (threads > n_jobs)
+        threads = n_jobs;
+    if (threads > 64)
+        threads = 64;
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&tid[started], NULL, pool_worker, &p) != 0)
+            break;
+        started++;
+    }
+    pool_worker(&p); /* this thread works too */
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&p.lock);
+    if (p.rc < 0) {
+        if (e)
+            *e = p.err;
+        return p.rc;
+    }
+    return 0;
+}
+
+struct grid {
+    const struct sim_config *cfg;
+    const struct core_policy *const *pols;
+    const uint64_t *seeds;
+    int n_seeds;
+    struct sim_run_result *results;
+};
+
+static int grid_job(void *ud, int j, struct gs_err *e)
+{
+    struct grid *g = ud;
+    return sim_run(g->cfg, g->pols[j / g->n_seeds], g->seeds[j % g->n_seeds], &g->results[j], e);
 }
 
 int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *pols, int n_pols,
                  const uint64_t *seeds, int n_seeds, int threads, struct sim_run_result *results,
                  struct gs_err *e)
 {
-    struct grid g = {cfg, pols, seeds, n_seeds, n_pols * n_seeds, 0, results,
-                     PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
-    if (threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu > 0 ? (int)ncpu : 1;
-    }
-    if (threads > g.n_jobs)
-        threads = g.n_jobs;
-    if (threads > 64)
-        threads = 64;
-    pthread_t tid[64];
-    int started = 0;
-    for (int i = 1; i < threads; i++) {
-        if (pthread_create(&tid[started], NULL, grid_worker, &g) != 0)
-            break;
-        started++;
-    }
-    grid_worker(&g); /* this thread works too */
-    for (int i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-    pthread_mutex_destroy(&g.lock);
-    if (g.rc < 0) {
-        if (e)
-            *e = g.err;
-        return g.rc;
-    }
-    return 0;
+    struct grid g = {cfg, pols, seeds, n_seeds, results};
+    return sim_jobs_run(n_pols * n_seeds, threads, grid_job, &g, e);
 }

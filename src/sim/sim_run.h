@@ -67,6 +67,12 @@ void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp);
 
 /* Every policy x seed on up to `threads` threads (<= 0: one per CPU);
  * results[p * n_seeds + s]. Returns the first error, if any. */
+/* Runs job(ud, j, e) for j in 0..n_jobs-1 on up to `threads` threads (<= 0:
+ * one per CPU; at most 64); stops handing out jobs after the first failure,
+ * whose error it returns. */
+int sim_jobs_run(int n_jobs, int threads, int (*job)(void *ud, int j, struct gs_err *e), void *ud,
+                 struct gs_err *e);
+
 int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *pols, int n_pols,
                  const uint64_t *seeds, int n_seeds, int threads, struct sim_run_result *results,
                  struct gs_err *e);

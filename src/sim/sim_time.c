@@ -23,11 +23,9 @@
  * same (timestamp, backoff).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/core.h"
 #include "sim/sim_time.h"
@@ -585,7 +583,7 @@ out:
     return rc;
 }
 
-/* ---- the grid on threads --------------------------------------------- */
+/* ---- the grid on threads (sim_jobs_run) ------------------------------ */
 
 struct tgrid {
     const struct sim_config *cfg;
@@ -593,67 +591,23 @@ struct tgrid {
     double scale;
     const struct core_policy *const *pols;
     const uint64_t *seeds;
-    int n_pols, n_seeds, n_jobs, next;
+    int n_pols, n_seeds;
     struct sim_time_result *results;
-    pthread_mutex_t lock;
-    int rc;
-    struct gs_err err;
 };
 
-static void *tgrid_worker(void *arg)
+static int tgrid_job(void *ud, int j, struct gs_err *e)
 {
-    struct tgrid *g = arg;
-    for (;;) {
-        pthread_mutex_lock(&g->lock);
-        int j = g->rc < 0 ? g->n_jobs : g->next++;
-        pthread_mutex_unlock(&g->lock);
-        if (j >= g->n_jobs)
-            return NULL;
-        struct gs_err e = GS_ERR_INIT;
-        int per_load = g->n_pols * g->n_seeds;
-        struct sim_time_opts o = {g->loads[j / per_load], g->scale, SIM_FAULT_NONE, 0};
-        int rc = sim_time_run(g->cfg, &o, g->pols[(j % per_load) / g->n_seeds],
-                              g->seeds[j % g->n_seeds], &g->results[j], &e);
-        if (rc < 0) {
-            pthread_mutex_lock(&g->lock);
-            if (g->rc == 0) {
-                g->rc = rc;
-                g->err = e;
-            }
-            pthread_mutex_unlock(&g->lock);
-        }
-    }
+    struct tgrid *g = ud;
+    int per_load = g->n_pols * g->n_seeds;
+    struct sim_time_opts o = {g->loads[j / per_load], g->scale, SIM_FAULT_NONE, 0};
+    return sim_time_run(g->cfg, &o, g->pols[(j % per_load) / g->n_seeds],
+                        g->seeds[j % g->n_seeds], &g->results[j], e);
 }
 
 int sim_time_grid(const struct sim_config *cfg, const double *loads, int n_loads, double scale,
                   const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
                   int n_seeds, int threads, struct sim_time_result *results, struct gs_err *e)
 {
-    struct tgrid g = {cfg, loads, scale, pols, seeds, n_pols, n_seeds,
-                      n_loads * n_pols * n_seeds, 0, results, PTHREAD_MUTEX_INITIALIZER, 0, GS_ERR_INIT};
-    if (threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu > 0 ? (int)ncpu : 1;
-    }
-    if (threads > g.n_jobs)
-        threads = g.n_jobs;
-    if (threads > 64)
-        threads = 64;
-    pthread_t tid[64];
-    int started = 0;
-    for (int i = 1; i < threads; i++) {
-        if (pthread_create(&tid[started], NULL, tgrid_worker, &g) != 0)
-            break;
-        started++;
-    }
-    tgrid_worker(&g);
-    for (int i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-    pthread_mutex_destroy(&g.lock);
-    if (g.rc < 0) {
-        if (e)
-            *e = g.err;
-        return g.rc;
-    }
-    return 0;
+    struct tgrid g = {cfg, loads, scale, pols, seeds, n_pols, n_seeds, results};
+    return sim_jobs_run(n_loads * n_pols * n_seeds, threads, tgrid_job, &g, e);
 }
