@@ -118,12 +118,8 @@ def main():
     kcluster.check_host()
     # a timeout's SIGTERM still tears the cluster down
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    base = dict(scale.api_only_extender_config(a.gpusched), inventory_ttl=0)
-
-    def per_replica(i, port):
-        return dict(base, identity=f"extender-{i}@127.0.0.1:{port}")
     c = kcluster.Cluster(a.gpusched, nodes=[], extender_replicas=2, proxy_mode="service",
-                         extender_config=per_replica)
+                         extender_config={"inventory_ttl": 0})
     c.start()
     results = {}
     try:

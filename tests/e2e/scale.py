@@ -2,6 +2,7 @@
 test_preemption) and bench/e2e-throughput.py: a cluster of API-only nodes, pods
 created in parallel, the assignment read back from the pods' annotations
 (docs/annotations.md) and checked for oversubscription."""
+import contextlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -9,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 import kcluster
+from conftest import gpusched_bin
 
 PREFIX = kcluster.PREFIX
 
@@ -130,10 +132,18 @@ def check_assignments(pods, inv):
     return {u: [h[0] for h in hs] for u, hs in use.items()}
 
 
-def api_only_extender_config(gpusched_bin):
-    """Extender config keys for clusters of API-only nodes: no kubelet ever admits a pod
-    there, so a node lock that waits for kubelet's admission (node_lock_timeout, where
-    the binary has it) would hold each node after its first GPU pod: off."""
-    import subprocess
-    r = subprocess.run([gpusched_bin, "extender", "--help"], capture_output=True, text=True)
-    return {"node_lock_timeout": 0} if "--node-lock-timeout" in r.stdout + r.stderr else {}
+@contextlib.contextmanager
+def api_only_cluster(host_clean, extender_replicas=1, **kw):
+    """A cluster with no kubelet node, for API-only Nodes (add_api_nodes): started,
+    its workdir given to the session's leftover check, stopped at the end. API-only
+    Nodes carry no status.nodeInfo.kubeletVersion, so the extender never holds them
+    for a kubelet's admission (docs/design.md, "One pending GPU pod per node")."""
+    bins, workdirs = host_clean
+    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=extender_replicas,
+                         bins=bins, **kw)
+    workdirs.append(c.workdir)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

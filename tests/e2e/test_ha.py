@@ -20,9 +20,7 @@ import time
 import pytest
 import requests
 
-import kcluster
 import scale
-from conftest import gpusched_bin
 
 NS = "default"
 GPU_NODES, GPUS = 16, 8
@@ -30,21 +28,11 @@ GPU_NODES, GPUS = 16, 8
 
 @pytest.fixture(scope="module")
 def ha(host_clean):
-    bins, workdirs = host_clean
-    base = scale.api_only_extender_config(gpusched_bin())
-
-    def per_replica(i, port):
-        return dict(base, identity=f"extender-{i}@127.0.0.1:{port}")
-    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=2, proxy_mode="service",
-                         bins=bins, extender_config=per_replica)
-    workdirs.append(c.workdir)
-    c.start()
-    try:
+    # the harness's identities are NAME@127.0.0.1:PORT, as deploy/ sets them
+    with scale.api_only_cluster(host_clean, extender_replicas=2, proxy_mode="service") as c:
         c.add_api_nodes(30, gpus=0, prefix="cpu")
         c.add_api_nodes(GPU_NODES, gpus=GPUS, prefix="gpu")
         yield c
-    finally:
-        c.stop()
 
 
 def leader_index(c):

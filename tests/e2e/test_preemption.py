@@ -37,7 +37,6 @@ import requests
 
 import kcluster
 import scale
-from conftest import gpusched_bin
 
 NS = "default"
 
@@ -56,12 +55,7 @@ def no_default_preemption(cfg):
 
 @pytest.fixture(scope="module")
 def prio(host_clean):
-    bins, workdirs = host_clean
-    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=1, bins=bins,
-                         extender_config=scale.api_only_extender_config(gpusched_bin()))
-    workdirs.append(c.workdir)
-    c.start()
-    try:
+    with scale.api_only_cluster(host_clean) as c:
         if affected(kcluster.K8S_VERSION):
             # what a 1.20.0 - 1.20.9 cluster must do to keep kube-scheduler alive
             c.restart_scheduler(no_default_preemption)
@@ -84,8 +78,6 @@ def prio(host_clean):
         c.proxy.forward = recording
         c.preempt_answers = answers
         yield c
-    finally:
-        c.stop()
 
 
 def fill(c):

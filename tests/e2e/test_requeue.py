@@ -15,9 +15,7 @@ import time
 
 import pytest
 
-import kcluster
 import scale
-from conftest import gpusched_bin
 
 NS = "default"
 GPU_NODES, GPUS = 4, 2
@@ -27,17 +25,10 @@ ROUNDS = 3
 
 @pytest.fixture(scope="module")
 def small(host_clean):
-    bins, workdirs = host_clean
-    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=1, bins=bins,
-                         extender_config=scale.api_only_extender_config(gpusched_bin()))
-    workdirs.append(c.workdir)
-    c.start()
-    try:
+    with scale.api_only_cluster(host_clean) as c:
         c.add_api_nodes(50, gpus=0, prefix="cpu")
         c.add_api_nodes(GPU_NODES, gpus=GPUS, prefix="gpu")
         yield c
-    finally:
-        c.stop()
 
 
 def bound(c, name):

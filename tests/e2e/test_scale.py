@@ -20,9 +20,7 @@ import time
 
 import pytest
 
-import kcluster
 import scale
-from conftest import gpusched_bin
 
 NS = "default"
 CPU_NODES = 1000
@@ -33,12 +31,7 @@ GPUS = 8
 
 @pytest.fixture(scope="module")
 def big(host_clean):
-    bins, workdirs = host_clean
-    c = kcluster.Cluster(gpusched_bin(), nodes=[], extender_replicas=1, bins=bins,
-                         extender_config=scale.api_only_extender_config(gpusched_bin()))
-    workdirs.append(c.workdir)
-    c.start()
-    try:
+    with scale.api_only_cluster(host_clean) as c:
         # kube-scheduler's default percentageOfNodesToScore first (the first test),
         # then CPU-only nodes, then the GPU ones: a running kube-scheduler keeps
         # its nodes in the order they arrived, so a window of feasible nodes can
@@ -50,8 +43,6 @@ def big(host_clean):
         c.wait(lambda: len(c.api("GET", "/api/v1/nodes").json()["items"]) ==
                CPU_NODES + GPU_NODES, 30, "nodes listed")
         yield c
-    finally:
-        c.stop()
 
 
 def settle(c, names, timeout, what):
