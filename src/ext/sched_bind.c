@@ -1,0 +1,178 @@
+/*
+ * ext/sched_bind.c - the extender's /bind verb (kube-scheduler's Bind
+ * extension point): picks the pod's GPUs on the chosen node, reserves them,
+ * and commits the allocation (ext_commit) outside the lock; a failed commit
+ * gives the GPUs back.
+ */
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "ext/memo.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "ext/sched_int.h"
+#include "core/quota.h"
+#include "ext/annot.h"
+#include "ext/nodelock.h"
+#include "util/log.h"
+
+static int status_for(int rc)
+{
+    switch (-rc) {
+    case GS_ENOENT: return 404;
+    case GS_ECONFLICT:
+    case GS_ENOFIT: return 409;
+    case GS_EUNAVAIL: return 503;
+    case GS_EINVAL: return 400;
+    default: return 500;
+    }
+}
+
+int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
+{
+    json_t **reply = &out->json;
+    memset(out, 0, sizeof *out);
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_bind b;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    struct core_alloc alloc;
+    struct pod *p;
+    json_t *ann = NULL, *err = NULL;
+    int rc;
+
+    if (ext_bind_parse(body, len, &b, &e) < 0) {
+        *reply = ext_error("%s", e.msg);
+        sched_decision(s, "bind", "bad_request");
+        return 400;
+    }
+    if (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) {
+        *reply = ext_error("this replica is not the leader; retry");
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "not_leader");
+        return 503;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!(p = sched_smap_get(&s->pods, b.pod_uid)) &&
+        (!(p = sched_find_by_name(s, b.pod_namespace, b.pod_name)))) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("pod %s/%s (uid %s) is unknown: the extender has not seen it in "
+                           "/filter or /prioritize", b.pod_namespace, b.pod_name, b.pod_uid);
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "unknown_pod");
+        return 404;
+    }
+    const struct core_node *node = core_cluster_find(s->c, b.node);
+    const struct core_alloc *held = core_alloc_find(s->c, p->uid);
+    if (!node) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("node %s is unknown to the extender", b.node);
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "unknown_node");
+        return 404;
+    }
+    if (held) {
+        int same = strcmp(held->node, b.node) == 0;
+        pthread_mutex_unlock(&s->mu);
+        if (!same)
+            *reply = ext_error("pod %s/%s already holds GPUs on node %s", p->ns, p->name,
+                               held->node);
+        else
+            *reply = json_pack("{s:s}", "Error", "");
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", same ? "bound" : "conflict");
+        return same ? 200 : 409;
+    }
+    json_t *obj = json_incref(p->obj);
+    char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+    snprintf(uid, sizeof uid, "%s", p->uid);
+    snprintf(ns, sizeof ns, "%s", p->ns);
+    snprintf(name, sizeof name, "%s", p->name);
+    /* the lock is for kubelet's Allocate: a Node no kubelet registered (one
+     * written through the API alone) never calls it */
+    const struct node_info *ni = s->lock ? sched_smap_get(&s->inv, b.node) : NULL;
+    if (ni && ni->kubelet) {
+        char why[600], who[2 * CORE_NAME_MAX];
+        snprintf(who, sizeof who, "%s/%s", ns, name);
+        if (ext_nodelock_take(s->lock, b.node, uid, who, sched_wall_now(), why, sizeof why)) {
+            pthread_mutex_unlock(&s->mu);
+            json_decref(obj);
+            *reply = ext_error("%s", why);
+            ext_bind_clear(&b);
+            sched_decision(s, "bind", "node_busy");
+            return EXT_BIND_BUSY;
+        }
+    }
+    if (sched_pod_and_policy(s, obj, &pod, &pol, &err) < 0) {
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
+        pthread_mutex_unlock(&s->mu);
+        json_decref(obj);
+        *reply = err;
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "error");
+        return 400;
+    }
+    json_decref(obj);
+    /* the pod's identity in the allocation is the one /bind names */
+    snprintf(pod.uid, sizeof pod.uid, "%s", uid);
+    rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    struct core_status dst;
+    if (rc == 0 && !sched_devices_fit(s, node, &pod, &dst))
+        rc = gs_errf(&e, GS_ENOFIT, "%s", dst.reason);
+    if (rc == 0 && sched_quota_prepare(s, &pod)) {
+        struct core_quota_use u[CORE_MAX_GPUS];
+        int k = core_quota_use_of_alloc(s->c, &alloc, u);
+        if (k > 0 && core_quotas_check(s->quotas, pod.ns, u, k, &e) < 0)
+            rc = -GS_ENOFIT;
+    }
+    if (rc == 0)
+        rc = core_reserve(s->c, &alloc, &e);
+    if (rc == 0) {
+        ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
+        p->unschedulable = 0;
+        p->binding = 1;
+        sched_set_bind_busy(s, p, 0);
+    } else if (s->lock) {
+        ext_nodelock_clear(s->lock, uid);
+    }
+    pthread_mutex_unlock(&s->mu);
+    core_pod_clear(&pod);
+    if (rc < 0) {
+        *reply = ext_error("pod %s/%s does not fit on node %s now: %s", ns, name, b.node, e.msg);
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "no_fit");
+        return status_for(rc) == 404 ? 404 : 409;
+    }
+    if (s->commit.bind)
+        rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
+    pthread_mutex_lock(&s->mu);
+    if ((p = sched_smap_get(&s->pods, uid))) {
+        p->binding = 0;
+        p->bound = rc == 0;
+    }
+    if (rc < 0) {
+        core_unreserve(s->c, uid, NULL);
+        if (s->lock)
+            ext_nodelock_clear(s->lock, uid);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0) {
+        *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
+        json_decref(ann);
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "commit_failed");
+        return status_for(rc) == 400 ? 500 : status_for(rc);
+    }
+    json_decref(ann);
+    log_info("extender", "bound %s/%s to %s (%d GPU%s)", ns, name, b.node, alloc.n,
+             alloc.n == 1 ? "" : "s");
+    ext_bind_clear(&b);
+    sched_decision(s, "bind", "bound");
+    *reply = json_pack("{s:s}", "Error", "");
+    return 200;
+}

@@ -1,0 +1,275 @@
+/*
+ * ext/sched_explain.c - what the extender says about its state outside the
+ * verbs: a pod's explanation (every node's verdict and score), the one-line
+ * summary of why it fits nowhere, the allocations, and the GPU and quota
+ * gauges collected for /metrics.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "ext/memo.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "ext/sched_int.h"
+#include "core/quota.h"
+#include "ext/annot.h"
+
+/* ---- explanations ---------------------------------------------------------- */
+
+static json_t *gpu_detail(const struct core_node *n)
+{
+    json_t *gpus = json_array();
+    for (int g = 0; g < n->n_gpus; g++) {
+        const struct core_gpu *gp = &n->gpus[g];
+        json_array_append_new(gpus, json_pack("{s:i, s:s, s:I, s:I, s:i, s:b, s:i}", "index",
+                                              gp->index, "model", gp->model, "memory_mib",
+                                              (json_int_t)gp->mem_mib, "free_memory_mib",
+                                              (json_int_t)gp->free_mem_mib, "free_milli",
+                                              gp->free_milli, "healthy", gp->healthy, "pods",
+                                              gp->n_pods));
+    }
+    return gpus;
+}
+
+int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    json_t *err = NULL;
+
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = sched_find_by_name(s, ns, name);
+    if (!p) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = ext_error("pod %s/%s: the extender has not seen it", ns, name);
+        return 404;
+    }
+    if (sched_pod_and_policy(s, p->obj, &pod, &pol, &err) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        *reply = err;
+        return 200;
+    }
+    int nn = core_cluster_node_count(s->c), nf = 0;
+    struct core_node **fit = calloc((size_t)nn + 1, sizeof *fit);
+    int *sc = calloc((size_t)nn + 1, sizeof *sc);
+    json_t *nodes = json_array();
+    for (int i = 0; i < nn; i++) {
+        struct core_node *n = core_cluster_node(s->c, i);
+        struct core_status st;
+        if (sched_node_fits(s, n, &pod, &st))
+            fit[nf++] = n;
+        else
+            json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "node",
+                                                   n->name, "fits", 0, "code",
+                                                   core_code_name(st.code), "filter",
+                                                   st.plugin ? st.plugin : "", "reason",
+                                                   st.reason, "gpus", gpu_detail(n)));
+    }
+    if (nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0)
+        for (int i = 0; i < nf; i++)
+            json_array_insert_new(nodes, (size_t)i,
+                                  json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name,
+                                            "fits", 1, "score", sc[i], "extender_score",
+                                            (sc[i] * 10 + 50) / 100, "gpus", gpu_detail(fit[i])));
+    const struct core_alloc *al = core_alloc_find(s->c, p->uid);
+    json_t *alloc = json_null();
+    if (al) {
+        const struct core_node *an = core_cluster_find(s->c, al->node);
+        alloc = an ? ext_annot_build(an, al, s->opts.names->annot_prefix, "") : json_null();
+    }
+    json_t *r = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:I, s:i, s:s, s:i}, s:o, s:i, s:o}",
+                          "pod", name, "namespace", ns, "policy", pol->name, "request", "num_gpu",
+                          pod.req.num_gpu, "kind", (int)pod.req.kind, "memory_mib",
+                          (json_int_t)pod.req.mem_mib, "milli", pod.req.milli, "mig_profile",
+                          pod.req.mig_profile, "mig_count", pod.req.mig_count, "allocation",
+                          alloc, "feasible", nf, "nodes", nodes);
+    pthread_mutex_unlock(&s->mu);
+    free(fit);
+    free(sc);
+    core_pod_clear(&pod);
+    *reply = r;
+    return 200;
+}
+
+int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, char *uid,
+                      size_t uidcap, char *buf, size_t cap)
+{
+    struct core_pod pod;
+    struct {
+        const char *plugin;
+        int count;
+        char example[300];
+    } g[8];
+    int ng = 0, total;
+    size_t len = 0;
+
+    buf[0] = '\0';
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = sched_find_by_name(s, ns, name);
+    if (!p || core_pod_parse(p->obj, s->opts.names, &pod, NULL) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        return -GS_ENOENT;
+    }
+    snprintf(uid, uidcap, "%s", p->uid);
+    total = core_cluster_node_count(s->c);
+    int quota = sched_quota_prepare(s, &pod);
+    for (int i = 0; i < total; i++) {
+        struct core_node *n = core_cluster_node(s->c, i);
+        struct core_status st;
+        struct gs_err qe = GS_ERR_INIT;
+        int k;
+        if (sched_node_fits(s, n, &pod, &st)) {
+            if (!quota || !sched_quota_blocks(s, &pod, n, &qe))
+                continue;
+            st.plugin = "quota";
+            snprintf(st.reason, sizeof st.reason, "%.255s", qe.msg);
+        }
+        const char *pl = st.plugin ? st.plugin : "filter";
+        for (k = 0; k < ng && strcmp(g[k].plugin, pl) != 0; k++)
+            ;
+        if (k == ng) {
+            if (ng == 8)
+                continue;
+            g[ng].plugin = pl;
+            g[ng].count = 0;
+            snprintf(g[ng].example, sizeof g[ng].example, "%.60s: %.200s", n->name, st.reason);
+            ng++;
+        }
+        g[k].count++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    core_pod_clear(&pod);
+    len += (size_t)snprintf(buf, cap, "0/%d nodes fit the GPU request", total);
+    for (int k = 0; k < ng && len < cap; k++)
+        len += (size_t)snprintf(buf + len, cap - len, "; %d rejected by %s (e.g. %s)", g[k].count,
+                                g[k].plugin, g[k].example);
+    return 0;
+}
+
+json_t *ext_sched_allocations(struct ext_sched *s)
+{
+    json_t *out = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < core_cluster_alloc_count(s->c); i++) {
+        const struct core_alloc *a = core_cluster_alloc(s->c, i);
+        const struct core_node *n = core_cluster_find(s->c, a->node);
+        const char *slash = strchr(a->pod_name, '/');
+        char ns[CORE_NAME_MAX];
+        if (!n || !slash)
+            continue;
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - a->pod_name), a->pod_name);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o}", "uid",
+                                             a->pod_uid, "ns", ns, "name", slash + 1, "priority",
+                                             a->priority, "cpu_milli", (json_int_t)a->cpu_milli,
+                                             "mem_bytes", (json_int_t)a->mem_bytes, "annotations",
+                                             ext_annot_build(n, a, s->opts.names->annot_prefix,
+                                                             NULL)));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
+/* ---- metrics --------------------------------------------------------------- */
+
+/* One (node, model) row of the GPU gauges. */
+struct gpu_row {
+    char node[CORE_NAME_MAX], model[CORE_MODEL_MAX];
+    double gpus, used, free, mem, milli;
+};
+
+static const char *const quota_res[3] = {"gpus", "memory_mib", "milli"};
+
+static void usage_metric(void *ud, const char *ns, const char *model,
+                         const struct core_quota_limits *u)
+{
+    struct ext_sched *s = ud;
+    const int64_t v[3] = {u->gpus, u->mem_mib, u->milli};
+    for (int i = 0; i < 3; i++)
+        metric_set(s->m_ns_usage, (const char *[]){ns, model, quota_res[i]}, (double)v[i]);
+}
+
+static void quota_metric(void *ud, const struct core_quota_row *r)
+{
+    struct ext_sched *s = ud;
+    const int64_t l[3] = {r->limit.gpus, r->limit.mem_mib, r->limit.milli};
+    const int64_t u[3] = {r->used.gpus, r->used.mem_mib, r->used.milli};
+    for (int i = 0; i < 3; i++) {
+        if (l[i] == CORE_QUOTA_NONE)
+            continue;
+        const char *lv[] = {r->ns, r->quota, r->model, quota_res[i]};
+        metric_set(s->m_quota_limit, lv, (double)l[i]);
+        metric_set(s->m_quota_used, lv, (double)u[i]);
+    }
+}
+
+void ext_sched_collect(struct ext_sched *s, struct metrics *m)
+{
+    struct core_stats st;
+    struct gpu_row *rows = NULL;
+    size_t n = 0, cap = 0;
+    (void)m;
+    if (!s->m_gpus)
+        return;
+    /* gather under the scheduler lock, publish after it */
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < core_cluster_node_count(s->c); i++) {
+        const struct core_node *nd = core_cluster_node(s->c, i);
+        size_t first = n;
+        for (int g = 0; g < nd->n_gpus; g++) {
+            const struct core_gpu *gp = &nd->gpus[g];
+            size_t k = first;
+            while (k < n && strcmp(rows[k].model, gp->model) != 0)
+                k++;
+            if (k == n) {
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 1024;
+                    struct gpu_row *nr = realloc(rows, nc * sizeof *nr);
+                    if (!nr)
+                        continue;
+                    rows = nr;
+                    cap = nc;
+                }
+                memset(&rows[n], 0, sizeof rows[n]);
+                snprintf(rows[n].node, sizeof rows[n].node, "%s", nd->name);
+                snprintf(rows[n].model, sizeof rows[n].model, "%s", gp->model);
+                n++;
+            }
+            int used = gp->n_pods > 0;
+            rows[k].gpus += 1;
+            rows[k].used += used;
+            rows[k].free += !used && gp->healthy && nd->available;
+            rows[k].mem += (double)(gp->mem_mib - gp->free_mem_mib);
+            rows[k].milli += CORE_MILLI - gp->free_milli;
+        }
+    }
+    core_cluster_stats(s->c, &st);
+    metric_reset(s->m_ns_usage);
+    metric_reset(s->m_quota_limit);
+    metric_reset(s->m_quota_used);
+    core_quotas_recount(s->quotas, s->c, NULL, NULL);
+    core_quotas_foreach_usage(s->quotas, usage_metric, s);
+    core_quotas_foreach(s->quotas, quota_metric, s);
+    pthread_mutex_unlock(&s->mu);
+    metric_reset(s->m_gpus);
+    metric_reset(s->m_gpus_alloc);
+    metric_reset(s->m_gpus_free);
+    metric_reset(s->m_mem_alloc);
+    metric_reset(s->m_milli_alloc);
+    for (size_t k = 0; k < n; k++) {
+        const char *lv[] = {rows[k].node, rows[k].model};
+        metric_set(s->m_gpus, lv, rows[k].gpus);
+        metric_set(s->m_gpus_alloc, lv, rows[k].used);
+        metric_set(s->m_gpus_free, lv, rows[k].free);
+        metric_set(s->m_mem_alloc, lv, rows[k].mem);
+        metric_set(s->m_milli_alloc, lv, rows[k].milli);
+    }
+    free(rows);
+    metric_set(s->m_frag, NULL, st.frag_milli);
+    metric_set(s->m_allocs, NULL, st.pods);
+}

@@ -1,0 +1,322 @@
+/*
+ * ext/sched_filter.c - the extender's /filter verb (kube-scheduler's Filter
+ * extension point): which of the request's nodes fit the pod, and why the
+ * others do not. A GPU pod asked about a NodeNames list is answered from a
+ * kept entry (ext/memo.h) whose verdicts are brought up to date node by node.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "ext/memo.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "ext/sched_int.h"
+#include "ext/namelist.h"
+#include "util/buf.h"
+
+/* Appends ,"node":"reason" to a FailedNodes map being built. */
+static void add_reason(struct gs_buf *b, const char *node, const char *reason)
+{
+    gs_buf_put(b, ",\"", 2);
+    gs_buf_str(b, node);
+    gs_buf_put(b, "\":", 2);
+    gs_buf_json_str(b, reason);
+}
+
+struct scored {
+    int idx, score;
+};
+
+static int by_score(const void *a, const void *b)
+{
+    const struct scored *x = a, *y = b;
+    return x->score != y->score ? y->score - x->score : x->idx - y->idx;
+}
+
+/* The /filter reply: the fitting nodes (as full objects when the request
+ * carried them), then the reasons gathered for the others. */
+static void filter_reply(struct gs_buf *r, const struct ext_args *a, const unsigned char *fit,
+                         const struct gs_buf *failed, const struct gs_buf *unres)
+{
+    if (a->from_nodes) {
+        json_t *items = json_array();
+        for (int i = 0; i < a->n; i++)
+            if (fit[i])
+                json_array_append(items, (json_t *)a->nodes[i]);
+        json_t *list = json_pack("{s:s, s:s, s:o}", "apiVersion", "v1", "kind", "NodeList",
+                                 "items", items);
+        char *js = json_dumps(list, JSON_COMPACT | JSON_EMBED);
+        json_decref(list);
+        gs_buf_str(r, "{\"Nodes\":{");
+        gs_buf_str(r, js ? js : "");
+        gs_buf_str(r, "},\"NodeNames\":null");
+        free(js);
+    } else {
+        /* runs of fitting nodes are copied from the list's own reply text */
+        const char *q = a->list->quoted;
+        const size_t *qo = a->list->qoff;
+        gs_buf_reserve(r, failed->len + unres->len + qo[a->n] + 128); /* allocated once */
+        gs_buf_str(r, "{\"Nodes\":null,\"NodeNames\":[");
+        for (int i = 0, j, first = 1; i < a->n; i = j) {
+            for (j = i; j < a->n && fit[j]; j++)
+                ;
+            if (j > i) {
+                if (!first)
+                    gs_buf_put(r, ",", 1);
+                gs_buf_put(r, q + qo[i], qo[j] - qo[i] - 1);
+                first = 0;
+            } else {
+                j++;
+            }
+        }
+        gs_buf_put(r, "]", 1);
+    }
+    gs_buf_str(r, ",\"FailedNodes\":{");
+    if (failed->buf)
+        gs_buf_put(r, failed->buf + 1, failed->len - 1); /* drop the leading comma */
+    gs_buf_str(r, "},\"FailedAndUnresolvableNodes\":{");
+    if (unres->buf)
+        gs_buf_put(r, unres->buf + 1, unres->len - 1);
+    gs_buf_str(r, "},\"Error\":\"\"}");
+    r->oom |= failed->oom | unres->oom;
+}
+
+static const char unknown_node[] = "node is unknown to gpusched (no Node object seen)";
+
+/* Brings an entry's verdicts up to the cluster's state: only the nodes
+ * whose state stamp moved since the entry saw them (every node of a new
+ * entry) are decided again. pos: the nodes' positions (-1: unknown).
+ * Returns 1 when a verdict or a reason changed (the kept reply is
+ * dropped), 0 when none did, -1 when out of memory. Lock held. */
+static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const struct core_pod *pod,
+                       const int *pos)
+{
+    uint64_t ver = core_cluster_version(s->c);
+    const uint64_t *stamps = core_cluster_stamps(s->c);
+    int k = 0, changed = 0, oom = 0;
+    if (en->version == ver)
+        return 0;
+    int *idx = malloc(((size_t)en->n + 1) * sizeof *idx);
+    struct core_node **sub = malloc(((size_t)en->n + 1) * sizeof *sub);
+    unsigned char *subfit = malloc((size_t)en->n + 1);
+    if (!idx || !sub || !subfit) {
+        free(idx);
+        free(sub);
+        free(subfit);
+        return -1;
+    }
+    for (int i = 0; i < en->n; i++) {
+        uint64_t st = pos[i] < 0 ? 0 : stamps[pos[i]];
+        if (en->fit[i] != EXT_FIT_UNSET && st == en->stamp[i])
+            continue;
+        en->stamp[i] = st;
+        idx[k] = i;
+        sub[k++] = pos[i] < 0 ? NULL : core_cluster_node(s->c, pos[i]);
+    }
+    core_filter_nodes(s->c, pod, sub, k, subfit, NULL);
+    for (int j = 0; j < k; j++) {
+        int i = idx[j], v = EXT_FIT_YES;
+        struct core_status st;
+        const char *why = NULL;
+        if (!sub[j]) {
+            v = EXT_FIT_UNKNOWN;
+        } else if (!subfit[j] || !sched_devices_fit(s, sub[j], pod, &st)) {
+            if (!subfit[j])
+                core_filter(s->c, sub[j], pod, &st);
+            v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
+            why = st.reason;
+        }
+        if (v == en->fit[i] && (!why || strcmp(why, en->reason[i]) == 0))
+            continue;
+        changed = 1;
+        en->nfit += (v == EXT_FIT_YES) - (en->fit[i] == EXT_FIT_YES);
+        free(en->reason[i]);
+        en->reason[i] = NULL;
+        en->fit[i] = (unsigned char)v;
+        if (why && !(en->reason[i] = strdup(why))) {
+            en->nfit -= en->fit[i] == EXT_FIT_YES;
+            en->fit[i] = EXT_FIT_UNSET; /* decided again next time */
+            oom = 1;
+        }
+    }
+    free(idx);
+    free(sub);
+    free(subfit);
+    metric_add(s->m_redecided, NULL, k);
+    if (changed || oom)
+        ext_memo_set_reply(en, NULL);
+    en->version = oom ? 0 : ver;
+    return oom ? -1 : changed;
+}
+
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
+{
+    json_t **reply = &out->json;
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_args a;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    char *key;
+    size_t klen;
+    int memo, rc = sched_verb_start(s, "filter", body, len, &a, &pod, &pol, 0, &key, &klen, &memo,
+                                    out);
+    if (rc)
+        return rc;
+    int gpu = pod.req.kind != CORE_REQ_NONE;
+    /* a GPU pod asked about a NodeNames list is answered from a kept entry,
+     * any other from an entry of its own */
+    struct gs_buf failed = {0}, unres = {0};
+    /* per node: fits, and the node; a kept reply needs neither */
+    unsigned char *fit = NULL;
+    struct core_node **nodes = NULL;
+    struct ext_memo_entry own = {0}, *en = NULL;
+    int *own_pos = gpu && !memo ? malloc(((size_t)a.n + 1) * sizeof *own_pos) : NULL;
+    struct ext_text *kept = NULL;
+    int nfit = 0, modified = 0, ok = 1;
+    unsigned long epoch = 0;
+    uint64_t ver = 0;
+
+    if (!memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
+                  !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)) ||
+                  (gpu && (!own_pos || ext_memo_entry_init(&own, a.n) < 0)))) {
+        free(key);
+        ok = 0;
+        goto done;
+    }
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = gpu ? sched_remember(s, a.pod) : NULL;
+    int quota = sched_quota_prepare(s, &pod);
+    if (!gpu) {
+        memset(fit, 1, (size_t)a.n);
+    } else if (!(en = memo ? ext_memo_get(s->memo, a.list, EXT_MEMO_FILTER, key, klen) : &own)) {
+        ok = 0;
+    } else {
+        const int *pos = NULL;
+        if (!memo) {
+            sched_resolve(s, &a, nodes);
+            for (int i = 0; i < a.n && a.from_nodes; i++)
+                if (!nodes[i] && sched_upsert_locked(s, a.nodes[i], &e) == 0)
+                    nodes[i] = core_cluster_find(s->c, a.names[i]);
+            for (int i = 0; i < a.n; i++)
+                own_pos[i] = nodes[i] ? core_node_pos(nodes[i]) : -1;
+            pos = own_pos;
+        } else {
+            pos = sched_list_positions(s, a.list);
+        }
+        ok = memo_decide(s, en, &pod, pos) >= 0;
+        epoch = en->epoch;
+        ver = en->version;
+    }
+    if (ok && en && memo && en->reply && !quota && s->opts.top_k <= 0) {
+        kept = ext_text_ref(en->reply); /* nothing changed what it says */
+        nfit = en->nfit;
+    } else if (ok && en && memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
+                                    !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)))) {
+        ok = 0;
+    } else if (ok && en) {
+        if (memo && (quota || s->opts.top_k > 0))
+            sched_resolve(s, &a, nodes);
+        /* the verdicts, and the checks that are per request (quotas) */
+        for (int i = 0; i < a.n; i++) {
+            switch (en->fit[i]) {
+            case EXT_FIT_YES:
+                fit[i] = 1;
+                if (quota && sched_quota_blocks(s, &pod, nodes[i], &e)) {
+                    fit[i] = 0;
+                    modified = 1;
+                    add_reason(&failed, a.names[i], e.msg);
+                }
+                break;
+            case EXT_FIT_UNKNOWN: add_reason(&failed, a.names[i], unknown_node); break;
+            case EXT_FIT_NEVER:
+                /* in both maps: kube-scheduler < 1.21 reads only
+                 * FailedNodes; newer ones let the unresolvable entry win */
+                add_reason(&unres, a.names[i], en->reason[i]);
+                add_reason(&failed, a.names[i], en->reason[i]);
+                break;
+            default: add_reason(&failed, a.names[i], en->reason[i]); break;
+            }
+        }
+    }
+    for (int i = 0; ok && !kept && i < a.n; i++)
+        nfit += fit[i];
+    /* top-k: keep the policy's best k feasible nodes */
+    if (ok && !kept && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
+        struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
+        int *sc = calloc((size_t)nfit, sizeof *sc);
+        struct scored *order = calloc((size_t)nfit, sizeof *order);
+        int k = 0;
+        for (int i = 0; i < a.n; i++)
+            if (fit[i])
+                order[k].idx = i, fn[k++] = nodes[i];
+        if (fn && sc && order && core_score(s->c, pol, &pod, fn, nfit, sc, &e) == 0) {
+            for (k = 0; k < nfit; k++)
+                order[k].score = sc[k];
+            qsort(order, (size_t)nfit, sizeof *order, by_score);
+            for (k = s->opts.top_k; k < nfit; k++) {
+                char why[160];
+                snprintf(why, sizeof why, "fits, but policy %s ranks it below its best %d nodes "
+                         "(score %d)", pol->name, s->opts.top_k, order[k].score);
+                fit[order[k].idx] = 0;
+                add_reason(&failed, a.names[order[k].idx], why);
+            }
+            nfit = s->opts.top_k;
+            modified = 1;
+        }
+        free(fn);
+        free(sc);
+        free(order);
+    }
+    if (ok && !kept && !modified && memo && en->reply)
+        kept = ext_text_ref(en->reply); /* per-request checks changed nothing */
+    if (p && ok)
+        p->unschedulable = nfit == 0;
+    pthread_mutex_unlock(&s->mu);
+done:
+    ext_memo_entry_clear(&own);
+    free(own_pos);
+    if (!ok) {
+        *reply = ext_error("out of memory");
+        sched_decision(s, "filter", "error");
+        free(failed.buf);
+        free(unres.buf);
+        free(fit);
+        free(nodes);
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        return 500;
+    }
+    if (kept) {
+        metric_inc(s->m_kept, (const char *[]){"filter"});
+        out->shared = kept;
+    } else {
+        struct gs_buf r = {0};
+        filter_reply(&r, &a, fit, &failed, &unres);
+        if (memo && !modified && !r.oom) {
+            /* kept for the next request that asks the same */
+            if ((out->shared = ext_text_wrap(r.buf, r.len))) {
+                pthread_mutex_lock(&s->mu);
+                if (en->epoch == epoch && en->version == ver && !en->reply)
+                    ext_memo_set_reply(en, ext_text_ref(out->shared));
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                *reply = ext_error("out of memory");
+            }
+        } else {
+            sched_reply_text(out, &r);
+        }
+    }
+    free(failed.buf);
+    free(unres.buf);
+    sched_decision(s, "filter", !gpu ? "no_gpu" : nfit ? "fit" : "no_fit");
+    free(fit);
+    free(nodes);
+    core_pod_clear(&pod);
+    ext_args_clear(&a);
+    return 200;
+}

@@ -1,0 +1,146 @@
+/*
+ * ext/sched_int.h - private to the extender's scheduler (ext/sched.c and
+ * ext/sched_*.c): the state every verb shares and the few helpers they call.
+ * The public API is ext/sched.h; nothing else includes this header.
+ *
+ * Locking: every field of struct ext_sched below `mu` is guarded by it
+ * (the metrics are thread-safe on their own); helpers marked "Lock held"
+ * expect the caller to hold it.
+ */
+#ifndef GPUSCHED_EXT_SCHED_INT_H
+#define GPUSCHED_EXT_SCHED_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "core/quota.h"
+#include "ext/devices.h"
+#include "ext/memo.h"
+#include "ext/namelist.h"
+#include "ext/nodelock.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "util/buf.h"
+#include "util/err.h"
+#include "util/metrics.h"
+
+/* ---- a small string-keyed hash map ---------------------------------------- */
+
+struct entry {
+    char *key;
+    void *val;
+    struct entry *next;
+};
+
+struct smap {
+    struct entry **b;
+    size_t nb, n;
+};
+
+
+/* What the extender keeps of a node beside the core's model. */
+struct node_info {
+    double updated_at;      /* inventory time (0: none) */
+    struct ext_devcap cap;  /* kubelet's device counts (ext/devices.h) */
+    int kubelet;            /* a kubelet registered it (status.nodeInfo.kubeletVersion) */
+};
+
+/* A pod the extender has seen. */
+struct pod {
+    char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+    json_t *obj;          /* the Pod object (for /bind and rebuilds) */
+    int unschedulable;    /* its last /filter found no node */
+    int need_restore;     /* assignment annotations whose node is not known yet */
+    int binding;          /* a /bind is committing its allocation right now */
+    int bound;            /* this replica's /bind committed its allocation */
+    int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
+                             it has not bound since: kube-scheduler parked it */
+    unsigned long seq;    /* last touched */
+    struct pod *older, *newer; /* the eviction order (see evict) */
+};
+
+struct ext_sched {
+    pthread_mutex_t mu;
+    struct core_cluster *c;
+    const struct core_policy *policy;
+    struct ext_sched_opts opts;
+    struct ext_commit commit;
+    struct smap pods;     /* uid -> struct pod */
+    struct pod *oldest, *newest; /* the pods, least recently remembered first */
+    struct smap inv;      /* node name -> struct node_info */
+    struct ext_nodelock *lock; /* one pending GPU pod per node (cluster mode), or NULL */
+    int n_devcap;         /* nodes whose allocatable device counts are known */
+    /* NodeNames arrays seen lately (ext/namelist.h); their node positions
+     * are valid while node_gen, bumped whenever a node comes or goes, is
+     * what they were resolved at */
+    struct ext_namecache *lists;
+    unsigned long node_gen;
+    int n_bind_busy;      /* pods with bind_busy set */
+    int released;         /* a node lock was released since the last check */
+    struct ext_memo *memo;
+    unsigned long seq;
+    int n_need_restore;
+    struct metric *m_kept, *m_redecided; /* kept answers (ext/memo.h) */
+    struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
+        *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
+    struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
+    struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
+};
+
+/* ---- state (ext/sched.c) --------------------------------------------------- */
+
+/* The value stored under k, or NULL. */
+void *sched_smap_get(const struct smap *m, const char *k);
+/* Counts one decision of a verb in gpusched_extender_decisions_total. */
+void sched_decision(struct ext_sched *s, const char *verb, const char *result);
+/* The wall clock, in seconds. */
+double sched_wall_now(void);
+/* The remembered pod ns/name, or NULL. Lock held. */
+struct pod *sched_find_by_name(struct ext_sched *s, const char *ns, const char *name);
+/* Remembers (or refreshes) a pod; NULL when it cannot. Lock held. */
+struct pod *sched_remember(struct ext_sched *s, const json_t *obj);
+/* Sets p's bind_busy, keeping the count of such pods. Lock held. */
+void sched_set_bind_busy(struct ext_sched *s, struct pod *p, int v);
+/* Brings quota usage up to date for the pod's namespace; 1 when it has a
+ * quota. Lock held. */
+int sched_quota_prepare(struct ext_sched *s, const struct core_pod *pod);
+/* Would the pod on n exceed its namespace's quota (reason in *e)? Lock held. */
+int sched_quota_blocks(struct ext_sched *s, const struct core_pod *pod, const struct core_node *n,
+                       struct gs_err *e);
+/* Adds or updates a Node object in the model. Lock held. */
+int sched_upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *e);
+/* Has kubelet the devices the pod needs on n? 1 yes; 0 no, with *st
+ * (optional) filled as a filter rejection. Lock held. */
+int sched_devices_fit(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                      struct core_status *st);
+/* The whole verdict on one node: the core's filters, then kubelet's device
+ * count. Lock held. */
+int sched_node_fits(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
+                    struct core_status *st);
+
+/* ---- what the verbs share (ext/sched_verb.c) ------------------------------ */
+
+/* Takes the text of a string builder as the reply (or an error tree on OOM). */
+void sched_reply_text(struct ext_reply *r, struct gs_buf *b);
+/* Parses the Pod of a request and picks its policy. Returns 0, or fills
+ * *reply with a 200 "Error" answer and returns -1. */
+int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod *pod,
+                         const struct core_policy **pol, json_t **reply);
+/* A NodeNames list's positions in the core's node array (-1: unknown).
+ * Lock held. */
+const int *sched_list_positions(struct ext_sched *s, struct ext_namelist *l);
+/* The request's nodes (NULL: not in the cluster). Lock held. */
+void sched_resolve(struct ext_sched *s, const struct ext_args *a, struct core_node **nodes);
+/* The start of /filter (scores 0) and /prioritize (scores 1): the
+ * ExtenderArgs, the pod, its policy, and whether the answer may be kept
+ * (*memo, with its key). Returns 0, or the HTTP status of the error reply
+ * it wrote in *out (nothing left to clear then). */
+int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, size_t len,
+                     struct ext_args *a, struct core_pod *pod, const struct core_policy **pol,
+                     int scores, char **key, size_t *klen, int *memo, struct ext_reply *out);
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * ext/sched_prioritize.c - the extender's /prioritize verb (kube-scheduler's
+ * Score extension point): the policy's score of each node, on
+ * kube-scheduler's 0..10 scale, kept while the cluster does not change.
+ */
+#include <stdint.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/policy.h"
+#include "ext/memo.h"
+#include "ext/proto.h"
+#include "ext/sched.h"
+#include "ext/sched_int.h"
+#include "ext/namelist.h"
+#include "util/buf.h"
+
+int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
+{
+    json_t **reply = &out->json;
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_args a;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    char *key;
+    size_t klen;
+    int memo, rc = sched_verb_start(s, "prioritize", body, len, &a, &pod, &pol, 1, &key, &klen,
+                                    &memo, out);
+    if (rc)
+        return rc;
+    int gpu = pod.req.kind != CORE_REQ_NONE;
+    /* answered from a kept reply while the cluster's version has not moved:
+     * scores are normalised over all feasible nodes, so any change starts
+     * the answer again */
+    struct ext_memo_entry *en = NULL;
+    unsigned long epoch = 0;
+    uint64_t ver = 0;
+
+    pthread_mutex_lock(&s->mu);
+    if (gpu)
+        sched_remember(s, a.pod);
+    if (memo && (en = ext_memo_get(s->memo, a.list, EXT_MEMO_PRIORITIZE, key, klen))) {
+        if (en->reply && en->version == core_cluster_version(s->c))
+            out->shared = ext_text_ref(en->reply);
+        epoch = en->epoch;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (out->shared) {
+        metric_inc(s->m_kept, (const char *[]){"prioritize"});
+        sched_decision(s, "prioritize", "scored");
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        return 200;
+    }
+
+    struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
+    int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
+    int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
+    unsigned char *fit = calloc((size_t)a.n + 1, 1);
+    int k = 0, scored = 0;
+
+    if (!nodes || !pos || !sc || !out_scores || !fit) {
+        *reply = ext_error("out of memory");
+        sched_decision(s, "prioritize", "error");
+        rc = 500;
+        goto done;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (gpu) {
+        sched_resolve(s, &a, nodes);
+        for (int i = 0; i < a.n; i++)
+            if (nodes[i]) {
+                pos[k] = i;
+                nodes[k++] = nodes[i];
+            }
+        /* the filters' verdicts kept in the entry (per list index, with the
+         * node's state stamp): only the nodes whose state moved since are
+         * filtered again; scores are normalised over all, so all are scored */
+        const uint64_t *stamps = core_cluster_stamps(s->c);
+        int keep = en && en->epoch == epoch && (en->fit || ext_memo_entry_init(en, a.n) == 0);
+        for (int j = 0; j < k && keep; j++) {
+            int i = pos[j];
+            if (en->fit[i] && en->stamp[i] == stamps[core_node_pos(nodes[j])])
+                fit[j] = en->fit[i];
+        }
+        scored = !k || core_score_fit(s->c, pol, &pod, nodes, k, fit, sc, &e) == 0;
+        for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
+            out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
+        for (int j = 0; j < k && keep; j++) {
+            en->fit[pos[j]] = scored ? fit[j] : 0;
+            en->stamp[pos[j]] = stamps[core_node_pos(nodes[j])];
+        }
+        ver = core_cluster_version(s->c);
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    struct gs_buf r = {0};
+    size_t need = 2; /* the whole reply, so that it is allocated once */
+    for (int i = 0; i < a.n; i++)
+        need += (a.list ? a.list->len[i] : strlen(a.names[i])) +
+                sizeof ",{\"Host\":\"\",\"Score\":10}";
+    if (gs_buf_reserve(&r, need) == 0) {
+        /* written in place: the buffer holds the whole reply */
+        static const char host[] = "{\"Host\":\"", score[] = "\",\"Score\":";
+        char *w = r.buf + r.len;
+        *w++ = '[';
+        for (int i = 0; i < a.n; i++) {
+            size_t nl = a.list ? a.list->len[i] : strlen(a.names[i]);
+            if (i)
+                *w++ = ',';
+            memcpy(w, host, sizeof host - 1);
+            w += sizeof host - 1;
+            memcpy(w, a.names[i], nl);
+            w += nl;
+            memcpy(w, score, sizeof score - 1);
+            w += sizeof score - 1;
+            if (out_scores[i] >= 10) /* scores are 0..10: two digits at most */
+                *w++ = (char)('0' + out_scores[i] / 10);
+            *w++ = (char)('0' + out_scores[i] % 10);
+            *w++ = '}';
+        }
+        r.len = (size_t)(w - r.buf);
+    }
+    gs_buf_put(&r, "]", 1);
+    if (en && scored && !r.oom) {
+        /* kept while nothing changes: the same entry, the same version */
+        if (!(out->shared = ext_text_wrap(r.buf, r.len))) {
+            *reply = ext_error("out of memory");
+        } else {
+            pthread_mutex_lock(&s->mu);
+            if (en->epoch == epoch && core_cluster_version(s->c) == ver) {
+                en->version = ver;
+                ext_memo_set_reply(en, ext_text_ref(out->shared));
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+    } else {
+        sched_reply_text(out, &r);
+    }
+    sched_decision(s, "prioritize", gpu ? "scored" : "no_gpu");
+    rc = 200;
+done:
+    free(nodes);
+    free(pos);
+    free(sc);
+    free(out_scores);
+    free(fit);
+    core_pod_clear(&pod);
+    ext_args_clear(&a);
+    return rc;
+}
