@@ -78,6 +78,51 @@ def test_multi_gpu_and_two_containers(cluster, pods):
     assert not set(a) & set(b), f"whole GPUs given twice: {a} {b}"
 
 
+def test_kubelet_device_count_of_multi_container_pods(cluster, pods):
+    """kubelet takes devices per container and lets later containers reuse an init
+    container's (devicemanager's devicesToReuse): node-b at 2 devices per GPU (4 in all)
+    admits a two-container shared pod (2 devices) and an init(2)+app(1) pod (2, not 3)
+    side by side, and the extender counts them the same way: both run, and a third
+    shared pod is refused by its DeviceCount filter and stays Pending, where a bind
+    past kubelet's count would fail admission for good."""
+    node = cluster.node(NODE_B)
+    old = list(node.dp_args)
+    node.restart_device_plugin([a for a in old if not a.startswith("--replicas")] +
+                               ["--replicas=2"])
+    try:
+        assert node.dp_replicas == 2 and node.allocatable()["nvidia.com/gpu"] == "4"
+        share = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1Gi"}
+        two = gpu_pod("mc-two", containers=[("first", share), ("second", share)], node=NODE_B)
+        init = gpu_pod("mc-init", share, node=NODE_B)
+        init["spec"]["initContainers"] = [{
+            "name": "setup", "image": init["spec"]["containers"][0]["image"],
+            "imagePullPolicy": "Never", "command": ["sh", "-c", f"env; echo {READY}"],
+            "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpu-memory": "2Gi"}}}]
+        # one after another: the node lock holds a second bind until kubelet has
+        # allocated the first pod anyway
+        got = run(cluster, pods, two)
+        got.update(run(cluster, pods, init))
+        assert len(check_pod_gpus(cluster, got["mc-two"])) == 2
+        assert len(check_pod_gpus(cluster, got["mc-init"])) == 2
+        pods.append("mc-third")
+        cluster.apply(gpu_pod("mc-third", share, node=NODE_B))
+
+        def failed_event():
+            evs = [e for e in cluster.events(NS, "mc-third")
+                   if e.get("reason") == "FailedScheduling"]
+            return evs[-1] if evs else None
+        ev = cluster.wait(failed_event, 30, "a FailedScheduling event for mc-third")
+        msg = ev.get("message", "")
+        assert "kubelet has 0 of 4 nvidia.com/gpu devices left" in msg, msg
+        time.sleep(2)
+        p = cluster.pod(NS, "mc-third")
+        assert p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName"), \
+            cluster.describe_pods(NS, ["mc-third"])
+    finally:
+        cluster.delete_pods(NS, [n for n in ("mc-two", "mc-init", "mc-third") if n in pods])
+        node.restart_device_plugin(old)
+
+
 def test_gpu_type_include_exclude(cluster, pods):
     # one at a time: this checks the model filters; pods arriving together at one node
     # are test_bursts.py's subject
