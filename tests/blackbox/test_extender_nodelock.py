@@ -136,6 +136,41 @@ def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin
         e.stop()
 
 
+def retry_patches(api, name):
+    """The extender's nudges of pod default/NAME: PATCHes that set gpusched.io/retry-at."""
+    with api.lock:
+        return [b for m, path, b in api.requests
+                if m == "PATCH" and path.split("?")[0] == f"/api/v1/namespaces/default/pods/{name}"
+                and PREFIX + "retry-at" in ((b or {}).get("metadata") or {}).get("annotations", {})]
+
+
+def test_pod_on_both_nudge_lists_is_patched_once(gpusched_bin, api, tmp_path):
+    """A pod whose bind found its node held (503) and whose next /filter then found no
+    node is on both lists a nudge reads (bind retries and unschedulable pods): the
+    release of the node patches it once, not once per list."""
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--bind-wait", "0.5")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        time.sleep(1.5)  # past the nudge round that follows the start's pod list
+        assert bind(e, api, "a").status_code == 200
+        assert bind(e, api, "b").status_code == 503
+        # kube-scheduler tries b again and finds no node this time (only an unknown one
+        # is offered): b is unschedulable as well as waiting for its bind's retry
+        f = e.filter(api.get("pods", "b", "default"), ["gone"])
+        assert f["NodeNames"] == [], f
+        time.sleep(1.5)
+        assert retry_patches(api, "b") == []
+        mark_allocated(api, "a")
+        wait_for(lambda: retry_patches(api, "b"), timeout=5, what="b nudged")
+        time.sleep(1.5)  # a second patch would come in the same nudge round
+        assert len(retry_patches(api, "b")) == 1, retry_patches(api, "b")
+    finally:
+        e.stop()
+
+
 def test_holder_rebuilt_after_restart_and_released_by_delete(gpusched_bin, api, tmp_path):
     for n in ("a", "b"):
         add_gpu_pod(api, n)
