@@ -54,19 +54,28 @@ static void test_parse(void)
     ASSERT_CONTAINS(e.msg, "more than 16 MIG resources");
 }
 
-static void test_fits(void)
+/* A cluster of one node "n" with n_gpus healthy GPUs "G0".. of mem_mib each. */
+static struct core_cluster *cluster_of_one(int n_gpus, int64_t mem_mib)
 {
     struct gs_err e = GS_ERR_INIT;
     struct core_cluster *c = core_cluster_new();
-    struct core_node_spec spec = {.name = "n", .cpu_milli = 8000, .mem_bytes = 1LL << 34, .n_gpus = 2};
-    for (int i = 0; i < 2; i++) {
+    struct core_node_spec spec = {.name = "n", .cpu_milli = 64000, .mem_bytes = 1LL << 36,
+                                  .n_gpus = n_gpus};
+    for (int i = 0; i < n_gpus; i++) {
         spec.gpus[i].index = i;
         snprintf(spec.gpus[i].uuid, sizeof spec.gpus[i].uuid, "G%d", i);
         snprintf(spec.gpus[i].model, sizeof spec.gpus[i].model, "A");
-        spec.gpus[i].mem_mib = 1000;
+        spec.gpus[i].mem_mib = mem_mib;
         spec.gpus[i].healthy = 1;
     }
     ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
+    return c;
+}
+
+static void test_fits(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_cluster *c = cluster_of_one(2, 1000);
     struct core_node *n = core_cluster_find(c, "n");
     struct ext_devcap cap;
     ASSERT_EQ(parse("{\"nvidia.com/gpu\":\"3\"}", &cap, &e), 0);
@@ -172,17 +181,7 @@ static void check_pod(const struct ctr *init, int n_init, const struct ctr *app,
         fprintf(stderr, "  pod %s: extender needs %d devices, kubelet takes %d\n", buf, need, want);
     ASSERT_EQ(need, want);
 
-    struct core_cluster *c = core_cluster_new();
-    struct core_node_spec spec = {.name = "n", .cpu_milli = 64000, .mem_bytes = 1LL << 36,
-                                  .n_gpus = 8};
-    for (int i = 0; i < 8; i++) {
-        spec.gpus[i].index = i;
-        snprintf(spec.gpus[i].uuid, sizeof spec.gpus[i].uuid, "G%d", i);
-        snprintf(spec.gpus[i].model, sizeof spec.gpus[i].model, "A");
-        spec.gpus[i].mem_mib = 40000;
-        spec.gpus[i].healthy = 1;
-    }
-    ASSERT_EQ(core_cluster_upsert_node(c, &spec, &e), 0);
+    struct core_cluster *c = cluster_of_one(8, 40000);
     struct core_decision d;
     ASSERT_EQ(core_schedule_one(c, core_policy_find("binpack"), &pod, &d, &e), 0);
     ASSERT_EQ(core_reserve(c, &d.alloc, &e), 0);
