@@ -24,6 +24,10 @@
 #include "util/log.h"
 #include "util/opt.h"
 
+/* the help text states the limits the code uses, so it cannot drift from them */
+#define STR_(x) #x
+#define XSTR(x) STR_(x)
+
 static volatile sig_atomic_t stop_flag;
 
 static void on_signal(int sig)
@@ -128,8 +132,9 @@ int cmd_device_plugin(int argc, char **argv)
                 "API server access (default: in-cluster when run in a pod)"),
         OPT_BOOL("no-api", &no_api, "never use the API server: NVIDIA-compatible mode"),
         OPT_INT("replicas", &replicas, "N",
-                "devices advertised per GPU, for shared pods (1..64; default 10 with an API "
-                "server, 1 without)", 1, DP_MAX_REPLICAS),
+                "devices advertised per GPU, for shared pods (1.." XSTR(DP_MAX_REPLICAS)
+                "; default " XSTR(DP_DEFAULT_API_REPLICAS) " with an API server, 1 without)",
+                1, DP_MAX_REPLICAS),
         OPT_STR("resource-prefix", &prefix, "PREFIX", "resource names' prefix (nvidia.com/)"),
         OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),
         OPT_STR("ignore-xids", &ignore_xids, "LIST",

@@ -164,13 +164,34 @@ int ext_cluster_leader(void *cluster, char *out, size_t cap)
 
 /* ---- housekeeping: stale inventories, nudges, events, metrics --------------- */
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Drops repeated names from pods[0..n) (freeing them); returns the new count.
+ * A pod can be on both lists a nudge reads: its bind found the node held and
+ * its next /filter found no node. */
+static int unique_pods(char **pods, int n)
+{
+    int k = 0;
+    qsort(pods, (size_t)n, sizeof *pods, cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (k > 0 && strcmp(pods[k - 1], pods[i]) == 0)
+            free(pods[i]);
+        else
+            pods[k++] = pods[i];
+    }
+    return k;
+}
+
 static void nudge(struct ext_cluster *cl, int all)
 {
     char *pods[MAX_NUDGE], now[40], key[160];
     int n = all ? ext_sched_waiting(cl->s, pods, MAX_NUDGE)
                 : ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
     if (!all)
-        n += ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n);
+        n = unique_pods(pods, n + ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n));
     kube_now_micro(now, sizeof now);
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
     for (int i = 0; i < n; i++) {

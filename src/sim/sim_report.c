@@ -129,10 +129,20 @@ static json_t *num(double v)
     return isnan(v) ? json_null() : json_real(v);
 }
 
-static json_t *stat_json(const struct sim_stat *s)
+json_t *sim_stat_json(const struct sim_stat *s)
 {
     return json_pack("{s:o, s:o, s:o}", "mean", num(s->mean), "sd", num(s->sd), "median",
                      num(s->median));
+}
+
+int sim_json_write(FILE *f, json_t *root)
+{
+    if (!root)
+        return -GS_ENOMEM;
+    int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+    json_decref(root);
+    fputc('\n', f);
+    return rc < 0 || ferror(f) ? -GS_EIO : 0;
 }
 
 int sim_write_json(FILE *f, const struct sim_report *r)
@@ -147,15 +157,13 @@ int sim_write_json(FILE *f, const struct sim_report *r)
         json_array_append_new(
             results, json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o}", "policy", s->policy->name,
                                "seeds", s->seeds, "unallocated_pct_at_100",
-                               stat_json(&s->unalloc100), "unallocated_pct_at_130",
-                               stat_json(&s->unalloc130), "frag_pct_at_90", stat_json(&s->frag90),
-                               "failed_pods", stat_json(&s->failed), "curve", curve));
+                               sim_stat_json(&s->unalloc100), "unallocated_pct_at_130",
+                               sim_stat_json(&s->unalloc130), "frag_pct_at_90", sim_stat_json(&s->frag90),
+                               "failed_pods", sim_stat_json(&s->failed), "curve", curve));
     }
     json_t *root = json_pack("{s:i, s:i, s:i, s:o, s:f}", "nodes", r->nodes, "gpus", r->gpus,
                              "pods", r->pods, "results", results, "elapsed_s", r->elapsed_s);
-    if (!root)
-        return -GS_ENOMEM;
-    if (r->bound) {
+    if (root && r->bound) {
         struct sim_stat b = sim_stat_of(r->bound, r->n_bound);
         json_t *per = json_array();
         for (int i = 0; i < r->n_bound; i++)
@@ -163,13 +171,10 @@ int sim_write_json(FILE *f, const struct sim_report *r)
                                                  (json_int_t)r->bound_seeds[i],
                                                  "unallocated_pct_at_100", num(r->bound[i])));
         json_object_set_new(root, "bound",
-                            json_pack("{s:o, s:o, s:f}", "unallocated_pct_at_100", stat_json(&b),
+                            json_pack("{s:o, s:o, s:f}", "unallocated_pct_at_100", sim_stat_json(&b),
                                       "per_seed", per, "elapsed_s", r->bound_s));
     }
-    int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
-    json_decref(root);
-    fputc('\n', f);
-    return rc < 0 || ferror(f) ? -GS_EIO : 0;
+    return sim_json_write(f, root);
 }
 
 int sim_write_csv(FILE *f, const struct sim_report *r)
@@ -199,6 +204,25 @@ static const char *const colors[] = {"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c",
                                      "#9467bd", "#d62728", "#8c564b", "#e377c2",
                                      "#17becf", "#bcbd22"};
 
+/* XML-escaped text. */
+static void svg_text(FILE *f, const char *s)
+{
+    for (const char *p = s ? s : ""; *p; p++)
+        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+}
+
+/* The picture's opening: size, white background, the title centred on title_x. */
+static void svg_head(FILE *f, int w, int h, int title_x, const char *title)
+{
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+            w, h, w, h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", title_x);
+    svg_text(f, title);
+    fprintf(f, "</text>\n");
+}
+
 static double px(double a) { return ML + (a - X0) * (W - ML - MR) / (X1 - X0); }
 static double py(double v, double ymax) { return MT + (1 - v / ymax) * (H - MT - MB); }
 
@@ -214,14 +238,7 @@ int sim_write_svg(FILE *f, const struct sim_report *r, const char *title)
     ymax = ymax <= 0 ? 5 : ceil(ymax / 5) * 5;
     double ystep = ymax <= 10 ? 1 : ymax <= 30 ? 5 : 10;
 
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
-            W, H, W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", (W - MR + ML) / 2);
-    for (const char *p = title ? title : ""; *p; p++) /* XML-escape the title */
-        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
-    fprintf(f, "</text>\n");
+    svg_head(f, W, H, (W - MR + ML) / 2, title);
     /* grid and ticks */
     for (int a = X0; a <= X1; a += 5)
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>"
@@ -280,21 +297,9 @@ int sim_write_svg(FILE *f, const struct sim_report *r, const char *title)
 
 /* ---- panels ----------------------------------------------------------- */
 
-static void svg_text(FILE *f, const char *s)
-{
-    for (const char *p = s ? s : ""; *p; p++)
-        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
-}
-
 void sim_svg_begin(FILE *f, int w, int h, const char *title)
 {
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
-            w, h, w, h);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">", w / 2);
-    svg_text(f, title);
-    fprintf(f, "</text>\n");
+    svg_head(f, w, h, w / 2, title);
 }
 
 int sim_svg_end(FILE *f)

@@ -8,6 +8,7 @@
 #ifndef GPUSCHED_SIM_REPORT_H
 #define GPUSCHED_SIM_REPORT_H
 
+#include <jansson.h>
 #include <stdio.h>
 
 #include "sim/sim_run.h"
@@ -42,6 +43,14 @@ struct sim_report {
     int n_bound;
     double bound_s;                  /* time spent on the LPs */
 };
+
+/* ---- building blocks for other reports (the time-driven replay's) ---- */
+
+/* {"mean", "sd", "median"} of a statistic, NaN as null; NULL on no memory. */
+json_t *sim_stat_json(const struct sim_stat *s);
+/* Writes root as the reports' JSON files are written (indent 1, 6 significant
+ * digits, a final newline) and releases it; NULL root is -GS_ENOMEM. */
+int sim_json_write(FILE *f, json_t *root);
 
 void sim_print_table(FILE *f, const struct sim_report *r);
 int sim_write_json(FILE *f, const struct sim_report *r);

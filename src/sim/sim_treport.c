@@ -119,12 +119,6 @@ static json_t *num(double v)
     return isnan(v) ? json_null() : json_real(v);
 }
 
-static json_t *stat_json(const struct sim_stat *s)
-{
-    return json_pack("{s:o, s:o, s:o}", "mean", num(s->mean), "sd", num(s->sd), "median",
-                     num(s->median));
-}
-
 int sim_time_write_json(FILE *f, const struct sim_time_report *r)
 {
     json_t *results = json_array();
@@ -134,10 +128,10 @@ int sim_time_write_json(FILE *f, const struct sim_time_report *r)
         for (int c = 0; c < SIM_N_CLS; c++)
             json_object_set_new(delay, sim_cls_name(c),
                                 json_pack("{s:i, s:o, s:o, s:o, s:o}", "pods", s->n_delay[c],
-                                          "mean_s", stat_json(&s->delay_mean[c]), "p50_s",
-                                          stat_json(&s->delay[c][0]), "p90_s",
-                                          stat_json(&s->delay[c][1]), "p99_s",
-                                          stat_json(&s->delay[c][2])));
+                                          "mean_s", sim_stat_json(&s->delay_mean[c]), "p50_s",
+                                          sim_stat_json(&s->delay[c][0]), "p90_s",
+                                          sim_stat_json(&s->delay[c][1]), "p99_s",
+                                          sim_stat_json(&s->delay[c][2])));
         json_t *ts = json_array(), *cdf = json_array();
         for (int k = 0; k < SIM_TIME_POINTS; k++)
             json_array_append_new(
@@ -151,21 +145,16 @@ int sim_time_write_json(FILE *f, const struct sim_time_report *r)
                       "policy", s->policy->name, "load", s->load, "scale", s->scale, "seeds",
                       s->seeds,
                       "window_start_s", s->t0, "window_end_s", s->t1, "gpu_alloc_pct_time_mean",
-                      stat_json(&s->alloc), "pending_gpu_pct_time_mean", stat_json(&s->pending),
-                      "gpu_hours", stat_json(&s->gpu_hours), "waiting_pods_at_end",
-                      stat_json(&s->waiting_at_end), "never_placed_pods",
-                      stat_json(&s->never_placed), "delay", delay,
+                      sim_stat_json(&s->alloc), "pending_gpu_pct_time_mean", sim_stat_json(&s->pending),
+                      "gpu_hours", sim_stat_json(&s->gpu_hours), "waiting_pods_at_end",
+                      sim_stat_json(&s->waiting_at_end), "never_placed_pods",
+                      sim_stat_json(&s->never_placed), "delay", delay,
                       "series_t_alloc_pending", ts, "delay_cdf_pct_s", cdf));
     }
     json_t *root = json_pack("{s:s, s:i, s:i, s:i, s:o, s:f}", "mode", "time", "nodes", r->nodes,
                              "gpus", r->gpus, "pods", r->pods, "results", results, "elapsed_s",
                              r->elapsed_s);
-    if (!root)
-        return -GS_ENOMEM;
-    int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
-    json_decref(root);
-    fputc('\n', f);
-    return rc < 0 || ferror(f) ? -GS_EIO : 0;
+    return sim_json_write(f, root);
 }
 
 /* One column per load: allocation over time, waiting demand over time, delay
@@ -183,28 +172,14 @@ int sim_time_write_svg(FILE *f, const struct sim_time_report *r, const char *tit
     }
     const int cw = 330, ch = 210, ml = 70, mt = 60, gap = 80;
     int w = ml + n_loads * cw + 20, h = mt + 3 * (ch + gap);
-    sim_svg_begin(f, w, h, title);
-    double *xs = malloc(SIM_TIME_POINTS * sizeof *xs), *cx = malloc(SIM_CDF_POINTS * sizeof *cx);
-    double *cy = malloc(SIM_CDF_POINTS * sizeof *cy);
+    double *xs = malloc(SIM_TIME_POINTS * sizeof *xs), *cy = malloc(SIM_CDF_POINTS * sizeof *cy);
+    double *cdf_x = calloc((size_t)r->n * SIM_CDF_POINTS + 1, sizeof *cdf_x);
     struct sim_svg_line *lines = calloc((size_t)r->n + 1, sizeof *lines);
     struct sim_svg_line *cl = calloc((size_t)r->n + 1, sizeof *cl);
-    if (!xs || !cx || !cy || !lines || !cl) {
-        free(xs);
-        free(cx);
-        free(cy);
-        free(lines);
-        free(cl);
-        return -GS_ENOMEM;
-    }
-    double *cdf_x = calloc((size_t)r->n * SIM_CDF_POINTS + 1, sizeof *cdf_x);
-    if (!cdf_x) {
-        free(xs);
-        free(cx);
-        free(cy);
-        free(lines);
-        free(cl);
-        return -GS_ENOMEM;
-    }
+    int rc = -GS_ENOMEM;
+    if (!xs || !cy || !cdf_x || !lines || !cl)
+        goto out; /* before the first byte: no half-written picture */
+    sim_svg_begin(f, w, h, title);
     for (int k = 0; k < SIM_CDF_POINTS; k++)
         cy[k] = k;
     for (int li = 0; li < n_loads; li++) {
@@ -271,11 +246,12 @@ int sim_time_write_svg(FILE *f, const struct sim_time_report *r, const char *tit
                                   "% of GPU pods", cl, nl, 0};
         sim_svg_panel(f, &q);
     }
+    rc = sim_svg_end(f);
+out:
     free(xs);
-    free(cx);
     free(cy);
+    free(cdf_x);
     free(lines);
     free(cl);
-    free(cdf_x);
-    return sim_svg_end(f);
+    return rc;
 }

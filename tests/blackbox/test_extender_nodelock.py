@@ -111,11 +111,9 @@ def test_wait_runs_out_then_admission_releases(gpusched_bin, api, tmp_path):
         e.stop()
 
 
-def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin, api,
-                                                                   tmp_path):
-    """After a 503 kube-scheduler keeps the pod in its unschedulable queue
-    until a cluster event (60 s in 1.20); the release of its node is one,
-    told by a pod update (gpusched.io/retry-at), as when GPUs free up."""
+def b_refused_for_held_node(gpusched_bin, api, tmp_path):
+    """An extender (bind_wait 0.5 s) that bound pod a to g1 and then answered b's
+    /bind 503, g1 being held by a (not yet allocated). The caller stops it."""
     for n in ("a", "b"):
         add_gpu_pod(api, n)
     e = start(gpusched_bin, api, tmp_path, "--bind-wait", "0.5")
@@ -125,6 +123,19 @@ def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin
         time.sleep(1.5)  # past the nudge round that follows the start's pod list
         assert bind(e, api, "a").status_code == 200
         assert bind(e, api, "b").status_code == 503
+    except BaseException:
+        e.stop()
+        raise
+    return e
+
+
+def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin, api,
+                                                                   tmp_path):
+    """After a 503 kube-scheduler keeps the pod in its unschedulable queue
+    until a cluster event (60 s in 1.20); the release of its node is one,
+    told by a pod update (gpusched.io/retry-at), as when GPUs free up."""
+    e = b_refused_for_held_node(gpusched_bin, api, tmp_path)
+    try:
         time.sleep(1.5)
         assert PREFIX + "retry-at" not in api.get("pods", "b", "default")["metadata"]["annotations"]
         mark_allocated(api, "a")
@@ -132,6 +143,34 @@ def test_pod_whose_wait_ran_out_is_nudged_when_the_node_is_released(gpusched_bin
                  api.get("pods", "b", "default")["metadata"]["annotations"],
                  timeout=5, what="b nudged")
         assert bind(e, api, "b").status_code == 200
+    finally:
+        e.stop()
+
+
+def retry_patches(api, name):
+    """The extender's nudges of pod default/NAME: PATCHes that set gpusched.io/retry-at."""
+    with api.lock:
+        return [b for m, path, b in api.requests
+                if m == "PATCH" and path.split("?")[0] == f"/api/v1/namespaces/default/pods/{name}"
+                and PREFIX + "retry-at" in ((b or {}).get("metadata") or {}).get("annotations", {})]
+
+
+def test_pod_on_both_nudge_lists_is_patched_once(gpusched_bin, api, tmp_path):
+    """A pod whose bind found its node held (503) and whose next /filter then found no
+    node is on both lists a nudge reads (bind retries and unschedulable pods): the
+    release of the node patches it once, not once per list."""
+    e = b_refused_for_held_node(gpusched_bin, api, tmp_path)
+    try:
+        # kube-scheduler tries b again and finds no node this time (only an unknown one
+        # is offered): b is unschedulable as well as waiting for its bind's retry
+        f = e.filter(api.get("pods", "b", "default"), ["gone"])
+        assert f["NodeNames"] == [], f
+        time.sleep(1.5)
+        assert retry_patches(api, "b") == []
+        mark_allocated(api, "a")
+        wait_for(lambda: retry_patches(api, "b"), timeout=5, what="b nudged")
+        time.sleep(1.5)  # a second patch would come in the same nudge round
+        assert len(retry_patches(api, "b")) == 1, retry_patches(api, "b")
     finally:
         e.stop()
 

@@ -12,6 +12,7 @@ does, and check what the application sees and what the card holds.
 import os
 import platform
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -371,14 +372,43 @@ def test_throttle_watches_the_containers_gpu(ledger_dir):
     assert limited / full <= 0.45, f"30 % share ran at {limited / full:.2f} of unlimited"
 
 
-@pytest.mark.parametrize("op", ["launch:600:100", "launchex:600:100", "coop:600:100",
-                                "graph:600"])
+def gpu_busy_s(path):
+    """Seconds of work the stand-in GPU has done: fake_cuda.c's busy counter
+    (8 bytes, native-endian nanoseconds), 0 before the first launch."""
+    try:
+        with open(path, "rb") as f:
+            return struct.unpack("=Q", f.read(8))[0] / 1e9
+    except (OSError, struct.error):
+        return 0.0
+
+
+def busy_share(op, env):
+    """(the stand-in GPU's busy time over the run's wall time, the wall time)."""
+    before = gpu_busy_s(env["FAKE_CUDA_BUSY"])
+    wall = float(lines(probe("runtime", "ctx:0", op, env=env))[1].split()[2])
+    return (gpu_busy_s(env["FAKE_CUDA_BUSY"]) - before) / wall, wall
+
+
+@pytest.mark.parametrize("op", ["launch:%d:100", "launchex:%d:100", "coop:%d:100", "graph:%d"])
 def test_every_launch_kind_is_throttled(op, ledger_dir):
+    """What the throttle holds is the GPU's busy share, so that is what is checked,
+    not run lengths: a loaded machine stretches the stand-in GPU's kernels (its
+    sleeps) and the throttle's waits alike, and `t_lim > 2 x t_full` once failed at
+    load 5 because only the unlimited run was stretched. Unlimited, the GPU is busy
+    nearly all the run (>= 0.8); at a 25 % share about a third (the first ~200 ms run
+    free: no NVML sample yet), and a throttle that lets launches through is near 1.
+    One retry with three times the launches (the free start then weighs less)
+    before failing."""
     env = env_for(ledger_dir, FAKE_CUDA_BUSY=os.path.join(os.path.dirname(ledger_dir), "busy"),
                   FAKE_CUDA_BLOCK_US=10)
-    t_full = float(lines(probe("runtime", "ctx:0", op, env=env))[1].split()[2])
-    env["CUDA_DEVICE_SM_LIMIT"] = "25"
-    t_lim = float(lines(probe("runtime", "ctx:0", op, env=env))[1].split()[2])
-    # the first 200 ms run free (the first NVML sample has no interval); the
-    # rest at a quarter
-    assert t_lim > 2 * t_full, f"{op}: {t_full:.2f}s unlimited, {t_lim:.2f}s at 25 %"
+    lim_env = dict(env, CUDA_DEVICE_SM_LIMIT="25")
+    seen = []
+    for n in (600, 1800):
+        full, t_full = busy_share(op % n, env)
+        lim, t_lim = busy_share(op % n, lim_env)
+        seen.append(f"{n} launches: busy {full:.2f} of {t_full:.2f}s unlimited, "
+                    f"{lim:.2f} of {t_lim:.2f}s at 25 %")
+        print(f"{op % n}: {seen[-1]}", file=sys.stderr)
+        if full >= 0.8 and lim <= 0.5:
+            return
+    pytest.fail(f"{op.replace('%d', 'N')}: " + "; ".join(seen))

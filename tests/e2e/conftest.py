@@ -146,9 +146,11 @@ def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
             if mem and mem != "0":
                 assert env.get("GPUSCHED_GPU_MEMORY_MIB") == mem, ctx
                 assert env.get("CUDA_DEVICE_MEMORY_LIMIT") == mem + "m", ctx
-            if mil and int(mil) < 1000:
+            if mil and 0 < int(mil) < 1000:
                 assert env.get("GPUSCHED_GPU_MILLI") == mil, ctx
                 assert env.get("CUDA_DEVICE_SM_LIMIT") == str(-(-int(mil) // 10)), ctx
+            elif mil == "0":          # a memory-only share: no compute limit
+                assert "GPUSCHED_GPU_MILLI" not in env and "CUDA_DEVICE_SM_LIMIT" not in env, ctx
         else:
             assert kind == "whole", f"{where}: request-kind {kind}"
             assert "GPUSCHED_GPU_MEMORY_MIB" not in env and "GPUSCHED_GPU_MILLI" not in env, ctx

@@ -74,6 +74,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -398,6 +399,7 @@ class Proc:
         self.name, self.argv = name, argv
         self.log_path = os.path.join(logdir, name + ".log")
         self.log = open(self.log_path, "ab")
+        self.log_start = os.fstat(self.log.fileno()).st_size   # this run's lines start here
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
@@ -501,9 +503,19 @@ def write_kubeconfig(path, server, token):
         json.dump(doc, f)
 
 
-# devices per GPU the device plugin advertises in API mode without --replicas
-# (docs/device-plugin.md): kubelet admits up to this many pods per GPU
-DP_DEFAULT_API_REPLICAS = 10
+# the device plugin's start-up line saying how many devices it advertises per GPU
+# ("10 devices per GPU for nvidia.com/gpu", text or JSON log format): the harness
+# reads the count the plugin chose (its default in API mode, or --replicas) instead
+# of restating the default
+DP_REPLICAS_LINE = re.compile(rb'(?: dp: |"msg":")(\d+) devices? per GPU for ')
+
+
+def logged_replicas(proc):
+    """Devices per GPU from a device plugin's own log (this run's part), or None."""
+    with open(proc.log_path, "rb") as f:
+        f.seek(proc.log_start)
+        m = DP_REPLICAS_LINE.search(f.read())
+    return int(m.group(1)) if m else None
 
 SCHED_API = "kubescheduler.config.k8s.io/v1beta1"     # the config API of kube-scheduler 1.20
 
@@ -792,13 +804,16 @@ state = "{d}/containerd/state"
             "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.dp_args),
             self.c.logdir)
         ngpus = sum(1 for g in json.load(open(self.fake_gpus_path))["gpus"])
-        replicas = DP_DEFAULT_API_REPLICAS
+        self.dp_replicas = self.c.wait(lambda: logged_replicas(self.dp), 30,
+                                       f"{self.name}: the device plugin's 'devices per GPU' line",
+                                       proc=self.dp)
         for i, a in enumerate(self.dp_args):
-            if a.startswith("--replicas="):
-                replicas = int(a.split("=", 1)[1])
-            elif a == "--replicas":
-                replicas = int(self.dp_args[i + 1])
-        want = str(ngpus * replicas)
+            flag = a.split("=", 1)[1] if a.startswith("--replicas=") else \
+                self.dp_args[i + 1] if a == "--replicas" else None
+            if flag is not None and int(flag) != self.dp_replicas:
+                raise AssertionError(f"{self.name}: device plugin started with --replicas {flag} "
+                                     f"says {self.dp_replicas} devices per GPU")
+        want = str(ngpus * self.dp_replicas)
         self.c.wait(lambda: self.allocatable().get("nvidia.com/gpu") == want, 30,
                     f"{self.name}: allocatable nvidia.com/gpu = {want}", proc=self.dp)
 

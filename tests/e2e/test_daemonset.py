@@ -255,6 +255,13 @@ def ds_pods(c):
     return [p for p in r.json()["items"] if not p["metadata"].get("deletionTimestamp")]
 
 
+def logged_replicas(c, plugin):
+    """Devices per GPU from the plugin pod's own log, or None before it says."""
+    log = c.pod_log(DS_NS, plugin["metadata"]["name"], "device-plugin") or ""
+    m = kcluster.DP_REPLICAS_LINE.search(log.encode())
+    return int(m.group(1)) if m else None
+
+
 def running_plugin(c, exclude=()):
     """The DaemonSet pod on NODE, Running and ready, not one of `exclude`."""
     for p in ds_pods(c):
@@ -298,8 +305,13 @@ def test_device_plugin_daemonset_on_a_real_kubelet(ds_cluster):
     gpu_pods = []
     try:
         # 3. it runs, registers with kubelet, publishes the inventory with its RBAC
-        want = str(NGPUS * 10)          # --replicas=10 in deploy/
         plugin = c.wait(lambda: running_plugin(c), 90, "device-plugin pod Running")
+        # devices per GPU as the plugin in the pod says it chose them: deploy/'s --replicas
+        per_gpu = c.wait(lambda: logged_replicas(c, plugin), 60,
+                         "the plugin's 'devices per GPU' line in its pod log")
+        flags = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--replicas={per_gpu}" in flags, (per_gpu, flags)
+        want = str(NGPUS * per_gpu)
         c.wait(lambda: node.allocatable().get("nvidia.com/gpu") == want, 60,
                f"{NODE} advertises nvidia.com/gpu={want} from the pod")
         inv = c.wait(lambda: inventory(c, NODE), 30, "inventory annotation from the pod")

@@ -10,18 +10,12 @@ import requests
 from conftest import NODE_A, NODE_B, NS, READY, check_pod_gpus, deploy_dp_args, gpu_pod
 
 
-def replicas():
-    for a in deploy_dp_args():
-        if a.startswith("--replicas="):
-            return int(a.split("=", 1)[1])
-    return 1
-
-
 def test_registered_on_both_nodes(cluster):
-    r = replicas()
     for name, gpus in ((NODE_A, 4), (NODE_B, 2)):
         node = cluster.node(name)
-        assert node.allocatable().get("nvidia.com/gpu") == str(gpus * r)
+        # the count the plugin says it chose (kcluster reads its log) is deploy/'s
+        assert [f"--replicas={node.dp_replicas}"] == deploy_dp_args()
+        assert node.allocatable().get("nvidia.com/gpu") == str(gpus * node.dp_replicas)
         obj = cluster.api("GET", f"/api/v1/nodes/{name}").json()
         inv = json.loads(obj["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
         want = [g["uuid"] for g in json.load(open(node.fake_gpus_path))["gpus"]]
@@ -45,7 +39,7 @@ def test_reregisters_after_kubelet_restart(cluster):
     node.kubelet.stop()
     t0 = time.time()
     node.start_kubelet()          # kubelet deletes every socket in the directory at start
-    want = str(2 * replicas())
+    want = str(2 * node.dp_replicas)
     # the node's status still shows the old kubelet's allocatable: wait for the plugin
     # to register with the new one, then for the new kubelet to report its devices
     cluster.wait(lambda: registrations(node) > before and os.path.exists(sock), 30,
@@ -65,7 +59,7 @@ def test_reregisters_after_kubelet_restart(cluster):
 
 def test_unhealthy_gpu_shrinks_allocatable(cluster):
     node = cluster.node(NODE_B)
-    r = replicas()
+    r = node.dp_replicas
     doc = json.load(open(node.fake_gpus_path))
     assert node.allocatable().get("nvidia.com/gpu") == str(2 * r)
     bad = json.loads(json.dumps(doc))

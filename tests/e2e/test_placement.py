@@ -78,6 +78,70 @@ def test_multi_gpu_and_two_containers(cluster, pods):
     assert not set(a) & set(b), f"whole GPUs given twice: {a} {b}"
 
 
+def with_replicas(node, n):
+    """Restarts the node's device plugin at n devices per GPU; returns its old flags."""
+    old = list(node.dp_args)
+    node.restart_device_plugin([a for a in old if not a.startswith("--replicas")] +
+                               [f"--replicas={n}"])
+    assert node.dp_replicas == n
+    return old
+
+
+def test_kubelet_device_count_of_multi_container_pods(cluster, pods):
+    """kubelet takes devices per container and lets later containers reuse an init
+    container's (devicemanager's devicesToReuse); the extender must count the same.
+    node-b at 2 devices per GPU (4): two pods of two shared containers take 2 each, and a
+    third shared pod is refused by the DeviceCount filter and stays Pending, where a bind
+    past kubelet's count would fail admission for good. node-a at 1 device per GPU (4):
+    an init(2)+app(1) pod takes 2 devices, not 3, so a 2-GPU pod runs beside it.
+    (Shared requests stay off init containers: kubelet 1.20's admission drops the
+    resources no node advertises, such as gpu-memory, from app containers only.)"""
+    names = ("mc-two-a", "mc-two-b", "mc-third", "mc-init", "mc-pair")
+    node_b, node_a = cluster.node(NODE_B), cluster.node(NODE_A)
+    old_b = with_replicas(node_b, 2)
+    old_a = None
+    try:
+        assert node_b.allocatable()["nvidia.com/gpu"] == "4"
+        share = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1Gi"}
+        # one after another: the node lock holds a second bind until kubelet has
+        # allocated the first pod anyway
+        for name in ("mc-two-a", "mc-two-b"):
+            p = run(cluster, pods, gpu_pod(name, containers=[("first", share), ("second", share)],
+                                           node=NODE_B))[name]
+            assert len(check_pod_gpus(cluster, p)) == 2
+        pods.append("mc-third")
+        cluster.apply(gpu_pod("mc-third", share, node=NODE_B))
+
+        def failed_event():
+            evs = [e for e in cluster.events(NS, "mc-third")
+                   if e.get("reason") == "FailedScheduling"]
+            return evs[-1] if evs else None
+        ev = cluster.wait(failed_event, 30, "a FailedScheduling event for mc-third")
+        msg = ev.get("message", "")
+        assert "kubelet has 0 of 4 nvidia.com/gpu devices left" in msg, msg
+        time.sleep(2)
+        p = cluster.pod(NS, "mc-third")
+        assert p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName"), \
+            cluster.describe_pods(NS, ["mc-third"])
+
+        old_a = with_replicas(node_a, 1)
+        assert node_a.allocatable()["nvidia.com/gpu"] == "4"
+        init = gpu_pod("mc-init", {"nvidia.com/gpu": "1"}, node=NODE_A)
+        init["spec"]["initContainers"] = [{
+            "name": "setup", "image": init["spec"]["containers"][0]["image"],
+            "imagePullPolicy": "Never", "command": ["sh", "-c", f"env; echo {READY}"],
+            "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+        got = run(cluster, pods, init)
+        got.update(run(cluster, pods, gpu_pod("mc-pair", {"nvidia.com/gpu": "2"}, node=NODE_A)))
+        a, b = check_pod_gpus(cluster, got["mc-init"]), check_pod_gpus(cluster, got["mc-pair"])
+        assert len(a) == 2 and len(b) == 2 and not set(a) & set(b), (a, b)
+    finally:
+        cluster.delete_pods(NS, [n for n in names if n in pods])
+        node_b.restart_device_plugin(old_b)
+        if old_a is not None:
+            node_a.restart_device_plugin(old_a)
+
+
 def test_gpu_type_include_exclude(cluster, pods):
     # one at a time: this checks the model filters; pods arriving together at one node
     # are test_bursts.py's subject
