@@ -821,6 +821,11 @@ state = "{d}/containerd/state"
         if dp_args is not None:
             self.dp_args = list(dp_args)
         self.dp.stop()
+        # kubelet marks a stopped plugin's devices unhealthy (allocatable 0): wait for
+        # that, or a new plugin with the same device count would find the old count
+        # still posted and be taken as registered before kubelet has seen it go
+        self.c.wait(lambda: self.allocatable().get("nvidia.com/gpu", "0") == "0", 30,
+                    f"{self.name}: allocatable nvidia.com/gpu = 0 after the device plugin stopped")
         self.start_device_plugin()
 
     def restart_kubelet(self):
