@@ -2,7 +2,8 @@
 # and one standalone extender at a time.
 #   extender_setup NODES...      writes bench/extender_gen.py's files to $work,
 #                                picks a free $port
-#   extender_start BUILD N       starts `gpusched extender` on nodes-N.json
+#   extender_start BUILD N [ARG...]  starts `gpusched extender` on nodes-N.json
+#                                (more flags in ARG, e.g. --state-dir DIR)
 #                                ($pid) and waits until it is ready
 #   extender_stop
 work=$(mktemp -d)
@@ -15,8 +16,9 @@ extender_setup() {
 }
 
 extender_start() {
-  "$1/gpusched" extender --nodes "$work/nodes-$2.json" --listen "127.0.0.1:$port" \
-      --log-level warn --threads 4 &
+  b=$1; n=$2; shift 2
+  "$b/gpusched" extender --nodes "$work/nodes-$n.json" --listen "127.0.0.1:$port" \
+      --log-level warn --threads 4 "$@" &
   pid=$!
   i=0; until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
     i=$((i+1)); [ $i -gt 200 ] && { echo "extender did not start"; exit 1; }; sleep 0.1; done
