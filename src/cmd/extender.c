@@ -67,6 +67,7 @@ static int release(const struct ext_config *cfg, const char *who)
 struct running {
     struct ext_sched *s;
     struct ext_cluster *cl;
+    struct ext_standalone *sa;
 };
 
 static void set_quotas(void *ud, struct core_quotas *set) { ext_sched_set_quotas(ud, set); }
@@ -75,6 +76,7 @@ static void collect(void *ud, struct metrics *m)
 {
     struct running *r = ud;
     ext_sched_collect(r->s, m);
+    ext_standalone_collect(r->sa);
     if (r->cl)
         ext_cluster_collect(r->cl);
 }
@@ -166,17 +168,19 @@ int cmd_extender(int argc, char **argv)
         status = 2;
         goto out;
     }
-    struct running running = {s, NULL};
+    struct running running = {s, NULL, NULL};
     metrics_on_collect(m, collect, &running);
     struct ext_server_opts so = {.listen = cfg.listen, .tls_cert = cfg.tls_cert,
                                  .tls_key = cfg.tls_key, .threads = (unsigned)cfg.threads,
                                  .max_body = (size_t)cfg.max_body, .sched = s, .metrics = m};
     if (cfg.nodes) {
-        if (ext_standalone_open(s, cfg.nodes, cfg.state_dir, &sa, &e) < 0) {
+        if (ext_standalone_open(s, cfg.nodes, cfg.state_dir, &sa, &e) < 0 ||
+            ext_standalone_metrics(sa, m, &e) < 0) {
             fprintf(stderr, "gpusched extender: %s\n", e.msg);
             status = 2;
             goto out;
         }
+        running.sa = sa;
         so.allow_release = 1;
     } else {
         struct kube_config kcfg;

@@ -1,6 +1,7 @@
 /* ext/journal.c - see journal.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +9,29 @@
 #include <unistd.h>
 
 #include "ext/journal.h"
+#include "util/buf.h"
+
+/* One caller of ext_journal_append, waiting on its stack for its batch. */
+struct waiter {
+    struct waiter *next;
+    int done, rc;
+    struct gs_err *e;
+};
 
 struct ext_journal {
     char *dir, *path;
     int fd;
+    pthread_mutex_t mu;       /* everything below */
+    pthread_cond_t cv;        /* a batch finished */
+    struct gs_buf queued;     /* encoded records waiting for the next batch */
+    struct waiter *head, **tail; /* their callers, in the same order */
+    int nqueued;
+    int flushing;             /* a flusher is writing a batch (without mu) */
+    int unusable;             /* a failed batch could not be cut back */
+    char why[sizeof(struct gs_err){0}.msg]; /* ... and why */
+    struct ext_journal_stats stats;
+    ext_journal_sync_fn sync;
+    void *sync_ud;
 };
 
 uint32_t ext_crc32(const void *data, size_t len)
@@ -41,9 +61,14 @@ int ext_journal_open(const char *dir, struct ext_journal **out, struct gs_err *e
     struct ext_journal *j = calloc(1, sizeof *j);
     if (!j)
         return gs_errf(e, GS_ENOMEM, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->tail = &j->head;
+    j->fd = -1;
     if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
-        free(j);
-        return gs_errf(e, GS_EIO, "state dir %s: %s", dir, strerror(errno));
+        int rc = gs_errf(e, GS_EIO, "state dir %s: %s", dir, strerror(errno));
+        ext_journal_close(j);
+        return rc;
     }
     j->dir = strdup(dir);
     if (asprintf(&j->path, "%s/journal", dir) < 0)
@@ -68,6 +93,9 @@ void ext_journal_close(struct ext_journal *j)
         return;
     if (j->fd >= 0)
         close(j->fd);
+    gs_buf_free(&j->queued);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
     free(j->dir);
     free(j->path);
     free(j);
@@ -193,17 +221,132 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
+/* The flush in force (a test's, or fdatasync), copied under mu. */
+struct syncer {
+    ext_journal_sync_fn fn;
+    void *ud;
+};
+
+static int sync_fd(const struct syncer *s, int fd, int undo)
+{
+    return s->fn ? s->fn(s->ud, fd, undo) : fdatasync(fd);
+}
+
+/* Writes and flushes one batch (called without mu, by the one flusher).
+ * On failure cuts the file back to where the batch began; sets *unusable
+ * when that fails too. */
+static int flush_batch(struct ext_journal *j, const struct syncer *sy, const char *buf,
+                       size_t len, int n, int *unusable, struct gs_err *e)
+{
+    off_t start = lseek(j->fd, 0, SEEK_END);
+    const char *what = "write";
+    if (start < 0)
+        return gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+    if (write_all(j->fd, buf, len) == 0) {
+        what = "fdatasync";
+        if (sync_fd(sy, j->fd, 0) == 0)
+            return 0;
+    }
+    int err = errno;
+    if (ftruncate(j->fd, start) < 0 || sync_fd(sy, j->fd, 1) < 0) {
+        *unusable = 1;
+        return gs_errf(e, GS_EIO, "%s: %s of %d record%s failed (%s), and cutting them back "
+                       "failed too (%s): the journal refuses writes until a restart",
+                       j->path, what, n, n == 1 ? "" : "s", strerror(err), strerror(errno));
+    }
+    return gs_errf(e, GS_EIO, "%s: %s of %d record%s failed (%s); none of them was kept",
+                   j->path, what, n, n == 1 ? "" : "s", strerror(err));
+}
+
+/* Called with mu held and no flush under way: flushes everything queued
+ * (dropping mu meanwhile) and finishes its waiters. */
+static void flush_queued(struct ext_journal *j)
+{
+    struct gs_buf batch = j->queued;
+    struct waiter *w = j->head;
+    struct gs_err err = GS_ERR_INIT;
+    struct syncer sy = {j->sync, j->sync_ud};
+    int n = 0, unusable = 0, dead = j->unusable;
+
+    memset(&j->queued, 0, sizeof j->queued);
+    j->nqueued = 0;
+    j->head = NULL;
+    j->tail = &j->head;
+    for (struct waiter *x = w; x; x = x->next)
+        n++;
+    j->flushing = 1;
+    pthread_mutex_unlock(&j->mu);
+    int rc;
+    if (dead) /* queued while the batch before failed for good */
+        rc = gs_errf(&err, GS_EIO, "journal unusable since an earlier failure: %s", j->why);
+    else if (batch.oom)
+        rc = gs_errf(&err, GS_ENOMEM, "out of memory queueing journal records");
+    else
+        rc = flush_batch(j, &sy, batch.buf, batch.len, n, &unusable, &err);
+    gs_buf_free(&batch);
+    pthread_mutex_lock(&j->mu);
+    j->flushing = 0;
+    if (rc == 0) {
+        j->stats.flushes++;
+        j->stats.records += (unsigned long long)n;
+    } else {
+        j->stats.failed++;
+    }
+    if (unusable && !j->unusable) {
+        j->unusable = j->stats.unusable = 1;
+        snprintf(j->why, sizeof j->why, "%s", err.msg);
+    }
+    for (; w; w = w->next) {
+        w->rc = rc;
+        if (rc < 0 && w->e)
+            *w->e = err;
+        w->done = 1;
+    }
+    pthread_cond_broadcast(&j->cv);
+}
+
 int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e)
 {
     size_t len;
     char *buf = encode(rec, &len, e);
-    int rc = 0;
+    struct waiter me = {NULL, 0, 0, e};
     if (!buf)
-        return -GS_ENOMEM;
-    if (write_all(j->fd, buf, len) < 0 || fdatasync(j->fd) < 0)
-        rc = gs_errf(e, GS_EIO, "%s: %s", j->path, strerror(errno));
+        return e && e->code ? -e->code : -GS_ENOMEM;
+    pthread_mutex_lock(&j->mu);
+    if (j->unusable) {
+        pthread_mutex_unlock(&j->mu);
+        free(buf);
+        return gs_errf(e, GS_EIO, "journal unusable since an earlier failure: %s", j->why);
+    }
+    gs_buf_put(&j->queued, buf, len);
     free(buf);
-    return rc;
+    *j->tail = &me;
+    j->tail = &me.next;
+    j->nqueued++;
+    while (!me.done) {
+        if (!j->flushing)
+            flush_queued(j); /* ours is in it: the first waiter flushes for all */
+        else
+            pthread_cond_wait(&j->cv, &j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return me.rc;
+}
+
+void ext_journal_stats(struct ext_journal *j, struct ext_journal_stats *out)
+{
+    pthread_mutex_lock(&j->mu);
+    *out = j->stats;
+    out->queued = j->nqueued;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void ext_journal_set_sync(struct ext_journal *j, ext_journal_sync_fn fn, void *ud)
+{
+    pthread_mutex_lock(&j->mu);
+    j->sync = fn;
+    j->sync_ud = ud;
+    pthread_mutex_unlock(&j->mu);
 }
 
 int ext_journal_rewrite(struct ext_journal *j, json_t *const *recs, int n, struct gs_err *e)

@@ -1,6 +1,5 @@
 /* ext/standalone.c - see standalone.h. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +9,12 @@
 #include "ext/standalone.h"
 #include "kube/client.h"
 #include "util/log.h"
+#include "util/metrics.h"
 
 struct ext_standalone {
     struct ext_sched *sched;
-    struct ext_journal *j;   /* NULL without a state dir */
-    pthread_mutex_t mu;      /* serialises journal writes */
+    struct ext_journal *j;   /* NULL without a state dir; thread-safe (group commit) */
+    struct metric *m_records, *m_flushes, *m_failed, *m_unusable;
 };
 
 static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
@@ -30,10 +30,10 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
                             "annotations", annotations);
     if (!rec)
         return gs_errf(e, GS_ENOMEM, "cannot build the journal record");
-    pthread_mutex_lock(&st->mu);
-    rc = ext_journal_append(st->j, rec, e);
-    pthread_mutex_unlock(&st->mu);
+    rc = ext_journal_append(st->j, rec, e); /* on disk when it returns 0 */
     json_decref(rec);
+    if (rc < 0)
+        log_error("extender", "journal: bind of %s/%s not kept: %s", ns, name, e->msg);
     return rc;
 }
 
@@ -44,10 +44,13 @@ static int commit_release(void *ud, const char *uid, struct gs_err *e)
     if (!st->j)
         return 0;
     json_t *rec = json_pack("{s:s, s:s}", "op", "release", "uid", uid);
-    pthread_mutex_lock(&st->mu);
+    if (!rec)
+        return gs_errf(e, GS_ENOMEM, "cannot build the journal record");
     rc = ext_journal_append(st->j, rec, e);
-    pthread_mutex_unlock(&st->mu);
     json_decref(rec);
+    if (rc < 0)
+        log_error("extender", "journal: release of %s not kept (it holds its GPUs again after "
+                  "a restart): %s", uid, e->msg);
     return rc;
 }
 
@@ -127,7 +130,6 @@ int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char 
     if (!st)
         return gs_errf(e, GS_ENOMEM, "out of memory");
     st->sched = s;
-    pthread_mutex_init(&st->mu, NULL);
     if ((rc = load_nodes(s, nodes_file, e)) < 0)
         goto fail;
     if (state_dir) {
@@ -158,7 +160,6 @@ int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char 
     return 0;
 fail:
     ext_journal_close(st->j);
-    pthread_mutex_destroy(&st->mu);
     free(st);
     return rc;
 }
@@ -169,6 +170,38 @@ void ext_standalone_close(struct ext_standalone *st)
         return;
     ext_sched_set_commit(st->sched, &(struct ext_commit){0});
     ext_journal_close(st->j);
-    pthread_mutex_destroy(&st->mu);
     free(st);
+}
+
+int ext_standalone_metrics(struct ext_standalone *st, struct metrics *m, struct gs_err *e)
+{
+    if (!st->j)
+        return 0;
+    if (!(st->m_records = metrics_add(m, METRIC_COUNTER, "gpusched_extender_journal_records_total",
+                                      "journal records (binds and releases) on disk", NULL, NULL,
+                                      0, e)) ||
+        !(st->m_flushes = metrics_add(m, METRIC_COUNTER, "gpusched_extender_journal_flushes_total",
+                                      "journal disk flushes (fdatasync), one per group of "
+                                      "concurrent records", NULL, NULL, 0, e)) ||
+        !(st->m_failed = metrics_add(m, METRIC_COUNTER,
+                                     "gpusched_extender_journal_failed_flushes_total",
+                                     "journal groups whose write or flush failed (their binds "
+                                     "and releases failed)", NULL, NULL, 0, e)) ||
+        !(st->m_unusable = metrics_add(m, METRIC_GAUGE, "gpusched_extender_journal_unusable",
+                                       "1 when a failed flush could not be undone: binds fail "
+                                       "until a restart", NULL, NULL, 0, e)))
+        return -e->code;
+    return 0;
+}
+
+void ext_standalone_collect(struct ext_standalone *st)
+{
+    struct ext_journal_stats js;
+    if (!st || !st->j || !st->m_records)
+        return;
+    ext_journal_stats(st->j, &js);
+    metric_set(st->m_records, NULL, (double)js.records);
+    metric_set(st->m_flushes, NULL, (double)js.flushes);
+    metric_set(st->m_failed, NULL, (double)js.failed);
+    metric_set(st->m_unusable, NULL, js.unusable);
 }

@@ -6,7 +6,11 @@
  * is refused, naming the node and field), replays DIR/journal (a torn last
  * record is dropped with a warning), compacts it to the live allocations,
  * and installs itself as the scheduler's commit backend, so each /bind and
- * release is on disk before it is answered.
+ * release is on disk before it is answered. Concurrent binds share one disk
+ * flush (group commit, ext/journal.h); the scheduler's lock is not held
+ * while they wait. A bind whose journal write fails is answered 500 and its
+ * reservation undone (ext/sched.h), so memory never claims a bind the
+ * journal lost.
  *
  * Ownership: returns an object freed by ext_standalone_close(); the
  * scheduler must outlive it.
@@ -25,5 +29,11 @@ struct ext_standalone;
 int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char *state_dir,
                         struct ext_standalone **out, struct gs_err *e);
 void ext_standalone_close(struct ext_standalone *st);
+/* Registers the journal's counters (records, flushes, failed flushes, an
+ * unusable gauge) in m; nothing without a state dir. */
+struct metrics;
+int ext_standalone_metrics(struct ext_standalone *st, struct metrics *m, struct gs_err *e);
+/* Copies the journal's counts into those metrics (call at scrape time). */
+void ext_standalone_collect(struct ext_standalone *st);
 
 #endif
