@@ -19,6 +19,7 @@
 #include "ext/sched.h"
 #include "ext/server.h"
 #include "ext/quotas.h"
+#include "ext/bindq.h"
 #include "ext/standalone.h"
 #include "kube/client.h"
 #include "util/log.h"
@@ -182,6 +183,7 @@ int cmd_extender(int argc, char **argv)
         }
         running.sa = sa;
         so.allow_release = 1;
+        so.bind_threads = cfg.state_dir ? EXT_BIND_THREADS : 0;
     } else {
         struct kube_config kcfg;
         rc = cfg.kubeconfig ? kube_config_load_file(cfg.kubeconfig, NULL, &kcfg, &e)

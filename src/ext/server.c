@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ext/bindq.h"
 #include "ext/memo.h"
 #include "ext/nodelock.h"
 #include "ext/proto.h"
@@ -15,6 +16,7 @@ struct ext_server {
     struct ext_server_opts opts;
     struct http_server *http;
     struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts;
+    struct ext_bindq *bq; /* or NULL: binds run on the HTTP worker */
 };
 
 typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
@@ -87,6 +89,28 @@ static int bind_or_wait(struct ext_server *s, const struct http_request *req,
     return 0;
 }
 
+static int run_bind(void *sched, const char *body, size_t len, struct ext_reply *r)
+{
+    return ext_sched_bind(sched, body, len, r);
+}
+
+/* /bind off the HTTP worker (ext/bindq.h): handed over and parked on the
+ * first run, answered with the bind thread's reply when run again. Returns
+ * 1 when parked. */
+static int bind_queued(struct ext_server *s, const struct http_request *req,
+                       struct ext_reply *reply, int *status)
+{
+    void *tok = http_req_token(req);
+    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply))
+        return 0;
+    if (ext_bindq_submit(s->bq, tok, req->body, req->body_len) == 0) {
+        http_req_park(req);
+        return 1;
+    }
+    *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply); /* stopping */
+    return 0;
+}
+
 static void reply_json(struct http_response *resp, int status, json_t *obj)
 {
     http_resp_json(resp, status, obj);
@@ -131,7 +155,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         }
         struct ext_reply reply;
-        if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
+        if (verbs[i].fn == ext_sched_bind && s->bq) {
+            if ((*parked = bind_queued(s, req, &reply, &resp->status)))
+                return verbs[i].name;
+        } else if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
             if ((*parked = bind_or_wait(s, req, &reply, &resp->status)))
                 return verbs[i].name;
         } else {
@@ -245,7 +272,9 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
         free(s);
         return -GS_EINVAL;
     }
-    if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0) {
+    if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0 ||
+        (opts->bind_threads > 0 &&
+         (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0)) {
         free(s);
         return rc;
     }
@@ -257,6 +286,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     ho.handler = handle;
     ho.ud = s;
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
+        ext_bindq_free(s->bq);
         free(s);
         return rc;
     }
@@ -270,6 +300,8 @@ void ext_server_stop(struct ext_server *s)
 {
     if (!s)
         return;
+    ext_bindq_stop(s->bq); /* binds handed over finish and wake their requests */
     http_server_stop(s->http);
+    ext_bindq_free(s->bq);
     free(s);
 }

@@ -114,6 +114,27 @@ def test_kill9_during_concurrent_binds_keeps_every_answered_bind(gpusched_bin, t
         e.stop()
 
 
+def test_binds_on_one_http_worker_share_flushes(gpusched_bin, tmp_path):
+    """One HTTP worker serves all eight connections: binds share flushes only
+    because a bind waiting for its flush does not hold the worker
+    (ext/bindq.h); on the worker itself every bind would flush alone."""
+    nodes = write_nodes(tmp_path / "nodes.json", NODES)
+    e = Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(tmp_path / "state"),
+                                "--threads", "1"])
+    try:
+        show_all(e, SLOTS)
+        answers = bind_concurrently(e, SLOTS, threads=8)
+        assert all(c == 200 for c in answers.values()), answers
+        records = e.metric("gpusched_extender_journal_records_total")
+        flushes = e.metric("gpusched_extender_journal_flushes_total")
+        assert records == len(SLOTS)
+        assert flushes < records * 0.9, (flushes, records)
+        # the bind's time on the server is counted once, when it is answered
+        assert e.metric('gpusched_extender_requests_total{verb="bind",code="200"}') == len(SLOTS)
+    finally:
+        e.stop()
+
+
 def limited(tmp_path, gpusched_bin, max_bytes):
     """A wrapper that runs gpusched with files limited to max_bytes (writes
     past it fail with EFBIG instead of killing the process)."""

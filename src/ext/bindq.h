@@ -1,0 +1,56 @@
+/*
+ * ext/bindq.h - standalone /bind off the HTTP workers, so that binds from
+ * any connections can share the journal's disk flush.
+ *
+ * libmicrohttpd's thread pool pins each connection to the worker that
+ * accepted it, and a worker answers its connections one request at a time.
+ * A /bind waits for its journal record to be flushed (ext/journal.h, group
+ * commit); done on the worker, that wait would hold every other connection
+ * of the worker, so binds arriving on them could not join the same flush
+ * (measured: with eight connections bunched on one or two of four workers,
+ * one flush per bind). The server instead hands each /bind here and parks
+ * the request (http/http_server.h): one of a few bind threads runs the bind
+ * (ext_sched_bind, waiting for the flush), keeps the reply under the
+ * request's token and wakes the request; the handler, run again, takes the
+ * reply. Binds run in the order they were handed over, up to `threads` at
+ * once.
+ *
+ * Threads: all calls are thread-safe. ext_bindq_stop() runs every bind
+ * already handed over and wakes its request before it returns; the replies
+ * stay until taken, so free the queue only after the HTTP server stopped.
+ * Ownership: bodies are copied; a taken reply belongs to the caller.
+ */
+#ifndef GPUSCHED_EXT_BINDQ_H
+#define GPUSCHED_EXT_BINDQ_H
+
+#include <stddef.h>
+
+#include "ext/sched.h"
+#include "util/err.h"
+
+struct ext_bindq;
+
+/* Bind threads in standalone mode with a journal: binds that can wait on
+ * one flush at once (they sleep meanwhile; the CPU work stays small). */
+#define EXT_BIND_THREADS 16
+
+typedef int (*ext_bind_fn)(void *ud, const char *body, size_t len, struct ext_reply *r);
+
+/* bind(ud, ...) runs a bind; wake(token) hands a request back to the server. */
+int ext_bindq_new(ext_bind_fn bind, void *ud, void (*wake)(void *token), int threads,
+                  struct ext_bindq **out, struct gs_err *e);
+/* Hands a bind for token over (body copied). 0, or -GS_EUNAVAIL once
+ * stopping, -GS_ENOMEM: the caller then binds itself. */
+int ext_bindq_submit(struct ext_bindq *q, void *token, const char *body, size_t len);
+/* 1 with the reply for token moved into *r and its HTTP status in *status
+ * (the bind is finished), 0 when there is none. The body must be the one
+ * handed over: a reply left by a request that went away while parked (its
+ * client gone) is dropped when a new request with the same token but
+ * another body asks. */
+int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t len, int *status,
+                   struct ext_reply *r);
+void ext_bindq_stop(struct ext_bindq *q);
+/* Stops it if needed; replies never taken are freed. */
+void ext_bindq_free(struct ext_bindq *q);
+
+#endif
