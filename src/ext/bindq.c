@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ext/bindq.h"
 
@@ -12,6 +13,7 @@ struct job {
     size_t len;
     int status;
     struct ext_reply reply;
+    struct timespec handed; /* when it was handed over */
 };
 
 struct ext_bindq {
@@ -89,6 +91,7 @@ int ext_bindq_submit(struct ext_bindq *q, void *token, const char *body, size_t 
     j->body[len] = '\0';
     j->len = len;
     j->token = token;
+    clock_gettime(CLOCK_MONOTONIC, &j->handed);
     pthread_mutex_lock(&q->mu);
     if (q->stopping) {
         pthread_mutex_unlock(&q->mu);
@@ -112,7 +115,7 @@ static void job_free(struct job *j)
 }
 
 int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t len, int *status,
-                   struct ext_reply *r)
+                   struct ext_reply *r, double *since_s)
 {
     struct job **p, *j = NULL;
     pthread_mutex_lock(&q->mu);
@@ -129,6 +132,10 @@ int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t le
     }
     if (!j)
         return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    *since_s = (double)(now.tv_sec - j->handed.tv_sec) +
+               (double)(now.tv_nsec - j->handed.tv_nsec) / 1e9;
     *status = j->status;
     *r = j->reply;
     free(j->body);

@@ -98,10 +98,10 @@ static int run_bind(void *sched, const char *body, size_t len, struct ext_reply 
  * first run, answered with the bind thread's reply when run again. Returns
  * 1 when parked. */
 static int bind_queued(struct ext_server *s, const struct http_request *req,
-                       struct ext_reply *reply, int *status)
+                       struct ext_reply *reply, int *status, double *before_s)
 {
     void *tok = http_req_token(req);
-    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply))
+    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s))
         return 0;
     if (ext_bindq_submit(s->bq, tok, req->body, req->body_len) == 0) {
         http_req_park(req);
@@ -133,8 +133,9 @@ static int ns_name(const char *path, const char *prefix, char *ns, char *name, s
     return 0;
 }
 
+/* *before_s: time the request spent parked before this run (its latency). */
 static const char *route(struct ext_server *s, const struct http_request *req,
-                         struct http_response *resp, int *parked)
+                         struct http_response *resp, int *parked, double *before_s)
 {
     const char *path = req->path, *last = strrchr(path, '/');
     const char *seg = last ? last + 1 : path;
@@ -156,7 +157,7 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         }
         struct ext_reply reply;
         if (verbs[i].fn == ext_sched_bind && s->bq) {
-            if ((*parked = bind_queued(s, req, &reply, &resp->status)))
+            if ((*parked = bind_queued(s, req, &reply, &resp->status, before_s)))
                 return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
             if ((*parked = bind_or_wait(s, req, &reply, &resp->status)))
@@ -230,16 +231,17 @@ static void handle(void *ud, const struct http_request *req, struct http_respons
     struct timespec t0, t1;
     char code[8];
     int parked = 0;
+    double before = 0;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const char *verb = route(s, req, resp, &parked);
+    const char *verb = route(s, req, resp, &parked, &before);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (parked)
         return; /* answered when it is handed back */
     snprintf(code, sizeof code, "%d", resp->status ? resp->status : 200);
     metric_inc(s->m_requests, (const char *[]){verb, code});
-    metric_observe(s->m_latency, (const char *[]){verb},
-                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    metric_observe(s->m_latency, (const char *[]){verb}, before + (double)(t1.tv_sec - t0.tv_sec) +
+                                                             (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 }
 
 int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out,

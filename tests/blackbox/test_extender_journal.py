@@ -13,9 +13,10 @@ import signal
 import sys
 import threading
 
+import pytest
 import requests
 
-from conftest import free_port  # noqa: F401  (conftest's fixtures come with it)
+from conftest import ROOT, free_port  # noqa: F401  (conftest's fixtures come with it)
 from test_extender import Extender, gpu_node, pod, write_nodes
 
 NODES = [gpu_node(f"g{i:02d}", n=4) for i in range(40)]
@@ -114,13 +115,23 @@ def test_kill9_during_concurrent_binds_keeps_every_answered_bind(gpusched_bin, t
         e.stop()
 
 
+def slow_disk():
+    """The environment that preloads tests/blackbox/slowsync.c (2 ms more per
+    fdatasync), built beside the binary."""
+    build = os.environ.get("GPUSCHED_BUILD_DIR", os.path.join(ROOT, "build"))
+    lib = os.path.join(build, "libslowsync.so")
+    if not os.path.exists(lib):
+        pytest.fail(f"{lib} not found (built with the tests; set GPUSCHED_BUILD_DIR)")
+    return dict(os.environ, LD_PRELOAD=lib)
+
+
 def test_binds_on_one_http_worker_share_flushes(gpusched_bin, tmp_path):
     """One HTTP worker serves all eight connections: binds share flushes only
     because a bind waiting for its flush does not hold the worker
     (ext/bindq.h); on the worker itself every bind would flush alone."""
     nodes = write_nodes(tmp_path / "nodes.json", NODES)
     e = Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(tmp_path / "state"),
-                                "--threads", "1"])
+                                "--threads", "1"], env=slow_disk())
     try:
         show_all(e, SLOTS)
         answers = bind_concurrently(e, SLOTS, threads=8)
@@ -128,7 +139,7 @@ def test_binds_on_one_http_worker_share_flushes(gpusched_bin, tmp_path):
         records = e.metric("gpusched_extender_journal_records_total")
         flushes = e.metric("gpusched_extender_journal_flushes_total")
         assert records == len(SLOTS)
-        assert flushes < records * 0.9, (flushes, records)
+        assert flushes <= records / 2, (flushes, records)
         # the bind's time on the server is counted once, when it is answered
         assert e.metric('gpusched_extender_requests_total{verb="bind",code="200"}') == len(SLOTS)
     finally:

@@ -63,6 +63,7 @@ int test_ext_bindq(void)
     struct ext_reply r;
     char body[64];
     int status;
+    double since = -1;
 
     ASSERT_TRUE(ext_bindq_new(fake_bind, NULL, fake_wake, 0, &q, &e) < 0);
     ASSERT_CONTAINS(e.msg, "bind threads");
@@ -76,11 +77,12 @@ int test_ext_bindq(void)
             nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
         ASSERT_EQ(woken(i), 1);
         body_of(i, body, sizeof body);
-        ASSERT_EQ(ext_bindq_take(q, &tokens[i], body, strlen(body), &status, &r), 1);
+        ASSERT_EQ(ext_bindq_take(q, &tokens[i], body, strlen(body), &status, &r, &since), 1);
         ASSERT_EQ(status, 200 + (int)strlen(body));
+        ASSERT_TRUE(since >= 0.004); /* the bind's 5 ms, from hand-over to take */
         ASSERT_STREQ(json_string_value(json_object_get(r.json, "echo")), body);
         json_decref(r.json);
-        ASSERT_EQ(ext_bindq_take(q, &tokens[i], body, strlen(body), &status, &r), 0); /* once */
+        ASSERT_EQ(ext_bindq_take(q, &tokens[i], body, strlen(body), &status, &r, &since), 0); /* once */
     }
     pthread_mutex_lock(&F.mu);
     int most = F.most;
@@ -91,8 +93,8 @@ int test_ext_bindq(void)
     ASSERT_EQ(ext_bindq_submit(q, &tokens[JOBS], "gone", 4), 0);
     for (int k = 0; k < 4000 && !woken(JOBS); k++)
         nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
-    ASSERT_EQ(ext_bindq_take(q, &tokens[JOBS], "new!", 4, &status, &r), 0);
-    ASSERT_EQ(ext_bindq_take(q, &tokens[JOBS], "gone", 4, &status, &r), 0); /* dropped */
+    ASSERT_EQ(ext_bindq_take(q, &tokens[JOBS], "new!", 4, &status, &r, &since), 0);
+    ASSERT_EQ(ext_bindq_take(q, &tokens[JOBS], "gone", 4, &status, &r, &since), 0); /* dropped */
     /* stopping runs what was handed over and wakes it, then refuses */
     for (int i = 0; i < JOBS; i++) {
         body_of(i, body, sizeof body);
@@ -103,7 +105,7 @@ int test_ext_bindq(void)
         ASSERT_EQ(woken(i), 2);
     ASSERT_EQ(ext_bindq_submit(q, &tokens[0], "late", 4), -GS_EUNAVAIL);
     body_of(3, body, sizeof body);
-    ASSERT_EQ(ext_bindq_take(q, &tokens[3], body, strlen(body), &status, &r), 1);
+    ASSERT_EQ(ext_bindq_take(q, &tokens[3], body, strlen(body), &status, &r, &since), 1);
     json_decref(r.json);
     ext_bindq_free(q); /* frees the replies never taken */
     return test_failures;
