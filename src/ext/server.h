@@ -6,7 +6,10 @@
  * /readyz (200 once the state is rebuilt), /version, /metrics,
  * /debug/pods/NS/NAME; DELETE /allocations/NS/NAME (release a pod's GPUs).
  * Unknown paths are 404 and wrong methods 405, with a JSON error. Every
- * request is counted by verb and status and timed into a histogram.
+ * request is counted by verb and status and timed into a histogram (a
+ * parked request from its first hand-over to its answer). In standalone
+ * mode with a journal, /bind runs on bind threads while its request is
+ * parked (ext/bindq.h).
  *
  * Ownership: ext_server_start() returns a server freed by ext_server_stop();
  * the scheduler and registry must outlive it.
