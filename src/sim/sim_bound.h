@@ -26,7 +26,12 @@
 struct sim_bound_stats {
     int node_types, classes, sizes, configs; /* configs = 0: the capacity cut was used */
     int rows, cols;
-    double lp_milli;                         /* LP optimum, GPU milli */
+    double lp_milli;  /* certified LP optimum (GPU milli) of the whole pod list / last sample */
+    double lp_obj;    /* GLPK's objective for the same LP (lp_milli is at least this, minus
+                         the solver's tolerance) */
+    double last_pct;  /* sim_bound_run: the bound of the bin's last sample alone, % */
+    int samples;      /* sim_bound_run: samples of bin 100, each bounded by its own prefix */
+    int solves;       /* LPs solved (one per distinct prefix) */
     double elapsed_s;
 };
 
@@ -36,8 +41,10 @@ int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *mi
                     struct sim_bound_stats *st, struct gs_err *e);
 
 /* Lower bound on the benchmark's unallocated GPU % at arrived 100 % for a
- * seed: the pods of sim_order() up to the last one whose sample falls in
- * bin 100 (arrived in [99.5, 100.5), else within +-1, as sim_run bins). */
+ * seed. sim_run averages the samples of bin 100 (arrived in [99.5, 100.5),
+ * else within +-1); sample i has seen the pods of sim_order() 0..i, so it
+ * is bounded by the LP of that prefix; the result is the mean of those
+ * per-sample bounds. */
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
                   struct sim_bound_stats *st, struct gs_err *e);
 
