@@ -455,8 +455,8 @@ int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *mi
     return rc;
 }
 
-int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
-                  struct sim_bound_stats *st, struct gs_err *e)
+int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
 {
     struct timespec w0;
     clock_gettime(CLOCK_MONOTONIC, &w0);
@@ -464,45 +464,18 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
     if (!st)
         st = &dummy;
     memset(st, 0, sizeof *st);
-    const struct sim_trace *t = cfg->trace;
     *unalloc_pct = NAN;
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-    int *order, len, rc;
-    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
-        return rc;
-    /* the samples the benchmark averages for bin 100 (sim_run's bin_samples):
-     * those whose arrived % rounds to 100, else those within +-1; arrived
-     * only grows, so either set is the run [first, last] */
+    if (first < 0 || last < first)
+        return gs_errf(e, GS_EINVAL, "bound: empty sample range [%d, %d]", first, last);
     const double cap = (double)t->total_gpus * CORE_MILLI;
-    double arrived = 0;
-    int first_in = -1, last_in = -1, first_near = -1, last_near = -1;
-    for (int i = 0; i < len; i++) {
-        const struct sim_pod *p = &t->pods[order[i]];
-        arrived += (double)p->num_gpu * p->gpu_milli;
-        double a = 100.0 * arrived / cap;
-        if (lround(a) == 100) {
-            if (first_in < 0)
-                first_in = i;
-            last_in = i;
-        }
-        if (fabs(a - 100.0) <= 1.0) {
-            if (first_near < 0)
-                first_near = i;
-            last_near = i;
-        }
-    }
-    int first = last_in >= 0 ? first_in : first_near;
-    int last = last_in >= 0 ? last_in : last_near;
-    if (last < 0) {
-        free(order);
-        return gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
-    }
-    /* sample i has seen pods 0..i: one LP per distinct prefix, from the last
-     * sample back, each removing one pod from its class bound */
+    /* one LP per distinct prefix, from the last sample back, each step
+     * taking one pod out of its class bound and re-solving from the basis */
     struct model m = {0};
     double milli = 0, sum = 0; /* sum of the samples' bounds, % */
-    if ((rc = model_classes(&m, t, order, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
+    int rc;
+    if ((rc = model_classes(&m, t, idx, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
         (rc = model_solve(&m, &milli, &st->lp_obj, e)) < 0)
         goto out;
     st->solves = 1;
@@ -523,10 +496,54 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
     st->samples = last - first + 1;
     *unalloc_pct = sum / st->samples;
     st->last_pct = 100.0 - 100.0 * st->lp_milli / cap;
+    if (st->last_pct < 0)
+        st->last_pct = 0;
 out:
     fill_stats(st, &m);
     model_free(&m);
-    free(order);
     st->elapsed_s = elapsed_since(&w0);
+    return rc;
+}
+
+int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                  struct sim_bound_stats *st, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    *unalloc_pct = NAN;
+    if (st)
+        memset(st, 0, sizeof *st);
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    int *order, len, rc;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
+        return rc;
+    /* the samples the benchmark averages for bin 100 (sim_run's bin_samples):
+     * those whose arrived % rounds to 100, else those within +-1; arrived
+     * only grows, so either set is a run [first, last] */
+    const double cap = (double)t->total_gpus * CORE_MILLI;
+    double arrived = 0;
+    int first_in = -1, last_in = -1, first_near = -1, last_near = -1;
+    for (int i = 0; i < len; i++) {
+        const struct sim_pod *p = &t->pods[order[i]];
+        arrived += (double)p->num_gpu * p->gpu_milli;
+        double a = 100.0 * arrived / cap;
+        if (lround(a) == 100) {
+            if (first_in < 0)
+                first_in = i;
+            last_in = i;
+        }
+        if (fabs(a - 100.0) <= 1.0) {
+            if (first_near < 0)
+                first_near = i;
+            last_near = i;
+        }
+    }
+    int first = last_in >= 0 ? first_in : first_near;
+    int last = last_in >= 0 ? last_in : last_near;
+    if (last < 0)
+        rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
+    else
+        rc = sim_bound_prefixes(t, order, first, last, unalloc_pct, st, e);
+    free(order);
     return rc;
 }

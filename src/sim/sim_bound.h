@@ -40,6 +40,14 @@ struct sim_bound_stats {
 int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *milli,
                     struct sim_bound_stats *st, struct gs_err *e);
 
+/* Mean over the samples i in [first, last] of the lower bound on the
+ * unallocated GPU % of t's capacity once the pods t->pods[idx[0..i]] have
+ * arrived (0 at least): one LP per distinct prefix (CPU-only pods add
+ * none), re-solved from the last basis. st->lp_milli is the LP of pods
+ * 0..last. */
+int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e);
+
 /* Lower bound on the benchmark's unallocated GPU % at arrived 100 % for a
  * seed. sim_run averages the samples of bin 100 (arrived in [99.5, 100.5),
  * else within +-1); sample i has seen the pods of sim_order() 0..i, so it
