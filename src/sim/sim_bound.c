@@ -505,21 +505,12 @@ out:
     return rc;
 }
 
-int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
-                  struct sim_bound_stats *st, struct gs_err *e)
+/* The samples the benchmark averages for bin 100 (sim_run's bin_samples):
+ * those whose arrived % rounds to 100, else those within +-1; arrived only
+ * grows, so either set is a run [first, last] (last < 0: none). */
+static void bin_range(const struct sim_trace *t, const int *order, int len, int *first,
+                      int *last)
 {
-    const struct sim_trace *t = cfg->trace;
-    *unalloc_pct = NAN;
-    if (st)
-        memset(st, 0, sizeof *st);
-    if (t->total_gpus <= 0)
-        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-    int *order, len, rc;
-    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
-        return rc;
-    /* the samples the benchmark averages for bin 100 (sim_run's bin_samples):
-     * those whose arrived % rounds to 100, else those within +-1; arrived
-     * only grows, so either set is a run [first, last] */
     const double cap = (double)t->total_gpus * CORE_MILLI;
     double arrived = 0;
     int first_in = -1, last_in = -1, first_near = -1, last_near = -1;
@@ -538,12 +529,105 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
             last_near = i;
         }
     }
-    int first = last_in >= 0 ? first_in : first_near;
-    int last = last_in >= 0 ? last_in : last_near;
+    *first = last_in >= 0 ? first_in : first_near;
+    *last = last_in >= 0 ? last_in : last_near;
+}
+
+int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                  struct sim_bound_stats *st, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    *unalloc_pct = NAN;
+    if (st)
+        memset(st, 0, sizeof *st);
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    int *order, len, rc;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
+        return rc;
+    int first, last;
+    bin_range(t, order, len, &first, &last);
     if (last < 0)
         rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
     else
         rc = sim_bound_prefixes(t, order, first, last, unalloc_pct, st, e);
+    free(order);
+    return rc;
+}
+
+int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      struct sim_bound_offline *out, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    memset(out, 0, sizeof *out);
+    out->lp_pct = out->placed_pct = NAN;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    int *order, len, first, last, rc;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
+        return rc;
+    bin_range(t, order, len, &first, &last);
+    struct model m = {0};
+    struct core_cluster *c = NULL;
+    struct core_pod *cp = NULL;
+    int *keep = NULL;
+    double milli, obj;
+    const double cap = (double)t->total_gpus * CORE_MILLI;
+    if (last < 0) {
+        rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
+        goto out;
+    }
+    if ((rc = model_classes(&m, t, order, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
+        (rc = model_solve(&m, &milli, &obj, e)) < 0)
+        goto out;
+    out->lp_pct = 100.0 - 100.0 * milli / cap;
+    /* the pods of each class the LP places, rounded down: its x columns are
+     * those repaired on the class row */
+    keep = calloc((size_t)m.n_pc + 1, sizeof *keep);
+    c = core_cluster_new();
+    cp = calloc(1, sizeof *cp);
+    if (!keep || !c || !cp) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    double *xs = calloc((size_t)m.n_pc + 1, sizeof *xs);
+    if (!xs) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    for (int j = 1; j <= glp_get_num_cols(m.lp); j++)
+        if (m.fix[j] >= 1 && m.fix[j] <= m.n_pc)
+            xs[m.fix[j] - 1] += glp_get_col_prim(m.lp, j);
+    for (int k = 0; k < m.n_pc; k++)
+        keep[k] = (int)floor(xs[k] + 1e-6);
+    free(xs);
+    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
+        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+        goto out;
+    core_cluster_set_seed(c, seed);
+    double alloc = 0;
+    struct core_decision d;
+    for (int i = 0; i <= last; i++) {
+        int k = m.cls[i];
+        if (k >= 0 && keep[k] == 0) { /* left out by the LP */
+            out->dropped++;
+            continue;
+        }
+        if (k >= 0)
+            keep[k]--;
+        const struct sim_pod *p = &t->pods[order[i]];
+        sim_core_pod(p, i, cp);
+        if (core_schedule_one(c, pol, cp, &d, NULL) == 0 && core_reserve(c, &d.alloc, NULL) == 0)
+            alloc += (double)p->num_gpu * p->gpu_milli;
+        else
+            out->failed++;
+    }
+    out->placed_pct = 100.0 - 100.0 * alloc / cap;
+out:
+    core_cluster_free(c);
+    free(cp);
+    free(keep);
+    model_free(&m);
     free(order);
     return rc;
 }

@@ -18,6 +18,7 @@
 #ifndef GPUSCHED_SIM_BOUND_H
 #define GPUSCHED_SIM_BOUND_H
 
+#include "core/policy.h"
 #include "sim/sim_run.h"
 #include "util/err.h"
 
@@ -55,5 +56,21 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
  * per-sample bounds. */
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
                   struct sim_bound_stats *st, struct gs_err *e);
+
+/* How tight the bound is: a real placement of the offline problem the LP
+ * relaxes. The LP of the bin's last sample is solved; the pods of each
+ * class it places (rounded down; the first ones in arrival order) and the
+ * CPU-only pods are submitted in arrival order through the core with pol,
+ * the other GPU pods left out. An offline scheduler may choose its pods,
+ * so the best offline placement lies between lp_pct and placed_pct. */
+struct sim_bound_offline {
+    double lp_pct;     /* the LP bound of the bin's last sample, % unallocated */
+    double placed_pct; /* unallocated % after the placement (>= lp_pct) */
+    int dropped;       /* GPU pods of that prefix the LP leaves out */
+    int failed;        /* pods kept that the core could not place */
+};
+
+int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      struct sim_bound_offline *out, struct gs_err *e);
 
 #endif

@@ -122,6 +122,52 @@ static void test_prefixes(void)
     sim_trace_clear(&t);
 }
 
+/* The offline placement: the LP's pods through the core. */
+static void test_offline(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct sim_trace t = {0};
+    struct sim_config cfg;
+    struct sim_bound_offline o;
+    /* 700, 700, 600 on two GPUs (exactly 100 % arrived): no two share a
+     * GPU, so the LP keeps the 700s (1400 of 2000: 30 % unallocated) and
+     * drops the 600; online, a 600 that comes second makes a 700 fail */
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n",
+                    HDR "a,1000,1,1,700,\nb,1000,1,1,700,\nc,1000,1,1,600,\n"), 0);
+    ASSERT_EQ(sim_config_init(&cfg, &t, 1.0, &e), 0);
+    int worse = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        ASSERT_EQ(sim_bound_offline(&cfg, core_policy_find("bestfit"), seed, &o, &e), 0);
+        ASSERT_NEAR(o.lp_pct, 30, 1e-6);
+        ASSERT_NEAR(o.placed_pct, 30, 1e-6);
+        ASSERT_EQ(o.dropped, 1);
+        ASSERT_EQ(o.failed, 0);
+        double b;
+        ASSERT_EQ(sim_bound_run(&cfg, seed, &b, NULL, &e), 0);
+        ASSERT_NEAR(b, 30, 1e-6);
+        struct sim_run_result *r = calloc(1, sizeof *r);
+        ASSERT_EQ(sim_run(&cfg, core_policy_find("bestfit"), seed, r, &e), 0);
+        ASSERT_TRUE(r->unalloc[100] >= 30 - 1e-9);
+        worse += r->unalloc[100] > 30 + 1e-6; /* 35 %: the online run lost a 700 */
+        free(r);
+    }
+    ASSERT_TRUE(worse > 0);
+    sim_config_clear(&cfg);
+    sim_trace_clear(&t);
+    /* synthetic clusters: a real placement never beats the bound */
+    for (uint64_t g = 1; g <= 3; g++) {
+        ASSERT_EQ(sim_gen(&t, 30 + 10 * (int)g, 300, g, &e), 0);
+        ASSERT_EQ(sim_config_init(&cfg, &t, 1.3, &e), 0);
+        for (uint64_t seed = 42; seed < 44; seed++) {
+            ASSERT_EQ(sim_bound_offline(&cfg, core_policy_find("cpufrag"), seed, &o, &e), 0);
+            ASSERT_TRUE(o.lp_pct >= 0 && o.placed_pct >= o.lp_pct - 1e-9);
+            ASSERT_TRUE(o.placed_pct < o.lp_pct + 20);
+        }
+        sim_config_clear(&cfg);
+        sim_trace_clear(&t);
+    }
+}
+
 /* The bound never exceeds what a policy placed: unallocated % at 100 % of
  * every run is at least the seed's bound. */
 static void test_valid(void)
@@ -169,6 +215,7 @@ int test_sim_bound(void)
 {
     test_tight();
     test_prefixes();
+    test_offline();
     test_valid();
     return 0;
 }
