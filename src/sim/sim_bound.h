@@ -60,14 +60,21 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
 /* How tight the bound is: a real placement of the offline problem the LP
  * relaxes. The LP of the bin's last sample is solved; the pods of each
  * class it places (rounded down; the first ones in arrival order) and the
- * CPU-only pods are submitted in arrival order through the core with pol,
- * the other GPU pods left out. An offline scheduler may choose its pods,
- * so the best offline placement lies between lp_pct and placed_pct. */
+ * CPU-only pods are submitted through the core with pol, the other GPU pods
+ * left out, in three orders: arrival; more GPUs first, model-constrained
+ * first, CPU-only last; the same with larger shares first. The best of the
+ * three (on the bin mean) is kept. An offline scheduler may choose its pods
+ * and their order, so the best offline placement lies between lp_pct and
+ * placed_pct; what the placement holds of pods 0..i is a placement of
+ * sample i, so placed_bin_pct is above the best bin mean and no valid bound
+ * of the offline problem (sim_bound_run) can rise above it. */
 struct sim_bound_offline {
     double lp_pct;     /* the LP bound of the bin's last sample, % unallocated */
     double placed_pct; /* unallocated % after the placement (>= lp_pct) */
+    double placed_bin_pct; /* its mean over the samples of bin 100 */
     int dropped;       /* GPU pods of that prefix the LP leaves out */
     int failed;        /* pods kept that the core could not place */
+    int order;         /* the order kept: 0 arrival, 1 big first, 2 decreasing */
 };
 
 int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,

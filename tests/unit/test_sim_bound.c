@@ -140,6 +140,7 @@ static void test_offline(void)
         ASSERT_EQ(sim_bound_offline(&cfg, core_policy_find("bestfit"), seed, &o, &e), 0);
         ASSERT_NEAR(o.lp_pct, 30, 1e-6);
         ASSERT_NEAR(o.placed_pct, 30, 1e-6);
+        ASSERT_NEAR(o.placed_bin_pct, 30, 1e-6); /* the bin is the last sample alone */
         ASSERT_EQ(o.dropped, 1);
         ASSERT_EQ(o.failed, 0);
         double b;
@@ -162,6 +163,10 @@ static void test_offline(void)
             ASSERT_EQ(sim_bound_offline(&cfg, core_policy_find("cpufrag"), seed, &o, &e), 0);
             ASSERT_TRUE(o.lp_pct >= 0 && o.placed_pct >= o.lp_pct - 1e-9);
             ASSERT_TRUE(o.placed_pct < o.lp_pct + 20);
+            double b;
+            ASSERT_EQ(sim_bound_run(&cfg, seed, &b, NULL, &e), 0);
+            ASSERT_TRUE(o.placed_bin_pct >= b - 1e-9);
+            ASSERT_TRUE(o.placed_bin_pct >= o.placed_pct - 1e-9); /* earlier samples hold less */
         }
         sim_config_clear(&cfg);
         sim_trace_clear(&t);
