@@ -10,7 +10,11 @@
  * each type packed with each configuration of sharing sizes. Every real
  * placement is a feasible point, so the LP optimum bounds the GPU milli any
  * policy can hold. CPU-only pods are left out (placing none of them is
- * feasible and they add no GPU milli).
+ * feasible and they add no GPU milli). The benchmark averages the samples
+ * of a bin, so each sample gets the LP of the pods it has seen; values are
+ * certified by LP duality, not taken from the solver's objective.
+ * sim_bound_offline builds a real placement of the same offline problem,
+ * which shows how far any valid bound could still rise.
  *
  * Ownership: no state kept between calls; GLPK objects live inside one call.
  * Not thread-safe (GLPK's environment): call from one thread.
