@@ -636,70 +636,100 @@ int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *po
     bin_range(t, order, len, &first, &last);
     struct model m = {0};
     int *keep = NULL;
-    double *xs = NULL;
+    double *xs = NULL, *at = NULL, *best = NULL;
     struct off_item *items = NULL;
-    double milli, obj, *at = NULL;
+    double milli, obj;
     const double cap = (double)t->total_gpus * CORE_MILLI;
     if (last < 0) {
         rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
         goto out;
     }
-    if ((rc = model_classes(&m, t, order, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
-        (rc = model_solve(&m, &milli, &obj, e)) < 0)
+    if ((rc = model_classes(&m, t, order, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0)
         goto out;
-    out->lp_pct = 100.0 - 100.0 * milli / cap;
-    /* the pods of each class the LP places, rounded down: its x columns are
-     * those repaired on the class row */
     keep = calloc((size_t)m.n_pc + 1, sizeof *keep);
     xs = calloc((size_t)m.n_pc + 1, sizeof *xs);
     items = malloc(((size_t)last + 1) * sizeof *items);
     at = calloc((size_t)last + 1, sizeof *at);
-    if (!keep || !xs || !items || !at) {
+    best = calloc((size_t)last + 1, sizeof *best); /* best milli held at each sample */
+    if (!keep || !xs || !items || !at || !best) {
         rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
     }
-    for (int j = 1; j <= glp_get_num_cols(m.lp); j++)
-        if (m.fix[j] >= 1 && m.fix[j] <= m.n_pc)
-            xs[m.fix[j] - 1] += glp_get_col_prim(m.lp, j);
-    for (int k = 0; k < m.n_pc; k++)
-        keep[k] = (int)floor(xs[k] + 1e-6);
-    int n = 0;
-    for (int i = 0; i <= last; i++) {
-        int k = m.cls[i];
-        if (k >= 0 && keep[k] == 0) { /* left out by the LP */
-            out->dropped++;
-            continue;
-        }
-        if (k >= 0)
-            keep[k]--;
-        items[n++].pos = i;
+    /* checkpoints, last first: the LP of each prefix (its class bounds
+     * lowered from the last one's, re-solved from the basis) picks pods */
+    int cps[SIM_BOUND_OFFLINE_CPS], n_cp = 0;
+    for (int q = SIM_BOUND_OFFLINE_CPS - 1; q >= 0; q--) {
+        int c = first + (int)((long)(last - first) * q / (SIM_BOUND_OFFLINE_CPS - 1));
+        if (n_cp == 0 || c != cps[n_cp - 1])
+            cps[n_cp++] = c;
     }
-    /* a few submission orders; any of them is a real placement, and so is
-     * what it holds of pods 0..i, for every sample i of the bin (taking
-     * pods away keeps a placement feasible); keep the best bin mean */
-    for (int o = 0; o < OFF_ORDERS; o++) {
-        for (int i = 0; i < n; i++)
-            items[i].key = off_key(&t->pods[order[items[i].pos]], o);
-        qsort(items, (size_t)n, sizeof *items, cmp_off);
-        int failed;
-        memset(at, 0, ((size_t)last + 1) * sizeof *at);
-        if ((rc = off_place(cfg, pol, seed, order, items, n, at, &failed, e)) < 0)
+    int at_prefix = last; /* class bounds hold the counts of pods 0..at_prefix */
+    for (int q = 0; q < n_cp; q++) {
+        int c = cps[q];
+        for (; at_prefix > c; at_prefix--) {
+            int k = m.cls[at_prefix];
+            if (k >= 0) {
+                m.pc[k].count--;
+                glp_set_row_bnds(m.lp, 1 + k, GLP_UP, 0, m.pc[k].count);
+            }
+        }
+        if ((rc = model_solve(&m, &milli, &obj, e)) < 0)
             goto out;
-        double alloc = 0, sum = 0;
-        for (int i = 0; i <= last; i++) {
-            alloc += at[i];
-            if (i >= first)
-                sum += 100.0 - 100.0 * alloc / cap;
+        if (q == 0)
+            out->lp_pct = 100.0 - 100.0 * milli / cap;
+        /* the pods of each class the LP places, rounded down: its x columns
+         * are those repaired on the class row */
+        memset(xs, 0, ((size_t)m.n_pc + 1) * sizeof *xs);
+        for (int j = 1; j <= glp_get_num_cols(m.lp); j++)
+            if (m.fix[j] >= 1 && m.fix[j] <= m.n_pc)
+                xs[m.fix[j] - 1] += glp_get_col_prim(m.lp, j);
+        for (int k = 0; k < m.n_pc; k++)
+            keep[k] = (int)floor(xs[k] + 1e-6);
+        int n = 0, dropped = 0;
+        for (int i = 0; i <= c; i++) {
+            int k = m.cls[i];
+            if (k >= 0 && keep[k] == 0) { /* left out by the LP */
+                dropped++;
+                continue;
+            }
+            if (k >= 0)
+                keep[k]--;
+            items[n++].pos = i;
         }
-        double bin = sum / (last - first + 1);
-        if (out->order < 0 || bin < out->placed_bin_pct) {
-            out->placed_bin_pct = bin;
-            out->placed_pct = 100.0 - 100.0 * alloc / cap;
-            out->failed = failed;
-            out->order = o;
+        if (q == 0)
+            out->dropped = dropped;
+        /* a few submission orders; each is a real placement of sample c, and
+         * what it holds of pods 0..i is one of sample i (taking pods away
+         * keeps a placement feasible), for every sample i of the bin */
+        for (int o = 0; o < OFF_ORDERS; o++) {
+            for (int i = 0; i < n; i++)
+                items[i].key = off_key(&t->pods[order[items[i].pos]], o);
+            qsort(items, (size_t)n, sizeof *items, cmp_off);
+            int failed;
+            memset(at, 0, ((size_t)last + 1) * sizeof *at);
+            if ((rc = off_place(cfg, pol, seed, order, items, n, at, &failed, e)) < 0)
+                goto out;
+            double alloc = 0;
+            for (int i = 0; i <= last; i++) {
+                alloc += at[i];
+                if (i >= first && alloc > best[i])
+                    best[i] = alloc;
+            }
+            double pct = 100.0 - 100.0 * alloc / cap;
+            if (q == 0 && (out->order < 0 || pct < out->placed_pct)) {
+                out->placed_pct = pct;
+                out->failed = failed;
+                out->order = o;
+            }
         }
     }
+    double sum = 0;
+    for (int i = first; i <= last; i++)
+        sum += 100.0 - 100.0 * best[i] / cap;
+    out->placed_bin_pct = sum / (last - first + 1);
+    out->checkpoints = n_cp;
 out:
+    free(best);
     free(at);
     free(keep);
     free(xs);

@@ -66,19 +66,25 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
  * class it places (rounded down; the first ones in arrival order) and the
  * CPU-only pods are submitted through the core with pol, the other GPU pods
  * left out, in three orders: arrival; more GPUs first, model-constrained
- * first, CPU-only last; the same with larger shares first. The best of the
- * three (on the bin mean) is kept. An offline scheduler may choose its pods
- * and their order, so the best offline placement lies between lp_pct and
- * placed_pct; what the placement holds of pods 0..i is a placement of
- * sample i, so placed_bin_pct is above the best bin mean and no valid bound
- * of the offline problem (sim_bound_run) can rise above it. */
+ * first, CPU-only last; the same with larger shares first. An offline
+ * scheduler may choose its pods and their order, so the best offline
+ * placement of the last sample lies between lp_pct and placed_pct (the best
+ * order). The same is done for SIM_BOUND_OFFLINE_CPS samples spread over
+ * the bin (the LP of each one's pods); what a placement of sample c holds
+ * of pods 0..i is a placement of sample i, so every sample of the bin takes
+ * the best of those, and placed_bin_pct, their mean, is above the best bin
+ * mean: no valid bound of the offline problem (sim_bound_run) rises above
+ * it. */
+#define SIM_BOUND_OFFLINE_CPS 3
 struct sim_bound_offline {
     double lp_pct;     /* the LP bound of the bin's last sample, % unallocated */
     double placed_pct; /* unallocated % after the placement (>= lp_pct) */
     double placed_bin_pct; /* its mean over the samples of bin 100 */
-    int dropped;       /* GPU pods of that prefix the LP leaves out */
-    int failed;        /* pods kept that the core could not place */
-    int order;         /* the order kept: 0 arrival, 1 big first, 2 decreasing */
+    int dropped;       /* GPU pods of the last sample the LP leaves out */
+    int failed;        /* of those kept, pods the core could not place (best order) */
+    int order;         /* the best order for the last sample: 0 arrival, 1 big first,
+                          2 decreasing */
+    int checkpoints;   /* samples whose LP chose a placement's pods */
 };
 
 int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,

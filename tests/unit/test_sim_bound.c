@@ -141,6 +141,7 @@ static void test_offline(void)
         ASSERT_NEAR(o.lp_pct, 30, 1e-6);
         ASSERT_NEAR(o.placed_pct, 30, 1e-6);
         ASSERT_NEAR(o.placed_bin_pct, 30, 1e-6); /* the bin is the last sample alone */
+        ASSERT_EQ(o.checkpoints, 1);
         ASSERT_EQ(o.dropped, 1);
         ASSERT_EQ(o.failed, 0);
         double b;
