@@ -31,8 +31,15 @@ int main(int argc, char **argv)
     if (argc > 3) {
         char *end;
         lo = strtoul(argv[3], &end, 10);
-        hi = *end == '-' ? strtoul(end + 1, &end, 10) : lo;
-        if (*end || hi < lo || hi - lo > 1000) {
+        int bad = end == argv[3] || argv[3][0] < '0' || argv[3][0] > '9';
+        if (*end == '-') {
+            char *from = end + 1;
+            hi = strtoul(from, &end, 10);
+            bad |= end == from || *from < '0' || *from > '9';
+        } else {
+            hi = lo;
+        }
+        if (bad || *end || hi < lo || hi - lo > 1000) {
             fprintf(stderr, "bench_bound_offline: seeds: want N or N-M, got '%s'\n", argv[3]);
             return 2;
         }
