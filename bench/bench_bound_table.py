@@ -5,7 +5,9 @@
 
 Prints (1) per trace the LP lower bound on unallocated GPU % at arrived
 100 % and each policy's mean, with its distance to the bound, from
-OUT_DIR/bound-TRACE.json; (2) per trace with timestamps and load the
+OUT_DIR/bound-TRACE.json; (1b) how tight the bound is: the offline placement
+of bench_bound_offline (OUT_DIR/offline-TRACE.txt, its `mean` line) against
+the bound and cpufrag; (2) per trace with timestamps and load the
 time-weighted GPU allocation and the p99 queueing delay of GPU pods from
 OUT_DIR/time-TRACE.json; (3) queueing delay per request class on `default`
 and `gpuspec25` (the one with most model-constrained pods).
@@ -52,6 +54,27 @@ def main(argv):
     print("| **mean distance** | | | | | " + " | ".join(
         f"{sum(gaps[p]) / len(gaps[p]):+.2f}" for p in ("cpufrag", "fgd", "bestfit")) + " |")
     print()
+    rows = []
+    for t in traces:
+        path = os.path.join(out, f"offline-{t}.txt")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            mean = [ln.split() for ln in f if ln.startswith("mean")]
+        with open(os.path.join(out, f"bound-{t}.json")) as f:
+            doc = json.load(f)
+        cf = {r["policy"]: r for r in doc["results"]}["cpufrag"]["unallocated_pct_at_100"]["mean"]
+        if mean:
+            m = [float(x) for x in mean[0][1:]]
+            # bin: bound, placement, gap; last sample: bound, placement, gap
+            rows.append(f"| {t} | {m[0]:.2f} | {m[1]:.2f} | {m[1] - m[0]:.2f} | {m[3]:.2f} "
+                        f"| {m[4]:.2f} | {cf:.2f} | {cf - m[1]:+.2f} |")
+    if rows:
+        print("| trace | LP bound (bin) | offline placement (bin) | bracket | LP bound (last "
+              "sample) | offline placement (last sample) | cpufrag | cpufrag - placement |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
+        print()
     print("| trace | load | alloc % bestfit | fgd | cpufrag | waiting GPU % bestfit | fgd | cpufrag "
           "| p99 delay bestfit | fgd | cpufrag |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

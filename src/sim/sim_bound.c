@@ -15,6 +15,14 @@
  * When they exceed SIM_BOUND_MAX_CONFIGS, the size rows become one
  * capacity row per type (sum s x <= 1000 Y) plus "at most one share above
  * 500 per GPU" (sum_{s>500} x <= Y), Y a column per type in the GPU row.
+ *
+ * The value returned is not GLPK's objective but a dual certificate: GLPK's
+ * row duals, made feasible (every column's reduced cost repaired on a row
+ * whose entries are all non-negative), priced at the row bounds. By weak
+ * duality that is an upper bound on the LP optimum whatever the solver's
+ * rounding, and it equals the optimum up to the solver's tolerance. It lets
+ * sim_bound_run re-solve one LP per sample of the 100 % bin (only class
+ * bounds change, so the dual simplex restarts from the last basis).
  */
 #include <glpk.h>
 #include <math.h>
@@ -35,6 +43,27 @@ struct pclass {
     int count, size;          /* size: index into sizes[], -1 for whole GPUs */
 };
 
+/* Growable array of ints for the configurations and the matrix. */
+struct ivec {
+    int *a;
+    size_t n, cap;
+};
+
+/* One LP over a list of pods, re-solvable with other class counts. */
+struct model {
+    struct ntype *nt;
+    struct pclass *pc;
+    int *cls;                 /* class of each listed pod, -1 for CPU-only */
+    int n_nt, n_pc, ns, n_cfg, per_t;
+    int sizes[64];
+    struct ivec cfg;          /* n_cfg x ns counts */
+    glp_prob *lp;
+    int *fix;                 /* per column (1-based): the row that repairs its dual */
+    int *ind;                 /* scratch for one column (1-based) */
+    double *val, *u;          /* scratch: one column; row duals (1-based) */
+    int solved;
+};
+
 static int same_node(const struct sim_node *a, const struct sim_node *b)
 {
     return a->gpus == b->gpus && a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
@@ -47,12 +76,6 @@ static int same_pod(const struct sim_pod *a, const struct sim_pod *b)
            a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
            strcmp(a->gpu_spec, b->gpu_spec) == 0;
 }
-
-/* Growable arrays of ints and doubles for the configurations and matrix. */
-struct ivec {
-    int *a;
-    size_t n, cap;
-};
 
 static int ipush(struct ivec *v, int x)
 {
@@ -109,213 +132,405 @@ static int enum_configs(const int *sizes, int ns, struct ivec *cfg)
     }
 }
 
+static void model_free(struct model *m)
+{
+    if (m->lp)
+        glp_delete_prob(m->lp);
+    free(m->nt);
+    free(m->pc);
+    free(m->cls);
+    free(m->cfg.a);
+    free(m->fix);
+    free(m->ind);
+    free(m->val);
+    free(m->u);
+    memset(m, 0, sizeof *m);
+}
+
+/* Node types and pod classes of t's nodes and the pods t->pods[idx[0..n)]. */
+static int model_classes(struct model *m, const struct sim_trace *t, const int *idx, int n,
+                         struct gs_err *e)
+{
+    m->nt = calloc((size_t)t->n_nodes + 1, sizeof *m->nt);
+    m->pc = calloc((size_t)n + 1, sizeof *m->pc);
+    m->cls = malloc(((size_t)n + 1) * sizeof *m->cls);
+    if (!m->nt || !m->pc || !m->cls)
+        return gs_errf(e, GS_ENOMEM, "bound: out of memory");
+    for (int i = 0; i < t->n_nodes; i++) {
+        if (t->nodes[i].gpus == 0)
+            continue;
+        int k = 0;
+        while (k < m->n_nt && !same_node(m->nt[k].n, &t->nodes[i]))
+            k++;
+        if (k == m->n_nt)
+            m->nt[m->n_nt++].n = &t->nodes[i];
+        m->nt[k].count++;
+    }
+    for (int i = 0; i < n; i++) {
+        const struct sim_pod *p = &t->pods[idx[i]];
+        m->cls[i] = -1;
+        if (p->num_gpu == 0)
+            continue;
+        int k = 0;
+        while (k < m->n_pc && !same_pod(m->pc[k].p, p))
+            k++;
+        if (k == m->n_pc) {
+            m->pc[k].p = p;
+            m->pc[k].size = -1;
+            if (p->gpu_milli < CORE_MILLI) {
+                int s = 0;
+                while (s < m->ns && m->sizes[s] != p->gpu_milli)
+                    s++;
+                if (s == m->ns) {
+                    if (m->ns == 64)
+                        return gs_errf(e, GS_EINVAL, "bound: more than 64 sharing sizes");
+                    m->sizes[m->ns++] = p->gpu_milli;
+                }
+            }
+            m->n_pc++;
+        }
+        m->pc[k].count++;
+        m->cls[i] = k;
+    }
+    /* sizes ascending; classes point at their size */
+    for (int a = 1; a < m->ns; a++)
+        for (int b = a; b > 0 && m->sizes[b - 1] > m->sizes[b]; b--) {
+            int x = m->sizes[b];
+            m->sizes[b] = m->sizes[b - 1];
+            m->sizes[b - 1] = x;
+        }
+    for (int k = 0; k < m->n_pc; k++)
+        if (m->pc[k].p->gpu_milli < CORE_MILLI)
+            for (int s = 0; s < m->ns; s++)
+                if (m->sizes[s] == m->pc[k].p->gpu_milli)
+                    m->pc[k].size = s;
+    if (m->ns > 0) {
+        m->n_cfg = enum_configs(m->sizes, m->ns, &m->cfg);
+        if (m->n_cfg == -1)
+            return gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        if (m->n_cfg == -2)
+            m->n_cfg = 0; /* too many: the capacity cut */
+    }
+    return 0;
+}
+
+/* The matrix, built through these growable triplets. */
+struct triplets {
+    struct ivec ia, ja;
+    double *ar;
+    size_t cap;
+    int oom;
+};
+
+static void entry(struct triplets *tr, int row, int col, double v)
+{
+    if (tr->oom)
+        return;
+    if (tr->ia.n == 0 && (ipush(&tr->ia, 0) < 0 || ipush(&tr->ja, 0) < 0)) {
+        tr->oom = 1;
+        return;
+    }
+    if (tr->ia.n >= tr->cap) {
+        size_t nc = tr->cap ? 2 * tr->cap : 4096;
+        double *na = realloc(tr->ar, nc * sizeof *na);
+        if (!na) {
+            tr->oom = 1;
+            return;
+        }
+        tr->ar = na;
+        tr->cap = nc;
+    }
+    tr->ar[tr->ia.n] = v;
+    if (ipush(&tr->ia, row) < 0 || ipush(&tr->ja, col) < 0)
+        tr->oom = 1;
+}
+
+/* Adds one column with lower bound 0, objective obj, repaired on row fix. */
+static int add_col(struct model *m, struct ivec *fix, double obj, int fix_row)
+{
+    int col = glp_add_cols(m->lp, 1);
+    glp_set_col_bnds(m->lp, col, GLP_LO, 0, 0);
+    glp_set_obj_coef(m->lp, col, obj);
+    if (fix->n == 0 && ipush(fix, 0) < 0)
+        return -1;
+    return ipush(fix, fix_row) < 0 ? -1 : col;
+}
+
+static int model_lp(struct model *m, struct gs_err *e)
+{
+    struct triplets tr = {0};
+    struct ivec fix = {0};
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    int rc = 0;
+    if (!cp) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    m->lp = glp_create_prob();
+    glp_set_obj_dir(m->lp, GLP_MAX);
+    /* rows: classes, then per type cpu, mem, gpu, then size rows */
+    m->per_t = 3 + (m->n_cfg ? m->ns : 2);
+    int n_rows = m->n_pc + m->n_nt * m->per_t;
+    glp_add_rows(m->lp, n_rows);
+    for (int k = 0; k < m->n_pc; k++)
+        glp_set_row_bnds(m->lp, 1 + k, GLP_UP, 0, m->pc[k].count);
+    for (int T = 0; T < m->n_nt; T++) {
+        int base = 1 + m->n_pc + T * m->per_t;
+        const struct sim_node *nd = m->nt[T].n;
+        double cnt = m->nt[T].count;
+        glp_set_row_bnds(m->lp, base, GLP_UP, 0, cnt * (double)nd->cpu_milli);
+        glp_set_row_bnds(m->lp, base + 1, GLP_UP, 0, cnt * (double)nd->mem_mib);
+        glp_set_row_bnds(m->lp, base + 2, GLP_UP, 0, cnt * nd->gpus);
+        for (int r = 3; r < m->per_t; r++)
+            glp_set_row_bnds(m->lp, base + r, GLP_UP, 0, 0);
+    }
+    int col;
+    for (int k = 0; k < m->n_pc; k++) {
+        const struct sim_pod *p = m->pc[k].p;
+        sim_core_pod(p, 0, cp);
+        for (int T = 0; T < m->n_nt; T++) {
+            const struct sim_node *nd = m->nt[T].n;
+            if (p->num_gpu > nd->gpus || p->cpu_milli > nd->cpu_milli ||
+                p->mem_mib > nd->mem_mib || !core_request_model_ok(&cp->req, nd->model))
+                continue;
+            int base = 1 + m->n_pc + T * m->per_t;
+            if ((col = add_col(m, &fix, (double)p->num_gpu * p->gpu_milli, 1 + k)) < 0)
+                goto oom;
+            entry(&tr, 1 + k, col, 1);
+            if (p->cpu_milli)
+                entry(&tr, base, col, (double)p->cpu_milli);
+            if (p->mem_mib)
+                entry(&tr, base + 1, col, (double)p->mem_mib);
+            if (m->pc[k].size < 0) {
+                entry(&tr, base + 2, col, p->num_gpu);
+            } else if (m->n_cfg) {
+                entry(&tr, base + 3 + m->pc[k].size, col, 1);
+            } else {
+                entry(&tr, base + 3, col, p->gpu_milli);
+                if (p->gpu_milli > CORE_MILLI / 2)
+                    entry(&tr, base + 4, col, 1);
+            }
+        }
+    }
+    /* sharing GPUs of each type: configurations, or one capacity column;
+     * repaired on the GPU row, whose entries are all positive */
+    for (int T = 0; T < m->n_nt && m->ns > 0; T++) {
+        int base = 1 + m->n_pc + T * m->per_t;
+        if (m->n_cfg) {
+            for (int q = 0; q < m->n_cfg; q++) {
+                if ((col = add_col(m, &fix, 0, base + 2)) < 0)
+                    goto oom;
+                entry(&tr, base + 2, col, 1);
+                for (int s = 0; s < m->ns; s++)
+                    if (m->cfg.a[(size_t)q * m->ns + s])
+                        entry(&tr, base + 3 + s, col, -(double)m->cfg.a[(size_t)q * m->ns + s]);
+            }
+        } else {
+            if ((col = add_col(m, &fix, 0, base + 2)) < 0)
+                goto oom;
+            entry(&tr, base + 2, col, 1);
+            entry(&tr, base + 3, col, -(double)CORE_MILLI);
+            entry(&tr, base + 4, col, -1);
+        }
+    }
+    if (tr.oom)
+        goto oom;
+    int n_cols = glp_get_num_cols(m->lp);
+    if (n_cols > 0)
+        glp_load_matrix(m->lp, (int)tr.ia.n - 1, tr.ia.a, tr.ja.a, tr.ar);
+    m->fix = fix.a;
+    fix.a = NULL;
+    m->ind = malloc(((size_t)n_rows + 1) * sizeof *m->ind);
+    m->val = malloc(((size_t)n_rows + 1) * sizeof *m->val);
+    m->u = malloc(((size_t)n_rows + 1) * sizeof *m->u);
+    if (!m->ind || !m->val || !m->u)
+        goto oom;
+    goto out;
+oom:
+    rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+out:
+    free(cp);
+    free(fix.a);
+    free(tr.ia.a);
+    free(tr.ja.a);
+    free(tr.ar);
+    return rc;
+}
+
+/* Weak duality: GLPK's row duals u (>= 0 for these <= rows of a maximum)
+ * repaired so that every column j has sum_i a_ij u_i >= c_j, then
+ * sum_i b_i u_i >= the LP optimum. A column short by d raises the dual of
+ * its repair row by d (plus a margin for this sum's rounding); that row's
+ * entries are all >= 0, so no other column gets worse, and each column's
+ * repair row has coefficient 1 in it. */
+static double certificate(struct model *m)
+{
+    glp_prob *lp = m->lp;
+    int rows = glp_get_num_rows(lp), cols = glp_get_num_cols(lp);
+    for (int i = 1; i <= rows; i++) {
+        double d = glp_get_row_dual(lp, i);
+        m->u[i] = d > 0 && isfinite(d) ? d : 0;
+    }
+    for (int j = 1; j <= cols; j++) {
+        int len = glp_get_mat_col(lp, j, m->ind, m->val);
+        long double lhs = 0;
+        for (int q = 1; q <= len; q++)
+            lhs += (long double)m->val[q] * m->u[m->ind[q]];
+        long double short_by = (long double)glp_get_obj_coef(lp, j) - lhs;
+        if (short_by > 0)
+            m->u[m->fix[j]] += (double)(short_by * (1 + 1e-12L)) + 1e-9;
+    }
+    long double ub = 0;
+    for (int i = 1; i <= rows; i++)
+        ub += (long double)glp_get_row_ub(lp, i) * m->u[i];
+    return (double)ub;
+}
+
+/* Solves (primal simplex the first time, dual simplex from the last basis
+ * after class bounds changed) and returns the certified optimum. */
+static int model_solve(struct model *m, double *milli, double *lp_obj, struct gs_err *e)
+{
+    *milli = 0;
+    *lp_obj = 0;
+    if (glp_get_num_cols(m->lp) == 0)
+        return 0;
+    glp_smcp parm;
+    glp_init_smcp(&parm);
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.presolve = GLP_OFF;
+    if (m->solved)
+        parm.meth = GLP_DUALP;
+    int g = glp_simplex(m->lp, &parm);
+    if (g != 0 || glp_get_status(m->lp) != GLP_OPT) {
+        /* a fresh start from the standard basis before giving up */
+        glp_std_basis(m->lp);
+        parm.meth = GLP_PRIMAL;
+        g = glp_simplex(m->lp, &parm);
+    }
+    if (g != 0 || glp_get_status(m->lp) != GLP_OPT)
+        return gs_errf(e, GS_EINVAL, "bound: GLPK did not reach an optimum (code %d, status %d)",
+                       g, glp_get_status(m->lp));
+    m->solved = 1;
+    *lp_obj = glp_get_obj_val(m->lp);
+    *milli = certificate(m);
+    return 0;
+}
+
+static double elapsed_since(const struct timespec *w0)
+{
+    struct timespec w1;
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    return (double)(w1.tv_sec - w0->tv_sec) + (double)(w1.tv_nsec - w0->tv_nsec) / 1e9;
+}
+
+static void fill_stats(struct sim_bound_stats *st, const struct model *m)
+{
+    st->node_types = m->n_nt;
+    st->classes = m->n_pc;
+    st->sizes = m->ns;
+    st->configs = m->n_cfg;
+    st->rows = m->lp ? glp_get_num_rows(m->lp) : 0;
+    st->cols = m->lp ? glp_get_num_cols(m->lp) : 0;
+}
+
 int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *milli,
                     struct sim_bound_stats *st, struct gs_err *e)
 {
-    struct timespec w0, w1;
+    struct timespec w0;
     clock_gettime(CLOCK_MONOTONIC, &w0);
     struct sim_bound_stats dummy;
     if (!st)
         st = &dummy;
     memset(st, 0, sizeof *st);
     *milli = 0;
-    struct ntype *nt = calloc((size_t)t->n_nodes + 1, sizeof *nt);
-    struct pclass *pc = calloc((size_t)n + 1, sizeof *pc);
-    struct core_pod *cp = calloc(1, sizeof *cp);
-    struct ivec cfg = {0}, ia = {0}, ja = {0};
-    double *ar = NULL;
-    size_t ar_cap = 0;
-    glp_prob *lp = NULL;
-    int rc = 0, n_nt = 0, n_pc = 0, sizes[64], ns = 0;
-    if (!nt || !pc || !cp) {
-        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < t->n_nodes; i++) {
-        if (t->nodes[i].gpus == 0)
-            continue;
-        int k = 0;
-        while (k < n_nt && !same_node(nt[k].n, &t->nodes[i]))
-            k++;
-        if (k == n_nt)
-            nt[n_nt++].n = &t->nodes[i];
-        nt[k].count++;
-    }
-    for (int i = 0; i < n; i++) {
-        const struct sim_pod *p = &t->pods[idx[i]];
-        if (p->num_gpu == 0)
-            continue;
-        int k = 0;
-        while (k < n_pc && !same_pod(pc[k].p, p))
-            k++;
-        if (k == n_pc) {
-            pc[n_pc].p = p;
-            pc[n_pc].size = -1;
-            if (p->gpu_milli < CORE_MILLI) {
-                int s = 0;
-                while (s < ns && sizes[s] != p->gpu_milli)
-                    s++;
-                if (s == ns) {
-                    if (ns == 64) {
-                        rc = gs_errf(e, GS_EINVAL, "bound: more than 64 sharing sizes");
-                        goto out;
-                    }
-                    sizes[ns++] = p->gpu_milli;
-                }
-            }
-            n_pc++;
-        }
-        pc[k].count++;
-    }
-    /* sizes ascending; classes point at their size */
-    for (int a = 1; a < ns; a++)
-        for (int b = a; b > 0 && sizes[b - 1] > sizes[b]; b--) {
-            int x = sizes[b];
-            sizes[b] = sizes[b - 1];
-            sizes[b - 1] = x;
-        }
-    for (int k = 0; k < n_pc; k++)
-        if (pc[k].p->gpu_milli < CORE_MILLI)
-            for (int s = 0; s < ns; s++)
-                if (sizes[s] == pc[k].p->gpu_milli)
-                    pc[k].size = s;
-    int n_cfg = 0;
-    if (ns > 0) {
-        n_cfg = enum_configs(sizes, ns, &cfg);
-        if (n_cfg == -1) {
-            rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
-            goto out;
-        }
-        if (n_cfg == -2)
-            n_cfg = 0; /* too many: the capacity cut */
-    }
-    st->node_types = n_nt;
-    st->classes = n_pc;
-    st->sizes = ns;
-    st->configs = n_cfg;
-
-    lp = glp_create_prob();
-    glp_set_obj_dir(lp, GLP_MAX);
-    /* rows: classes, then per type cpu, mem, gpu, then size rows */
-    const int per_t = 3 + (n_cfg ? ns : 2);
-    int n_rows = n_pc + n_nt * per_t;
-    glp_add_rows(lp, n_rows);
-    for (int k = 0; k < n_pc; k++)
-        glp_set_row_bnds(lp, 1 + k, GLP_UP, 0, pc[k].count);
-    for (int T = 0; T < n_nt; T++) {
-        int base = 1 + n_pc + T * per_t;
-        const struct sim_node *nd = nt[T].n;
-        glp_set_row_bnds(lp, base, GLP_UP, 0, (double)nt[T].count * (double)nd->cpu_milli);
-        glp_set_row_bnds(lp, base + 1, GLP_UP, 0, (double)nt[T].count * (double)nd->mem_mib);
-        glp_set_row_bnds(lp, base + 2, GLP_UP, 0, (double)nt[T].count * nd->gpus);
-        for (int r = 3; r < per_t; r++)
-            glp_set_row_bnds(lp, base + r, GLP_UP, 0, 0);
-    }
-    /* matrix entries go through these */
-#define ENTRY(row, col, val)                                                                  \
-    do {                                                                                      \
-        if (ia.n + 1 >= ar_cap) {                                                             \
-            size_t nc = ar_cap ? 2 * ar_cap : 4096;                                           \
-            double *na = realloc(ar, nc * sizeof *na);                                        \
-            if (!na) {                                                                        \
-                rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");                           \
-                goto out;                                                                     \
-            }                                                                                 \
-            ar = na;                                                                          \
-            ar_cap = nc;                                                                      \
-        }                                                                                     \
-        if (ia.n == 0 && (ipush(&ia, 0) < 0 || ipush(&ja, 0) < 0)) {                          \
-            rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");                               \
-            goto out;                                                                         \
-        }                                                                                     \
-        ar[ia.n] = (val);                                                                     \
-        if (ipush(&ia, (row)) < 0 || ipush(&ja, (col)) < 0) {                                 \
-            rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");                               \
-            goto out;                                                                         \
-        }                                                                                     \
-    } while (0)
-    int col = 0;
-    for (int k = 0; k < n_pc; k++) {
-        const struct sim_pod *p = pc[k].p;
-        sim_core_pod(p, 0, cp);
-        for (int T = 0; T < n_nt; T++) {
-            const struct sim_node *nd = nt[T].n;
-            if (p->num_gpu > nd->gpus || p->cpu_milli > nd->cpu_milli ||
-                p->mem_mib > nd->mem_mib || !core_request_model_ok(&cp->req, nd->model))
-                continue;
-            int base = 1 + n_pc + T * per_t;
-            col = glp_add_cols(lp, 1);
-            glp_set_col_bnds(lp, col, GLP_LO, 0, 0);
-            glp_set_obj_coef(lp, col, (double)p->num_gpu * p->gpu_milli);
-            ENTRY(1 + k, col, 1);
-            if (p->cpu_milli)
-                ENTRY(base, col, (double)p->cpu_milli);
-            if (p->mem_mib)
-                ENTRY(base + 1, col, (double)p->mem_mib);
-            if (pc[k].size < 0) {
-                ENTRY(base + 2, col, p->num_gpu);
-            } else if (n_cfg) {
-                ENTRY(base + 3 + pc[k].size, col, 1);
-            } else {
-                ENTRY(base + 3, col, p->gpu_milli);
-                if (p->gpu_milli > CORE_MILLI / 2)
-                    ENTRY(base + 4, col, 1);
-            }
-        }
-    }
-    /* sharing GPUs of each type: configurations, or one capacity column */
-    for (int T = 0; T < n_nt && ns > 0; T++) {
-        int base = 1 + n_pc + T * per_t;
-        if (n_cfg) {
-            for (int q = 0; q < n_cfg; q++) {
-                col = glp_add_cols(lp, 1);
-                glp_set_col_bnds(lp, col, GLP_LO, 0, 0);
-                ENTRY(base + 2, col, 1);
-                for (int s = 0; s < ns; s++)
-                    if (cfg.a[(size_t)q * ns + s])
-                        ENTRY(base + 3 + s, col, -(double)cfg.a[(size_t)q * ns + s]);
-            }
-        } else {
-            col = glp_add_cols(lp, 1);
-            glp_set_col_bnds(lp, col, GLP_LO, 0, 0);
-            ENTRY(base + 2, col, 1);
-            ENTRY(base + 3, col, -(double)CORE_MILLI);
-            ENTRY(base + 4, col, -1);
-        }
-    }
-#undef ENTRY
-    st->rows = n_rows;
-    st->cols = glp_get_num_cols(lp);
-    if (st->cols > 0) {
-        glp_load_matrix(lp, (int)ia.n - 1, ia.a, ja.a, ar);
-        glp_smcp parm;
-        glp_init_smcp(&parm);
-        parm.msg_lev = GLP_MSG_OFF;
-        parm.presolve = GLP_OFF;
-        int g = glp_simplex(lp, &parm);
-        if (g == 0)
-            g = glp_exact(lp, &parm); /* rational arithmetic from the optimal basis */
-        if (g != 0 || glp_get_status(lp) != GLP_OPT) {
-            rc = gs_errf(e, GS_EINVAL, "bound: GLPK did not reach an optimum (code %d, status %d)",
-                         g, glp_get_status(lp));
-            goto out;
-        }
-        *milli = glp_get_obj_val(lp);
-    }
+    struct model m = {0};
+    int rc;
+    if ((rc = model_classes(&m, t, idx, n, e)) == 0 && (rc = model_lp(&m, e)) == 0)
+        rc = model_solve(&m, milli, &st->lp_obj, e);
+    fill_stats(st, &m);
+    st->solves = rc == 0;
     st->lp_milli = *milli;
-out:
-    if (lp)
-        glp_delete_prob(lp);
-    free(nt);
-    free(pc);
-    free(cp);
-    free(cfg.a);
-    free(ia.a);
-    free(ja.a);
-    free(ar);
-    clock_gettime(CLOCK_MONOTONIC, &w1);
-    st->elapsed_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
+    model_free(&m);
+    st->elapsed_s = elapsed_since(&w0);
     return rc;
+}
+
+int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
+{
+    struct timespec w0;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    struct sim_bound_stats dummy;
+    if (!st)
+        st = &dummy;
+    memset(st, 0, sizeof *st);
+    *unalloc_pct = NAN;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    if (first < 0 || last < first)
+        return gs_errf(e, GS_EINVAL, "bound: empty sample range [%d, %d]", first, last);
+    const double cap = (double)t->total_gpus * CORE_MILLI;
+    /* one LP per distinct prefix, from the last sample back, each step
+     * taking one pod out of its class bound and re-solving from the basis */
+    struct model m = {0};
+    double milli = 0, sum = 0; /* sum of the samples' bounds, % */
+    int rc;
+    if ((rc = model_classes(&m, t, idx, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
+        (rc = model_solve(&m, &milli, &st->lp_obj, e)) < 0)
+        goto out;
+    st->solves = 1;
+    st->lp_milli = milli;
+    for (int i = last; i >= first; i--) {
+        double b = 100.0 - 100.0 * milli / cap;
+        sum += b > 0 ? b : 0;
+        int k = m.cls[i];
+        if (i == first || k < 0)
+            continue;
+        m.pc[k].count--;
+        glp_set_row_bnds(m.lp, 1 + k, GLP_UP, 0, m.pc[k].count);
+        double obj;
+        if ((rc = model_solve(&m, &milli, &obj, e)) < 0)
+            goto out;
+        st->solves++;
+    }
+    st->samples = last - first + 1;
+    *unalloc_pct = sum / st->samples;
+    st->last_pct = 100.0 - 100.0 * st->lp_milli / cap;
+    if (st->last_pct < 0)
+        st->last_pct = 0;
+out:
+    fill_stats(st, &m);
+    model_free(&m);
+    st->elapsed_s = elapsed_since(&w0);
+    return rc;
+}
+
+/* The samples the benchmark averages for bin 100 (sim_run's bin_samples):
+ * those whose arrived % rounds to 100, else those within +-1; arrived only
+ * grows, so either set is a run [first, last] (last < 0: none). */
+static void bin_range(const struct sim_trace *t, const int *order, int len, int *first,
+                      int *last)
+{
+    const double cap = (double)t->total_gpus * CORE_MILLI;
+    double arrived = 0;
+    int first_in = -1, last_in = -1, first_near = -1, last_near = -1;
+    for (int i = 0; i < len; i++) {
+        const struct sim_pod *p = &t->pods[order[i]];
+        arrived += (double)p->num_gpu * p->gpu_milli;
+        double a = 100.0 * arrived / cap;
+        if (lround(a) == 100) {
+            if (first_in < 0)
+                first_in = i;
+            last_in = i;
+        }
+        if (fabs(a - 100.0) <= 1.0) {
+            if (first_near < 0)
+                first_near = i;
+            last_near = i;
+        }
+    }
+    *first = last_in >= 0 ? first_in : first_near;
+    *last = last_in >= 0 ? last_in : last_near;
 }
 
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
@@ -323,34 +538,203 @@ int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_p
 {
     const struct sim_trace *t = cfg->trace;
     *unalloc_pct = NAN;
+    if (st)
+        memset(st, 0, sizeof *st);
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
     int *order, len, rc;
     if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
         return rc;
-    const double cap = (double)t->total_gpus * CORE_MILLI;
-    double arrived = 0;
-    int last_in = -1, last_near = -1;
-    for (int i = 0; i < len; i++) {
-        const struct sim_pod *p = &t->pods[order[i]];
-        arrived += (double)p->num_gpu * p->gpu_milli;
-        double a = 100.0 * arrived / cap;
-        if (lround(a) == 100)
-            last_in = i;
-        if (fabs(a - 100.0) <= 1.0)
-            last_near = i;
-    }
-    int upto = last_in >= 0 ? last_in : last_near;
-    if (upto < 0) {
-        free(order);
-        return gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
-    }
-    double milli;
-    rc = sim_bound_milli(t, order, upto + 1, &milli, st, e);
+    int first, last;
+    bin_range(t, order, len, &first, &last);
+    if (last < 0)
+        rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
+    else
+        rc = sim_bound_prefixes(t, order, first, last, unalloc_pct, st, e);
     free(order);
-    if (rc < 0)
+    return rc;
+}
+
+/* Submission orders of the offline placement: a key per kept pod, ascending,
+ * ties in arrival order. */
+enum { OFF_ARRIVAL, OFF_BIG_FIRST, OFF_DECREASING, OFF_ORDERS };
+
+static double off_key(const struct sim_pod *p, int order_kind)
+{
+    if (order_kind == OFF_ARRIVAL)
+        return 0;
+    if (p->num_gpu == 0)
+        return 1e12; /* CPU-only pods last */
+    /* more GPUs first, then model-constrained pods first */
+    double k = -1e9 * p->num_gpu - (p->gpu_spec[0] ? 1e6 : 0);
+    if (order_kind == OFF_DECREASING)
+        k -= p->gpu_milli; /* then larger shares first */
+    return k;
+}
+
+struct off_item {
+    double key;
+    int pos;
+};
+
+static int cmp_off(const void *a, const void *b)
+{
+    const struct off_item *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* One placement of items[0..n) (positions into order) on a fresh cluster:
+ * at[pos] the GPU milli placed for the pod at pos (0 if it failed), *failed
+ * the pods that did not fit. */
+static int off_place(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                     const int *order, const struct off_item *items, int n, double *at,
+                     int *failed, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    struct core_cluster *c = core_cluster_new();
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    int rc = 0;
+    *failed = 0;
+    if (!c || !cp) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
+        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+        goto out;
+    core_cluster_set_seed(c, seed);
+    struct core_decision d;
+    for (int i = 0; i < n; i++) {
+        const struct sim_pod *p = &t->pods[order[items[i].pos]];
+        sim_core_pod(p, items[i].pos, cp);
+        at[items[i].pos] = 0;
+        if (core_schedule_one(c, pol, cp, &d, NULL) == 0 && core_reserve(c, &d.alloc, NULL) == 0)
+            at[items[i].pos] = (double)p->num_gpu * p->gpu_milli;
+        else
+            (*failed)++;
+    }
+out:
+    core_cluster_free(c);
+    free(cp);
+    return rc;
+}
+
+int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      struct sim_bound_offline *out, struct gs_err *e)
+{
+    const struct sim_trace *t = cfg->trace;
+    memset(out, 0, sizeof *out);
+    out->lp_pct = out->placed_pct = out->placed_bin_pct = NAN;
+    out->order = -1;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    int *order, len, first, last, rc;
+    if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
         return rc;
-    double u = 100.0 - 100.0 * milli / cap;
-    *unalloc_pct = u > 0 ? u : 0;
-    return 0;
+    bin_range(t, order, len, &first, &last);
+    struct model m = {0};
+    int *keep = NULL;
+    double *xs = NULL, *at = NULL, *best = NULL;
+    struct off_item *items = NULL;
+    double milli, obj;
+    const double cap = (double)t->total_gpus * CORE_MILLI;
+    if (last < 0) {
+        rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
+        goto out;
+    }
+    if ((rc = model_classes(&m, t, order, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0)
+        goto out;
+    keep = calloc((size_t)m.n_pc + 1, sizeof *keep);
+    xs = calloc((size_t)m.n_pc + 1, sizeof *xs);
+    items = malloc(((size_t)last + 1) * sizeof *items);
+    at = calloc((size_t)last + 1, sizeof *at);
+    best = calloc((size_t)last + 1, sizeof *best); /* best milli held at each sample */
+    if (!keep || !xs || !items || !at || !best) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    /* checkpoints, last first: the LP of each prefix (its class bounds
+     * lowered from the last one's, re-solved from the basis) picks pods */
+    int cps[SIM_BOUND_OFFLINE_CPS], n_cp = 0;
+    for (int q = SIM_BOUND_OFFLINE_CPS - 1; q >= 0; q--) {
+        int c = first + (int)((long)(last - first) * q / (SIM_BOUND_OFFLINE_CPS - 1));
+        if (n_cp == 0 || c != cps[n_cp - 1])
+            cps[n_cp++] = c;
+    }
+    int at_prefix = last; /* class bounds hold the counts of pods 0..at_prefix */
+    for (int q = 0; q < n_cp; q++) {
+        int c = cps[q];
+        for (; at_prefix > c; at_prefix--) {
+            int k = m.cls[at_prefix];
+            if (k >= 0) {
+                m.pc[k].count--;
+                glp_set_row_bnds(m.lp, 1 + k, GLP_UP, 0, m.pc[k].count);
+            }
+        }
+        if ((rc = model_solve(&m, &milli, &obj, e)) < 0)
+            goto out;
+        if (q == 0)
+            out->lp_pct = 100.0 - 100.0 * milli / cap;
+        /* the pods of each class the LP places, rounded down: its x columns
+         * are those repaired on the class row */
+        memset(xs, 0, ((size_t)m.n_pc + 1) * sizeof *xs);
+        for (int j = 1; j <= glp_get_num_cols(m.lp); j++)
+            if (m.fix[j] >= 1 && m.fix[j] <= m.n_pc)
+                xs[m.fix[j] - 1] += glp_get_col_prim(m.lp, j);
+        for (int k = 0; k < m.n_pc; k++)
+            keep[k] = (int)floor(xs[k] + 1e-6);
+        int n = 0, dropped = 0;
+        for (int i = 0; i <= c; i++) {
+            int k = m.cls[i];
+            if (k >= 0 && keep[k] == 0) { /* left out by the LP */
+                dropped++;
+                continue;
+            }
+            if (k >= 0)
+                keep[k]--;
+            items[n++].pos = i;
+        }
+        if (q == 0)
+            out->dropped = dropped;
+        /* a few submission orders; each is a real placement of sample c, and
+         * what it holds of pods 0..i is one of sample i (taking pods away
+         * keeps a placement feasible), for every sample i of the bin */
+        for (int o = 0; o < OFF_ORDERS; o++) {
+            for (int i = 0; i < n; i++)
+                items[i].key = off_key(&t->pods[order[items[i].pos]], o);
+            qsort(items, (size_t)n, sizeof *items, cmp_off);
+            int failed;
+            memset(at, 0, ((size_t)last + 1) * sizeof *at);
+            if ((rc = off_place(cfg, pol, seed, order, items, n, at, &failed, e)) < 0)
+                goto out;
+            double alloc = 0;
+            for (int i = 0; i <= last; i++) {
+                alloc += at[i];
+                if (i >= first && alloc > best[i])
+                    best[i] = alloc;
+            }
+            double pct = 100.0 - 100.0 * alloc / cap;
+            if (q == 0 && (out->order < 0 || pct < out->placed_pct)) {
+                out->placed_pct = pct;
+                out->failed = failed;
+                out->order = o;
+            }
+        }
+    }
+    double sum = 0;
+    for (int i = first; i <= last; i++)
+        sum += 100.0 - 100.0 * best[i] / cap;
+    out->placed_bin_pct = sum / (last - first + 1);
+    out->checkpoints = n_cp;
+out:
+    free(best);
+    free(at);
+    free(keep);
+    free(xs);
+    free(items);
+    model_free(&m);
+    free(order);
+    return rc;
 }

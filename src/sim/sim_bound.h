@@ -10,7 +10,11 @@
  * each type packed with each configuration of sharing sizes. Every real
  * placement is a feasible point, so the LP optimum bounds the GPU milli any
  * policy can hold. CPU-only pods are left out (placing none of them is
- * feasible and they add no GPU milli).
+ * feasible and they add no GPU milli). The benchmark averages the samples
+ * of a bin, so each sample gets the LP of the pods it has seen; values are
+ * certified by LP duality, not taken from the solver's objective.
+ * sim_bound_offline builds a real placement of the same offline problem,
+ * which shows how far any valid bound could still rise.
  *
  * Ownership: no state kept between calls; GLPK objects live inside one call.
  * Not thread-safe (GLPK's environment): call from one thread.
@@ -18,6 +22,7 @@
 #ifndef GPUSCHED_SIM_BOUND_H
 #define GPUSCHED_SIM_BOUND_H
 
+#include "core/policy.h"
 #include "sim/sim_run.h"
 #include "util/err.h"
 
@@ -26,7 +31,12 @@
 struct sim_bound_stats {
     int node_types, classes, sizes, configs; /* configs = 0: the capacity cut was used */
     int rows, cols;
-    double lp_milli;                         /* LP optimum, GPU milli */
+    double lp_milli;  /* certified LP optimum (GPU milli) of the whole pod list / last sample */
+    double lp_obj;    /* GLPK's objective for the same LP (lp_milli is at least this, minus
+                         the solver's tolerance) */
+    double last_pct;  /* sim_bound_run: the bound of the bin's last sample alone, % */
+    int samples;      /* sim_bound_run: samples of bin 100, each bounded by its own prefix */
+    int solves;       /* LPs solved (one per distinct prefix) */
     double elapsed_s;
 };
 
@@ -35,10 +45,49 @@ struct sim_bound_stats {
 int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *milli,
                     struct sim_bound_stats *st, struct gs_err *e);
 
+/* Mean over the samples i in [first, last] of the lower bound on the
+ * unallocated GPU % of t's capacity once the pods t->pods[idx[0..i]] have
+ * arrived (0 at least): one LP per distinct prefix (CPU-only pods add
+ * none), re-solved from the last basis. st->lp_milli is the LP of pods
+ * 0..last. */
+int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e);
+
 /* Lower bound on the benchmark's unallocated GPU % at arrived 100 % for a
- * seed: the pods of sim_order() up to the last one whose sample falls in
- * bin 100 (arrived in [99.5, 100.5), else within +-1, as sim_run bins). */
+ * seed. sim_run averages the samples of bin 100 (arrived in [99.5, 100.5),
+ * else within +-1); sample i has seen the pods of sim_order() 0..i, so it
+ * is bounded by the LP of that prefix; the result is the mean of those
+ * per-sample bounds. */
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
                   struct sim_bound_stats *st, struct gs_err *e);
+
+/* How tight the bound is: a real placement of the offline problem the LP
+ * relaxes. The LP of the bin's last sample is solved; the pods of each
+ * class it places (rounded down; the first ones in arrival order) and the
+ * CPU-only pods are submitted through the core with pol, the other GPU pods
+ * left out, in three orders: arrival; more GPUs first, model-constrained
+ * first, CPU-only last; the same with larger shares first. An offline
+ * scheduler may choose its pods and their order, so the best offline
+ * placement of the last sample lies between lp_pct and placed_pct (the best
+ * order). The same is done for SIM_BOUND_OFFLINE_CPS samples spread over
+ * the bin (the LP of each one's pods); what a placement of sample c holds
+ * of pods 0..i is a placement of sample i, so every sample of the bin takes
+ * the best of those, and placed_bin_pct, their mean, is above the best bin
+ * mean: no valid bound of the offline problem (sim_bound_run) rises above
+ * it. */
+#define SIM_BOUND_OFFLINE_CPS 3
+struct sim_bound_offline {
+    double lp_pct;     /* the LP bound of the bin's last sample, % unallocated */
+    double placed_pct; /* unallocated % after the placement (>= lp_pct) */
+    double placed_bin_pct; /* its mean over the samples of bin 100 */
+    int dropped;       /* GPU pods of the last sample the LP leaves out */
+    int failed;        /* of those kept, pods the core could not place (best order) */
+    int order;         /* the best order for the last sample: 0 arrival, 1 big first,
+                          2 decreasing */
+    int checkpoints;   /* samples whose LP chose a placement's pods */
+};
+
+int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      struct sim_bound_offline *out, struct gs_err *e);
 
 #endif
