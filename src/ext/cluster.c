@@ -324,7 +324,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
             return rc;
         }
     }
-    ext_sched_set_commit(s, &(struct ext_commit){commit_bind, NULL, may_bind, cl});
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind, .ud = cl});
     if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,

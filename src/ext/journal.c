@@ -11,11 +11,12 @@
 #include "ext/journal.h"
 #include "util/buf.h"
 
-/* One caller of ext_journal_append, waiting on its stack for its batch. */
-struct waiter {
-    struct waiter *next;
+/* One queued record's outcome, owned by the journal until its batch is
+ * done and then by the caller, who frees it in ext_journal_wait(). */
+struct ext_journal_ticket {
+    struct ext_journal_ticket *next;
     int done, rc;
-    struct gs_err *e;
+    struct gs_err err;
 };
 
 struct ext_journal {
@@ -24,7 +25,7 @@ struct ext_journal {
     pthread_mutex_t mu;       /* everything below */
     pthread_cond_t cv;        /* a batch finished */
     struct gs_buf queued;     /* encoded records waiting for the next batch */
-    struct waiter *head, **tail; /* their callers, in the same order */
+    struct ext_journal_ticket *head, **tail; /* their callers, in the same order */
     int nqueued;
     int flushing;             /* a flusher is writing a batch (without mu) */
     int unusable;             /* a failed batch could not be cut back */
@@ -258,12 +259,23 @@ static int flush_batch(struct ext_journal *j, const struct syncer *sy, const cha
                    j->path, what, n, n == 1 ? "" : "s", strerror(err));
 }
 
+/* Marks a list of waiters done with rc (and err when it failed). */
+static void finish(struct ext_journal_ticket *w, int rc, const struct gs_err *err)
+{
+    for (; w; w = w->next) {
+        w->rc = rc;
+        if (rc < 0)
+            w->err = *err;
+        w->done = 1;
+    }
+}
+
 /* Called with mu held and no flush under way: flushes everything queued
  * (dropping mu meanwhile) and finishes its waiters. */
 static void flush_queued(struct ext_journal *j)
 {
     struct gs_buf batch = j->queued;
-    struct waiter *w = j->head;
+    struct ext_journal_ticket *w = j->head;
     struct gs_err err = GS_ERR_INIT;
     struct syncer sy = {j->sync, j->sync_ud};
     int n = 0, unusable = 0, dead = j->unusable;
@@ -272,7 +284,7 @@ static void flush_queued(struct ext_journal *j)
     j->nqueued = 0;
     j->head = NULL;
     j->tail = &j->head;
-    for (struct waiter *x = w; x; x = x->next)
+    for (struct ext_journal_ticket *x = w; x; x = x->next)
         n++;
     j->flushing = 1;
     pthread_mutex_unlock(&j->mu);
@@ -296,41 +308,76 @@ static void flush_queued(struct ext_journal *j)
         j->unusable = j->stats.unusable = 1;
         snprintf(j->why, sizeof j->why, "%s", err.msg);
     }
-    for (; w; w = w->next) {
-        w->rc = rc;
-        if (rc < 0 && w->e)
-            *w->e = err;
-        w->done = 1;
+    finish(w, rc, &err);
+    if (rc < 0 && j->head) {
+        /* records queued while this batch was being written were placed
+         * after it: the scheduler changed its state on top of the failed
+         * records, so they fail with them (and are never written) */
+        struct gs_err later = GS_ERR_INIT;
+        gs_errf(&later, GS_EIO, "an earlier journal record failed: %s", err.msg);
+        finish(j->head, rc, &later);
+        gs_buf_free(&j->queued);
+        memset(&j->queued, 0, sizeof j->queued);
+        j->nqueued = 0;
+        j->head = NULL;
+        j->tail = &j->head;
     }
     pthread_cond_broadcast(&j->cv);
 }
 
-int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e)
+int ext_journal_queue(struct ext_journal *j, const json_t *rec, struct ext_journal_ticket **out,
+                      struct gs_err *e)
 {
     size_t len;
     char *buf = encode(rec, &len, e);
-    struct waiter me = {NULL, 0, 0, e};
+    struct ext_journal_ticket *me;
+    *out = NULL;
     if (!buf)
         return e && e->code ? -e->code : -GS_ENOMEM;
+    if (!(me = calloc(1, sizeof *me))) {
+        free(buf);
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    }
     pthread_mutex_lock(&j->mu);
     if (j->unusable) {
         pthread_mutex_unlock(&j->mu);
         free(buf);
+        free(me);
         return gs_errf(e, GS_EIO, "journal unusable since an earlier failure: %s", j->why);
     }
-    gs_buf_put(&j->queued, buf, len);
+    gs_buf_put(&j->queued, buf, len); /* its place in the file, fixed now */
     free(buf);
-    *j->tail = &me;
-    j->tail = &me.next;
+    *j->tail = me;
+    j->tail = &me->next;
     j->nqueued++;
-    while (!me.done) {
+    pthread_mutex_unlock(&j->mu);
+    *out = me;
+    return 0;
+}
+
+int ext_journal_wait(struct ext_journal *j, struct ext_journal_ticket *t, struct gs_err *e)
+{
+    int rc;
+    pthread_mutex_lock(&j->mu);
+    while (!t->done) {
         if (!j->flushing)
             flush_queued(j); /* ours is in it: the first waiter flushes for all */
         else
             pthread_cond_wait(&j->cv, &j->mu);
     }
     pthread_mutex_unlock(&j->mu);
-    return me.rc;
+    rc = t->rc;
+    if (rc < 0 && e)
+        *e = t->err;
+    free(t);
+    return rc;
+}
+
+int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e)
+{
+    struct ext_journal_ticket *t;
+    int rc = ext_journal_queue(j, rec, &t, e);
+    return rc < 0 ? rc : ext_journal_wait(j, t, e);
 }
 
 void ext_journal_stats(struct ext_journal *j, struct ext_journal_stats *out)

@@ -12,15 +12,20 @@
  * atomically (write, fsync, rename) with a compacted record set.
  *
  * Group commit: a disk flush costs as much for one record as for many, so
- * concurrent appends share one. ext_journal_append() queues its record (the
- * file keeps the order in which appends were called) and waits; the first
- * waiter that finds no flush under way becomes the flusher: it takes every
- * queued record, writes them with one write and one fdatasync without the
- * journal's lock (so the next batch queues meanwhile), then wakes the batch.
- * An append returns 0 only once its record is on disk.
+ * concurrent records share one. A record is written in two steps:
+ * ext_journal_queue() fixes its place in the file at once (the file keeps
+ * the order in which records were queued; a caller queues under its own
+ * lock, right where it changes the state the record describes, so the
+ * journal's order is the order of those changes), and ext_journal_wait()
+ * returns once it is on disk. The first waiter that finds no flush under
+ * way becomes the flusher: it takes every queued record, writes them in
+ * order with one write and one fdatasync without the journal's lock (so
+ * the next batch queues meanwhile), then wakes the batch.
+ * ext_journal_append() is queue + wait.
  *
- * A failed write or flush fails every append of its batch with the same
- * error, and the batch is cut back off the file (ftruncate to where it
+ * A failed write or flush fails every record of its batch with the same
+ * error, and every record queued after the batch while it was written (they
+ * are never written: the caller's state changed on top of the failed ones), and the batch is cut back off the file (ftruncate to where it
  * began, then fdatasync), so no record whose append failed comes back at
  * replay; the journal then goes on. If the cut itself fails, the file may
  * hold part of the batch, so the journal refuses every later append
@@ -28,7 +33,7 @@
  * disk: a record the caller was told failed may then come back, but no
  * record that was acknowledged is ever missing.
  *
- * Threads: append and stats are thread-safe. Open, replay, rewrite and close
+ * Threads: queue, wait, append and stats are thread-safe. Open, replay, rewrite and close
  * are not, and must not overlap an append (the extender calls them at start
  * and exit only).
  * Ownership: records passed to the replay callback are borrowed.
@@ -59,6 +64,15 @@ int ext_journal_read(const char *dir, ext_journal_fn fn, void *ud, int *torn, st
 /* Appends rec and returns once it is on disk (0), or with the error that
  * failed its batch (-GS_EIO), -GS_ENOMEM / -GS_ETOOBIG before queueing. */
 int ext_journal_append(struct ext_journal *j, const json_t *rec, struct gs_err *e);
+/* Queues rec (never blocks on the disk) and hands back its ticket, which
+ * the caller must pass to ext_journal_wait() exactly once; -GS_ENOMEM,
+ * -GS_ETOOBIG or -GS_EIO (unusable) before queueing, with *t = NULL. */
+struct ext_journal_ticket;
+int ext_journal_queue(struct ext_journal *j, const json_t *rec, struct ext_journal_ticket **t,
+                      struct gs_err *e);
+/* Waits until t's record is on disk (0) or its batch failed (-GS_EIO, the
+ * reason in *e); frees t. */
+int ext_journal_wait(struct ext_journal *j, struct ext_journal_ticket *t, struct gs_err *e);
 int ext_journal_rewrite(struct ext_journal *j, json_t *const *recs, int n, struct gs_err *e);
 void ext_journal_close(struct ext_journal *j);
 

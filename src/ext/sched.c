@@ -504,16 +504,21 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
                 if (strcmp(core_cluster_alloc(s->c, i)->pod_name, who) == 0)
                     snprintf(uid, sizeof uid, "%s", core_cluster_alloc(s->c, i)->pod_uid);
     }
+    void *ticket = NULL;
+    int lrc = 0;
     rc = core_unreserve(s->c, uid, e);
     if (rc == 0 && (p = sched_smap_get(&s->pods, uid)))
         forget(s, p);
+    /* logged under the lock: after the record of the bind it undoes */
+    if (rc == 0 && s->commit.log_release)
+        lrc = s->commit.log_release(s->commit.ud, uid, &ticket, e);
     pthread_mutex_unlock(&s->mu);
     if (rc < 0)
         return gs_errf(e, GS_ENOENT, "pod %s holds no GPUs", who);
     sched_decision(s, "release", "released");
-    if (s->commit.release && (rc = s->commit.release(s->commit.ud, uid, e)) < 0)
-        return rc;
-    return 0;
+    if (lrc == 0 && ticket)
+        lrc = s->commit.durable(s->commit.ud, ticket, e);
+    return lrc < 0 ? lrc : 0;
 }
 
 static int finished(const json_t *pod)

@@ -11,8 +11,9 @@
  * only maps the extender protocol onto it.
  *
  * A bind reserves the GPUs under the lock, then makes the decision durable
- * through the commit backend (the standalone journal, or pod annotations +
- * Binding in a cluster) without the lock; if that fails the reservation is
+ * through the commit backend (the standalone journal: its record queued
+ * under the lock, waited for without it; or pod annotations + Binding in a
+ * cluster, without the lock); if that fails the reservation is
  * undone, so a GPU is never counted twice or lost. Two binds racing for the
  * last GPU: the second reservation fails and its bind gets an error.
  *
@@ -38,13 +39,23 @@
 
 struct ext_sched;
 
-/* Makes a reserved allocation durable. Called without the scheduler lock.
- * Returns 0, or a negative GS_E* code (the reservation is then undone). */
+/* Makes the scheduler's state changes durable. A backend that logs records
+ * (standalone: the journal) gives log_bind/log_release: they are called with
+ * the scheduler lock held, right after the change, so the log's order is the
+ * order of the changes (a release can never be logged before the bind it
+ * undoes), and hand back a ticket; durable() is then called without the
+ * lock and returns once that record is on disk. bind is called without the
+ * lock (cluster: annotations + Binding). Each returns 0 or a negative GS_E*
+ * code; a failed bind's reservation is undone, unless the pod's state has
+ * changed again since (released, or bound anew). Any hook may be NULL. */
 struct ext_commit {
     int (*bind)(void *ud, const char *ns, const char *name, const char *uid,
                 const struct core_alloc *a, const json_t *annotations, struct gs_err *e);
-    /* Called after a release in the scheduler (standalone: journal it). */
-    int (*release)(void *ud, const char *uid, struct gs_err *e);
+    int (*log_bind)(void *ud, const char *ns, const char *name, const char *uid,
+                    const struct core_alloc *a, const json_t *annotations, void **ticket,
+                    struct gs_err *e);
+    int (*log_release)(void *ud, const char *uid, void **ticket, struct gs_err *e);
+    int (*durable)(void *ud, void *ticket, struct gs_err *e);
     /* May this replica bind now? (leader election); NULL = always. */
     int (*may_bind)(void *ud);
     void *ud;

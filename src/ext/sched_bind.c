@@ -1,8 +1,9 @@
 /*
  * ext/sched_bind.c - the extender's /bind verb (kube-scheduler's Bind
- * extension point): picks the pod's GPUs on the chosen node, reserves them,
- * and commits the allocation (ext_commit) outside the lock; a failed commit
- * gives the GPUs back.
+ * extension point): picks the pod's GPUs on the chosen node, reserves them
+ * and logs the reservation (ext_commit.log_bind) under the lock, and waits
+ * for it to be durable outside the lock; a failed commit gives the GPUs
+ * back.
  */
 #include <stdio.h>
 #include <pthread.h>
@@ -43,7 +44,9 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     struct core_alloc alloc;
     struct pod *p;
     json_t *ann = NULL, *err = NULL;
-    int rc;
+    void *ticket = NULL;
+    unsigned long gen = 0;
+    int rc, unlogged = 0;
 
     if (ext_bind_parse(body, len, &b, &e) < 0) {
         *reply = ext_error("%s", e.msg);
@@ -134,28 +137,52 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         rc = core_reserve(s->c, &alloc, &e);
     if (rc == 0) {
         ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
+        /* the record's place in the log is fixed with the change itself: a
+         * release of this pod can only be logged after it */
+        if (s->commit.log_bind &&
+            (rc = s->commit.log_bind(s->commit.ud, ns, name, uid, &alloc, ann, &ticket, &e)) < 0) {
+            core_unreserve(s->c, uid, NULL);
+            unlogged = 1;
+        }
+    }
+    if (rc == 0) {
         p->unschedulable = 0;
         p->binding = 1;
+        p->bind_gen = gen = ++s->bind_gen;
         sched_set_bind_busy(s, p, 0);
     } else if (s->lock) {
         ext_nodelock_clear(s->lock, uid);
     }
     pthread_mutex_unlock(&s->mu);
     core_pod_clear(&pod);
+    if (unlogged) { /* reserved, but its record could not be queued */
+        *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b.node, e.msg);
+        json_decref(ann);
+        ext_bind_clear(&b);
+        sched_decision(s, "bind", "commit_failed");
+        return status_for(rc) == 400 ? 500 : status_for(rc);
+    }
     if (rc < 0) {
         *reply = ext_error("pod %s/%s does not fit on node %s now: %s", ns, name, b.node, e.msg);
         ext_bind_clear(&b);
         sched_decision(s, "bind", "no_fit");
         return status_for(rc) == 404 ? 404 : 409;
     }
-    if (s->commit.bind)
+    if (ticket)
+        rc = s->commit.durable(s->commit.ud, ticket, &e);
+    if (rc == 0 && s->commit.bind)
         rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
     pthread_mutex_lock(&s->mu);
-    if ((p = sched_smap_get(&s->pods, uid))) {
+    /* a pod released while its bind committed is forgotten (a later bind
+     * of it is a new pod with a new generation): only the allocation this
+     * bind made is undone, never one that came after it */
+    p = sched_smap_get(&s->pods, uid);
+    int ours = p && p->bind_gen == gen;
+    if (ours) {
         p->binding = 0;
         p->bound = rc == 0;
     }
-    if (rc < 0) {
+    if (rc < 0 && ours) {
         core_unreserve(s->c, uid, NULL);
         if (s->lock)
             ext_nodelock_clear(s->lock, uid);

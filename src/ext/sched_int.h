@@ -57,6 +57,7 @@ struct pod {
     int need_restore;     /* assignment annotations whose node is not known yet */
     int binding;          /* a /bind is committing its allocation right now */
     int bound;            /* this replica's /bind committed its allocation */
+    unsigned long bind_gen; /* which /bind reserved its allocation (s->bind_gen) */
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
@@ -69,6 +70,7 @@ struct ext_sched {
     const struct core_policy *policy;
     struct ext_sched_opts opts;
     struct ext_commit commit;
+    unsigned long bind_gen; /* /binds that reserved GPUs so far */
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
     struct smap inv;      /* node name -> struct node_info */

@@ -17,11 +17,16 @@ struct ext_standalone {
     struct metric *m_records, *m_flushes, *m_failed, *m_unusable;
 };
 
-static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
-                       const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
+/* Called under the scheduler lock: queues the record (its place in the
+ * journal is the place of the change); durable() waits for it. */
+static int log_bind(void *ud, const char *ns, const char *name, const char *uid,
+                    const struct core_alloc *a, const json_t *annotations, void **ticket,
+                    struct gs_err *e)
 {
     struct ext_standalone *st = ud;
+    struct ext_journal_ticket *t = NULL;
     int rc;
+    *ticket = NULL;
     if (!st->j)
         return 0;
     json_t *rec = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:O}", "op", "bind", "uid", uid,
@@ -30,27 +35,41 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
                             "annotations", annotations);
     if (!rec)
         return gs_errf(e, GS_ENOMEM, "cannot build the journal record");
-    rc = ext_journal_append(st->j, rec, e); /* on disk when it returns 0 */
+    rc = ext_journal_queue(st->j, rec, &t, e);
     json_decref(rec);
     if (rc < 0)
         log_error("extender", "journal: bind of %s/%s not kept: %s", ns, name, e->msg);
+    *ticket = t;
     return rc;
 }
 
-static int commit_release(void *ud, const char *uid, struct gs_err *e)
+static int log_release(void *ud, const char *uid, void **ticket, struct gs_err *e)
 {
     struct ext_standalone *st = ud;
+    struct ext_journal_ticket *t = NULL;
     int rc;
+    *ticket = NULL;
     if (!st->j)
         return 0;
     json_t *rec = json_pack("{s:s, s:s}", "op", "release", "uid", uid);
     if (!rec)
         return gs_errf(e, GS_ENOMEM, "cannot build the journal record");
-    rc = ext_journal_append(st->j, rec, e);
+    rc = ext_journal_queue(st->j, rec, &t, e);
     json_decref(rec);
     if (rc < 0)
         log_error("extender", "journal: release of %s not kept (it holds its GPUs again after "
                   "a restart): %s", uid, e->msg);
+    *ticket = t;
+    return rc;
+}
+
+/* Called without the scheduler lock: on disk (0) when it returns. */
+static int durable(void *ud, void *ticket, struct gs_err *e)
+{
+    struct ext_standalone *st = ud;
+    int rc = ext_journal_wait(st->j, ticket, e);
+    if (rc < 0)
+        log_error("extender", "journal: a bind or release was not kept: %s", e->msg);
     return rc;
 }
 
@@ -155,7 +174,9 @@ int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char 
         if (rc < 0)
             goto fail;
     }
-    ext_sched_set_commit(s, &(struct ext_commit){commit_bind, commit_release, NULL, st});
+    ext_sched_set_commit(s, &(struct ext_commit){.log_bind = log_bind,
+                                                .log_release = log_release,
+                                                .durable = durable, .ud = st});
     *out = st;
     return 0;
 fail:
@@ -172,6 +193,8 @@ void ext_standalone_close(struct ext_standalone *st)
     ext_journal_close(st->j);
     free(st);
 }
+
+struct ext_journal *ext_standalone_journal(struct ext_standalone *st) { return st->j; }
 
 int ext_standalone_metrics(struct ext_standalone *st, struct metrics *m, struct gs_err *e)
 {

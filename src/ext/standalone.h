@@ -6,9 +6,11 @@
  * is refused, naming the node and field), replays DIR/journal (a torn last
  * record is dropped with a warning), compacts it to the live allocations,
  * and installs itself as the scheduler's commit backend, so each /bind and
- * release is on disk before it is answered. Concurrent binds share one disk
- * flush (group commit, ext/journal.h); the scheduler's lock is not held
- * while they wait. A bind whose journal write fails is answered 500 and its
+ * release is on disk before it is answered. Each record is queued under the
+ * scheduler's lock, at the state change it describes, so the journal's
+ * order is the scheduler's (a release never lands before the bind it
+ * undoes); concurrent binds share one disk flush (group commit,
+ * ext/journal.h), and the lock is not held while they wait. A bind whose journal write fails is answered 500 and its
  * reservation undone (ext/sched.h), so memory never claims a bind the
  * journal lost.
  *
@@ -29,6 +31,9 @@ struct ext_standalone;
 int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char *state_dir,
                         struct ext_standalone **out, struct gs_err *e);
 void ext_standalone_close(struct ext_standalone *st);
+/* The journal (NULL without a state dir), for tests that hold its flushes
+ * (ext_journal_set_sync). */
+struct ext_journal *ext_standalone_journal(struct ext_standalone *st);
 /* Registers the journal's counters (records, flushes, failed flushes, an
  * unusable gauge) in m; nothing without a state dir. */
 struct metrics;

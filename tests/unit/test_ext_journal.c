@@ -3,8 +3,10 @@
  * concurrent appends share flushes, each returns only once a flush covered
  * its record, and the file keeps every thread's order; a failed flush fails
  * every append of its batch and leaves none of its records in the file; a
- * failed cut makes the journal refuse writes; and a crash in the middle of a
- * batch loses no record whose append had returned.
+ * failed cut makes the journal refuse writes; a crash in the middle of a
+ * batch loses no record whose append had returned; records keep the order
+ * they were queued in (ext_journal_queue), and a failed batch fails the
+ * records queued behind it.
  *
  * The disk is wrapped through ext_journal_set_sync(): the hook sees the file
  * at each flush, so "on disk" here means "in the file when a flush that
@@ -379,16 +381,69 @@ static void test_crash_mid_batch(const char *dir, const char *crash_dir)
     ASSERT_TRUE(s.n >= answered);
 }
 
+/* Records keep the order they were queued in, whatever order their callers
+ * wait in; a failed batch fails the records queued behind it while it was
+ * written, and none of them reaches the file. */
+static void test_queue_order(const char *dir)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct disk d;
+    struct ext_journal_ticket *t[3];
+    struct seen s;
+    int torn = 0;
+    const char *keys[3] = {"t0-i0", "t0-i1", "t0-i2"};
+
+    ASSERT_EQ(disk_open(&d, dir, &e), 0);
+    for (int i = 0; i < 3; i++) {
+        json_t *rec = json_pack("{s:s}", "k", keys[i]);
+        ASSERT_EQ(ext_journal_queue(d.j, rec, &t[i], &e), 0);
+        json_decref(rec);
+    }
+    ASSERT_EQ(queued(d.j), 3);
+    for (int i = 2; i >= 0; i--) /* the last waits first: it flushes all three, in order */
+        ASSERT_EQ(ext_journal_wait(d.j, t[i], &e), 0);
+    ASSERT_EQ(d.calls, 1);
+    /* batch 2 (one record) fails while record 3 queues behind it */
+    d.fail_call = 2;
+    d.gate_call = 2;
+    d.gate_queued = 1;
+    struct worker w = {.d = &d, .t = 1};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, one_append, &w), 0);
+    for (int i = 0; i < 20000; i++) { /* until thread 1's flush (batch 2) has started */
+        pthread_mutex_lock(&d.mu);
+        int started = d.calls >= 2;
+        pthread_mutex_unlock(&d.mu);
+        if (started)
+            break;
+        nap(500);
+    }
+    json_t *rec = json_pack("{s:s}", "k", "t2-i0");
+    ASSERT_EQ(ext_journal_queue(d.j, rec, &t[0], &e), 0);
+    json_decref(rec);
+    ASSERT_EQ(ext_journal_wait(d.j, t[0], &e), -GS_EIO);
+    ASSERT_CONTAINS(e.msg, "an earlier journal record failed");
+    pthread_join(th, NULL);
+    ASSERT_EQ(w.failed, 1);
+    ASSERT_EQ(d.calls, 2); /* the record behind it was never written */
+    disk_close(&d);
+    ASSERT_EQ(replay_dir(dir, &s, &torn), 0);
+    ASSERT_EQ(s.n, 3);
+    ASSERT_EQ(s.out_of_order, 0);
+    ASSERT_TRUE(!s.got[1][0] && !s.got[2][0]);
+}
+
 int test_ext_journal(void)
 {
-    char dir[] = "/tmp/gs_journal_XXXXXX", sub[4][64], cmd[128];
+    char dir[] = "/tmp/gs_journal_XXXXXX", sub[5][64], cmd[128];
     if (!mkdtemp(dir))
         return 1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         snprintf(sub[i], sizeof sub[i], "%s/%d", dir, i);
     test_group(sub[0]);
     test_failed_batch(sub[1]);
     test_crash_mid_batch(sub[2], sub[3]);
+    test_queue_order(sub[4]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         test_failures++;
