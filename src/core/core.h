@@ -89,6 +89,14 @@ enum { CORE_FIT_YES = 1, CORE_FIT_NO = 2 };
 int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
                    const struct core_pod *pod, struct core_node *const *nodes, int n,
                    unsigned char *fit, int *scores, struct gs_err *e);
+/* core_score_fit for the nodes at positions pos[0..n) (core_node_pos):
+ * the same answers, but a node whose verdict is given and whose score is
+ * kept from an earlier decision (its state stamp unchanged) costs only
+ * reads of dense per-position arrays, not of the node. -GS_EINVAL for a
+ * position outside the cluster. */
+int core_score_fit_at(struct core_cluster *c, const struct core_policy *pol,
+                      const struct core_pod *pod, const int *pos, int n, unsigned char *fit,
+                      int *scores, struct gs_err *e);
 
 /* The policy's GPU-level choice on one node: fills *out (pod identity, node,
  * kind, GPUs, per-GPU memory and compute, MIG instances) without reserving.

@@ -384,12 +384,16 @@ static int hot_fit(const struct core_cycle *cy, const struct core_node_hot *h)
     }
 }
 
-/* Filters every node in `nodes` (or the whole cluster when nodes is NULL),
- * leaving the feasible ones in c->feasible and their normalised scores in
- * c->scores. known (optional, with nodes): core_score_fit's verdicts, used
- * where set and written where decided. Returns how many are feasible. */
+/* Filters every node in `nodes`, or at the positions `at`, or the whole
+ * cluster when both are NULL, leaving the feasible ones in c->feasible and
+ * their normalised scores in c->scores. known (optional, with nodes or at):
+ * core_score_fit's verdicts, used where set and written where decided.
+ * With `at`, a node whose verdict is known and whose score column entry is
+ * current is never dereferenced: only the dense per-position arrays are
+ * read. Returns how many are feasible. */
 static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
-                          struct core_node *const *nodes, int n, unsigned char *known)
+                          struct core_node *const *nodes, const int *at, int n,
+                          unsigned char *known)
 {
     int k = 0;
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
@@ -402,8 +406,9 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
         col = score_col(c, cy, &pk);
     }
     for (int i = 0; i < n; i++) {
-        const struct core_node_hot *h = nodes ? &c->hot[nodes[i]->priv->pos] : &c->hot[i];
-        struct core_node *node = nodes ? nodes[i] : c->nodes[i];
+        int pos = nodes ? nodes[i]->priv->pos : at ? at[i] : i;
+        const struct core_node_hot *h = &c->hot[pos];
+        struct core_node *node = nodes ? nodes[i] : c->nodes[pos];
         cy->hot = h;
         if (known && known[i]) {
             if (known[i] != CORE_FIT_YES)
@@ -420,7 +425,6 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
         c->feasible[k] = node;
         c->ranks[k] = h->rank;
         if (col) {
-            int pos = nodes ? node->priv->pos : i;
             struct core_col_entry *ce = &col->e[pos];
             if (ce->stamp != c->stamps[pos]) {
                 ce->score = raw_score(c, cy, &pk, node);
@@ -467,9 +471,11 @@ int core_score(struct core_cluster *c, const struct core_policy *pol, const stru
     return core_score_fit(c, pol, pod, nodes, n, NULL, scores, e);
 }
 
-int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
-                   const struct core_pod *pod, struct core_node *const *nodes, int n,
-                   unsigned char *fit, int *scores, struct gs_err *e)
+/* core_score_fit and core_score_fit_at: the nodes given by pointer or by
+ * position. */
+static int score_fit(struct core_cluster *c, const struct core_policy *pol,
+                     const struct core_pod *pod, struct core_node *const *nodes, const int *at,
+                     int n, unsigned char *fit, int *scores, struct gs_err *e)
 {
     struct core_cycle cy;
     int rc = core_cycle_init(&cy, c, pol, pod, e);
@@ -477,9 +483,13 @@ int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
         return rc;
     if (n > c->n_nodes)
         return gs_errf(e, GS_EINVAL, "score: %d nodes given, the cluster has %d", n, c->n_nodes);
-    int k = score_feasible(c, &cy, nodes, n, fit);
+    for (int i = 0; at && i < n; i++)
+        if (at[i] < 0 || at[i] >= c->n_nodes)
+            return gs_errf(e, GS_EINVAL, "score: position %d: out of range 0..%d", at[i],
+                           c->n_nodes - 1);
+    int k = score_feasible(c, &cy, nodes, at, n, fit);
     for (int i = 0, j = 0; i < n; i++) {
-        if (j < k && c->feasible[j] == nodes[i]) {
+        if (j < k && c->feasible[j] == (nodes ? nodes[i] : c->nodes[at[i]])) {
             scores[i] = (pol->flags & CORE_POLICY_RANDOM_NODE)
                             ? (int)core_rand(&cy, CORE_MAX_SCORE + 1) : c->scores[j];
             j++;
@@ -488,6 +498,20 @@ int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
         }
     }
     return 0;
+}
+
+int core_score_fit(struct core_cluster *c, const struct core_policy *pol,
+                   const struct core_pod *pod, struct core_node *const *nodes, int n,
+                   unsigned char *fit, int *scores, struct gs_err *e)
+{
+    return score_fit(c, pol, pod, nodes, NULL, n, fit, scores, e);
+}
+
+int core_score_fit_at(struct core_cluster *c, const struct core_policy *pol,
+                      const struct core_pod *pod, const int *pos, int n, unsigned char *fit,
+                      int *scores, struct gs_err *e)
+{
+    return score_fit(c, pol, pod, NULL, pos, n, fit, scores, e);
 }
 
 int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
@@ -515,7 +539,7 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
         return rc;
     d->node = NULL;
     d->score = 0;
-    int k = score_feasible(c, &cy, NULL, c->n_nodes, NULL);
+    int k = score_feasible(c, &cy, NULL, NULL, c->n_nodes, NULL);
     d->n_feasible = k;
     if (k == 0)
         return gs_errf(e, GS_ENOFIT, "pod %s: no node fits (%d nodes)", pod->name, c->n_nodes);

@@ -38,6 +38,7 @@ struct ext_memo {
     uint64_t tick;
     unsigned long epochs;
     struct ext_memo_entry *e;
+    struct ext_memo_col cols[EXT_MEMO_COLS];
 };
 
 struct ext_memo *ext_memo_new(int slots)
@@ -71,6 +72,11 @@ void ext_memo_free(struct ext_memo *m)
         return;
     for (int i = 0; i < m->slots; i++)
         ext_memo_entry_clear(&m->e[i]);
+    for (int i = 0; i < EXT_MEMO_COLS; i++) {
+        free(m->cols[i].fit);
+        free(m->cols[i].stamp);
+        free(m->cols[i].key);
+    }
     free(m->e);
     free(m);
 }
@@ -208,4 +214,57 @@ void ext_memo_set_reply(struct ext_memo_entry *en, struct ext_text *t)
 {
     ext_text_put(en->reply);
     en->reply = t;
+}
+
+/* ---- verdict columns ------------------------------------------------------ */
+
+struct ext_memo_col *ext_memo_col_get(struct ext_memo *m, const char *key, size_t key_len,
+                                      int nodes)
+{
+    uint64_t h = hash_bytes(key, key_len);
+    struct ext_memo_col *col = NULL, *lru = &m->cols[0];
+    m->tick++;
+    for (int i = 0; i < EXT_MEMO_COLS && !col; i++) {
+        struct ext_memo_col *c = &m->cols[i];
+        if (c->key && c->key_hash == h && c->key_len == key_len &&
+            memcmp(c->key, key, key_len) == 0)
+            col = c;
+        else if (c->used < lru->used)
+            lru = c;
+    }
+    if (!col) {
+        char *k = malloc(key_len + 1);
+        if (!k)
+            return NULL;
+        memcpy(k, key, key_len);
+        col = lru;
+        free(col->key);
+        col->key = k;
+        col->key_len = key_len;
+        col->key_hash = h;
+        if (col->cap) {
+            memset(col->fit, 0, (size_t)col->cap);
+            memset(col->stamp, 0, (size_t)col->cap * sizeof *col->stamp);
+        }
+        col->epoch = ++m->epochs;
+    }
+    col->used = m->tick;
+    if (nodes > col->cap) {
+        unsigned char *f = realloc(col->fit, (size_t)nodes);
+        if (f)
+            col->fit = f;
+        uint64_t *st = f ? realloc(col->stamp, (size_t)nodes * sizeof *st) : NULL;
+        if (!st) {
+            /* emptied and un-keyed: asked again, it starts afresh */
+            free(col->key);
+            col->key = NULL;
+            col->used = 0;
+            return NULL;
+        }
+        col->stamp = st;
+        memset(col->fit + col->cap, 0, (size_t)(nodes - col->cap));
+        memset(col->stamp + col->cap, 0, (size_t)(nodes - col->cap) * sizeof *st);
+        col->cap = nodes;
+    }
+    return col;
 }

@@ -100,4 +100,32 @@ void ext_memo_entry_clear(struct ext_memo_entry *en);
 /* Replaces an entry's reply text (takes the caller's reference). */
 void ext_memo_set_reply(struct ext_memo_entry *en, struct ext_text *t);
 
+/* ---- verdict columns ----
+ * /prioritize's NodeNames array is /filter's answer, so it changes each
+ * time a bind fills a node for that pod shape, and an entry kept per array
+ * starts with nothing. A column keeps the core filters' verdicts of one
+ * pod key (core_score_fit's CORE_FIT_YES / CORE_FIT_NO) by node position
+ * (core_node_pos), each with the node's state stamp when it was decided:
+ * stamps are never given twice, so an equal stamp means the same node in
+ * the same state, whichever array asks and wherever the node sits in it.
+ * The memo keeps EXT_MEMO_COLS columns, the least recently used re-keyed. */
+#define EXT_MEMO_COLS 16
+
+struct ext_memo_col {
+    int cap;                 /* positions in fit and stamp */
+    unsigned char *fit;      /* 0: not decided */
+    uint64_t *stamp;
+    unsigned long epoch;     /* renewed when the column is re-keyed or emptied */
+    /* private */
+    char *key;
+    size_t key_len;
+    uint64_t key_hash, used;
+};
+
+/* The column of the pod key key[0..key_len) (copied when a column is
+ * re-keyed), with room for `nodes` positions (grown positions undecided).
+ * NULL when out of memory. */
+struct ext_memo_col *ext_memo_col_get(struct ext_memo *m, const char *key, size_t key_len,
+                                      int nodes);
+
 #endif

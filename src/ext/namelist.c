@@ -80,6 +80,31 @@ void ext_namelist_put(struct ext_namelist *l)
     free(l);
 }
 
+int ext_namelist_walk(struct ext_namelist *l, const struct ext_namelist *base)
+{
+    int j = 0, misses = 0;
+    for (int i = 0; i < l->n; i++) {
+        unsigned char len = l->len[i];
+        const char *name = l->names[i];
+        int k = j;
+        /* names of one cluster mostly share their length and prefix: the
+         * last byte tells most apart before memcmp */
+        while (k < base->n &&
+               (base->len[k] != len || (len && base->names[k][len - 1] != name[len - 1]) ||
+                memcmp(base->names[k], name, len) != 0))
+            k++;
+        if (k == base->n) {
+            if (++misses > EXT_NAMELIST_WALK_MISSES)
+                return -1;
+            l->pos[i] = -2; /* not in base after j: the walk goes on from j */
+            continue;
+        }
+        l->pos[i] = base->pos[k];
+        j = k + 1;
+    }
+    return misses;
+}
+
 struct ext_namecache *ext_namecache_new(int slots)
 {
     struct ext_namecache *c = calloc(1, sizeof *c);

@@ -54,6 +54,16 @@ struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const cha
 struct ext_namelist *ext_namelist_ref(struct ext_namelist *l);
 void ext_namelist_put(struct ext_namelist *l);
 
+/* Fills l->pos from base->pos for the names of l that base holds in the
+ * same order (l a subsequence of base, as /prioritize's array is of the
+ * /filter array it answered): a walk along both lists comparing names,
+ * instead of a lookup per name. Names not found get -2 (the caller looks
+ * them up). Returns how many got -2, or -1 when more than
+ * EXT_NAMELIST_WALK_MISSES were missing (l is not base's subsequence:
+ * nothing usable written). base->pos must be valid. */
+#define EXT_NAMELIST_WALK_MISSES 8
+int ext_namelist_walk(struct ext_namelist *l, const struct ext_namelist *base);
+
 /* Arrays longer than this (in request bytes) are not kept: 5,000 node
  * names take ~70-150 KB, and a few hostile 8 MiB bodies must not pin
  * several times their size in the cache. */

@@ -224,6 +224,7 @@ void ext_sched_free(struct ext_sched *s)
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
     ext_memo_free(s->memo);
+    ext_namelist_put(s->base);
     ext_namecache_free(s->lists);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -72,6 +72,9 @@ struct ext_sched_opts {
     int top_k;            /* /filter returns only the best k feasible nodes; 0 = all */
     size_t max_pods;      /* pods remembered from /filter; 0 = 100000 */
     struct metrics *metrics; /* may be NULL */
+    int no_keep;          /* keep no answer, verdict or node position between requests
+                             (ext/memo.h): every request decided afresh; what the
+                             kept-answer tests compare against */
 };
 
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);

@@ -81,6 +81,8 @@ struct ext_sched {
      * what they were resolved at */
     struct ext_namecache *lists;
     unsigned long node_gen;
+    struct ext_namelist *base; /* the longest list resolved at node_gen (a reference):
+                                  later lists take their positions from it */
     int n_bind_busy;      /* pods with bind_busy set */
     int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
@@ -132,7 +134,8 @@ void sched_reply_text(struct ext_reply *r, struct gs_buf *b);
  * *reply with a 200 "Error" answer and returns -1. */
 int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod *pod,
                          const struct core_policy **pol, json_t **reply);
-/* A NodeNames list's positions in the core's node array (-1: unknown).
+/* A NodeNames list's positions in the core's node array (-1: unknown),
+ * found again only when nodes came or went (or always, with no_keep).
  * Lock held. */
 const int *sched_list_positions(struct ext_sched *s, struct ext_namelist *l);
 /* The request's nodes (NULL: not in the cluster). Lock held. */

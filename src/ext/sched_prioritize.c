@@ -35,12 +35,15 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
      * scores are normalised over all feasible nodes, so any change starts
      * the answer again */
     struct ext_memo_entry *en = NULL;
-    unsigned long epoch = 0;
+    struct ext_memo_col *col = NULL; /* the filters' verdicts by node position */
+    unsigned long epoch = 0, col_epoch = 0;
     uint64_t ver = 0;
 
     pthread_mutex_lock(&s->mu);
     if (gpu)
         sched_remember(s, a.pod);
+    if (memo && (col = ext_memo_col_get(s->memo, key, klen, core_cluster_node_count(s->c))))
+        col_epoch = col->epoch;
     if (memo && (en = ext_memo_get(s->memo, a.list, EXT_MEMO_PRIORITIZE, key, klen))) {
         if (en->reply && en->version == core_cluster_version(s->c))
             out->shared = ext_text_ref(en->reply);
@@ -57,11 +60,12 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 
     struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
     int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
+    int *at = calloc((size_t)a.n + 1, sizeof *at); /* node positions of the known nodes */
     int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
     unsigned char *fit = calloc((size_t)a.n + 1, 1);
     int k = 0, scored = 0;
 
-    if (!nodes || !pos || !sc || !out_scores || !fit) {
+    if (!nodes || !pos || !at || !sc || !out_scores || !fit) {
         *reply = ext_error("out of memory");
         sched_decision(s, "prioritize", "error");
         rc = 500;
@@ -69,28 +73,34 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     }
     pthread_mutex_lock(&s->mu);
     if (gpu) {
-        sched_resolve(s, &a, nodes);
+        /* by position: a list's positions are kept with it, so a node
+         * whose verdict and score are kept is never dereferenced */
+        const int *lp = a.list ? sched_list_positions(s, a.list) : NULL;
+        if (!lp)
+            sched_resolve(s, &a, nodes);
         for (int i = 0; i < a.n; i++)
-            if (nodes[i]) {
+            if (lp ? lp[i] >= 0 : nodes[i] != NULL) {
                 pos[k] = i;
-                nodes[k++] = nodes[i];
+                at[k++] = lp ? lp[i] : core_node_pos(nodes[i]);
             }
-        /* the filters' verdicts kept in the entry (per list index, with the
-         * node's state stamp): only the nodes whose state moved since are
-         * filtered again; scores are normalised over all, so all are scored */
+        /* the filters' verdicts kept in the column (by node position, with
+         * the node's state stamp): only the nodes whose state moved since
+         * are filtered again; scores are normalised over all, so all are
+         * scored (the core's score columns keep the raw scores) */
         const uint64_t *stamps = core_cluster_stamps(s->c);
-        int keep = en && en->epoch == epoch && (en->fit || ext_memo_entry_init(en, a.n) == 0);
+        int keep = col && col->epoch == col_epoch && col->cap >= core_cluster_node_count(s->c);
         for (int j = 0; j < k && keep; j++) {
-            int i = pos[j];
-            if (en->fit[i] && en->stamp[i] == stamps[core_node_pos(nodes[j])])
-                fit[j] = en->fit[i];
+            int p = at[j];
+            if (col->fit[p] && col->stamp[p] == stamps[p])
+                fit[j] = col->fit[p];
         }
-        scored = !k || core_score_fit(s->c, pol, &pod, nodes, k, fit, sc, &e) == 0;
+        scored = !k || core_score_fit_at(s->c, pol, &pod, at, k, fit, sc, &e) == 0;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
             out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
         for (int j = 0; j < k && keep; j++) {
-            en->fit[pos[j]] = scored ? fit[j] : 0;
-            en->stamp[pos[j]] = stamps[core_node_pos(nodes[j])];
+            int p = at[j];
+            col->fit[p] = scored ? fit[j] : 0;
+            col->stamp[p] = stamps[p];
         }
         ver = core_cluster_version(s->c);
     }
@@ -144,6 +154,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 done:
     free(nodes);
     free(pos);
+    free(at);
     free(sc);
     free(out_scores);
     free(fit);

@@ -90,15 +90,25 @@ int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod
 }
 
 /* A NodeNames list's positions in the core's node array (-1: unknown),
- * looked up again only when nodes came or went since. Lock held. */
+ * found again only when nodes came or went since: by walking the longest
+ * list resolved since then when l is a part of it (/prioritize's array is
+ * /filter's answer), else by a lookup per name. Lock held. */
 const int *sched_list_positions(struct ext_sched *s, struct ext_namelist *l)
 {
-    if (l->gen != s->node_gen) {
-        for (int i = 0; i < l->n; i++) {
-            const struct core_node *n = core_cluster_find(s->c, l->names[i]);
-            l->pos[i] = n ? core_node_pos(n) : -1;
-        }
+    if (l->gen != s->node_gen || s->opts.no_keep) {
+        struct ext_namelist *b = s->base;
+        int walked = b && b != l && b->gen == s->node_gen && !s->opts.no_keep &&
+                     ext_namelist_walk(l, b) >= 0;
+        for (int i = 0; i < l->n; i++)
+            if (!walked || l->pos[i] == -2) {
+                const struct core_node *n = core_cluster_find(s->c, l->names[i]);
+                l->pos[i] = n ? core_node_pos(n) : -1;
+            }
         l->gen = s->node_gen;
+        if (!b || b->gen != s->node_gen || b->n < l->n) {
+            ext_namelist_put(b);
+            s->base = ext_namelist_ref(l);
+        }
     }
     return l->pos;
 }
@@ -143,7 +153,8 @@ int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, si
          * it ignores anyway */
         return scores ? 400 : 200;
     }
-    *memo = pod->req.kind != CORE_REQ_NONE && a->list && ext_namelist_keepable(a->list) &&
+    *memo = !s->opts.no_keep && pod->req.kind != CORE_REQ_NONE && a->list &&
+            ext_namelist_keepable(a->list) &&
             a->n <= EXT_MEMO_NODES_MAX && !(scores && ((*pol)->flags & CORE_POLICY_RANDOM_NODE)) &&
             ext_memo_key(pod, scores ? (*pol)->name : NULL, key, klen) == 0;
     return 0;

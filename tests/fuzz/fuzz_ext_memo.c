@@ -3,9 +3,12 @@
  * program, two bytes an operation: ask (a pod shape from the byte: GPUs,
  * node selector, toleration, CPU, shared GPU memory) through a kept array
  * (all nodes, or part of them as /prioritize gets) and through a fresh one
- * (so kept /prioritize verdicts meet every change below), bind, release, a node updated (healthy or not, labels,
- * taint), removed or added, a quota set. Every kept answer must be byte
- * for byte the fresh one; abort() otherwise. */
+ * (so kept /prioritize verdicts meet every change below), bind, release, a
+ * node updated (healthy or not, labels, taint), removed or added, a quota set. Every change is made to a second
+ * scheduler that keeps nothing (opts.no_keep) as well, and every answer
+ * must be byte for byte its answer to the same request, and the answer
+ * through the fresh array; abort() otherwise. An ask also sends
+ * /prioritize the nodes its /filter passed, as kube-scheduler does. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,8 @@ static void pod(char *buf, size_t cap, const char *name, unsigned b)
              b & 64 ? "\"nvidia.com/gpu-memory\":\"600Mi\"," : "", b & 3, (b >> 4) & 3);
 }
 
+static struct ext_sched *twin; /* the scheduler that keeps nothing */
+
 static char *call(struct ext_sched *s, int prioritize, const char *b)
 {
     struct ext_reply r;
@@ -77,70 +82,96 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         log_set_level(LOG_ERROR);
     if (size > 512 || ext_sched_new(&(struct ext_sched_opts){.max_pods = 8}, &s, &e) < 0)
         return 0;
-    for (int i = 0; i < NODES; i++)
+    if (ext_sched_new(&(struct ext_sched_opts){.max_pods = 8, .no_keep = 1}, &twin, &e) < 0) {
+        ext_sched_free(s);
+        return 0;
+    }
+    for (int i = 0; i < NODES; i++) {
         node(s, i, 1, i & 1, i == 3);
+        node(twin, i, 1, i & 1, i == 3);
+    }
     for (size_t k = 0; k + 1 < size; k += 2) {
         unsigned op = data[k] % 8, b = data[k + 1];
         snprintf(name, sizeof name, "p%u", b % 6);
-        switch (op) {
-        case 0:
-        case 1: /* ask, /filter or /prioritize */
+        if (op <= 1) { /* ask, /filter or /prioritize */
             pod(p, sizeof p, name, b);
             const char *arr = b & 128 ? part : names;
             snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, arr);
             /* an array of its own in every ask: decided afresh, never kept */
             snprintf(fresh, sizeof fresh, "{\"Pod\":%s,\"NodeNames\":[%*s%s}", p,
                      (int)(k / 2) + 1, "", arr + 1);
-            char *r1 = call(s, op, kept), *r2 = call(s, op, fresh);
-            if (strcmp(r1, r2) != 0) {
-                fprintf(stderr, "kept:  %s\nfresh: %s\n", r1, r2);
+            char *r1 = call(s, op, kept), *r2 = call(s, op, fresh), *r3 = call(twin, op, kept);
+            if (strcmp(r1, r2) != 0 || strcmp(r1, r3) != 0) {
+                fprintf(stderr, "kept:  %s\nfresh: %s\ntwin:  %s\n", r1, r2, r3);
                 abort();
             }
+            /* /prioritize with what /filter passed */
+            json_t *fj = op == 0 ? json_loads(strchr(r1, ' ') + 1, 0, NULL) : NULL;
+            char *pass = fj ? json_dumps(json_object_get(fj, "NodeNames"), JSON_COMPACT) : NULL;
+            if (pass && strcmp(pass, "[]") != 0 && strlen(pass) < sizeof names + 8) {
+                snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, pass);
+                char *q1 = call(s, 1, kept), *q2 = call(twin, 1, kept);
+                if (strcmp(q1, q2) != 0) {
+                    fprintf(stderr, "prioritize %s\nkept: %s\ntwin: %s\n", pass, q1, q2);
+                    abort();
+                }
+                free(q1);
+                free(q2);
+            }
+            free(pass);
+            json_decref(fj);
             free(r1);
             free(r2);
-            break;
-        case 2: { /* bind the pod named by b to node b/6 */
-            struct ext_reply r;
-            size_t len;
-            char bind[256];
-            snprintf(bind, sizeof bind, "{\"PodName\":\"%s\",\"PodNamespace\":\"d\",\"PodUID\":"
-                     "\"%s\",\"Node\":\"n%u\"}", name, name, (b / 6) % NODES);
-            ext_sched_bind(s, bind, strlen(bind), &r);
-            free(ext_reply_take(&r, &len));
-            break;
+            free(r3);
+            continue;
         }
-        case 3: {
-            char who[32];
-            snprintf(who, sizeof who, "d/%s", name);
-            ext_sched_release(s, who, &e);
-            break;
-        }
-        case 4:
-            node(s, b % NODES, b & 4, b & 8, b & 16);
-            break;
-        case 5: {
-            char nn[8];
-            snprintf(nn, sizeof nn, "n%u", b % NODES);
-            ext_sched_remove_node(s, nn, &e);
-            break;
-        }
-        case 6: {
-            struct core_quotas *q = core_quotas_new();
-            struct core_quota one;
-            json_t *j = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:{s:i}}}", "apiVersion",
-                                  "gpusched.io/v1", "kind", "GPUQuota", "metadata", "name", "q",
-                                  "namespace", "d", "spec", "total", "gpus", (int)(b % 8));
-            if (b & 8 && core_quota_parse(j, &one, &e) == 0)
-                core_quotas_put(q, &one, &e);
-            json_decref(j);
-            ext_sched_set_quotas(s, q);
-            break;
-        }
-        default:
-            ext_sched_check_inventory(s, 1e12, b); /* no updated_at: never stale */
-            break;
+        for (int w = 0; w < 2; w++) { /* a change: to both schedulers */
+            struct ext_sched *x = w ? twin : s;
+            switch (op) {
+            case 2: { /* bind the pod named by b to node b/6 */
+                struct ext_reply r;
+                size_t len;
+                char bind[256];
+                snprintf(bind, sizeof bind, "{\"PodName\":\"%s\",\"PodNamespace\":\"d\","
+                         "\"PodUID\":\"%s\",\"Node\":\"n%u\"}", name, name, (b / 6) % NODES);
+                ext_sched_bind(x, bind, strlen(bind), &r);
+                free(ext_reply_take(&r, &len));
+                break;
+            }
+            case 3: {
+                char who[32];
+                snprintf(who, sizeof who, "d/%s", name);
+                ext_sched_release(x, who, &e);
+                break;
+            }
+            case 4:
+                node(x, b % NODES, b & 4, b & 8, b & 16);
+                break;
+            case 5: {
+                char nn[8];
+                snprintf(nn, sizeof nn, "n%u", b % NODES);
+                ext_sched_remove_node(x, nn, &e);
+                break;
+            }
+            case 6: {
+                struct core_quotas *q = core_quotas_new();
+                struct core_quota one;
+                json_t *j = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:{s:i}}}", "apiVersion",
+                                      "gpusched.io/v1", "kind", "GPUQuota", "metadata", "name",
+                                      "q", "namespace", "d", "spec", "total", "gpus", (int)(b % 8));
+                if (b & 8 && core_quota_parse(j, &one, &e) == 0)
+                    core_quotas_put(q, &one, &e);
+                json_decref(j);
+                ext_sched_set_quotas(x, q);
+                break;
+            }
+            default:
+                ext_sched_check_inventory(x, 1e12, b); /* no updated_at: never stale */
+                break;
+            }
         }
     }
     ext_sched_free(s);
+    ext_sched_free(twin);
     return 0;
 }

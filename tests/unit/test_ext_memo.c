@@ -537,6 +537,183 @@ static void test_shapes(void)
     metrics_free(m);
 }
 
+/* ---- pod after pod, as kube-scheduler asks ---- */
+
+/* A node of `gpus` GPUs of `model` in zone a or b, tainted or not; the
+ * upsert's result (it refuses fewer GPUs than pods bound there hold). */
+static int put_gpu_node(struct ext_sched *s, const char *name, const char *model, int gpus,
+                        int zone_b, int tainted)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char inv[2048];
+    int at = snprintf(inv, sizeof inv, "{\"version\":1,\"gpus\":[");
+    for (int g = 0; g < gpus; g++)
+        at += snprintf(inv + at, sizeof inv - (size_t)at, "%s{\"index\":%d,\"uuid\":\"%s-%d\","
+                       "\"model\":\"%s\",\"memory_mib\":1000,\"healthy\":true}", g ? "," : "", g,
+                       name, g, model);
+    snprintf(inv + at, sizeof inv - (size_t)at, "]}");
+    json_t *n = json_pack("{s:{s:s, s:{s:s}, s:{s:s}}, s:{s:{s:s, s:s, s:s}}}", "metadata",
+                          "name", name, "annotations", "gpusched.io/gpu-inventory", inv,
+                          "labels", "zone", zone_b ? "b" : "a", "status", "allocatable", "cpu",
+                          "64", "memory", "256Gi", "pods", "110");
+    if (tainted)
+        json_object_set_new(n, "spec", json_pack("{s:[{s:s, s:s, s:s}]}", "taints", "key", "gpu",
+                                                 "value", "x", "effect", "NoSchedule"));
+    int rc = ext_sched_upsert_node(s, n, &e);
+    json_decref(n);
+    return rc;
+}
+
+/* Both schedulers' answers to one request: the same bytes, or a failure
+ * naming where they part. Returns the kept scheduler's answer. */
+static char *both(struct ext_sched *kept, struct ext_sched *fresh, int verb, const char *b,
+                  int pod)
+{
+    char *r1 = call(kept, verb, b, NULL), *r2 = call(fresh, verb, b, NULL);
+    test_checks++;
+    if (strcmp(r1, r2) != 0) {
+        size_t i = 0;
+        while (r1[i] == r2[i])
+            i++;
+        TEST_FAIL_("pod %d, %s: kept and fresh answers part at byte %zu: kept ...%.80s, "
+                   "fresh ...%.80s", pod, verb == EXT_MEMO_FILTER ? "filter" : "prioritize", i,
+                   r1 + (i > 20 ? i - 20 : 0), r2 + (i > 20 ? i - 20 : 0));
+    }
+    free(r2);
+    return r1;
+}
+
+static void bind_both(struct ext_sched *kept, struct ext_sched *fresh, const char *pod,
+                      const char *node_name)
+{
+    char b[512];
+    struct ext_reply r;
+    size_t len;
+    snprintf(b, sizeof b, "{\"PodName\":\"%s\",\"PodNamespace\":\"d\",\"PodUID\":\"%s\","
+             "\"Node\":\"%s\"}", pod, pod, node_name);
+    int st1 = ext_sched_bind(kept, b, strlen(b), &r);
+    char *r1 = ext_reply_take(&r, &len);
+    int st2 = ext_sched_bind(fresh, b, strlen(b), &r);
+    char *r2 = ext_reply_take(&r, &len);
+    ASSERT_EQ(st1, st2);
+    ASSERT_STREQ(r1, r2);
+    free(r1), free(r2);
+}
+
+/* kube-scheduler's own pattern: every pod new, of seven shapes in turn,
+ * /filter with all nodes, /prioritize with the nodes /filter passed (an
+ * array that changes whenever a bind fills a node for that shape), /bind to
+ * the best, and now and then a release or a node update. Every answer of
+ * the scheduler that keeps answers, verdicts and node positions must be
+ * byte for byte the answer of one that keeps nothing (opts.no_keep). */
+static void test_pod_after_pod(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s, *t;
+    static const char *const models[] = {"A100", "H100", "T4"};
+    /* the container's limits and the pod's extras, per shape */
+    static const char *const shapes[][2] = {
+        {"\"nvidia.com/gpu\":\"1\"", ""},
+        {"\"nvidia.com/gpu\":\"2\"", ""},
+        {"\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"300Mi\"", ""},
+        {"\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"200Mi\","
+         "\"nvidia.com/gpu-cores\":\"50\",\"cpu\":\"2\"", ""},
+        {"\"nvidia.com/gpu\":\"1\"", "A100"},
+        {"\"nvidia.com/gpu\":\"2\",\"nvidia.com/gpu-memory\":\"400Mi\"", "H100"},
+        {"\"nvidia.com/gpu\":\"1\"", "sel"},
+    };
+    enum { NODES = 40, PODS = 260, SHAPES = sizeof shapes / sizeof shapes[0] };
+    char names[NODES * 16] = "[", pod[1024], b[NODES * 16 + 1200], nn[16];
+    int placed = 0;
+
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.no_keep = 1}, &t, &e), 0);
+    for (int i = 0; i < NODES; i++) {
+        snprintf(nn, sizeof nn, "node-%02d", i);
+        ASSERT_EQ(put_gpu_node(s, nn, models[i % 3], 2 + 2 * (i % 3), i % 5 == 0, i % 13 == 12),
+                  0);
+        ASSERT_EQ(put_gpu_node(t, nn, models[i % 3], 2 + 2 * (i % 3), i % 5 == 0, i % 13 == 12),
+                  0);
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s\"%s\"", i ? "," : "",
+                 nn);
+    }
+    strcat(names, "]");
+    for (int i = 0; i < PODS && !test_failures; i++) {
+        const char *const *sh = shapes[i % SHAPES];
+        char name[32];
+        snprintf(name, sizeof name, "pap-%d", i);
+        snprintf(pod, sizeof pod, "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":"
+                 "\"%s\"%s%s%s},\"spec\":{%s\"containers\":[{\"name\":\"c\",\"resources\":"
+                 "{\"limits\":{%s}}}]}}", name, name,
+                 sh[1][0] && strcmp(sh[1], "sel") ? ",\"annotations\":{\"gpusched.io/gpu-type\":\""
+                                                  : "",
+                 sh[1][0] && strcmp(sh[1], "sel") ? sh[1] : "",
+                 sh[1][0] && strcmp(sh[1], "sel") ? "\"}" : "",
+                 strcmp(sh[1], "sel") ? "" : "\"nodeSelector\":{\"zone\":\"a\"},", sh[0]);
+        snprintf(b, sizeof b, "{\"Pod\":%s,\"NodeNames\":%s,\"Nodes\":null}", pod, names);
+        char *f = both(s, t, EXT_MEMO_FILTER, b, i);
+        json_t *fj = json_loads(f, 0, NULL);
+        const json_t *pass = json_object_get(fj, "NodeNames");
+        ASSERT_TRUE(json_is_array(pass));
+        if (json_array_size(pass) > 0) {
+            char *arr = json_dumps(pass, JSON_COMPACT);
+            snprintf(b, sizeof b, "{\"Pod\":%s,\"NodeNames\":%s,\"Nodes\":null}", pod, arr);
+            free(arr);
+            char *p = both(s, t, EXT_MEMO_PRIORITIZE, b, i);
+            json_t *pj = json_loads(p, 0, NULL);
+            const char *best = NULL;
+            json_int_t top = -1;
+            size_t k;
+            const json_t *h;
+            json_array_foreach(pj, k, h) {
+                json_int_t v = json_integer_value(json_object_get(h, "Score"));
+                if (v > top)
+                    top = v, best = json_string_value(json_object_get(h, "Host"));
+            }
+            ASSERT_TRUE(best != NULL);
+            if (best) {
+                bind_both(s, t, name, best);
+                placed++;
+            }
+            json_decref(pj);
+            free(p);
+        }
+        json_decref(fj);
+        free(f);
+        if (i % 3 == 0) {
+            /* /prioritize over every node (an extender asked without its
+             * /filter, or after another filter passed them all): nodes that
+             * no longer fit must score 0 */
+            snprintf(b, sizeof b, "{\"Pod\":%s,\"NodeNames\":%s,\"Nodes\":null}", pod, names);
+            free(both(s, t, EXT_MEMO_PRIORITIZE, b, i));
+        }
+        if (i % 11 == 10) { /* a pod ends */
+            char who[40];
+            snprintf(who, sizeof who, "d/pap-%d", i - 7);
+            int r1 = ext_sched_release(s, who, &e), r2 = ext_sched_release(t, who, &e);
+            ASSERT_EQ(r1, r2);
+        }
+        if (i % 29 == 28) { /* a node changes: taint, zone, GPU count */
+            int n = i % NODES;
+            snprintf(nn, sizeof nn, "node-%02d", n);
+            ASSERT_EQ(put_gpu_node(s, nn, models[n % 3], 2 + 2 * ((n + i) % 3), i % 2, i % 3 == 0),
+                      put_gpu_node(t, nn, models[n % 3], 2 + 2 * ((n + i) % 3), i % 2, i % 3 == 0));
+        }
+        if (i % 97 == 96) { /* a node goes and comes back: positions move */
+            snprintf(nn, sizeof nn, "node-%02d", (i / 97) % NODES);
+            ASSERT_EQ(ext_sched_remove_node(s, nn, &e), 0);
+            ASSERT_EQ(ext_sched_remove_node(t, nn, &e), 0);
+            int n = (i / 97) % NODES;
+            ASSERT_EQ(put_gpu_node(s, nn, models[n % 3], 8, 0, 0), 0);
+            ASSERT_EQ(put_gpu_node(t, nn, models[n % 3], 8, 0, 0), 0);
+        }
+    }
+    /* the pattern placed most pods (it is not all "fits nowhere") */
+    ASSERT_TRUE(placed > PODS / 2);
+    ext_sched_free(s);
+    ext_sched_free(t);
+}
+
 int test_ext_memo(void)
 {
     test_key();
@@ -544,6 +721,7 @@ int test_ext_memo(void)
     test_sched();
     test_devices();
     test_shapes();
+    test_pod_after_pod();
     test_version();
     return test_failures;
 }
