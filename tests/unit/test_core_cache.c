@@ -109,6 +109,23 @@ static int check_scores(struct core_cluster *c, const struct core_policy *pol,
     ASSERT_EQ(core_score_fit(c, pol, p, nodes, n, fit, got, NULL), 0);
     for (int i = 0; i < n; i++)
         bad += got[i] != want[i] || !fit[i];
+    /* core_score_fit_at: the same by position, with the verdicts and
+     * without them */
+    int at[NODES];
+    for (int i = 0; i < n; i++)
+        at[i] = core_node_pos(nodes[i]);
+    ASSERT_EQ(core_score_fit_at(c, pol, p, at, n, fit, got, NULL), 0);
+    for (int i = 0; i < n; i++)
+        bad += got[i] != want[i];
+    memset(fit, 0, sizeof fit);
+    ASSERT_EQ(core_score_fit_at(c, pol, p, at, n, fit, got, NULL), 0);
+    for (int i = 0; i < n; i++) {
+        bad += got[i] != want[i];
+        bad += fit[i] != (core_filter(c, nodes[i], p, NULL) ? CORE_FIT_YES : CORE_FIT_NO);
+    }
+    int outside[2] = {-1, core_cluster_node_count(c)};
+    ASSERT_TRUE(core_score_fit_at(c, pol, p, outside, 1, NULL, got, NULL) < 0);
+    ASSERT_TRUE(core_score_fit_at(c, pol, p, outside + 1, 1, NULL, got, NULL) < 0);
     return bad;
 }
 
