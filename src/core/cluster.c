@@ -180,6 +180,7 @@ void core_cluster_free(struct core_cluster *c)
     free(c->feasible);
     free(c->scores);
     free(c->memo);
+    free(c->keys);
     for (int i = 0; c->cols && i < CORE_COLS; i++)
         free(c->cols[i].e);
     free(c->cols);
@@ -272,7 +273,22 @@ static void hot_update(struct core_cluster *c, const struct core_node *n)
     h->max_free_milli = (int16_t)p->max_free_milli;
     h->available = (uint8_t)n->available;
     h->tainted = n->n_taints > 0;
+    h->key_serial = p->key_serial;
     c->stamps[p->pos] = ++c->stamp_seq;
+}
+
+/* The serial of node key k (hash h): see core_key_slot. 0 when out of
+ * memory (the node is then scored without the score cache). */
+static uint64_t key_serial(struct core_cluster *c, const struct core_node_key *k, uint64_t h)
+{
+    if (!c->keys && !(c->keys = calloc(CORE_KEY_SLOTS, sizeof *c->keys)))
+        return 0;
+    struct core_key_slot *s = &c->keys[h & (CORE_KEY_SLOTS - 1)];
+    if (s->serial && memcmp(&s->key, k, sizeof *k) == 0)
+        return s->serial;
+    s->key = *k;
+    s->serial = ++c->key_seq;
+    return s->serial;
 }
 
 /* Recomputes the node's cached state after any change and keeps the
@@ -327,6 +343,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     for (int i = 0; i < k->n_usable; i++)
         h = core_mix64(h ^ (uint64_t)k->share[i]);
     p->key_hash = h;
+    p->key_serial = p->homogeneous ? key_serial(c, k, h) : 0;
     hot_update(c, n);
 
     /* fragmentation, only when a workload is in force and the sum is live */

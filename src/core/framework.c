@@ -275,29 +275,28 @@ static int pick(const struct core_cycle *cy, const struct core_node *n, struct c
 /* ---- scoring ---------------------------------------------------------- */
 
 /* Raw score of a feasible node; NODE_STATE policies go through the cache
- * (one-model nodes only: the key does not say which GPU has which model). */
+ * (one-model nodes only: the key does not say which GPU has which model;
+ * serial, the node key's serial from its hot line, is 0 for the others). */
 static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
-                     const struct core_pod_key *pk, const struct core_node *n)
+                     const struct core_pod_key *pk, const struct core_node *n, uint64_t serial)
 {
     const struct core_policy *pol = cy->pol;
-    if (!(pol->flags & CORE_POLICY_NODE_STATE) || !n->priv->homogeneous)
+    if (!(pol->flags & CORE_POLICY_NODE_STATE) || !serial)
         return pol->score(cy, n);
     if (!c->memo) {
         c->memo = calloc(CORE_MEMO_SLOTS, sizeof *c->memo);
         if (!c->memo)
             return pol->score(cy, n);
     }
-    const struct core_node_priv *p = n->priv;
-    uint64_t h = core_mix64(p->key_hash ^ cy->pod_hash);
+    uint64_t h = core_mix64(core_mix64(serial) ^ cy->pod_hash);
     struct core_memo_slot *m = &c->memo[h & (CORE_MEMO_SLOTS - 1)];
-    if (m->valid && m->hash == h && m->pol == pol && m->wver == c->wver &&
-        m->cap_ver == c->cap_ver && memcmp(&m->node, &p->key, sizeof p->key) == 0 &&
-        memcmp(&m->pod, pk, sizeof *pk) == 0)
+    if (m->valid && m->hash == h && m->node == serial && m->pol == pol && m->wver == c->wver &&
+        m->cap_ver == c->cap_ver && memcmp(&m->pod, pk, sizeof *pk) == 0)
         return m->score;
     int score = pol->score(cy, n);
     /* fgd reads M through core_node_frag, which may have rebuilt it */
     m->hash = h;
-    m->node = p->key;
+    m->node = serial;
     m->pod = *pk;
     m->pol = pol;
     m->wver = c->wver;
@@ -427,12 +426,12 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
         if (col) {
             struct core_col_entry *ce = &col->e[pos];
             if (ce->stamp != c->stamps[pos]) {
-                ce->score = raw_score(c, cy, &pk, node);
+                ce->score = raw_score(c, cy, &pk, node, h->key_serial);
                 ce->stamp = c->stamps[pos];
             }
             c->scores[k] = ce->score;
         } else {
-            c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node);
+            c->scores[k] = random ? 0 : raw_score(c, cy, &pk, node, h->key_serial);
         }
         k++;
     }

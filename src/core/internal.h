@@ -33,6 +33,7 @@ struct core_node_hot {
     uint32_t rank;             /* the node's seeded tie-break rank */
     int16_t n_usable, n_whole, max_free_milli;
     uint8_t available, tainted;
+    uint64_t key_serial;       /* the node key's serial (core_node_priv); 0: none */
 };
 
 struct core_node_priv {
@@ -54,6 +55,11 @@ struct core_node_priv {
     uint8_t gmodel[CORE_MAX_GPUS]; /* model_id */
     int tag_count[CORE_NTAGS];
     struct core_node_key key;
+    /* the key's serial: a number given to one key content only, ever, so
+     * equal serials are equal keys (equal keys mostly share one; see
+     * core_key_slot); 0 for a node of several models, which the score
+     * cache does not take */
+    uint64_t key_serial;
     double frag;               /* F_n(M), valid when frag_wver == cluster wver */
     uint64_t frag_wver;
     /* per class m of M, with the frag: usable GPUs of an allowed model with
@@ -85,12 +91,24 @@ struct core_pod_key {
     int32_t kind, num_gpu, milli, tag;
 };
 
+/* Node keys seen lately, direct-mapped by key hash: a node whose key is in
+ * its slot takes that key's serial, any other puts its key there with a
+ * new serial (cluster->key_seq). A key pushed out and seen again gets a
+ * new serial: only sharing is lost, never exactness. */
+struct core_key_slot {
+    struct core_node_key key;
+    uint64_t serial;           /* 0: empty */
+};
+#define CORE_KEY_SLOTS (1 << 14)
+
 /* Score cache of NODE_STATE policies across decisions: direct-mapped,
- * keyed by the full node key, pod key, policy, workload version and the
- * cluster's per-model capacity version, so an entry is only ever reused for
- * an identical question. */
+ * keyed by the node key (by its serial: equal serials are equal keys, and
+ * a decision reads the serial from the node's hot line without touching
+ * the node), pod key, policy, workload version and the cluster's per-model
+ * capacity version, so an entry is only ever reused for an identical
+ * question. */
 struct core_memo_slot {
-    struct core_node_key node;
+    uint64_t node;             /* the node key's serial */
     struct core_pod_key pod;
     const struct core_policy *pol;
     uint64_t hash;             /* of node and pod key: most mismatches end here */
@@ -170,6 +188,8 @@ struct core_cluster {
     int *scores;
     uint32_t *ranks;           /* tie-break ranks of the feasible nodes */
     struct core_memo_slot *memo; /* CORE_MEMO_SLOTS, allocated on first use */
+    struct core_key_slot *keys;  /* CORE_KEY_SLOTS, allocated on first use */
+    uint64_t key_seq;            /* last key serial given */
     struct core_score_col *cols; /* CORE_COLS, allocated on first use */
     uint64_t col_tick;
 };
