@@ -56,7 +56,8 @@ struct ext_memo_entry {
     /* /filter, per list index: YES, NOW (rejected now: FailedNodes), NEVER
      * (FailedAndUnresolvableNodes), UNKNOWN (not in the cluster) or UNSET
      * (not decided yet); the stamp it was decided at (0: unknown node);
-     * the reason for NOW and NEVER (malloc'd) */
+     * the reason for NOW and NEVER as a JSON string, quoted and escaped, so
+     * that a reply is rebuilt by copying (malloc'd) */
     unsigned char *fit;
     uint64_t *stamp;
     char **reason;

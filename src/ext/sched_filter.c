@@ -28,6 +28,16 @@ static void add_reason(struct gs_buf *b, const char *node, const char *reason)
     gs_buf_json_str(b, reason);
 }
 
+/* add_reason for the node of list index i and a reason already written as
+ * a JSON string (a kept entry's). */
+static void add_kept_reason(struct gs_buf *b, const struct ext_args *a, int i, const char *json)
+{
+    gs_buf_put(b, ",\"", 2);
+    gs_buf_put(b, a->names[i], a->list ? a->list->len[i] : strlen(a->names[i]));
+    gs_buf_put(b, "\":", 2);
+    gs_buf_str(b, json);
+}
+
 struct scored {
     int idx, score;
 };
@@ -131,14 +141,24 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
             v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
             why = st.reason;
         }
-        if (v == en->fit[i] && (!why || strcmp(why, en->reason[i]) == 0))
+        struct gs_buf js = {0}; /* the reason as the reply writes it */
+        if (why)
+            gs_buf_json_str(&js, why);
+        if (v == en->fit[i] && (!why || (js.buf && strcmp(js.buf, en->reason[i]) == 0))) {
+            gs_buf_free(&js);
             continue;
+        }
         changed = 1;
         en->nfit += (v == EXT_FIT_YES) - (en->fit[i] == EXT_FIT_YES);
         free(en->reason[i]);
         en->reason[i] = NULL;
         en->fit[i] = (unsigned char)v;
-        if (why && !(en->reason[i] = strdup(why))) {
+        if (why && !js.oom && js.buf) {
+            en->reason[i] = js.buf; /* taken over */
+            js.buf = NULL;
+        }
+        gs_buf_free(&js);
+        if (why && !en->reason[i]) {
             en->nfit -= en->fit[i] == EXT_FIT_YES;
             en->fit[i] = EXT_FIT_UNSET; /* decided again next time */
             oom = 1;
@@ -236,10 +256,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
             case EXT_FIT_NEVER:
                 /* in both maps: kube-scheduler < 1.21 reads only
                  * FailedNodes; newer ones let the unresolvable entry win */
-                add_reason(&unres, a.names[i], en->reason[i]);
-                add_reason(&failed, a.names[i], en->reason[i]);
+                add_kept_reason(&unres, &a, i, en->reason[i]);
+                add_kept_reason(&failed, &a, i, en->reason[i]);
                 break;
-            default: add_reason(&failed, a.names[i], en->reason[i]); break;
+            default: add_kept_reason(&failed, &a, i, en->reason[i]); break;
             }
         }
     }
