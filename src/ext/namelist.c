@@ -15,14 +15,20 @@ struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const cha
                                       int n)
 {
     struct ext_namelist *l = calloc(1, sizeof *l);
+    unsigned char *len = malloc((size_t)n + 1);
     size_t text = 0;
-    if (!l)
+    if (!l || !len) {
+        free(l);
+        free(len);
         return NULL;
-    for (int i = 0; i < n; i++)
-        text += strlen(names[i]) + 3; /* "name", */
+    }
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(names[i]);
+        len[i] = (unsigned char)(k < 255 ? k : 255); /* names are at most 253 bytes */
+        text += k + 3; /* "name", */
+    }
     char *arena = malloc(text + 1), *quoted = malloc(text + 1);
     const char **nv = malloc(((size_t)n + 1) * sizeof *nv);
-    unsigned char *len = malloc((size_t)n + 1);
     size_t *qoff = malloc(((size_t)n + 1) * sizeof *qoff);
     l->pos = malloc(((size_t)n + 1) * sizeof *l->pos);
     l->raw = malloc(raw_len + 1);
@@ -33,10 +39,9 @@ struct ext_namelist *ext_namelist_new(const char *raw, size_t raw_len, const cha
     }
     size_t a = 0, q = 0;
     for (int i = 0; i < n; i++) {
-        size_t k = strlen(names[i]);
+        size_t k = len[i] < 255 ? len[i] : strlen(names[i]);
         memcpy(arena + a, names[i], k + 1);
         nv[i] = arena + a;
-        len[i] = (unsigned char)k;
         a += k + 1;
         qoff[i] = q;
         quoted[q++] = '"';
