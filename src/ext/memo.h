@@ -62,6 +62,7 @@ struct ext_memo_entry {
     uint64_t *stamp;
     char **reason;
     int nfit;                     /* verdicts YES */
+    size_t last_len;              /* length of the last reply written for it (a size hint) */
     struct ext_text *reply;       /* the whole reply at `version`, or NULL */
     /* private */
     char *key;

@@ -97,6 +97,72 @@ static void filter_reply(struct gs_buf *r, const struct ext_args *a, const unsig
 }
 
 static const char unknown_node[] = "node is unknown to gpusched (no Node object seen)";
+/* unknown_node as a JSON string (it has nothing to escape) */
+static const char unknown_json[] = "\"node is unknown to gpusched (no Node object seen)\"";
+
+/* Appends n bytes; the buffer's room is mostly reserved beforehand. */
+static inline void put(struct gs_buf *b, const char *p, size_t n)
+{
+    if (b->len + n < b->cap) {
+        memcpy(b->buf + b->len, p, n);
+        b->len += n;
+    } else {
+        gs_buf_put(b, p, n);
+    }
+}
+
+/* ,"node":REASON (REASON a JSON string), without the comma for the first. */
+static inline void put_reason(struct gs_buf *b, const struct ext_namelist *l, int i,
+                              const char *json, int *first)
+{
+    if (!*first)
+        put(b, ",", 1);
+    *first = 0;
+    put(b, "\"", 1);
+    put(b, l->names[i], l->len[i]);
+    put(b, "\":", 2);
+    put(b, json, strlen(json));
+}
+
+/* The reply of a kept entry when no per-request check applies (no quota,
+ * no top-k): the bytes filter_reply writes from the same verdicts, in one
+ * pass into one buffer sized from the entry's last reply (a 0.5 MB reply
+ * when most nodes are rejected, rebuilt whenever a bind changes a verdict
+ * or a reason). Lock held. */
+static void kept_reply(struct gs_buf *r, const struct ext_args *a, struct ext_memo_entry *en)
+{
+    const struct ext_namelist *l = a->list;
+    const char *q = l->quoted;
+    const size_t *qo = l->qoff;
+    const unsigned char *fit = en->fit;
+    int first = 1;
+    gs_buf_reserve(r, (en->last_len > qo[a->n] ? en->last_len : qo[a->n]) + 4096);
+    put(r, "{\"Nodes\":null,\"NodeNames\":[", sizeof "{\"Nodes\":null,\"NodeNames\":[" - 1);
+    for (int i = 0, j; i < a->n; i = j) {
+        for (j = i; j < a->n && fit[j] == EXT_FIT_YES; j++)
+            ;
+        if (j > i) {
+            if (!first)
+                put(r, ",", 1);
+            put(r, q + qo[i], qo[j] - qo[i] - 1);
+            first = 0;
+        } else {
+            j++;
+        }
+    }
+    put(r, "],\"FailedNodes\":{", sizeof "],\"FailedNodes\":{" - 1);
+    first = 1;
+    for (int i = 0; i < a->n; i++)
+        if (fit[i] != EXT_FIT_YES)
+            put_reason(r, l, i, fit[i] == EXT_FIT_UNKNOWN ? unknown_json : en->reason[i], &first);
+    put(r, "},\"FailedAndUnresolvableNodes\":{", sizeof "},\"FailedAndUnresolvableNodes\":{" - 1);
+    first = 1;
+    for (int i = 0; i < a->n; i++)
+        if (fit[i] == EXT_FIT_NEVER)
+            put_reason(r, l, i, en->reason[i], &first);
+    gs_buf_put(r, "},\"Error\":\"\"}", sizeof "},\"Error\":\"\"}" - 1); /* and the NUL */
+    en->last_len = r->len;
+}
 
 /* Brings an entry's verdicts up to the cluster's state: only the nodes
  * whose state stamp moved since the entry saw them (every node of a new
@@ -197,7 +263,8 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     struct ext_memo_entry own = {0}, *en = NULL;
     int *own_pos = gpu && !memo ? malloc(((size_t)a.n + 1) * sizeof *own_pos) : NULL;
     struct ext_text *kept = NULL;
-    int nfit = 0, modified = 0, ok = 1;
+    struct gs_buf whole = {0}; /* the reply, when written under the lock (kept_reply) */
+    int nfit = 0, modified = 0, ok = 1, written = 0;
     unsigned long epoch = 0;
     uint64_t ver = 0;
 
@@ -235,6 +302,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
     if (ok && en && memo && en->reply && !quota && s->opts.top_k <= 0) {
         kept = ext_text_ref(en->reply); /* nothing changed what it says */
         nfit = en->nfit;
+    } else if (ok && en && memo && !quota && s->opts.top_k <= 0) {
+        kept_reply(&whole, &a, en); /* from the verdicts alone */
+        nfit = en->nfit;
+        written = 1;
     } else if (ok && en && memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
                                     !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)))) {
         ok = 0;
@@ -263,10 +334,10 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
             }
         }
     }
-    for (int i = 0; ok && !kept && i < a.n; i++)
+    for (int i = 0; ok && !kept && !written && i < a.n; i++)
         nfit += fit[i];
     /* top-k: keep the policy's best k feasible nodes */
-    if (ok && !kept && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
+    if (ok && !kept && !written && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
         struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
         int *sc = calloc((size_t)nfit, sizeof *sc);
         struct scored *order = calloc((size_t)nfit, sizeof *order);
@@ -303,6 +374,7 @@ done:
     if (!ok) {
         *reply = ext_error("out of memory");
         sched_decision(s, "filter", "error");
+        free(whole.buf);
         free(failed.buf);
         free(unres.buf);
         free(fit);
@@ -315,8 +387,9 @@ done:
         metric_inc(s->m_kept, (const char *[]){"filter"});
         out->shared = kept;
     } else {
-        struct gs_buf r = {0};
-        filter_reply(&r, &a, fit, &failed, &unres);
+        struct gs_buf r = whole;
+        if (!written)
+            filter_reply(&r, &a, fit, &failed, &unres);
         if (memo && !modified && !r.oom) {
             /* kept for the next request that asks the same */
             if ((out->shared = ext_text_wrap(r.buf, r.len))) {
