@@ -4,7 +4,9 @@
 # each through /filter, /prioritize on the nodes that passed and /bind to
 # the best (bench_sched_loop over one keep-alive connection), on 1000 and
 # 5000 nodes x 8 GPUs. Prints pods placed per second, each verb's p50/p99,
-# filter+prioritize per pod and the same /filter body answered 404.
+# filter+prioritize per pod and the same /filter body answered 404, all of
+# it again without the first pod of each shape (the cold start), and the
+# extender's CPU per pod.
 set -eu
 build=$1; pods=${2:-2000}; shift 2 2>/dev/null || shift $#
 nodes=${*:-"1000 5000"}
