@@ -195,6 +195,7 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
         sub[k++] = pos[i] < 0 ? NULL : core_cluster_node(s->c, pos[i]);
     }
     core_filter_nodes(s->c, pod, sub, k, subfit, NULL);
+    struct gs_buf js = {0}; /* one buffer for every reason written as JSON */
     for (int j = 0; j < k; j++) {
         int i = idx[j], v = EXT_FIT_YES;
         struct core_status st;
@@ -207,29 +208,25 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
             v = st.code == CORE_UNRESOLVABLE ? EXT_FIT_NEVER : EXT_FIT_NOW;
             why = st.reason;
         }
-        struct gs_buf js = {0}; /* the reason as the reply writes it */
+        js.len = 0; /* the reason as the reply writes it */
         if (why)
             gs_buf_json_str(&js, why);
-        if (v == en->fit[i] && (!why || (js.buf && strcmp(js.buf, en->reason[i]) == 0))) {
-            gs_buf_free(&js);
+        if (v == en->fit[i] && (!why || (!js.oom && js.buf && strcmp(js.buf, en->reason[i]) == 0)))
             continue;
-        }
         changed = 1;
         en->nfit += (v == EXT_FIT_YES) - (en->fit[i] == EXT_FIT_YES);
         free(en->reason[i]);
         en->reason[i] = NULL;
         en->fit[i] = (unsigned char)v;
-        if (why && !js.oom && js.buf) {
-            en->reason[i] = js.buf; /* taken over */
-            js.buf = NULL;
-        }
-        gs_buf_free(&js);
+        if (why && !js.oom && js.buf)
+            en->reason[i] = strdup(js.buf); /* its own size: thousands are kept */
         if (why && !en->reason[i]) {
             en->nfit -= en->fit[i] == EXT_FIT_YES;
             en->fit[i] = EXT_FIT_UNSET; /* decided again next time */
             oom = 1;
         }
     }
+    gs_buf_free(&js);
     free(idx);
     free(sub);
     free(subfit);
