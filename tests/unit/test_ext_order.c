@@ -88,7 +88,7 @@ static int held_sync(void *ud, int fd, int undo)
     if (++r->syncs == 1) {
         if (!r->rel_started && !r->race_release)
             start_release(r);
-        for (int i = 0; i < 2000 && queued(r->j) < 1; i++)
+        for (int i = 0; i < 30000 && queued(r->j) < 1; i++) /* up to 30 s on a loaded machine */
             nap_ms(1);
         r->queued_at_sync = queued(r->j);
         if (r->fail_first) {
