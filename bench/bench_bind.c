@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "util/buf.h"
+#include "bench_util.h"
 
 struct run {
     const char *url;
@@ -36,26 +37,12 @@ struct run {
     pthread_mutex_t mu;
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static size_t on_data(char *p, size_t sz, size_t n, void *ud)
-{
-    struct gs_buf *b = ud;
-    gs_buf_put(b, p, sz * n);
-    return b->oom ? 0 : sz * n;
-}
-
 static CURL *client(struct curl_slist *hdr)
 {
     CURL *c = curl_easy_init();
     if (c) {
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bench_on_data);
         curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     }
     return c;
@@ -120,9 +107,9 @@ static void *binder(void *ud)
             break;
         snprintf(body, sizeof body, "{\"PodName\":\"bind-%d\",\"PodNamespace\":\"default\","
                  "\"PodUID\":\"bind-uid-%d\",\"Node\":\"node-%05d\"}", i, i, i / 8);
-        double t0 = now();
+        double t0 = bench_now();
         int rc = call(c, r->url, "bind", body, NULL);
-        r->lat[i] = now() - t0;
+        r->lat[i] = bench_now() - t0;
         if (rc < 0) {
             pthread_mutex_lock(&r->mu);
             r->failed = 1;
@@ -179,7 +166,7 @@ int main(int argc, char **argv)
         if (call(c, r.url, "filter", body, NULL) < 0)
             status = 1;
     }
-    double f0 = flushes(c, r.url), t0 = now();
+    double f0 = flushes(c, r.url), t0 = bench_now();
     int started = 0;
     for (int k = 0; k < conns && status == 0; k++, started++)
         if (pthread_create(&th[k], NULL, binder, &r) != 0) {
@@ -188,7 +175,7 @@ int main(int argc, char **argv)
         }
     for (int k = 0; k < started; k++)
         pthread_join(th[k], NULL);
-    double wall = now() - t0, f1 = flushes(c, r.url);
+    double wall = bench_now() - t0, f1 = flushes(c, r.url);
     if (status == 0 && r.failed)
         status = 1;
     if (status == 0) {

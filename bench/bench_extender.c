@@ -18,18 +18,12 @@
 #include "ext/standalone.h"
 #include "util/buf.h"
 #include "util/log.h"
+#include "bench_util.h"
 
 /* The pod of bench/extender_gen.py's requests. */
 #define POD_NAME "bench"
 #define POD_NS "default"
 #define POD_UID "bench-uid"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -116,33 +110,33 @@ int main(int argc, char **argv)
     for (int i = 0; i < iters && cache; i++) {
         struct ext_args a;
         struct ext_reply r;
-        double t0 = now();
+        double t0 = bench_now();
         if (ext_args_parse(body, len, &a, &e) == 0)
             ext_args_clear(&a);
-        double t1 = now();
+        double t1 = bench_now();
         if (ext_args_parse_cached(cache, body, len, &a, &e) == 0)
             ext_args_clear(&a);
-        double t2 = now();
+        double t2 = bench_now();
         /* the last round's release: brings the kept answers up to date */
         ext_sched_filter(s, body, len, &r);
         drop(&r);
         ext_sched_prioritize(s, body, len, &r);
         drop(&r);
-        double t3 = now();
+        double t3 = bench_now();
         ext_sched_filter(s, body, len, &r);
         drop(&r);
-        double t4 = now();
+        double t4 = bench_now();
         ext_sched_prioritize(s, body, len, &r);
         drop(&r);
-        double t5 = now();
+        double t5 = bench_now();
         int bound = bind(s, nodes.names[i % nodes.n]);
-        double t6 = now();
+        double t6 = bench_now();
         ext_sched_filter(s, body, len, &r);
         drop(&r);
-        double t7 = now();
+        double t7 = bench_now();
         ext_sched_prioritize(s, body, len, &r);
         drop(&r);
-        double t8 = now();
+        double t8 = bench_now();
         if (!bound || ext_sched_release(s, POD_NS "/" POD_NAME, &e) < 0) {
             fprintf(stderr, "bench_extender: the pod did not bind to %s\n",
                     nodes.names[i % nodes.n]);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ext/journal.h"
+#include "bench_util.h"
 
 struct run {
     struct ext_journal *j;
@@ -33,13 +34,6 @@ struct thread_arg {
     struct run *r;
     int t;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void *appender(void *ud)
 {
@@ -54,13 +48,13 @@ static void *appender(void *ud)
         /* about the size of a bind record with its assignment annotations */
         json_t *rec = json_pack("{s:s, s:s, s:s, s:s}", "op", "bind", "uid", uid, "ns", "default",
                                 "annotations", pad);
-        double t0 = now();
+        double t0 = bench_now();
         if (r->serial)
             pthread_mutex_lock(&r->mu);
         int rc = rec ? ext_journal_append(r->j, rec, &e) : -1;
         if (r->serial)
             pthread_mutex_unlock(&r->mu);
-        r->lat[a->t * r->per_thread + i] = now() - t0;
+        r->lat[a->t * r->per_thread + i] = bench_now() - t0;
         json_decref(rec);
         if (rc < 0) {
             fprintf(stderr, "bench_journal: %s\n", e.msg);
@@ -109,7 +103,7 @@ int main(int argc, char **argv)
         status = 2;
         goto out;
     }
-    double t0 = now();
+    double t0 = bench_now();
     for (int t = 0; t < threads; t++, started++) {
         args[t] = (struct thread_arg){&r, t};
         if (pthread_create(&th[t], NULL, appender, &args[t]) != 0) {
@@ -120,7 +114,7 @@ int main(int argc, char **argv)
     }
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
-    double wall = now() - t0;
+    double wall = bench_now() - t0;
     struct ext_journal_stats st;
     ext_journal_stats(r.j, &st);
     if (status == 0 && !r.failed) {

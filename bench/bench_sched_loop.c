@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "util/buf.h"
+#include "bench_util.h"
 
 enum { V_FILTER, V_PRIORITIZE, V_BIND, V_404, V_N, V_FP = V_N, V_POD, V_ALL };
 static const char *const verb_names[V_ALL] = {"/filter", "/prioritize", "/bind", "404 (same)",
@@ -71,20 +72,6 @@ static void set_shape(json_t *pod, const struct shape *s)
         json_object_del(md, "annotations");
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static size_t on_data(char *p, size_t sz, size_t n, void *ud)
-{
-    struct gs_buf *b = ud;
-    gs_buf_put(b, p, sz * n);
-    return b->oom ? 0 : sz * n;
-}
-
 /* POSTs body to URL/verb; the reply parsed into *out. Adds the round trip
  * to *secs. 0, or -1 with a message printed. */
 static int post(CURL *c, const char *url, const char *verb, const char *body, json_t **out,
@@ -97,11 +84,11 @@ static int post(CURL *c, const char *url, const char *verb, const char *body, js
     curl_easy_setopt(c, CURLOPT_URL, full);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bench_on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &reply);
-    double t0 = now();
+    double t0 = bench_now();
     CURLcode rc = curl_easy_perform(c);
-    *secs = now() - t0;
+    *secs = bench_now() - t0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     if (rc == CURLE_OK && status == want && want != 200) {
         gs_buf_free(&reply);
@@ -233,7 +220,7 @@ int main(int argc, char **argv)
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     int placed = 0, unfit = 0, status = 0, n[V_ALL] = {0}, nw[V_ALL] = {0};
     double busy = 0; /* the extender's time: all round trips */
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < pods && !oom; i++) {
         char name[64], uid[64];
         double t[V_N] = {0};
@@ -265,7 +252,7 @@ int main(int argc, char **argv)
             }
         busy += sum;
     }
-    double wall = now() - t0;
+    double wall = bench_now() - t0;
     printf("%d pods (%d placed, %d fit nowhere) in %.2f s, %.2f s of it in the extender's "
            "round trips: %.0f placements/s of extender time\n", placed + unfit, placed, unfit, wall,
            busy, busy > 0 ? placed / busy : 0);
