@@ -686,6 +686,25 @@ static void test_pod_after_pod(void)
              * no longer fit must score 0 */
             snprintf(b, sizeof b, "{\"Pod\":%s,\"NodeNames\":%s,\"Nodes\":null}", pod, names);
             free(both(s, t, EXT_MEMO_PRIORITIZE, b, i));
+            /* a name the cluster does not know, where the last request had
+             * a scored node, and a pod without GPUs: both score 0 (the
+             * arrays /prioritize keeps from the last request start empty;
+             * both schedulers would share a stale score, so it is checked
+             * here, not against the twin) */
+            snprintf(b, sizeof b, "{\"Pod\":%s,\"NodeNames\":[\"node-gone\",%s,\"Nodes\":null}",
+                     pod, names + 1);
+            char *g = both(s, t, EXT_MEMO_PRIORITIZE, b, i);
+            static const char gone[] = "[{\"Host\":\"node-gone\",\"Score\":0},";
+            ASSERT_TRUE(strncmp(g, gone, sizeof gone - 1) == 0);
+            free(g);
+            snprintf(b, sizeof b, "{\"Pod\":{\"metadata\":{\"name\":\"cpu-%d\",\"namespace\":\"d\","
+                     "\"uid\":\"cpu-%d\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]}},"
+                     "\"NodeNames\":%s,\"Nodes\":null}", i, i, names);
+            g = both(s, t, EXT_MEMO_PRIORITIZE, b, i);
+            ASSERT_TRUE(strstr(g, "\"Score\":0}") != NULL);
+            for (const char *q = g; (q = strstr(q, "\"Score\":")) != NULL; q += 8)
+                ASSERT_TRUE(q[8] == '0' && q[9] == '}');
+            free(g);
         }
         if (i % 11 == 10) { /* a pod ends */
             char who[40];
