@@ -423,6 +423,18 @@ static double elapsed_since(const struct timespec *w0)
     return (double)(w1.tv_sec - w0->tv_sec) + (double)(w1.tv_nsec - w0->tv_nsec) / 1e9;
 }
 
+/* The stats a bound call fills (the caller's, or *dummy when it passed
+ * none), zeroed, and the wall clock at its start. */
+static struct sim_bound_stats *stats_start(struct sim_bound_stats *st,
+                                           struct sim_bound_stats *dummy, struct timespec *w0)
+{
+    clock_gettime(CLOCK_MONOTONIC, w0);
+    if (!st)
+        st = dummy;
+    memset(st, 0, sizeof *st);
+    return st;
+}
+
 static void fill_stats(struct sim_bound_stats *st, const struct model *m)
 {
     st->node_types = m->n_nt;
@@ -437,11 +449,8 @@ int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *mi
                     struct sim_bound_stats *st, struct gs_err *e)
 {
     struct timespec w0;
-    clock_gettime(CLOCK_MONOTONIC, &w0);
     struct sim_bound_stats dummy;
-    if (!st)
-        st = &dummy;
-    memset(st, 0, sizeof *st);
+    st = stats_start(st, &dummy, &w0);
     *milli = 0;
     struct model m = {0};
     int rc;
@@ -459,11 +468,8 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
                        double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
 {
     struct timespec w0;
-    clock_gettime(CLOCK_MONOTONIC, &w0);
     struct sim_bound_stats dummy;
-    if (!st)
-        st = &dummy;
-    memset(st, 0, sizeof *st);
+    st = stats_start(st, &dummy, &w0);
     *unalloc_pct = NAN;
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
