@@ -43,6 +43,7 @@ struct run {
     struct ext_commit orig;     /* the standalone's hooks, wrapped below */
     int race_release;           /* log_bind: start the release first */
     int rebind_on_fail;         /* durable: a failed bind binds the pod anew first */
+    pthread_t binder;           /* the thread whose bind does that (not the release's) */
     pthread_t rel;
     int rel_started, rel_rc;
     struct gs_err rel_err;
@@ -122,7 +123,9 @@ static int wrap_durable(void *ud, void *ticket, struct gs_err *e)
 {
     struct run *r = ud;
     int rc = r->orig.durable(r->orig.ud, ticket, e);
-    if (rc < 0 && r->rebind_on_fail) {
+    /* the release fails with the bind and may return first: only the bind
+     * rebinds, and only after the release is over */
+    if (rc < 0 && pthread_equal(pthread_self(), r->binder) && r->rebind_on_fail) {
         /* between the failed flush and the bind's undo: the release has
          * failed with it; the pod is seen and bound again, and that bind
          * is kept */
@@ -257,6 +260,7 @@ static void test_failed_bind_then_release(const char *nodes, const char *state)
     ASSERT_EQ(open_run(&r, nodes, state, 1, &e), 0);
     r.fail_first = 1;
     r.rebind_on_fail = 1;
+    r.binder = pthread_self();
     ASSERT_EQ(do_bind(r.s), 500);
     ASSERT_EQ(r.queued_at_sync, 1);
     ASSERT_EQ(r.rel_rc, -GS_EIO);
