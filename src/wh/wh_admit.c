@@ -54,6 +54,21 @@ static void consider(struct wh_cluster *out, const char *model, int64_t mem_mib,
 void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c)
 {
     consider(into, c->max_gpu_model, c->max_gpu_mem_mib, c->max_gpus_per_node);
+    if (c->kubelet_minor > 0 && (into->kubelet_minor == 0 || c->kubelet_minor < into->kubelet_minor))
+        into->kubelet_minor = c->kubelet_minor;
+}
+
+/* "v1.20.2", "v1.27.3-eks-a5565ad" -> 20; 0 for anything else. */
+static int kubelet_minor(const json_t *node)
+{
+    const char *v = json_string_value(json_object_get(
+        json_object_get(json_object_get(node, "status"), "nodeInfo"), "kubeletVersion"));
+    int minor = 0;
+    if (!v || strncmp(v, "v1.", 3) != 0)
+        return 0;
+    for (v += 3; *v >= '0' && *v <= '9' && minor < 1000; v++)
+        minor = minor * 10 + (*v - '0');
+    return minor;
 }
 
 int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
@@ -70,6 +85,7 @@ int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_c
         for (int g = 0; g < spec.n_gpus; g++)
             consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
         consider(out, NULL, 0, spec.n_gpus);
+        out->kubelet_minor = kubelet_minor(node);
     }
     ext_node_buf_clear(&buf);
     return rc;
@@ -106,6 +122,42 @@ static int is_gpu_resource(const struct core_names *n, const char *key)
            strncmp(key, n->mig_prefix, strlen(n->mig_prefix)) == 0;
 }
 
+/* A GPU share asked by an init container fails on a kubelet before 1.31
+ * (OutOfnvidia.com/gpu-memory at admission: it drops the resources no node
+ * advertises for app containers only); the cluster may have one unless every
+ * node's kubelet is known to be newer. */
+static int init_share_fails(const struct wh_config *c, const char *list,
+                            const struct core_request *r)
+{
+    return r->kind == CORE_REQ_SHARED && strcmp(list, "initContainers") == 0 &&
+           (c->cluster.kubelet_minor == 0 || c->cluster.kubelet_minor < WH_KUBELET_INIT_EXTENDED);
+}
+
+static int refuse_init_share(const struct wh_config *c, const json_t *lim, const json_t *req,
+                             const char *list, size_t idx, const char *name, struct gs_err *e)
+{
+    const struct core_names *n = &c->names;
+    const char *const keys[] = {n->gpu_memory, n->gpu_cores, n->vcuda_memory, n->vcuda_core};
+    const char *key = n->gpu_memory, *map = "limits";
+    char oldest[48];
+    for (int k = 3; k >= 0; k--) {
+        if (json_object_get(req, keys[k]))
+            key = keys[k], map = "requests";
+        if (json_object_get(lim, keys[k]))
+            key = keys[k], map = "limits";
+    }
+    if (c->cluster.kubelet_minor > 0)
+        snprintf(oldest, sizeof oldest, "the oldest node runs kubelet 1.%d", c->cluster.kubelet_minor);
+    else
+        snprintf(oldest, sizeof oldest, "no node's kubelet version is known");
+    return gs_errf(e, GS_EINVAL, "%s[%zu].%s[%s]: a GPU share in an init container fails on "
+                                 "kubelets before 1.31, which admit unadvertised resources in "
+                                 "app containers only (kubernetes#124255; %s); ask for whole "
+                                 "GPUs (%s) in init containers and the share in an app "
+                                 "container (container '%s')",
+                   list, idx, map, key, oldest, n->gpu, name ? name : "");
+}
+
 /* Per-container checks that need the cluster or the raw resources map. */
 static int check_container(const struct wh_config *c, json_t *ctr, const char *list, size_t idx,
                            struct gs_err *e)
@@ -124,6 +176,8 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
                                          "(equal to requests) (container '%s')",
                            list, idx, key, name ? name : "");
     }
+    if (init_share_fails(c, list, &r))
+        return refuse_init_share(c, lim, req, list, idx, name, e);
     if (r.kind == CORE_REQ_SHARED && c->cluster.max_gpu_mem_mib > 0 &&
         r.mem_mib > c->cluster.max_gpu_mem_mib) {
         const char *res_name = json_object_get(lim, c->names.vcuda_memory) ||
@@ -258,7 +312,8 @@ static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t
             struct core_request r;
             struct gs_err e = GS_ERR_INIT;
             if (core_container_parse(ctr, &c->names, lists[l], i, &r, &e) < 0 ||
-                (r.kind != CORE_REQ_WHOLE && r.kind != CORE_REQ_SHARED))
+                (r.kind != CORE_REQ_WHOLE && r.kind != CORE_REQ_SHARED) ||
+                init_share_fails(c, lists[l], &r)) /* refused naming what the user wrote */
                 continue;
             static const char *const maps[] = {"limits", "requests"};
             for (int m = 0; m < 2; m++) {

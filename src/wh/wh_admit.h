@@ -4,8 +4,10 @@
  * Validation refuses, with a message naming the container, the resource and
  * the reason: every request core_pod_parse() finds impossible, GPU resources
  * requested without limits, shared memory larger than the largest GPU model
- * of the cluster, more GPUs than the largest node has, and a request that
- * alone exceeds the namespace's GPUQuota.
+ * of the cluster, more GPUs than the largest node has, a GPU share in an
+ * init container while a kubelet that would fail the pod may run it (any
+ * before 1.31, or none known), and a request that alone exceeds the
+ * namespace's GPUQuota.
  *
  * Mutation returns a JSONPatch: GPU pods get the configured schedulerName
  * unless they chose one, the canonical `gpusched.io/request` annotation
@@ -36,7 +38,12 @@ struct wh_cluster {
     int64_t max_gpu_mem_mib;         /* memory of the largest GPU model */
     char max_gpu_model[CORE_MODEL_MAX];
     int max_gpus_per_node;
+    int kubelet_minor;               /* the oldest node's kubelet 1.x (0: none known) */
 };
+
+/* kubelets before 1.31 fail a pod whose init container asks for a resource
+ * no node advertises (kubernetes#124255), such as gpu-memory and gpu-cores */
+#define WH_KUBELET_INIT_EXTENDED 31
 
 struct wh_config {
     struct core_names names;
@@ -50,10 +57,11 @@ struct wh_config {
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);
 
 /* One node's largest GPU model and GPU count, read as the extender reads
- * the node (ext_node_spec). */
+ * the node (ext_node_spec), and its kubelet's minor version
+ * (status.nodeInfo.kubeletVersion "v1.20.2"; 0 when absent or not 1.x). */
 int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
                  struct gs_err *e);
-/* Folds c into `into`: the larger GPU, the larger count. */
+/* Folds c into `into`: the larger GPU, the larger count, the older kubelet. */
 void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c);
 
 /* Reads the largest GPU model and GPU count from a NodeList (the

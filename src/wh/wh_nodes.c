@@ -1,4 +1,5 @@
 /* wh/wh_nodes.c - see wh_nodes.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ static int find(const struct wh_nodes *t, const char *name)
 static int same(const struct wh_cluster *a, const struct wh_cluster *b)
 {
     return a->max_gpu_mem_mib == b->max_gpu_mem_mib && a->max_gpus_per_node == b->max_gpus_per_node &&
-           strcmp(a->max_gpu_model, b->max_gpu_model) == 0;
+           a->kubelet_minor == b->kubelet_minor && strcmp(a->max_gpu_model, b->max_gpu_model) == 0;
 }
 
 /* Recomputes the maximum over all nodes and publishes it when it moved. */
@@ -57,9 +58,12 @@ static void publish(struct wh_nodes *t)
         return;
     t->last = all;
     t->published = 1;
+    char kubelet[16] = "unknown";
+    if (all.kubelet_minor > 0)
+        snprintf(kubelet, sizeof kubelet, "1.%d", all.kubelet_minor);
     log_info("webhook", "cluster GPUs from the API server: largest %s %lld MiB, %d GPUs per node "
-             "(%d nodes)", all.max_gpu_model[0] ? all.max_gpu_model : "none",
-             (long long)all.max_gpu_mem_mib, all.max_gpus_per_node, t->n);
+             "(%d nodes); oldest kubelet %s", all.max_gpu_model[0] ? all.max_gpu_model : "none",
+             (long long)all.max_gpu_mem_mib, all.max_gpus_per_node, t->n, kubelet);
     t->publish(t->ud, &all);
 }
 

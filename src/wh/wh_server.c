@@ -41,8 +41,8 @@ static void set_quotas(void *ud, struct core_quotas *set)
     pthread_rwlock_unlock(&s->lock);
 }
 
-/* The Nodes watch hands over the cluster's largest GPU (on its own thread);
- * what the flags set stays. */
+/* The Nodes watch hands over the cluster's largest GPU and oldest kubelet
+ * (on its own thread); what the flags or the --nodes file set stays. */
 static void set_cluster(void *ud, const struct wh_cluster *learned)
 {
     struct wh_server *s = ud;
@@ -54,6 +54,8 @@ static void set_cluster(void *ud, const struct wh_cluster *learned)
     }
     if (!s->fixed.max_gpus_per_node)
         c->max_gpus_per_node = learned->max_gpus_per_node;
+    if (!s->fixed.kubelet_minor)
+        c->kubelet_minor = learned->kubelet_minor;
     pthread_rwlock_unlock(&s->lock);
 }
 
@@ -218,7 +220,8 @@ int wh_server_start(const struct wh_server_opts *o, struct wh_server **out, stru
     else if (o->kc)
         rc = ext_quotas_watch(o->kc, 0, set_quotas, s, s->m, &s->source, e);
     s->fixed = o->config.cluster;
-    if (rc == 0 && o->kc && (!s->fixed.max_gpu_mem_mib || !s->fixed.max_gpus_per_node))
+    if (rc == 0 && o->kc &&
+        (!s->fixed.max_gpu_mem_mib || !s->fixed.max_gpus_per_node || !s->fixed.kubelet_minor))
         rc = wh_nodes_watch(o->kc, &s->o.config.names, set_cluster, s, &s->nodes, e);
     if (rc < 0)
         goto fail;

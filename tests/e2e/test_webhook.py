@@ -1,7 +1,8 @@
 """The admission webhook called by the real kube-apiserver (registered with its
 caBundle from deploy/webhook.yaml's configurations): an impossible pod refused at
 create time naming container and field, a pod over a GPUQuota refused, a GPU pod
-without schedulerName given gpu-scheduler."""
+without schedulerName given gpu-scheduler, and a GPU share in an init container
+refused because the nodes run kubelet 1.20 (learned from their nodeInfo)."""
 import pytest
 
 from conftest import NS, gpu_pod
@@ -78,3 +79,35 @@ def test_gpu_pod_without_scheduler_name_gets_it(cluster):
         assert r2.json()["spec"]["schedulerName"] == "default-scheduler"
     finally:
         cluster.delete_pods(NS, ["no-sched", "no-gpu"])
+
+
+def test_init_container_share_refused_on_kubelet_1_20(cluster):
+    """kubelet 1.20 fails a pod whose init container asks for gpu-cores
+    (OutOfnvidia.com/gpu-cores: it drops unadvertised resources for app containers
+    only, kubernetes#124255). The webhook reads the nodes' kubelet version and
+    refuses such a pod at create time; a whole GPU in the init container is admitted."""
+    obj = gpu_pod("init-share", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1Gi"})
+    obj["spec"]["initContainers"] = [{
+        "name": "warm", "image": obj["spec"]["containers"][0]["image"],
+        "imagePullPolicy": "Never", "command": ["true"],
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "20"}}}]
+    created = []
+    try:
+        r = create(cluster, obj)
+        if r.status_code in (200, 201):
+            created.append("init-share")
+        assert r.status_code == 400 or r.status_code == 403, r.text
+        msg = r.json().get("message", "")
+        assert "validate.gpusched.io" in msg, msg
+        assert "initContainers[0].limits[nvidia.com/gpu-cores]" in msg, msg
+        assert "the oldest node runs kubelet 1.20" in msg and "'warm'" in msg, msg
+        whole = gpu_pod("init-whole", {"nvidia.com/gpu": "1"})
+        whole["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
+        whole["spec"]["initContainers"] = [dict(obj["spec"]["initContainers"][0],
+                                                resources={"limits": {"nvidia.com/gpu": "1"}})]
+        r = create(cluster, whole)
+        if r.status_code in (200, 201):
+            created.append("init-whole")
+        assert r.status_code == 201, r.text
+    finally:
+        cluster.delete_pods(NS, created)

@@ -135,6 +135,42 @@ static void admit_tests(void)
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "initContainers[0].requests[nvidia.com/mig-1g.10gb]: set without limits");
     json_decref(p);
+    /* a GPU share in an init container: refused unless every kubelet is 1.31
+     * or newer; whole GPUs there, and shares in app containers, pass */
+    static const char *const init_share =
+        "{\"spec\":{\"initContainers\":[{\"name\":\"warm\",\"resources\":{\"limits\":"
+        "{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-cores\":\"20\"}}}],"
+        "\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+        "{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"1Gi\"}}}]}}";
+    p = pod_json(init_share);
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "initContainers[0].limits[nvidia.com/gpu-cores]: a GPU share in an "
+                           "init container fails on kubelets before 1.31");
+    ASSERT_CONTAINS(e.msg, "no node's kubelet version is known");
+    ASSERT_CONTAINS(e.msg, "(container 'warm')");
+    c.cluster.kubelet_minor = 30;
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "the oldest node runs kubelet 1.30");
+    c.cluster.kubelet_minor = 31;
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    c.cluster.kubelet_minor = 0;
+    json_decref(p);
+    p = pod_json("{\"spec\":{\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/vcuda-memory\":\"4\",\"nvidia.com/vcuda-core\":\"20\"}}}],"
+                 "\"containers\":[{\"name\":\"a\"}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "initContainers[0].limits[nvidia.com/vcuda-memory]");
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", &patch, &e), 0);
+    char *ptext = json_dumps(patch, 0); /* left in the form the user wrote, for the message */
+    ASSERT_TRUE(ptext && !strstr(ptext, "/spec/initContainers/0/resources"));
+    free(ptext);
+    json_decref(patch);
+    json_decref(p);
+    p = pod_json("{\"spec\":{\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"2\"}}}],\"containers\":[{\"name\":\"a\",\"resources\":"
+                 "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    json_decref(p);
 
     /* quota: a request alone over the namespace's total */
     struct core_quotas *qs = core_quotas_new();
@@ -204,6 +240,16 @@ static void cluster_tests(void)
     ASSERT_EQ(cl.max_gpu_mem_mib, 81559);
     ASSERT_STREQ(cl.max_gpu_model, "H100");
     ASSERT_EQ(cl.max_gpus_per_node, 4);
+    ASSERT_EQ(cl.kubelet_minor, 0);
+    json_decref(nl);
+    /* the oldest kubelet counts; a version that is not 1.x is not known */
+    nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"a\"},\"status\":{\"nodeInfo\":"
+                  "{\"kubeletVersion\":\"v1.31.2\"}}},{\"metadata\":{\"name\":\"b\"},"
+                  "\"status\":{\"nodeInfo\":{\"kubeletVersion\":\"v1.27.3-eks-a5565ad\"}}},"
+                  "{\"metadata\":{\"name\":\"c\"},\"status\":{\"nodeInfo\":"
+                  "{\"kubeletVersion\":\"v2.0\"}}}]}");
+    ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), 0);
+    ASSERT_EQ(cl.kubelet_minor, 27);
     json_decref(nl);
     nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"bad\",\"labels\":{\"nvidia.com/gpu.memory\":"
                   "\"lots\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"1\"}}}]}");
