@@ -87,6 +87,15 @@ static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
     int rc;
 
     if (strcmp(o, "bind") == 0) {
+        const char *uid = json_string_value(json_object_get(rec, "uid"));
+        if (uid && json_object_get(r->live, uid)) {
+            /* bound anew after a release whose record was not kept (its
+             * flush failed): the newer bind stands */
+            log_warn("extender", "journal: pod uid %s bound again without a kept release; "
+                     "the later bind stands", uid);
+            ext_sched_release(s, uid, e);
+            json_object_del(r->live, uid);
+        }
         rc = ext_sched_restore(s, rec, e);
         if (rc == -GS_ENOENT) { /* its node left the nodes file */
             log_warn("extender", "journal: dropping an allocation: %s", e->msg);

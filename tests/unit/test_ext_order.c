@@ -49,6 +49,7 @@ struct run {
     struct gs_err rel_err;
     int syncs, queued_at_sync;  /* flushes, and records queued during the first */
     int fail_first;             /* the first flush fails (EIO) */
+    int fail_at;                /* else: flush number fail_at fails, and no release is raced */
     int rebind_status;
 };
 
@@ -86,6 +87,13 @@ static int held_sync(void *ud, int fd, int undo)
     struct run *r = ud;
     if (undo)
         return fdatasync(fd);
+    if (r->fail_at) {
+        if (++r->syncs == r->fail_at) {
+            errno = EIO;
+            return -1;
+        }
+        return fdatasync(fd);
+    }
     if (++r->syncs == 1) {
         if (!r->rel_started && !r->race_release)
             start_release(r);
@@ -274,14 +282,38 @@ static void test_failed_bind_then_release(const char *nodes, const char *state)
     ASSERT_EQ(allocs_after_restart(nodes, state), 1);
 }
 
+/* A release whose flush fails leaves the bind's record alone in the
+ * journal; the pod bound anew adds a second bind record of the same uid.
+ * A restart keeps the later bind (it used to refuse the journal: "already
+ * holds an allocation"). */
+static void test_lost_release_then_rebind(const char *nodes, const char *state)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct run r;
+    char ops[256];
+
+    ASSERT_EQ(open_run(&r, nodes, state, 1, &e), 0);
+    r.fail_at = 2;
+    ASSERT_EQ(do_bind(r.s), 200);
+    ASSERT_EQ(ext_sched_release(r.s, "u", &e), -GS_EIO);
+    ASSERT_EQ(do_bind(r.s), 200);
+    close_run(&r);
+    read_ops(state, ops);
+    ASSERT_STREQ(ops, "bind:u bind:u");
+    ASSERT_EQ(allocs_after_restart(nodes, state), 1);
+    read_ops(state, ops);
+    ASSERT_STREQ(ops, "bind:u"); /* compacted at the restart */
+}
+
 int test_ext_order(void)
 {
-    char dir[] = "/tmp/gs_order_XXXXXX", nodes[64], st1[64], st2[64], cmd[128];
+    char dir[] = "/tmp/gs_order_XXXXXX", nodes[64], st1[64], st2[64], st3[64], cmd[128];
     if (!mkdtemp(dir))
         return 1;
     snprintf(nodes, sizeof nodes, "%s/nodes.json", dir);
     snprintf(st1, sizeof st1, "%s/s1", dir);
     snprintf(st2, sizeof st2, "%s/s2", dir);
+    snprintf(st3, sizeof st3, "%s/s3", dir);
     json_t *list = json_pack(
         "{s:[{s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}}}]}", "items", "metadata", "name", "n",
         "annotations", "gpusched.io/gpu-inventory",
@@ -292,6 +324,7 @@ int test_ext_order(void)
     json_decref(list);
     test_release_during_bind(nodes, st1);
     test_failed_bind_then_release(nodes, st2);
+    test_lost_release_then_rebind(nodes, st3);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         test_failures++;
