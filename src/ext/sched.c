@@ -547,6 +547,13 @@ static int waits_for_kubelet(struct ext_sched *s, const json_t *pod, const json_
     return 1;
 }
 
+static int has_node_name(const struct pod *p)
+{
+    const char *node =
+        json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
+    return node && *node;
+}
+
 /* Records in the node lock whether an assigned pod still holds its node. */
 static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
 {
@@ -555,7 +562,11 @@ static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
     char name[2 * CORE_NAME_MAX];
     if (!s->lock)
         return;
-    if (node && waits_for_kubelet(s, p->obj, ann, &since)) {
+    /* an assignment without a Binding holds the node only while a bind of
+     * this replica is making or has made it: one left behind by a replica
+     * that died has no kubelet to wait for */
+    if (node && (has_node_name(p) || p->binding || p->bound) &&
+        waits_for_kubelet(s, p->obj, ann, &since)) {
         snprintf(name, sizeof name, "%s/%s", p->ns, p->name);
         ext_nodelock_set(s->lock, p->uid, name, node, since);
     } else {
@@ -709,6 +720,12 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
     return n;
 }
 
+int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p)
+{
+    return s->commit.bind && !p->binding && !p->bound && !has_node_name(p) &&
+           core_alloc_find(s->c, p->uid);
+}
+
 int ext_sched_waiting(struct ext_sched *s, char **out, int max)
 {
     int n = 0;
@@ -716,9 +733,9 @@ int ext_sched_waiting(struct ext_sched *s, char **out, int max)
     SMAP_FOREACH(&s->pods, it)
     {
         struct pod *p = it->val;
-        const char *node = json_string_value(
-            json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
-        if (n < max && !p->binding && (!node || !*node) && !core_alloc_find(s->c, p->uid) &&
+        /* an orphaned assignment is waiting too: the next bind replaces it */
+        if (n < max && !p->binding && !has_node_name(p) &&
+            (!core_alloc_find(s->c, p->uid) || sched_pod_orphaned(s, p)) &&
             asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0)
             n++;
     }

@@ -127,9 +127,10 @@ void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid);
  * queue until a cluster event, so they are nudged when a node is released
  * (each once; ext_sched_observe_pod then returns 1). Same form as above. */
 int ext_sched_bind_retries(struct ext_sched *s, char **out, int max);
-/* Every pending GPU pod this replica knows (no node, no GPUs, no bind under
- * way), the same way: a new leader nudges them, since binds refused during a
- * failover leave pods in kube-scheduler's unschedulable queue. */
+/* Every pending GPU pod this replica knows (no node, no bind under way, no
+ * GPUs but those of an assignment whose Binding never came), the same way: a
+ * new leader nudges them, since binds refused or cut off during a failover
+ * leave pods in kube-scheduler's unschedulable queue. */
 int ext_sched_waiting(struct ext_sched *s, char **out, int max);
 
 /* ---- the verbs: body in, (status, reply) out ---- */

@@ -103,6 +103,10 @@ void *sched_smap_get(const struct smap *m, const char *k);
 void sched_decision(struct ext_sched *s, const char *verb, const char *result);
 /* The wall clock, in seconds. */
 double sched_wall_now(void);
+/* Does p hold an allocation read from assignment annotations whose Binding
+ * never came (no node name, no bind of this replica committing or committed
+ * it)? In cluster mode only. Lock held. */
+int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p);
 /* The remembered pod ns/name, or NULL. Lock held. */
 struct pod *sched_find_by_name(struct ext_sched *s, const char *ns, const char *name);
 /* Remembers (or refreshes) a pod; NULL when it cannot. Lock held. */

@@ -1282,6 +1282,11 @@ class Cluster:
         if self.sysctls_held:
             self.sysctls_held = False
             sysctls_release()
+        keep_logs = os.environ.get("GPUSCHED_E2E_LOGS")
+        if keep_logs and os.path.isdir(self.logdir):  # docs/e2e.md: logs kept for a look
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.logdir, os.path.join(keep_logs,
+                                                          os.path.basename(self.workdir)))
         if not keep_workdir:
             with open("/proc/self/mountinfo") as f:
                 busy = [l.split()[4] for l in f if l.split()[4].startswith(self.workdir)]

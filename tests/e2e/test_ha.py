@@ -132,3 +132,39 @@ def test_failover(ha):
                              {"code": "200"}) > 0
     check_once(c, first + names + third)
     c.force_delete_all(NS, "e2e=1")
+
+
+def test_assignment_left_without_binding_is_replaced(ha):
+    """A replica that dies between writing a pod's assignment annotations and creating
+    its Binding leaves the pod Pending with an assignment the other replica restores
+    (seen in this module's failover: the pod's next binds were refused 409, "already
+    holds GPUs on node ...", or answered 200 with no Binding when kube-scheduler picked
+    the same node). The leader's next /bind of such a pod replaces the assignment:
+    pods created with one, on the node kube-scheduler will pick or on another, are
+    all bound within seconds, with annotations that name their node and GPUs."""
+    c = ha
+    c.force_delete_all(NS, "e2e=1")
+    inv = scale.inventories(c, "gpu")
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+    objs = []
+    for i in range(GPU_NODES):  # one per node
+        node = f"gpu-{i}"
+        uuid = sorted(inv[node])[GPUS - 1]
+        o = scale.pod(f"ha-orphan{i}", scale.WHOLE1)
+        o["metadata"]["annotations"] = {
+            scale.PREFIX + "node": node, scale.PREFIX + "request-kind": "whole",
+            scale.PREFIX + "gpu-uuids": uuid, scale.PREFIX + "gpu-indices": str(GPUS - 1),
+            scale.PREFIX + "gpu-memory": str(inv[node][uuid]),
+            scale.PREFIX + "gpu-milli": "1000", scale.PREFIX + "assigned-at": now}
+        if i < 2:  # kube-scheduler must pick the assignment's node
+            o["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        objs.append(o)
+    names = scale.create_pods(c, objs)
+    all_bound(c, names, 30, "pods left with an assignment and no Binding")
+    pods = check_once(c, names)
+    moved = [n for n in names if pods[n]["spec"]["nodeName"] !=
+             next(o for o in objs if o["metadata"]["name"] == n)["metadata"]["annotations"][
+                 scale.PREFIX + "node"]]
+    print(f"HA: {len(names)} pods with an assignment and no Binding bound, "
+          f"{len(moved)} to another node than their assignment's")
+    c.force_delete_all(NS, "e2e=1")
