@@ -544,8 +544,7 @@ int sim_bound_prefixes_wc(const struct sim_trace *t, const int *idx, int first, 
 /* The samples the benchmark averages for bin 100 (sim_run's bin_samples):
  * those whose arrived % rounds to 100, else those within +-1; arrived only
  * grows, so either set is a run [first, last] (last < 0: none). */
-static void bin_range(const struct sim_trace *t, const int *order, int len, int *first,
-                      int *last)
+void sim_bound_bin(const struct sim_trace *t, const int *order, int len, int *first, int *last)
 {
     const double cap = (double)t->total_gpus * CORE_MILLI;
     double arrived = 0;
@@ -585,7 +584,7 @@ static int bound_run(const struct sim_config *cfg, uint64_t seed, int wc, double
     int first, last;
     unsigned char *forced = NULL;
     struct sim_forced_stats fs;
-    bin_range(t, order, len, &first, &last);
+    sim_bound_bin(t, order, len, &first, &last);
     if (last < 0) {
         rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
         goto out;
@@ -712,7 +711,7 @@ int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *po
     int *order, len, first, last, rc;
     if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
         return rc;
-    bin_range(t, order, len, &first, &last);
+    sim_bound_bin(t, order, len, &first, &last);
     struct model m = {0};
     int *keep = NULL;
     double *xs = NULL, *at = NULL, *best = NULL;

@@ -66,6 +66,10 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
                   struct sim_bound_stats *st, struct gs_err *e);
 
+/* The samples [*first, *last] of sim_order()'s order[0..len) that the
+ * benchmark averages for bin 100 (*last < 0: none). */
+void sim_bound_bin(const struct sim_trace *t, const int *order, int len, int *first, int *last);
+
 /* A bound for work-conserving schedulers, the ones that place every pod
  * that fits some node when it arrives (every policy of the simulator and
  * kube-scheduler): sim_bound_prefixes_wc with forced[i] = 1 where pod i
