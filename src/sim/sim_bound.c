@@ -573,9 +573,11 @@ static int bound_run(const struct sim_config *cfg, uint64_t seed, int wc, double
                      struct sim_bound_stats *st, struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
+    struct sim_bound_stats dummy;
     *unalloc_pct = NAN;
-    if (st)
-        memset(st, 0, sizeof *st);
+    if (!st)
+        st = &dummy;
+    memset(st, 0, sizeof *st);
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
     int *order, len, rc;

@@ -358,6 +358,9 @@ static void test_wc_valid(void)
             ASSERT_EQ(sim_bound_run_wc(&cfg, seed, &w, &st, &e), 0);
             ASSERT_TRUE(w >= b - 1e-9);
             tighter += w > b + 1e-6;
+            double w2;
+            ASSERT_EQ(sim_bound_run_wc(&cfg, seed, &w2, NULL, &e), 0); /* stats optional */
+            ASSERT_NEAR(w2, w, 1e-9);
             ASSERT_TRUE(st.forced > 0 && st.forced <= st.gpu_pods);
             int *order, len;
             ASSERT_EQ(sim_order(&cfg, seed, &order, &len, &e), 0);
