@@ -3,7 +3,8 @@
 # per openb trace, the arrival-only benchmark of bestfit, fgd and cpufrag
 # with the LP lower bound (--bound), and the time-driven replay (--mode
 # time) of the traces that have timestamps, and how tight the bound is
-# (bench_bound_offline, built beside GPUSCHED, cpufrag); then
+# (bench_bound_offline, built beside GPUSCHED, cpufrag) and the bound for
+# work-conserving schedulers (bench_bound_wc); then
 # bench/bench_bound_table.py prints the markdown tables.
 #
 #   bench/bench_bound_grid.sh [GPUSCHED] [OPENB_DIR] [OUT_DIR] [SEEDS] [TIME_SEEDS]
@@ -25,6 +26,8 @@ for t in $TRACES; do
         --seeds "$SEEDS" --bound --json "$OUT/bound-$t.json" > "$OUT/bound-$t.txt"
     "$(dirname "$BIN")/bench_bound_offline" "$DATA/openb_node_list_gpu_node.csv" \
         "$DATA/openb_pod_list_$t.csv" "$SEEDS" cpufrag > "$OUT/offline-$t.txt"
+    "$(dirname "$BIN")/bench_bound_wc" "$DATA/openb_node_list_gpu_node.csv" \
+        "$DATA/openb_pod_list_$t.csv" "$SEEDS" > "$OUT/wc-$t.txt"
     case $t in multigpu*) continue ;; esac  # no timestamps in these lists
     set -- --json "$OUT/time-$t.json"
     if [ "$t" = default ]; then

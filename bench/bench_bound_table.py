@@ -7,7 +7,9 @@ Prints (1) per trace the LP lower bound on unallocated GPU % at arrived
 100 % and each policy's mean, with its distance to the bound, from
 OUT_DIR/bound-TRACE.json; (1b) how tight the bound is: the offline placement
 of bench_bound_offline (OUT_DIR/offline-TRACE.txt, its `mean` line) against
-the bound and cpufrag; (2) per trace with timestamps and load the
+the bound and cpufrag; (1c) the bound for work-conserving schedulers of
+bench_bound_wc (OUT_DIR/wc-TRACE.txt, its `mean` line) against the bound and
+the policies; (2) per trace with timestamps and load the
 time-weighted GPU allocation and the p99 queueing delay of GPU pods from
 OUT_DIR/time-TRACE.json; (3) queueing delay per request class on `default`
 and `gpuspec25` (the one with most model-constrained pods).
@@ -73,6 +75,31 @@ def main(argv):
         print("| trace | LP bound (bin) | offline placement (bin) | bracket | LP bound (last "
               "sample) | offline placement (last sample) | cpufrag | cpufrag - placement |")
         print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
+        print()
+    rows = []
+    for t in traces:
+        path = os.path.join(out, f"wc-{t}.txt")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            mean = [ln.split() for ln in f if ln.startswith("mean")]
+        with open(os.path.join(out, f"bound-{t}.json")) as f:
+            doc = json.load(f)
+        res = {r["policy"]: r["unallocated_pct_at_100"]["mean"] for r in doc["results"]}
+        if mean:
+            # B, W, W-B, forced %, first unforced arrived %, W_ceil, ceiling forced %
+            m = [float(x) for x in mean[0][1:]]
+            w = max(m[1], m[0])
+            rows.append(f"| {t} | {m[0]:.2f} | {w:.2f} | {w - m[0]:.2f} | {m[3]:.1f} | {m[4]:.1f} "
+                        f"| {m[6]:.1f} | {m[5]:.2f} | {res['cpufrag']:.2f} | {res['fgd']:.2f} "
+                        f"| {res['bestfit']:.2f} | {res['cpufrag'] - w:+.2f} "
+                        f"| {res['cpufrag'] - m[5]:+.2f} |")
+    if rows:
+        print("| trace | bound B | bound-wc W | W - B | forced % | first unforced at arrived % "
+              "| ceiling forced % | W_ceil | cpufrag | fgd | bestfit | cpufrag - W "
+              "| cpufrag - W_ceil |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(rows))
         print()
     print("| trace | load | alloc % bestfit | fgd | cpufrag | waiting GPU % bestfit | fgd | cpufrag "

@@ -32,6 +32,7 @@
 
 #include "core/core.h"
 #include "sim/sim_bound.h"
+#include "sim/sim_forced.h"
 
 struct ntype {
     const struct sim_node *n; /* representative */
@@ -41,6 +42,7 @@ struct ntype {
 struct pclass {
     const struct sim_pod *p;  /* representative */
     int count, size;          /* size: index into sizes[], -1 for whole GPUs */
+    int lo;                   /* forced pods: at least this many placed (sim_forced.h) */
 };
 
 /* Growable array of ints for the configurations and the matrix. */
@@ -63,19 +65,6 @@ struct model {
     double *val, *u;          /* scratch: one column; row duals (1-based) */
     int solved;
 };
-
-static int same_node(const struct sim_node *a, const struct sim_node *b)
-{
-    return a->gpus == b->gpus && a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
-           strcmp(a->model, b->model) == 0;
-}
-
-static int same_pod(const struct sim_pod *a, const struct sim_pod *b)
-{
-    return a->num_gpu == b->num_gpu && a->gpu_milli == b->gpu_milli &&
-           a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
-           strcmp(a->gpu_spec, b->gpu_spec) == 0;
-}
 
 static int ipush(struct ivec *v, int x)
 {
@@ -160,7 +149,7 @@ static int model_classes(struct model *m, const struct sim_trace *t, const int *
         if (t->nodes[i].gpus == 0)
             continue;
         int k = 0;
-        while (k < m->n_nt && !same_node(m->nt[k].n, &t->nodes[i]))
+        while (k < m->n_nt && !sim_node_same_shape(m->nt[k].n, &t->nodes[i]))
             k++;
         if (k == m->n_nt)
             m->nt[m->n_nt++].n = &t->nodes[i];
@@ -172,7 +161,7 @@ static int model_classes(struct model *m, const struct sim_trace *t, const int *
         if (p->num_gpu == 0)
             continue;
         int k = 0;
-        while (k < m->n_pc && !same_pod(m->pc[k].p, p))
+        while (k < m->n_pc && !sim_pod_same_shape(m->pc[k].p, p))
             k++;
         if (k == m->n_pc) {
             m->pc[k].p = p;
@@ -256,6 +245,19 @@ static int add_col(struct model *m, struct ivec *fix, double obj, int fix_row)
     return ipush(fix, fix_row) < 0 ? -1 : col;
 }
 
+/* Class row k: lo <= pods placed <= count (GLPK wants a fixed row when
+ * they are equal). */
+static void set_class_row(struct model *m, int k)
+{
+    const struct pclass *c = &m->pc[k];
+    if (c->lo <= 0)
+        glp_set_row_bnds(m->lp, 1 + k, GLP_UP, 0, c->count);
+    else if (c->lo >= c->count)
+        glp_set_row_bnds(m->lp, 1 + k, GLP_FX, c->count, c->count);
+    else
+        glp_set_row_bnds(m->lp, 1 + k, GLP_DB, c->lo, c->count);
+}
+
 static int model_lp(struct model *m, struct gs_err *e)
 {
     struct triplets tr = {0};
@@ -273,7 +275,7 @@ static int model_lp(struct model *m, struct gs_err *e)
     int n_rows = m->n_pc + m->n_nt * m->per_t;
     glp_add_rows(m->lp, n_rows);
     for (int k = 0; k < m->n_pc; k++)
-        glp_set_row_bnds(m->lp, 1 + k, GLP_UP, 0, m->pc[k].count);
+        set_class_row(m, k);
     for (int T = 0; T < m->n_nt; T++) {
         int base = 1 + m->n_pc + T * m->per_t;
         const struct sim_node *nd = m->nt[T].n;
@@ -362,14 +364,17 @@ out:
  * sum_i b_i u_i >= the LP optimum. A column short by d raises the dual of
  * its repair row by d (plus a margin for this sum's rounding); that row's
  * entries are all >= 0, so no other column gets worse, and each column's
- * repair row has coefficient 1 in it. */
+ * repair row has coefficient 1 in it. A class row with forced pods
+ * (lo <= a x <= count) may keep a negative dual, priced at its lower bound:
+ * u a x <= u lo there, so the sum still bounds every feasible x. */
 static double certificate(struct model *m)
 {
     glp_prob *lp = m->lp;
     int rows = glp_get_num_rows(lp), cols = glp_get_num_cols(lp);
     for (int i = 1; i <= rows; i++) {
         double d = glp_get_row_dual(lp, i);
-        m->u[i] = d > 0 && isfinite(d) ? d : 0;
+        int lower = i <= m->n_pc && m->pc[i - 1].lo > 0;
+        m->u[i] = isfinite(d) && (d > 0 || (lower && d < 0)) ? d : 0;
     }
     for (int j = 1; j <= cols; j++) {
         int len = glp_get_mat_col(lp, j, m->ind, m->val);
@@ -382,7 +387,7 @@ static double certificate(struct model *m)
     }
     long double ub = 0;
     for (int i = 1; i <= rows; i++)
-        ub += (long double)glp_get_row_ub(lp, i) * m->u[i];
+        ub += (long double)(m->u[i] < 0 ? m->pc[i - 1].lo : glp_get_row_ub(lp, i)) * m->u[i];
     return (double)ub;
 }
 
@@ -407,6 +412,9 @@ static int model_solve(struct model *m, double *milli, double *lp_obj, struct gs
         parm.meth = GLP_PRIMAL;
         g = glp_simplex(m->lp, &parm);
     }
+    if (g == 0 && glp_get_status(m->lp) == GLP_NOFEAS)
+        return gs_errf(e, GS_EINVAL, "bound: the forced pods cannot all be placed (LP "
+                       "infeasible): the forcing test is wrong, no bound");
     if (g != 0 || glp_get_status(m->lp) != GLP_OPT)
         return gs_errf(e, GS_EINVAL, "bound: GLPK did not reach an optimum (code %d, status %d)",
                        g, glp_get_status(m->lp));
@@ -464,8 +472,11 @@ int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *mi
     return rc;
 }
 
-int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
-                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
+/* sim_bound_prefixes, with forced[i] (NULL: none) the pods every sample
+ * from i on must hold. */
+static int prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                    const unsigned char *forced, double *unalloc_pct, struct sim_bound_stats *st,
+                    struct gs_err *e)
 {
     struct timespec w0;
     struct sim_bound_stats dummy;
@@ -481,8 +492,12 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
     struct model m = {0};
     double milli = 0, sum = 0; /* sum of the samples' bounds, % */
     int rc;
-    if ((rc = model_classes(&m, t, idx, last + 1, e)) < 0 || (rc = model_lp(&m, e)) < 0 ||
-        (rc = model_solve(&m, &milli, &st->lp_obj, e)) < 0)
+    if ((rc = model_classes(&m, t, idx, last + 1, e)) < 0)
+        goto out;
+    for (int i = 0; forced && i <= last; i++)
+        if (forced[i] && m.cls[i] >= 0)
+            m.pc[m.cls[i]].lo++;
+    if ((rc = model_lp(&m, e)) < 0 || (rc = model_solve(&m, &milli, &st->lp_obj, e)) < 0)
         goto out;
     st->solves = 1;
     st->lp_milli = milli;
@@ -493,7 +508,9 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
         if (i == first || k < 0)
             continue;
         m.pc[k].count--;
-        glp_set_row_bnds(m.lp, 1 + k, GLP_UP, 0, m.pc[k].count);
+        if (forced && forced[i])
+            m.pc[k].lo--;
+        set_class_row(&m, k);
         double obj;
         if ((rc = model_solve(&m, &milli, &obj, e)) < 0)
             goto out;
@@ -511,11 +528,23 @@ out:
     return rc;
 }
 
+int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
+                       double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
+{
+    return prefixes(t, idx, first, last, NULL, unalloc_pct, st, e);
+}
+
+int sim_bound_prefixes_wc(const struct sim_trace *t, const int *idx, int first, int last,
+                          const unsigned char *forced, double *unalloc_pct,
+                          struct sim_bound_stats *st, struct gs_err *e)
+{
+    return prefixes(t, idx, first, last, forced, unalloc_pct, st, e);
+}
+
 /* The samples the benchmark averages for bin 100 (sim_run's bin_samples):
  * those whose arrived % rounds to 100, else those within +-1; arrived only
  * grows, so either set is a run [first, last] (last < 0: none). */
-static void bin_range(const struct sim_trace *t, const int *order, int len, int *first,
-                      int *last)
+void sim_bound_bin(const struct sim_trace *t, const int *order, int len, int *first, int *last)
 {
     const double cap = (double)t->total_gpus * CORE_MILLI;
     double arrived = 0;
@@ -539,26 +568,71 @@ static void bin_range(const struct sim_trace *t, const int *order, int len, int 
     *last = last_in >= 0 ? last_in : last_near;
 }
 
-int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
-                  struct sim_bound_stats *st, struct gs_err *e)
+/* sim_bound_run, or with wc the forced pods held (sim_bound_run_wc). */
+static int bound_run(const struct sim_config *cfg, uint64_t seed, int wc, double *unalloc_pct,
+                     struct sim_bound_stats *st, struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
+    struct sim_bound_stats dummy;
     *unalloc_pct = NAN;
-    if (st)
-        memset(st, 0, sizeof *st);
+    if (!st)
+        st = &dummy;
+    memset(st, 0, sizeof *st);
     if (t->total_gpus <= 0)
         return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
     int *order, len, rc;
     if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
         return rc;
     int first, last;
-    bin_range(t, order, len, &first, &last);
-    if (last < 0)
+    unsigned char *forced = NULL;
+    struct sim_forced_stats fs;
+    sim_bound_bin(t, order, len, &first, &last);
+    if (last < 0) {
         rc = gs_errf(e, GS_EINVAL, "bound: the workload never reaches arrived 100 %%");
-    else
-        rc = sim_bound_prefixes(t, order, first, last, unalloc_pct, st, e);
+        goto out;
+    }
+    if (wc) {
+        struct timespec w0;
+        clock_gettime(CLOCK_MONOTONIC, &w0);
+        if (!(forced = malloc((size_t)last + 1))) {
+            rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
+            goto out;
+        }
+        if ((rc = sim_forced_mark(t, order, last + 1, forced, &fs, e)) < 0)
+            goto out;
+        double forced_s = elapsed_since(&w0);
+        if ((rc = prefixes(t, order, first, last, forced, unalloc_pct, st, e)) < 0)
+            goto out;
+        st->forced = fs.forced;
+        st->gpu_pods = fs.gpu_pods;
+        st->forced_s = forced_s;
+        st->elapsed_s += forced_s;
+        st->first_unforced_pct = NAN;
+        if (fs.first_unforced >= 0) {
+            double arrived = 0;
+            for (int i = 0; i <= fs.first_unforced; i++)
+                arrived += (double)t->pods[order[i]].num_gpu * t->pods[order[i]].gpu_milli;
+            st->first_unforced_pct = 100.0 * arrived / ((double)t->total_gpus * CORE_MILLI);
+        }
+    } else {
+        rc = prefixes(t, order, first, last, NULL, unalloc_pct, st, e);
+    }
+out:
+    free(forced);
     free(order);
     return rc;
+}
+
+int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                  struct sim_bound_stats *st, struct gs_err *e)
+{
+    return bound_run(cfg, seed, 0, unalloc_pct, st, e);
+}
+
+int sim_bound_run_wc(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                     struct sim_bound_stats *st, struct gs_err *e)
+{
+    return bound_run(cfg, seed, 1, unalloc_pct, st, e);
 }
 
 /* Submission orders of the offline placement: a key per kept pod, ascending,
@@ -639,7 +713,7 @@ int sim_bound_offline(const struct sim_config *cfg, const struct core_policy *po
     int *order, len, first, last, rc;
     if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
         return rc;
-    bin_range(t, order, len, &first, &last);
+    sim_bound_bin(t, order, len, &first, &last);
     struct model m = {0};
     int *keep = NULL;
     double *xs = NULL, *at = NULL, *best = NULL;

@@ -38,6 +38,11 @@ struct sim_bound_stats {
     int samples;      /* sim_bound_run: samples of bin 100, each bounded by its own prefix */
     int solves;       /* LPs solved (one per distinct prefix) */
     double elapsed_s;
+    /* sim_bound_run_wc: GPU pods of pods 0..last of the bin and how many of them are
+     * forced (sim_forced.h); arrived % once the first GPU pod not proven forced has
+     * arrived (NaN: all forced); seconds of the forcing test (in elapsed_s too) */
+    int gpu_pods, forced;
+    double first_unforced_pct, forced_s;
 };
 
 /* Upper bound on the GPU milli that any placement of the pods
@@ -60,6 +65,24 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
  * per-sample bounds. */
 int sim_bound_run(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
                   struct sim_bound_stats *st, struct gs_err *e);
+
+/* The samples [*first, *last] of sim_order()'s order[0..len) that the
+ * benchmark averages for bin 100 (*last < 0: none). */
+void sim_bound_bin(const struct sim_trace *t, const int *order, int len, int *first, int *last);
+
+/* A bound for work-conserving schedulers, the ones that place every pod
+ * that fits some node when it arrives (every policy of the simulator and
+ * kube-scheduler): sim_bound_prefixes_wc with forced[i] = 1 where pod i
+ * fits some node whatever was placed before it (sim_forced_mark); in the
+ * LP of sample i every forced pod of 0..i is placed (a lower bound on its
+ * class's row). No work-conserving run places fewer, so each of its
+ * samples is a feasible point; the result is never below sim_bound_run's.
+ * An infeasible LP means the forcing test is wrong: an error, no bound. */
+int sim_bound_prefixes_wc(const struct sim_trace *t, const int *idx, int first, int last,
+                          const unsigned char *forced, double *unalloc_pct,
+                          struct sim_bound_stats *st, struct gs_err *e);
+int sim_bound_run_wc(const struct sim_config *cfg, uint64_t seed, double *unalloc_pct,
+                     struct sim_bound_stats *st, struct gs_err *e);
 
 /* How tight the bound is: a real placement of the offline problem the LP
  * relaxes. The LP of the bin's last sample is solved; the pods of each

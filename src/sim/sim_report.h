@@ -42,6 +42,10 @@ struct sim_report {
     const uint64_t *bound_seeds;
     int n_bound;
     double bound_s;                  /* time spent on the LPs */
+    /* with bound: the bound for work-conserving schedulers (sim_bound_run_wc) per
+     * seed, the % of the GPU pods up to the bin's last sample proven forced, and
+     * the arrived % at the first one not proven forced (NaN: none) */
+    const double *bound_wc, *wc_forced_pct, *wc_first_unforced_pct;
 };
 
 /* ---- building blocks for other reports (the time-driven replay's) ---- */

@@ -495,3 +495,16 @@ void sim_trace_clear(struct sim_trace *t)
     free(t->pods);
     memset(t, 0, sizeof *t);
 }
+
+int sim_pod_same_shape(const struct sim_pod *a, const struct sim_pod *b)
+{
+    return a->num_gpu == b->num_gpu && a->gpu_milli == b->gpu_milli &&
+           a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
+           strcmp(a->gpu_spec, b->gpu_spec) == 0;
+}
+
+int sim_node_same_shape(const struct sim_node *a, const struct sim_node *b)
+{
+    return a->gpus == b->gpus && a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
+           strcmp(a->model, b->model) == 0;
+}

@@ -81,4 +81,10 @@ int sim_trace_write_pods(const struct sim_trace *t, FILE *f);
 
 void sim_trace_clear(struct sim_trace *t);
 
+/* Same request (GPU count, share, CPU, memory, gpu_spec) / same node shape
+ * (GPU count, CPU, memory, model): the pod classes and node types of the
+ * lower bound (sim_bound.h, sim_forced.h). */
+int sim_pod_same_shape(const struct sim_pod *a, const struct sim_pod *b);
+int sim_node_same_shape(const struct sim_node *a, const struct sim_node *b);
+
 #endif

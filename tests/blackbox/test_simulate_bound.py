@@ -1,5 +1,7 @@
-"""`gpusched simulate --bound`: the LP lower bound in the table and JSON,
-never above a policy's result; on openb `default` (skipped when absent)."""
+"""`gpusched simulate --bound`: the LP lower bound and the bound for
+work-conserving schedulers (bound-wc) in the table and JSON, never above a
+policy's result, bound-wc never below the bound; on openb `default`
+(skipped when absent)."""
 import json
 import os
 
@@ -17,8 +19,16 @@ def check(doc, n_seeds):
     assert all(0 <= v < 100 for v in vals)
     mean = b["unallocated_pct_at_100"]["mean"]
     assert abs(mean - sum(vals) / len(vals)) < 1e-4  # JSON keeps 6 digits
+    w = doc["bound_wc"]
+    assert [x["seed"] for x in w["per_seed"]] == [x["seed"] for x in b["per_seed"]]
+    for x, y in zip(w["per_seed"], b["per_seed"]):
+        assert x["unallocated_pct_at_100"] >= y["unallocated_pct_at_100"] - 1e-4, (x, y)
+        assert 0 < x["forced_pct"] <= 100
+        fu = x["first_unforced_arrived_pct"]
+        assert fu is None or 0 < fu <= 101
+    wmean = w["unallocated_pct_at_100"]["mean"]
     for x in doc["results"]:
-        assert x["unallocated_pct_at_100"]["mean"] >= mean - 1e-4, (x["policy"], mean)
+        assert x["unallocated_pct_at_100"]["mean"] >= wmean - 1e-4, (x["policy"], wmean)
     return mean
 
 
@@ -30,12 +40,14 @@ def test_bound_small(gpusched_bin, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "LP lower bound at arrived 100 %" in r.stdout
     assert "distance to the bound" in r.stdout
+    assert "bound-wc" in r.stdout and "distance to bound-wc" in r.stdout
     check(json.loads(js.read_text()), 4)
     # without --bound the JSON has no bound and the table no bound line
     r = run(gpusched_bin, "simulate", "--nodes", SMALL_NODES, "--pods", SMALL_PODS,
             "--policy", "fgd", "--seeds", "1", "--json", str(js))
     assert r.returncode == 0 and "bound" not in r.stdout
-    assert "bound" not in json.loads(js.read_text())
+    doc = json.loads(js.read_text())
+    assert "bound" not in doc and "bound_wc" not in doc
     r = run(gpusched_bin, "simulate", "--mode", "time", "--nodes", SMALL_NODES, "--pods",
             SMALL_PODS, "--bound")
     assert r.returncode == 2 and "--bound" in r.stderr

@@ -3,15 +3,18 @@
  *
  * The first byte picks the parser (even: node list, odd: pod list); the rest
  * is the file. Then, when both parse, the cross-check runs too, and for a
- * small valid pod list the LP bound over all its pods and, when it has
- * timestamps, a time-driven replay. Any crash, leak or sanitizer report is a
- * bug; errors are expected.
+ * small valid pod list the LP bound over all its pods, the forcing test and
+ * the bound for work-conserving schedulers (an infeasible LP there means an
+ * unsound forcing test: a crash) and, when it has timestamps, a time-driven
+ * replay. Any crash, leak or sanitizer report is a bug; errors are expected.
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/policy.h"
 #include "sim/sim_bound.h"
+#include "sim/sim_forced.h"
 #include "sim/sim_run.h"
 #include "sim/sim_time.h"
 #include "sim/sim_trace.h"
@@ -37,6 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (int i = 0; i < t.n_pods; i++)
                     idx[i] = i;
                 sim_bound_milli(&t, idx, t.n_pods, &milli, NULL, &e);
+                unsigned char forced[64];
+                double pct;
+                if (t.n_pods > 0 && sim_forced_mark(&t, idx, t.n_pods, forced, NULL, &e) == 0 &&
+                    sim_bound_prefixes_wc(&t, idx, 0, t.n_pods - 1, forced, &pct, NULL, &e) < 0 &&
+                    strstr(e.msg, "infeasible"))
+                    __builtin_trap();
                 struct sim_config cfg;
                 if (t.has_times && sim_config_init(&cfg, &t, 1.3, &e) == 0) {
                     static struct sim_time_result r;

@@ -1,11 +1,15 @@
 /* Unit tests for the LP lower bound: exact (tight) on small hand-solved
  * instances, and never above what the core actually placed on synthetic
- * traces over several seeds and policies. */
+ * traces over several seeds and policies; the same for the bound of
+ * work-conserving schedulers and its forcing test (a forced pod never
+ * fails in a real run). */
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/core.h"
 #include "core/policy.h"
 #include "sim/sim_bound.h"
+#include "sim/sim_forced.h"
 #include "sim/sim_gen.h"
 #include "sim/sim_run.h"
 #include "sim/sim_trace.h"
@@ -217,8 +221,186 @@ static void test_valid(void)
     ASSERT_TRUE(tighter > 0);
 }
 
+/* Forcing on hand-made lists: which pods must be forced, which must not,
+ * and the exact bound for work-conserving schedulers. */
+static void test_forced(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct sim_forced_stats fs;
+    struct sim_bound_stats st;
+    unsigned char f[8];
+    int idx[] = {0, 1, 2, 3, 4};
+    double b, w;
+    struct sim_trace t = {0};
+    /* two GPUs; 810, 810, then a whole GPU. The first 810 has no history;
+     * before the second, one pod holds at most one GPU: forced. Before the
+     * whole pod, the two 810s can hold both GPUs (a placement every
+     * work-conserving policy makes): not forced. Offline, an 810 is left
+     * out for the whole pod (1810 milli, 9.5 %); a work-conserving policy
+     * places both 810s and the whole pod fails (1620 milli, 19 %). */
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n",
+                    HDR "a,1000,1,1,810,\nb,1000,1,1,810,\nc,1000,1,1,1000,\n"), 0);
+    ASSERT_EQ(sim_forced_mark(&t, idx, 3, f, &fs, &e), 0);
+    ASSERT_TRUE(f[0] && f[1] && !f[2]);
+    ASSERT_EQ(fs.forced, 2);
+    ASSERT_EQ(fs.gpu_pods, 3);
+    ASSERT_EQ(fs.first_unforced, 2);
+    ASSERT_EQ(sim_bound_prefixes(&t, idx, 2, 2, &b, &st, &e), 0);
+    ASSERT_NEAR(b, 9.5, 1e-6);
+    ASSERT_EQ(sim_bound_prefixes_wc(&t, idx, 2, 2, f, &w, &st, &e), 0);
+    ASSERT_NEAR(w, 19.0, 1e-6);
+    ASSERT_TRUE(st.lp_milli >= st.lp_obj - 1e-6 && st.lp_milli <= st.lp_obj + 1e-3);
+    /* with the 810s' lower bounds, each earlier sample is exact too: after
+     * b, both 810s (1620, 19 %); the mean over samples 1..2 is 19 % */
+    ASSERT_EQ(sim_bound_prefixes_wc(&t, idx, 1, 2, f, &w, &st, &e), 0);
+    ASSERT_NEAR(w, 19.0, 1e-6);
+    ASSERT_EQ(st.solves, 2);
+    /* a forcing claim no placement can meet is an error, never a bound */
+    unsigned char wrong[] = {1, 1, 1};
+    ASSERT_TRUE(sim_bound_prefixes_wc(&t, idx, 2, 2, wrong, &w, &st, &e) < 0);
+    ASSERT_CONTAINS(e.msg, "infeasible");
+    sim_trace_clear(&t);
+
+    /* CPU kills: a CPU-only pod of 3500m leaves 500m of the node's 4000m,
+     * so the 1000m GPU pod after it is not forced (it fails there) */
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,4000,65536,1,T4\n",
+                    HDR "x,3500,1,0,0,\ny,1000,1,1,500,\n"), 0);
+    ASSERT_EQ(sim_forced_mark(&t, idx, 2, f, &fs, &e), 0);
+    ASSERT_TRUE(!f[0] && !f[1]); /* CPU-only pods are never marked */
+    ASSERT_EQ(fs.gpu_pods, 1);
+    ASSERT_EQ(fs.first_unforced, 1);
+    sim_trace_clear(&t);
+
+    /* three one-GPU nodes of 16000m: a 100-milli pod can take one GPU, a
+     * 15500m CPU-only pod the CPU of one node (15001m is enough against a
+     * 1000m pod); two nodes are killed at most, so the whole pod is forced,
+     * which needs a lambda that weighs GPU and CPU together. On two nodes
+     * it is not forced (each pod can kill one). */
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,1,T4\n"
+                        "n2,16000,65536,1,T4\nn3,16000,65536,1,T4\n",
+                    HDR "q,1000,1,1,100,\nz,15500,1,0,0,\np,1000,1,1,1000,\n"), 0);
+    ASSERT_EQ(sim_forced_mark(&t, idx, 3, f, &fs, &e), 0);
+    ASSERT_TRUE(f[0] && !f[1] && f[2]);
+    ASSERT_EQ(fs.first_unforced, -1);
+    sim_trace_clear(&t);
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,1,T4\n"
+                        "n2,16000,65536,1,T4\n",
+                    HDR "q,1000,1,1,100,\nz,15500,1,0,0,\np,1000,1,1,1000,\n"), 0);
+    ASSERT_EQ(sim_forced_mark(&t, idx, 3, f, &fs, &e), 0);
+    ASSERT_TRUE(f[0] && !f[2]);
+    sim_trace_clear(&t);
+
+    /* a sharing pod: a GPU stops fitting a 600 only once 401 milli are on
+     * it; 300 + 300 can do that to one GPU of two, not to both, so the 600
+     * after them is forced; with that 600 on the other GPU they can, so a
+     * second 600 is not; a pod that fits no node (V100) is never forced */
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n",
+                    HDR "a,1000,1,1,300,\nb,1000,1,1,300,\nc,1000,1,1,600,\n"), 0);
+    int idx2[] = {0, 1, 2, 2};
+    ASSERT_EQ(sim_forced_mark(&t, idx2, 4, f, &fs, &e), 0);
+    ASSERT_TRUE(f[0] && f[1] && f[2] && !f[3]);
+    ASSERT_EQ(fs.first_unforced, 3);
+    sim_trace_clear(&t);
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n"
+                        "n2,16000,65536,1,V100\n",
+                    HDR "a,1000,1,2,1000,V100\n"), 0);
+    ASSERT_EQ(sim_forced_mark(&t, idx, 1, f, &fs, &e), 0);
+    ASSERT_TRUE(!f[0]);
+    ASSERT_EQ(fs.never_fit, 1);
+    ASSERT_EQ(fs.first_unforced, -1);
+    sim_trace_clear(&t);
+}
+
+/* One arrival-only replay through the core, as sim_run does it: placed[i]
+ * is 1 when pod order[i] was placed. */
+static void replay(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                   const int *order, int len, unsigned char *placed)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_cluster *c = core_cluster_new();
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    ASSERT_TRUE(c && cp);
+    ASSERT_EQ(sim_build_cluster(c, cfg->trace, &e), 0);
+    ASSERT_EQ(core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, &e), 0);
+    core_cluster_set_seed(c, seed);
+    struct core_decision d;
+    for (int i = 0; i < len; i++) {
+        sim_core_pod(&cfg->trace->pods[order[i]], i, cp);
+        placed[i] = core_schedule_one(c, pol, cp, &d, NULL) == 0 &&
+                    core_reserve(c, &d.alloc, NULL) == 0;
+    }
+    core_cluster_free(c);
+    free(cp);
+}
+
+/* The safety net: every policy of the simulator is work-conserving, so no
+ * forced pod ever fails in a real run, and no run leaves fewer GPUs
+ * unallocated than the bound for work-conserving schedulers; that bound is
+ * never below the offline one and above it somewhere. */
+static void test_wc_valid(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    const char *pols[] = {"bestfit", "fgd", "cpufrag", "packing", "random"};
+    /* generated clusters (nodes, generator seed) where the forced pods
+     * raise the bound on some seeds */
+    const int gens[][2] = {{30, 1}, {40, 1}, {30, 3}};
+    int tighter = 0, forced_some = 0, failed_some = 0;
+    for (int g = 0; g < 3; g++) {
+        struct sim_trace t = {0};
+        ASSERT_EQ(sim_gen(&t, gens[g][0], 10 * gens[g][0], (uint64_t)gens[g][1], &e), 0);
+        struct sim_config cfg;
+        ASSERT_EQ(sim_config_init(&cfg, &t, 1.3, &e), 0);
+        struct sim_run_result *r = calloc(1, sizeof *r);
+        for (uint64_t seed = 42; seed < 46; seed++) {
+            double b, w;
+            struct sim_bound_stats st;
+            ASSERT_EQ(sim_bound_run(&cfg, seed, &b, NULL, &e), 0);
+            ASSERT_EQ(sim_bound_run_wc(&cfg, seed, &w, &st, &e), 0);
+            ASSERT_TRUE(w >= b - 1e-9);
+            tighter += w > b + 1e-6;
+            double w2;
+            ASSERT_EQ(sim_bound_run_wc(&cfg, seed, &w2, NULL, &e), 0); /* stats optional */
+            ASSERT_NEAR(w2, w, 1e-9);
+            ASSERT_TRUE(st.forced > 0 && st.forced <= st.gpu_pods);
+            int *order, len;
+            ASSERT_EQ(sim_order(&cfg, seed, &order, &len, &e), 0);
+            unsigned char *forced = malloc((size_t)len), *placed = malloc((size_t)len);
+            struct sim_forced_stats fs;
+            ASSERT_EQ(sim_forced_mark(&t, order, len, forced, &fs, &e), 0);
+            forced_some += fs.forced;
+            for (int p = 0; p < 5; p++) {
+                const struct core_policy *pol = core_policy_find(pols[p]);
+                ASSERT_EQ(sim_run(&cfg, pol, seed, r, &e), 0);
+                if (!(r->unalloc[100] >= w - 1e-9))
+                    fprintf(stderr, "trace %d seed %d %s: %.4f < wc bound %.4f\n", g,
+                            (int)seed, pols[p], r->unalloc[100], w);
+                ASSERT_TRUE(r->unalloc[100] >= w - 1e-9);
+                replay(&cfg, pol, seed, order, len, placed);
+                for (int i = 0; i < len; i++) {
+                    if (!placed[i] && forced[i])
+                        fprintf(stderr, "trace %d seed %d %s: forced pod %d failed\n", g,
+                                (int)seed, pols[p], i);
+                    ASSERT_TRUE(placed[i] || !forced[i]);
+                    failed_some += !placed[i];
+                }
+            }
+            free(forced);
+            free(placed);
+            free(order);
+        }
+        free(r);
+        sim_config_clear(&cfg);
+        sim_trace_clear(&t);
+    }
+    ASSERT_TRUE(tighter > 0);     /* the lower bounds change the LP somewhere */
+    ASSERT_TRUE(forced_some > 0); /* and the pod-level check is not vacuous */
+    ASSERT_TRUE(failed_some > 0);
+}
+
 int test_sim_bound(void)
 {
+    test_forced();
+    test_wc_valid();
     test_tight();
     test_prefixes();
     test_offline();
