@@ -264,11 +264,15 @@ static void *house_main(void *arg)
 {
     struct ext_cluster *cl = arg;
     double last_inv = 0;
-    int led = 1; /* the first leader has no failover to recover from */
+    /* a replica that starts leading, at its start too, nudges every pending
+     * GPU pod once it knows them: binds refused or cut off while no replica
+     * led (or this one was restarting) left them in kube-scheduler's
+     * unschedulable queue */
+    int led = 0;
     while (!gs_worker_sleep(&cl->wk, 1.0, &cl->freed)) {
-        int leading = may_bind(cl);
+        int leading = may_bind(cl) && ext_cluster_ready(cl);
         if (leading && !led && cl->cfg->nudge)
-            nudge(cl, 1); /* binds refused while nobody led: retry those pods now */
+            nudge(cl, 1);
         else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
             nudge(cl, 0);
         led = leading;

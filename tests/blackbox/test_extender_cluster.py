@@ -111,6 +111,51 @@ def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def assignment(node, uuids):
+    return {PREFIX + "node": node, PREFIX + "request-kind": "whole",
+            PREFIX + "gpu-uuids": ",".join(uuids),
+            PREFIX + "gpu-indices": ",".join(u.rsplit("-", 1)[1] for u in uuids),
+            PREFIX + "gpu-memory": "81920", PREFIX + "gpu-milli": "1000",
+            PREFIX + "assigned-at": "2026-11-22T15:20:01.000000Z"}
+
+
+def test_assignment_without_binding_is_nudged_and_replaced(gpusched_bin, api, tmp_path):
+    """An extender that died between a pod's assignment annotations and its Binding
+    leaves the pod Pending with an assignment. The extender that starts (or takes the
+    Lease) reads it back, nudges the pod with the other pending ones (not the bound
+    one), and the pod's next /bind replaces it, on its node or another, with a
+    Binding; before, a bind elsewhere was refused 409 and one to the same node was
+    answered 200 without a Binding."""
+    add_gpu_pod(api, "same", "1", annotations=assignment("g1", ["GPU-g1-0"]))
+    add_gpu_pod(api, "other", "1", annotations=assignment("g1", ["GPU-g1-1"]))
+    add_gpu_pod(api, "bound", "1", node="g2", annotations=assignment("g2", ["GPU-g2-0"]))
+    add_gpu_pod(api, "new", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric("gpusched_allocations") == 3
+        for n in ("same", "other", "new"):
+            wait_for(lambda: PREFIX + "retry-at" in
+                     api.get("pods", n, "default")["metadata"]["annotations"],
+                     timeout=5, what=f"{n} nudged at the start")
+        assert PREFIX + "retry-at" not in api.get("pods", "bound", "default")["metadata"][
+            "annotations"]
+        for n, node in (("same", "g1"), ("other", "g2")):
+            r = e.bind(api.get("pods", n, "default"), node)
+            assert r.status_code == 200 and r.json()["Error"] == "", r.text
+            p = api.get("pods", n, "default")
+            assert p["spec"].get("nodeName") == node, p["spec"]
+            ann = p["metadata"]["annotations"]
+            assert ann[PREFIX + "node"] == node
+            assert ann[PREFIX + "gpu-uuids"].startswith(f"GPU-{node}-"), ann
+        # the GPUs "other" was assigned on g1 are free again; g2 holds bound's and other's
+        wait_for(lambda: e.metric('gpusched_gpus_allocated{node="g1"') == 1, what="g1 freed")
+        assert e.metric('gpusched_gpus_allocated{node="g2"') == 2
+    except BaseException:
+        e.stop()
+        raise
+    assert "left without a Binding" in e.stop()
+
+
 def test_dropped_watch_and_gone_lose_nothing(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "a", "2")
     e = start(gpusched_bin, api, tmp_path)

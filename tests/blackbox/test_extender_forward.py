@@ -59,6 +59,10 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
 
         # the leader dies without releasing the lease: 503 (the forward fails),
         # then b takes over and binds itself
+        def retry_at(name):
+            return api.get("pods", name, "default")["metadata"].get("annotations", {}).get(
+                PREFIX + "retry-at")
+        f1_at, f2_at = retry_at("f1"), retry_at("f2")  # a's nudge when it started leading
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
         r = b.bind(q, "g1")
@@ -67,11 +71,8 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
                  what="b takes over")
         # the new leader nudges the pods left waiting (refused binds put them in
         # kube-scheduler's unschedulable queue), not the bound one
-        wait_for(lambda: PREFIX + "retry-at" in
-                 api.get("pods", "f2", "default")["metadata"].get("annotations", {}),
-                 what="f2 nudged by the new leader")
-        assert PREFIX + "retry-at" not in api.get("pods", "f1", "default")["metadata"][
-            "annotations"]
+        wait_for(lambda: retry_at("f2") != f2_at, what="f2 nudged by the new leader")
+        assert retry_at("f1") == f1_at
         r = b.bind(q, "g1")
         assert r.status_code == 200 and r.json()["Error"] == "", r.text
         assert api.get("pods", "f2", "default")["metadata"]["annotations"][PREFIX + "node"] \
