@@ -219,8 +219,10 @@ void ext_sched_free(struct ext_sched *s)
         return;
     SMAP_FOREACH(&s->pods, it) pod_free(smap_del(&s->pods, it->key));
     SMAP_FOREACH(&s->inv, it) free(smap_del(&s->inv, it->key));
+    SMAP_FOREACH(&s->unkept, it) free(smap_del(&s->unkept, it->key));
     free(s->pods.b);
     free(s->inv.b);
+    free(s->unkept.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
     ext_memo_free(s->memo);
@@ -507,9 +509,20 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     }
     void *ticket = NULL;
     int lrc = 0;
+    char name[2 * CORE_NAME_MAX] = "";
+    const struct core_alloc *a = core_alloc_find(s->c, uid);
+    if (a)
+        snprintf(name, sizeof name, "%s", a->pod_name);
     rc = core_unreserve(s->c, uid, e);
-    if (rc == 0 && (p = sched_smap_get(&s->pods, uid)))
+    char *again = rc < 0 && s->commit.log_release ? smap_del(&s->unkept, who) : NULL;
+    if (again) { /* released before, but its record was not kept: write it now */
+        snprintf(uid, sizeof uid, "%s", again);
+        snprintf(name, sizeof name, "%s", who);
+        free(again);
+        rc = 0;
+    } else if (rc == 0 && (p = sched_smap_get(&s->pods, uid))) {
         forget(s, p);
+    }
     /* logged under the lock: after the record of the bind it undoes */
     if (rc == 0 && s->commit.log_release)
         lrc = s->commit.log_release(s->commit.ud, uid, &ticket, e);
@@ -519,6 +532,14 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     sched_decision(s, "release", "released");
     if (lrc == 0 && ticket)
         lrc = s->commit.durable(s->commit.ud, ticket, e);
+    if (lrc < 0 && name[0]) { /* a release asked again writes the record then */
+        char *u = strdup(uid);
+        pthread_mutex_lock(&s->mu);
+        free(smap_del(&s->unkept, name));
+        if (u && smap_put(&s->unkept, name, u) < 0)
+            free(u);
+        pthread_mutex_unlock(&s->mu);
+    }
     return lrc < 0 ? lrc : 0;
 }
 

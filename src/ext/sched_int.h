@@ -74,6 +74,8 @@ struct ext_sched {
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
     struct smap inv;      /* node name -> struct node_info */
+    struct smap unkept;   /* "ns/name" -> uid (malloc'd) of a release whose journal record
+                             was not kept: free here, held on disk until released again */
     struct ext_nodelock *lock; /* one pending GPU pod per node (cluster mode), or NULL */
     int n_devcap;         /* nodes whose allocatable device counts are known */
     /* NodeNames arrays seen lately (ext/namelist.h); their node positions

@@ -305,15 +305,41 @@ static void test_lost_release_then_rebind(const char *nodes, const char *state)
     ASSERT_STREQ(ops, "bind:u"); /* compacted at the restart */
 }
 
+/* A release whose flush fails is answered with the error and its GPUs are
+ * free in memory; asked again, it writes its record then (it used to answer
+ * "holds no GPUs" and the pod came back held after a restart). */
+static void test_release_asked_again(const char *nodes, const char *state)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct run r;
+    char ops[256];
+    int n, a;
+
+    ASSERT_EQ(open_run(&r, nodes, state, 1, &e), 0);
+    r.fail_at = 2;
+    ASSERT_EQ(do_bind(r.s), 200);
+    ASSERT_EQ(ext_sched_release(r.s, "d/p", &e), -GS_EIO);
+    ext_sched_counts(r.s, &n, &a);
+    ASSERT_EQ(a, 0);
+    ASSERT_EQ(ext_sched_release(r.s, "d/p", &e), 0);
+    ASSERT_EQ(ext_sched_release(r.s, "d/p", &e), -GS_ENOENT); /* once written, gone */
+    close_run(&r);
+    read_ops(state, ops);
+    ASSERT_STREQ(ops, "bind:u release:u");
+    ASSERT_EQ(allocs_after_restart(nodes, state), 0);
+}
+
 int test_ext_order(void)
 {
-    char dir[] = "/tmp/gs_order_XXXXXX", nodes[64], st1[64], st2[64], st3[64], cmd[128];
+    char dir[] = "/tmp/gs_order_XXXXXX", nodes[64], st1[64], st2[64], st3[64], st4[64];
+    char cmd[128];
     if (!mkdtemp(dir))
         return 1;
     snprintf(nodes, sizeof nodes, "%s/nodes.json", dir);
     snprintf(st1, sizeof st1, "%s/s1", dir);
     snprintf(st2, sizeof st2, "%s/s2", dir);
     snprintf(st3, sizeof st3, "%s/s3", dir);
+    snprintf(st4, sizeof st4, "%s/s4", dir);
     json_t *list = json_pack(
         "{s:[{s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}}}]}", "items", "metadata", "name", "n",
         "annotations", "gpusched.io/gpu-inventory",
@@ -325,6 +351,7 @@ int test_ext_order(void)
     test_release_during_bind(nodes, st1);
     test_failed_bind_then_release(nodes, st2);
     test_lost_release_then_rebind(nodes, st3);
+    test_release_asked_again(nodes, st4);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         test_failures++;
