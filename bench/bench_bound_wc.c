@@ -34,34 +34,6 @@ static const char *const pols[] = {"random", "dotprod", "clustering", "packing",
                                    "bestfit", "fgd", "cpufrag"};
 #define N_POLS (int)(sizeof pols / sizeof pols[0])
 
-/* One arrival-only replay through the core (as sim_run places pods):
- * placed[i] = 1 when order[i] was placed. */
-static int replay(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
-                  const int *order, int len, unsigned char *placed, struct gs_err *e)
-{
-    struct core_cluster *c = core_cluster_new();
-    struct core_pod *cp = calloc(1, sizeof *cp);
-    int rc = 0;
-    if (!c || !cp) {
-        rc = gs_errf(e, GS_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = sim_build_cluster(c, cfg->trace, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
-        goto out;
-    core_cluster_set_seed(c, seed);
-    struct core_decision d;
-    for (int i = 0; i < len; i++) {
-        sim_core_pod(&cfg->trace->pods[order[i]], i, cp);
-        placed[i] = core_schedule_one(c, pol, cp, &d, NULL) == 0 &&
-                    core_reserve(c, &d.alloc, NULL) == 0;
-    }
-out:
-    core_cluster_free(c);
-    free(cp);
-    return rc;
-}
-
 /* ceil[i] = 1 for the pods before the first failure of their class in any
  * of the replays (a class: sim_pod_same_shape). */
 static int ceiling(const struct sim_config *cfg, uint64_t seed, const int *order, int len,
@@ -92,7 +64,7 @@ static int ceiling(const struct sim_config *cfg, uint64_t seed, const int *order
     for (int k = 0; k < n_cls; k++)
         first_fail[k] = len;
     for (int p = 0; p < N_POLS && rc == 0; p++) {
-        if ((rc = replay(cfg, core_policy_find(pols[p]), seed, order, len, placed, e)) < 0)
+        if ((rc = sim_replay_placed(cfg, core_policy_find(pols[p]), seed, order, len, placed, e)) < 0)
             break;
         for (int i = 0; i < len; i++)
             if (!placed[i] && i < first_fail[cls[i]])

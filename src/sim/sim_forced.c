@@ -167,6 +167,21 @@ static long double slack(const struct cover *cv, const long double w[3])
 }
 
 /* 1 when no cover of the eligible nodes exists within the budgets. */
+/* Tries weights w: 1 when they prove the pod forced, else keeps the best
+ * slack seen (and its weights) for the climb. */
+static int try_weights(const struct cover *cv, const long double w[3], long double best_w[3],
+                       long double *best)
+{
+    long double s = slack(cv, w);
+    if (s > 0)
+        return 1;
+    if (s > *best) {
+        *best = s;
+        memcpy(best_w, w, 3 * sizeof *w);
+    }
+    return 0;
+}
+
 static int certify(const struct cover *cv)
 {
     for (int T = 0; T < cv->n_el; T++) {
@@ -181,13 +196,8 @@ static int certify(const struct cover *cv)
         for (int b = 0; a + b <= GRID; b++) {
             long double w[3] = {(long double)a / GRID, (long double)b / GRID,
                                 (long double)(GRID - a - b) / GRID};
-            long double s = slack(cv, w);
-            if (s > 0)
+            if (try_weights(cv, w, best_w, &best))
                 return 1;
-            if (s > best) {
-                best = s;
-                memcpy(best_w, w, sizeof w);
-            }
         }
     /* the slack is concave in w: climb from the best grid point */
     long double step = 1.0L / GRID;
@@ -199,14 +209,10 @@ static int certify(const struct cover *cv)
                 w[2] = 1 - w[0] - w[1];
                 if (w[0] < 0 || w[1] < 0 || w[2] < 0 || (da == 0 && db == 0))
                     continue;
-                long double s = slack(cv, w);
-                if (s > 0)
+                long double before = best;
+                if (try_weights(cv, w, best_w, &best))
                     return 1;
-                if (s > best) {
-                    best = s;
-                    memcpy(best_w, w, sizeof w);
-                    moved = 1;
-                }
+                moved |= best > before;
             }
         if (!moved)
             step /= 2;

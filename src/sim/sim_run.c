@@ -408,3 +408,29 @@ int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *
     struct grid g = {cfg, pols, seeds, n_seeds, results};
     return sim_jobs_run(n_pols * n_seeds, threads, grid_job, &g, e);
 }
+
+int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      const int *order, int len, unsigned char *placed, struct gs_err *e)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    int rc = 0;
+    if (!c || !cp) {
+        rc = gs_errf(e, GS_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = sim_build_cluster(c, cfg->trace, e)) < 0 ||
+        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+        goto out;
+    core_cluster_set_seed(c, seed);
+    struct core_decision d;
+    for (int i = 0; i < len; i++) {
+        sim_core_pod(&cfg->trace->pods[order[i]], i, cp);
+        placed[i] = core_schedule_one(c, pol, cp, &d, NULL) == 0 &&
+                    core_reserve(c, &d.alloc, NULL) == 0;
+    }
+out:
+    core_cluster_free(c);
+    free(cp);
+    return rc;
+}

@@ -65,14 +65,20 @@ int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct 
 struct core_pod;
 void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp);
 
-/* Every policy x seed on up to `threads` threads (<= 0: one per CPU);
- * results[p * n_seeds + s]. Returns the first error, if any. */
+/* The same replay of pods order[0..len) without the metrics: placed[i] = 1
+ * when order[i] was placed (the bounds' tests and benchmarks check forced
+ * pods against it). */
+int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      const int *order, int len, unsigned char *placed, struct gs_err *e);
+
 /* Runs job(ud, j, e) for j in 0..n_jobs-1 on up to `threads` threads (<= 0:
  * one per CPU; at most 64); stops handing out jobs after the first failure,
  * whose error it returns. */
 int sim_jobs_run(int n_jobs, int threads, int (*job)(void *ud, int j, struct gs_err *e), void *ud,
                  struct gs_err *e);
 
+/* Every policy x seed on up to `threads` threads (<= 0: one per CPU);
+ * results[p * n_seeds + s]. Returns the first error, if any. */
 int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *pols, int n_pols,
                  const uint64_t *seeds, int n_seeds, int threads, struct sim_run_result *results,
                  struct gs_err *e);

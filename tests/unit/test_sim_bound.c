@@ -311,28 +311,6 @@ static void test_forced(void)
     sim_trace_clear(&t);
 }
 
-/* One arrival-only replay through the core, as sim_run does it: placed[i]
- * is 1 when pod order[i] was placed. */
-static void replay(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
-                   const int *order, int len, unsigned char *placed)
-{
-    struct gs_err e = GS_ERR_INIT;
-    struct core_cluster *c = core_cluster_new();
-    struct core_pod *cp = calloc(1, sizeof *cp);
-    ASSERT_TRUE(c && cp);
-    ASSERT_EQ(sim_build_cluster(c, cfg->trace, &e), 0);
-    ASSERT_EQ(core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, &e), 0);
-    core_cluster_set_seed(c, seed);
-    struct core_decision d;
-    for (int i = 0; i < len; i++) {
-        sim_core_pod(&cfg->trace->pods[order[i]], i, cp);
-        placed[i] = core_schedule_one(c, pol, cp, &d, NULL) == 0 &&
-                    core_reserve(c, &d.alloc, NULL) == 0;
-    }
-    core_cluster_free(c);
-    free(cp);
-}
-
 /* The safety net: every policy of the simulator is work-conserving, so no
  * forced pod ever fails in a real run, and no run leaves fewer GPUs
  * unallocated than the bound for work-conserving schedulers; that bound is
@@ -375,7 +353,7 @@ static void test_wc_valid(void)
                     fprintf(stderr, "trace %d seed %d %s: %.4f < wc bound %.4f\n", g,
                             (int)seed, pols[p], r->unalloc[100], w);
                 ASSERT_TRUE(r->unalloc[100] >= w - 1e-9);
-                replay(&cfg, pol, seed, order, len, placed);
+                ASSERT_EQ(sim_replay_placed(&cfg, pol, seed, order, len, placed, &e), 0);
                 for (int i = 0; i < len; i++) {
                     if (!placed[i] && forced[i])
                         fprintf(stderr, "trace %d seed %d %s: forced pod %d failed\n", g,
