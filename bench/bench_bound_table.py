@@ -31,6 +31,22 @@ def fmt_delay(s):
     return f"{s / 3600:.1f} h"
 
 
+def mean_line(out, kind, t):
+    """The numbers of OUT_DIR/KIND-TRACE.txt's `mean` line and the policies' means of
+    OUT_DIR/bound-TRACE.json, or None when the text file or its line is missing."""
+    path = os.path.join(out, f"{kind}-{t}.txt")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        mean = [ln.split() for ln in f if ln.startswith("mean")]
+    if not mean:
+        return None
+    with open(os.path.join(out, f"bound-{t}.json")) as f:
+        doc = json.load(f)
+    res = {r["policy"]: r["unallocated_pct_at_100"]["mean"] for r in doc["results"]}
+    return [float(x) for x in mean[0][1:]], res
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write(__doc__)
@@ -58,16 +74,10 @@ def main(argv):
     print()
     rows = []
     for t in traces:
-        path = os.path.join(out, f"offline-{t}.txt")
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            mean = [ln.split() for ln in f if ln.startswith("mean")]
-        with open(os.path.join(out, f"bound-{t}.json")) as f:
-            doc = json.load(f)
-        cf = {r["policy"]: r for r in doc["results"]}["cpufrag"]["unallocated_pct_at_100"]["mean"]
-        if mean:
-            m = [float(x) for x in mean[0][1:]]
+        got = mean_line(out, "offline", t)
+        if got:
+            m, res = got
+            cf = res["cpufrag"]
             # bin: bound, placement, gap; last sample: bound, placement, gap
             rows.append(f"| {t} | {m[0]:.2f} | {m[1]:.2f} | {m[1] - m[0]:.2f} | {m[3]:.2f} "
                         f"| {m[4]:.2f} | {cf:.2f} | {cf - m[1]:+.2f} |")
@@ -79,17 +89,10 @@ def main(argv):
         print()
     rows = []
     for t in traces:
-        path = os.path.join(out, f"wc-{t}.txt")
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            mean = [ln.split() for ln in f if ln.startswith("mean")]
-        with open(os.path.join(out, f"bound-{t}.json")) as f:
-            doc = json.load(f)
-        res = {r["policy"]: r["unallocated_pct_at_100"]["mean"] for r in doc["results"]}
-        if mean:
+        got = mean_line(out, "wc", t)
+        if got:
             # B, W, W-B, forced %, first unforced arrived %, W_ceil, ceiling forced %
-            m = [float(x) for x in mean[0][1:]]
+            m, res = got
             w = max(m[1], m[0])
             rows.append(f"| {t} | {m[0]:.2f} | {w:.2f} | {w - m[0]:.2f} | {m[3]:.1f} | {m[4]:.1f} "
                         f"| {m[6]:.1f} | {m[5]:.2f} | {res['cpufrag']:.2f} | {res['fgd']:.2f} "
