@@ -81,11 +81,11 @@ int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_c
     int rc = ext_node_spec(node, names, &spec, &buf, &updated, e);
 
     memset(out, 0, sizeof *out);
+    out->kubelet_minor = kubelet_minor(node); /* a node with unreadable GPUs runs pods too */
     if (rc == 0) {
         for (int g = 0; g < spec.n_gpus; g++)
             consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
         consider(out, NULL, 0, spec.n_gpus);
-        out->kubelet_minor = kubelet_minor(node);
     }
     ext_node_buf_clear(&buf);
     return rc;

@@ -58,7 +58,8 @@ int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);
 
 /* One node's largest GPU model and GPU count, read as the extender reads
  * the node (ext_node_spec), and its kubelet's minor version
- * (status.nodeInfo.kubeletVersion "v1.20.2"; 0 when absent or not 1.x). */
+ * (status.nodeInfo.kubeletVersion "v1.20.2"; 0 when absent or not 1.x),
+ * which is filled in even when the GPUs cannot be read (an error). */
 int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
                  struct gs_err *e);
 /* Folds c into `into`: the larger GPU, the larger count, the older kubelet. */

@@ -89,10 +89,8 @@ static int apply(struct wh_nodes *t, const json_t *node, int deleted)
         t->e[i] = t->e[--t->n];
         return 1;
     }
-    if (wh_node_gpus(node, t->names, &g, &e) < 0) {
+    if (wh_node_gpus(node, t->names, &g, &e) < 0) /* g: no GPUs, its kubelet */
         log_warn("webhook", "node %s: %s; counted without GPUs", name, e.msg);
-        memset(&g, 0, sizeof g);
-    }
     if (i >= 0) {
         if (same(&t->e[i].gpus, &g))
             return 0;

@@ -251,6 +251,14 @@ static void cluster_tests(void)
     ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), 0);
     ASSERT_EQ(cl.kubelet_minor, 27);
     json_decref(nl);
+    /* a node whose GPUs cannot be read still tells its kubelet */
+    nl = pod_json("{\"metadata\":{\"name\":\"bad\",\"labels\":{\"nvidia.com/gpu.memory\":"
+                  "\"lots\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"1\"},"
+                  "\"nodeInfo\":{\"kubeletVersion\":\"v1.20.2\"}}}");
+    ASSERT_EQ(wh_node_gpus(nl, core_names_default(), &cl, &e), -GS_EINVAL);
+    ASSERT_EQ(cl.kubelet_minor, 20);
+    ASSERT_EQ(cl.max_gpus_per_node, 0);
+    json_decref(nl);
     nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"bad\",\"labels\":{\"nvidia.com/gpu.memory\":"
                   "\"lots\"}},\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"1\"}}}]}");
     ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), -GS_EINVAL);
