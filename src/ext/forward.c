@@ -1,15 +1,18 @@
 /* ext/forward.c - see forward.h. */
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ext/forward.h"
 #include "util/buf.h"
 #include "util/log.h"
 
-#define MAX_REPLY (1 << 20) /* a /bind answer is a few hundred bytes */
+#define MAX_REPLY (32 << 20) /* a /filter answer names every node, with reasons */
 #define MAX_ID 256
+#define DOWN_S 5.0 /* a leader that did not answer is not asked /filter etc. for this long */
 
 struct ext_forward {
     int (*leader)(void *ud, char *out, size_t cap);
@@ -17,6 +20,9 @@ struct ext_forward {
     char self[MAX_ID];
     long timeout_ms;
     struct metric *m_forwarded;
+    pthread_mutex_t mu;
+    char down[MAX_ID]; /* the leader that last did not answer, until down_until */
+    double down_until;
 };
 
 int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, const char *self,
@@ -34,18 +40,25 @@ int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, co
     snprintf(f->self, sizeof f->self, "%s", self);
     f->timeout_ms = timeout_s > 0 ? (long)(timeout_s * 1000) : 9000;
     if (m && !(f->m_forwarded = metrics_add(
-                   m, METRIC_COUNTER, "gpusched_extender_forwarded_binds_total",
-                   "/bind requests this replica handed to the leader, by the leader's status "
-                   "(0: unreachable).",
-                   "code", NULL, 0, e))) {
+                   m, METRIC_COUNTER, "gpusched_extender_forwarded_total",
+                   "Requests this replica handed to the leader, by verb and the leader's "
+                   "status (0: it did not answer).",
+                   "verb,code", NULL, 0, e))) {
         free(f);
         return -GS_EINVAL;
     }
+    pthread_mutex_init(&f->mu, NULL);
     *out = f;
     return 0;
 }
 
-void ext_forward_free(struct ext_forward *f) { free(f); }
+void ext_forward_free(struct ext_forward *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
 
 static int port_ok(const char *p)
 {
@@ -128,30 +141,43 @@ static char *error_json(const char *fmt, const char *a, const char *b, size_t *l
     return out.buf;
 }
 
-int ext_forward_bind(struct ext_forward *f, const char *body, size_t len, int *status,
-                     char **out, size_t *out_len)
+static double mono_now(void)
 {
-    char who[MAX_ID], addr[300], url[340], hdr[MAX_ID + 40], code[8];
-    struct gs_err e = GS_ERR_INIT;
-    if (!f->leader(f->ud, who, sizeof who))
-        return 0;
-    int rc = ext_forward_addr(who, addr, sizeof addr, &e);
-    if (rc == 1)
-        return 0;
-    *status = 503;
-    if (rc < 0) {
-        *out = error_json("this replica is not the leader and cannot forward: %s%s", e.msg, "",
-                          out_len);
-        return 1;
-    }
-    snprintf(url, sizeof url, "http://%s/bind", addr);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Was the leader who unreachable less than DOWN_S ago? */
+static int leader_down(struct ext_forward *f, const char *who)
+{
+    pthread_mutex_lock(&f->mu);
+    int down = strcmp(f->down, who) == 0 && mono_now() < f->down_until;
+    pthread_mutex_unlock(&f->mu);
+    return down;
+}
+
+static void mark_down(struct ext_forward *f, const char *who)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->down, sizeof f->down, "%s", who);
+    f->down_until = mono_now() + DOWN_S;
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* POSTs body to http://addr/verb: the CURLcode, with the status in *http
+ * and the answer in *reply. */
+static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, const char *body,
+                     size_t len, long *http, struct gs_buf *reply)
+{
+    char url[340], hdr[MAX_ID + 40];
+    snprintf(url, sizeof url, "http://%s/%s", addr, verb);
     snprintf(hdr, sizeof hdr, EXT_FORWARD_HEADER ": %s", f->self);
-    struct gs_buf reply = {0};
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, hdr) : NULL;
     CURL *h = curl_easy_init();
     CURLcode cc = CURLE_OUT_OF_MEMORY;
-    long http = 0;
+    *http = 0;
     if (h && h2) {
         hdrs = h2;
         curl_easy_setopt(h, CURLOPT_URL, url);
@@ -164,21 +190,49 @@ int ext_forward_bind(struct ext_forward *f, const char *body, size_t len, int *s
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, reply);
         cc = curl_easy_perform(h);
         if (cc == CURLE_OK)
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
     }
     curl_easy_cleanup(h);
     curl_slist_free_all(hdrs);
+    return cc;
+}
+
+int ext_forward(struct ext_forward *f, const char *verb, const char *body, size_t len,
+                int *status, char **out, size_t *out_len)
+{
+    char who[MAX_ID], addr[300], code[8];
+    struct gs_err e = GS_ERR_INIT;
+    int bind = strcmp(verb, "bind") == 0;
+    if (!f->leader(f->ud, who, sizeof who))
+        return 0;
+    int rc = ext_forward_addr(who, addr, sizeof addr, &e);
+    if (rc == 1 || (!bind && (rc < 0 || leader_down(f, who))))
+        return 0;
+    *status = 503;
+    if (rc < 0) {
+        *out = error_json("this replica is not the leader and cannot forward: %s%s", e.msg, "",
+                          out_len);
+        return 1;
+    }
+    struct gs_buf reply = {0};
+    long http;
+    CURLcode cc = post(f, addr, verb, body, len, &http, &reply);
     snprintf(code, sizeof code, "%ld", cc == CURLE_OK ? http : 0L);
-    metric_inc(f->m_forwarded, (const char *[]){code});
+    metric_inc(f->m_forwarded, (const char *[]){verb, code});
     if (cc != CURLE_OK || reply.oom || http < 100 || http > 599) {
-        log_warn("extender", "forwarding /bind to the leader %s at %s: %s", who, addr,
-                 cc == CURLE_OK ? "bad answer" : curl_easy_strerror(cc));
+        const char *why = cc == CURLE_OK ? "bad answer" : curl_easy_strerror(cc);
         gs_buf_free(&reply);
+        if (!leader_down(f, who))
+            log_warn("extender", "forwarding /%s to the leader %s at %s: %s%s", verb, who, addr,
+                     why, bind ? "" : " (answering /filter, /prioritize, /preempt here for a while)");
+        mark_down(f, who);
+        if (!bind)
+            return 0;
         *out = error_json("this replica is not the leader, and the leader %s did not answer: %s",
-                          who, cc == CURLE_OK ? "bad answer" : curl_easy_strerror(cc), out_len);
+                          who, why, out_len);
         return 1;
     }
     *status = (int)http;

@@ -1,14 +1,21 @@
 /*
- * ext/forward.h - a replica that does not lead hands /bind to the one that does.
+ * ext/forward.h - a replica that does not lead hands the scheduling verbs to
+ * the one that does.
  *
  * kube-scheduler calls one URL; behind a Service every ready replica gets a
  * share of the requests, but only the Lease holder may bind. Without this a
  * non-leader answers /bind with 503 and the pod waits out kube-scheduler's
- * backoff: about half the pods of a two-replica deployment. When the Lease's
+ * backoff: about half the pods of a two-replica deployment. And a follower's
+ * /filter and /prioritize answer from a view that trails the leader's by the
+ * watch's delay: a node the leader has just filled still looks free there,
+ * and kube-scheduler's bind to it fails (409). When the Lease's
  * holderIdentity names an address, "NAME@HOST:PORT" (deploy/ sets
- * $(POD_NAME)@$(POD_IP):8888), a non-leader posts the /bind body to
- * http://HOST:PORT/bind and relays the leader's status and answer. An identity
- * without '@' is not forwarded to (the 503 stays). A forwarded request carries
+ * $(POD_NAME)@$(POD_IP):8888), a non-leader posts the body of /filter,
+ * /prioritize, /bind and /preempt to http://HOST:PORT/VERB and relays the
+ * leader's status and answer. A leader that does not answer gets /bind
+ * answered 503 and the other verbs answered here, from this replica's own
+ * view, for a few seconds before it is asked again. An identity without '@'
+ * is not forwarded to (/bind's 503 stays). A forwarded request carries
  * EXT_FORWARD_HEADER and is never forwarded again, so a leadership change
  * under way cannot make two replicas bounce a request between them.
  *
@@ -42,10 +49,13 @@ void ext_forward_free(struct ext_forward *f);
 int ext_forward_addr(const char *identity, char *out, size_t cap, struct gs_err *e);
 
 /* When another replica leads and its identity names an address, forwards the
- * /bind body there: 1 with *status and a malloc'd reply (*out, *out_len; the
- * leader's answer, or a JSON error when it could not be reached: 503).
- * 0 = answer here (this replica leads, no leader known, no address). */
-int ext_forward_bind(struct ext_forward *f, const char *body, size_t len, int *status,
-                     char **out, size_t *out_len);
+ * body of verb ("filter", "prioritize", "bind", "preempt") there: 1 with
+ * *status and a malloc'd reply (*out, *out_len): the leader's answer, or for
+ * /bind a JSON error (503) when the leader could not be reached or its
+ * identity names no usable address. 0 = answer here: this replica leads, no
+ * leader or address is known, or a verb other than /bind whose leader did
+ * not answer (now or in the last few seconds). */
+int ext_forward(struct ext_forward *f, const char *verb, const char *body, size_t len,
+                int *status, char **out, size_t *out_len);
 
 #endif

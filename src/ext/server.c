@@ -148,10 +148,9 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             reply_json(resp, 405, ext_error("%s: use POST", verbs[i].name));
             return verbs[i].name;
         }
-        if (s->opts.forward && verbs[i].fn == ext_sched_bind &&
-            !http_req_header(req, EXT_FORWARD_HEADER) &&
-            ext_forward_bind(s->opts.forward, req->body, req->body_len, &resp->status,
-                             &resp->body, &resp->body_len) == 1) {
+        if (s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER) &&
+            ext_forward(s->opts.forward, verbs[i].name, req->body, req->body_len, &resp->status,
+                        &resp->body, &resp->body_len) == 1) {
             resp->content_type = "application/json";
             return verbs[i].name;
         }

@@ -38,7 +38,7 @@ struct ext_server_opts {
      * held), then answers 503; NULL = never waits */
     struct ext_nodelock *lock;
     double bind_wait_s;
-    struct ext_forward *forward; /* non-leader /bind to the leader (ext/forward.h), or NULL */
+    struct ext_forward *forward; /* a non-leader's verbs to the leader (ext/forward.h), or NULL */
     /* standalone with a journal: /bind runs on this many bind threads while
      * its request is parked (ext/bindq.h), so binds from connections of one
      * HTTP worker share the journal's flush; 0 = on the HTTP worker */

@@ -1,11 +1,12 @@
 """Two extender replicas behind one URL (ext/forward.h), against the fake
 kube-apiserver: when the Lease holder's identity names its address
-(NAME@HOST:PORT), a replica that does not lead hands /bind to the leader and
-relays its answer, so kube-scheduler's bind succeeds whichever replica a
-Service picked; a request already forwarded is never forwarded again; a leader
-that died leaves the follower answering 503 until the lease expires, then the
-follower binds itself and nudges the pods left waiting; identities without an
-address keep the plain 503."""
+(NAME@HOST:PORT), a replica that does not lead hands /filter, /prioritize and
+/bind to the leader and relays its answers, so kube-scheduler's bind succeeds
+whichever replica a Service picked, on a node chosen from the leader's view; a
+request already forwarded is never forwarded again; a leader that died leaves
+the follower answering /bind 503 (and /filter from its own view) until the
+lease expires, then the follower binds itself and nudges the pods left
+waiting; identities without an address keep the plain 503."""
 import signal
 
 import requests
@@ -14,6 +15,7 @@ import test_extender
 from test_extender_cluster import add_gpu_pod, api, start, wait_for  # noqa: F401
 
 PREFIX = "gpusched.io/"
+FWD = 'gpusched_extender_forwarded_total{verb="%s",code="%s"'
 ARGS = ["--leader-elect", "--lease-duration", "3", "--lease-namespace", "kube-system"]
 
 
@@ -39,12 +41,17 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
         p = api.get("pods", "f1", "default")
         wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
         assert b.metric("gpusched_extender_leader") == 0
+        # b's /filter and /prioritize were the leader's answers
+        assert b.metric(FWD % ("filter", "200")) >= 1
+        prio = {"Pod": p, "NodeNames": ["g1"]}
+        assert b.post("prioritize", prio).json() == a.post("prioritize", prio).json()
+        assert b.metric(FWD % ("prioritize", "200")) == 1
         r = b.bind(p, "g1")
         assert r.status_code == 200 and r.json()["Error"] == "", r.text
         ann = api.get("pods", "f1", "default")["metadata"]["annotations"]
         assert ann[PREFIX + "node"] == "g1"
-        assert b.metric("gpusched_extender_forwarded_binds_total") == 1
-        assert a.metric("gpusched_extender_forwarded_binds_total") == 0
+        assert b.metric(FWD % ("bind", "200")) == 1
+        assert a.metric("gpusched_extender_forwarded_total") == 0
         # the leader did the bind: its state holds the GPU at once
         assert a.allocation(p)[PREFIX + "node"] == "g1"
 
@@ -67,6 +74,11 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
         a.proc.wait()
         r = b.bind(q, "g1")
         assert r.status_code == 503 and "did not answer" in r.json()["Error"], r.text
+        # /filter is answered from b's own view, without asking the dead leader
+        # again for a while
+        assert b.filter(q, ["g1"])["NodeNames"] == ["g1"]
+        assert b.filter(q, ["g1"])["NodeNames"] == ["g1"]
+        assert b.metric(FWD % ("filter", "0")) <= 1
         wait_for(lambda: b.metric("gpusched_extender_leader") == 1, timeout=20,
                  what="b takes over")
         # the new leader nudges the pods left waiting (refused binds put them in
@@ -95,7 +107,7 @@ def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):
         wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
         r = b.bind(p, "g1")
         assert r.status_code == 503 and "leader" in r.json()["error"], r.text
-        assert b.metric("gpusched_extender_forwarded_binds_total") == 0
+        assert b.metric("gpusched_extender_forwarded_total") == 0
     finally:
         a.stop()
         b.stop()

@@ -2,11 +2,13 @@
  * (ext/forward.h): "NAME@HOST:PORT" gives HOST:PORT, an identity without '@'
  * is not forwarded to, and every malformed address is refused naming the
  * part that is wrong; a replica that leads (or knows no leader) answers
- * /bind itself. */
+ * every verb itself; a leader that does not answer gets /bind refused (503)
+ * and the other verbs answered here, without asking it again for a while. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ext/forward.h"
+#include "util/metrics.h"
 #include "test.h"
 
 static void test_addr(void)
@@ -65,6 +67,13 @@ static int bad_address(void *ud, char *out, size_t cap)
     return 1;
 }
 
+static int dead(void *ud, char *out, size_t cap)
+{
+    (void)ud;
+    snprintf(out, cap, "%s", "other@127.0.0.1:1"); /* nothing listens on port 1 */
+    return 1;
+}
+
 static void test_bind_here_or_refuse(void)
 {
     struct ext_forward *f;
@@ -74,24 +83,56 @@ static void test_bind_here_or_refuse(void)
     size_t len = 0;
 
     ASSERT_EQ(ext_forward_new(leads, NULL, "me", 1, NULL, &f, &e), 0);
-    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 0);
+    ASSERT_EQ(ext_forward(f, "bind", "{}", 2, &status, &out, &len), 0);
     ext_forward_free(f);
     ASSERT_EQ(ext_forward_new(no_address, NULL, "me", 1, NULL, &f, &e), 0);
-    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 0);
+    ASSERT_EQ(ext_forward(f, "bind", "{}", 2, &status, &out, &len), 0);
     ext_forward_free(f);
     ASSERT_EQ(ext_forward_new(bad_address, NULL, "me", 1, NULL, &f, &e), 0);
-    ASSERT_EQ(ext_forward_bind(f, "{}", 2, &status, &out, &len), 1);
+    ASSERT_EQ(ext_forward(f, "bind", "{}", 2, &status, &out, &len), 1);
     ASSERT_EQ(status, 503);
     ASSERT_TRUE(out && strstr(out, "no :PORT") && strstr(out, "\"Error\""));
     ASSERT_EQ(len, out ? strlen(out) : 0);
     free(out);
+    out = NULL;
+    ASSERT_EQ(ext_forward(f, "filter", "{}", 2, &status, &out, &len), 0);
     ext_forward_free(f);
     ASSERT_EQ(ext_forward_new(NULL, NULL, "me", 1, NULL, &f, &e), -GS_EINVAL);
+}
+
+static void test_leader_not_answering(void)
+{
+    struct metrics *m = metrics_new();
+    struct ext_forward *f;
+    struct gs_err e = GS_ERR_INIT;
+    int status = 0;
+    char *out = NULL, *text;
+    size_t len = 0;
+
+    ASSERT_TRUE(m != NULL);
+    ASSERT_EQ(ext_forward_new(dead, NULL, "me", 1, m, &f, &e), 0);
+    /* /filter: tried once, then answered here without asking again */
+    ASSERT_EQ(ext_forward(f, "filter", "{}", 2, &status, &out, &len), 0);
+    ASSERT_EQ(ext_forward(f, "prioritize", "{}", 2, &status, &out, &len), 0);
+    ASSERT_TRUE(out == NULL);
+    /* /bind is always tried, and refused when the leader does not answer */
+    ASSERT_EQ(ext_forward(f, "bind", "{}", 2, &status, &out, &len), 1);
+    ASSERT_EQ(status, 503);
+    ASSERT_TRUE(out && strstr(out, "did not answer"));
+    free(out);
+    text = metrics_render(m, &len);
+    ASSERT_TRUE(text && strstr(text, "gpusched_extender_forwarded_total{verb=\"filter\",code=\"0\"} 1"));
+    ASSERT_TRUE(text && !strstr(text, "verb=\"prioritize\""));
+    ASSERT_TRUE(text && strstr(text, "gpusched_extender_forwarded_total{verb=\"bind\",code=\"0\"} 1"));
+    free(text);
+    ext_forward_free(f);
+    metrics_free(m);
 }
 
 int test_ext_forward(void)
 {
     test_addr();
     test_bind_here_or_refuse();
+    test_leader_not_answering();
     return test_failures;
 }
