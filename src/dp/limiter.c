@@ -191,8 +191,10 @@ int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s)
             keep = strlen(uids[i]) == (size_t)(us - de->d_name) &&
                    strncmp(uids[i], de->d_name, (size_t)(us - de->d_name)) == 0;
         snprintf(path, sizeof path, "%s/containers/%.300s", dir, de->d_name);
+        /* min_age_s 0 takes even a directory made this instant: a file's
+         * fine-grained mtime can be a second ahead of time(NULL) */
         if (keep || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
-            time(NULL) - st.st_mtime < min_age_s)
+            (min_age_s > 0 && time(NULL) - st.st_mtime < min_age_s))
             continue;
         struct lim_ledger l;
         snprintf(path, sizeof path, "%s/containers/%.300s/ledger", dir, de->d_name);

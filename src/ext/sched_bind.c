@@ -174,6 +174,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         return status_for(rc) == 400 ? 500 : status_for(rc);
     }
     if (rc < 0) {
+        log_info("extender", "bind %s/%s to %s refused: %s", ns, name, b.node, e.msg);
         *reply = ext_error("pod %s/%s does not fit on node %s now: %s", ns, name, b.node, e.msg);
         ext_bind_clear(&b);
         sched_decision(s, "bind", "no_fit");

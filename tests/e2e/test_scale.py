@@ -137,6 +137,7 @@ def test_concurrency_500(big):
         use = scale.check_assignments(pods, scale.inventories(big, "gpu"))
         retried = scale.failed_scheduling(big, NS, set(names))
         print(f"500 pods bound in {took:.1f}s ({500 / took:.0f} pods/s); "
-              f"{len(use)} GPUs in use; {len(retried)} pods needed a retry")
+              f"{len(use)} GPUs in use; {len(retried)} pods needed a retry"
+              f"{': ' + str(list(retried.items())[:3]) if retried else ''}")
     finally:
         big.force_delete_all(NS, "e2e=1", timeout=120)
