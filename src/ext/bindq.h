@@ -1,6 +1,8 @@
 /*
- * ext/bindq.h - standalone /bind off the HTTP workers, so that binds from
- * any connections can share the journal's disk flush.
+ * ext/bindq.h - /bind off the HTTP workers: standalone binds, so that binds
+ * from any connections can share the journal's disk flush, and a
+ * non-leader's binds forwarded to the leader (ext/server.c), which may take
+ * seconds to answer.
  *
  * libmicrohttpd's thread pool pins each connection to the worker that
  * accepted it, and a worker answers its connections one request at a time.

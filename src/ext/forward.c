@@ -200,6 +200,12 @@ static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, 
     return cc;
 }
 
+int ext_forward_elsewhere(struct ext_forward *f)
+{
+    char who[MAX_ID];
+    return f->leader(f->ud, who, sizeof who) && strrchr(who, '@') != NULL;
+}
+
 int ext_forward(struct ext_forward *f, const char *verb, const char *body, size_t len,
                 int *status, char **out, size_t *out_len)
 {

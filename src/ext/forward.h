@@ -48,6 +48,10 @@ void ext_forward_free(struct ext_forward *f);
  * what follows '@' is not HOST:PORT (e->msg says which part). */
 int ext_forward_addr(const char *identity, char *out, size_t cap, struct gs_err *e);
 
+/* 1 when another replica leads and its identity names an address (ext_forward
+ * would post there, or answer /bind 503 for an address it cannot use). */
+int ext_forward_elsewhere(struct ext_forward *f);
+
 /* When another replica leads and its identity names an address, forwards the
  * body of verb ("filter", "prioritize", "bind", "preempt") there: 1 with
  * *status and a malloc'd reply (*out, *out_len): the leader's answer, or for

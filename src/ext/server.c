@@ -17,7 +17,12 @@ struct ext_server {
     struct http_server *http;
     struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts;
     struct ext_bindq *bq; /* or NULL: binds run on the HTTP worker */
+    struct ext_bindq *fq; /* a non-leader's /binds handed to the leader, or NULL */
 };
+
+/* Threads that may each wait on a forwarded /bind at once: the leader can
+ * hold one up to bind_wait (a node still held for kubelet). */
+#define FORWARD_THREADS 8
 
 typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 
@@ -111,6 +116,38 @@ static int bind_queued(struct ext_server *s, const struct http_request *req,
     return 0;
 }
 
+/* A forwarded /bind, run by a thread of s->fq: the leader's answer; when
+ * this replica has taken the lease meanwhile, 503 (kube-scheduler retries,
+ * and a replica that starts leading nudges the pods left waiting). */
+static int run_forward(void *ud, const char *body, size_t len, struct ext_reply *r)
+{
+    struct ext_server *s = ud;
+    int status = 503;
+    memset(r, 0, sizeof *r);
+    if (ext_forward(s->opts.forward, "bind", body, len, &status, &r->text, &r->len) == 1)
+        return status;
+    r->json = ext_error("this replica became the leader while the bind was forwarded; retry");
+    return 503;
+}
+
+/* A non-leader's /bind off the HTTP worker: the leader may take seconds to
+ * answer it (a node held for kubelet), and a worker answers its connections
+ * one request at a time, so waiting there would hold kube-scheduler's
+ * /filter and /prioritize of the next pods. 1 parked; 0 answered (*reply,
+ * *status); -1 not forwarded (this replica leads: bind here). */
+static int forward_queued(struct ext_server *s, const struct http_request *req,
+                          struct ext_reply *reply, int *status, double *before_s)
+{
+    void *tok = http_req_token(req);
+    if (ext_bindq_take(s->fq, tok, req->body, req->body_len, status, reply, before_s))
+        return 0;
+    if (!ext_forward_elsewhere(s->opts.forward) ||
+        ext_bindq_submit(s->fq, tok, req->body, req->body_len) != 0)
+        return -1;
+    http_req_park(req);
+    return 1;
+}
+
 static void reply_json(struct http_response *resp, int status, json_t *obj)
 {
     http_resp_json(resp, status, obj);
@@ -148,14 +185,23 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             reply_json(resp, 405, ext_error("%s: use POST", verbs[i].name));
             return verbs[i].name;
         }
-        if (s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER) &&
+        int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER);
+        if (fwd && verbs[i].fn != ext_sched_bind &&
             ext_forward(s->opts.forward, verbs[i].name, req->body, req->body_len, &resp->status,
                         &resp->body, &resp->body_len) == 1) {
             resp->content_type = "application/json";
             return verbs[i].name;
         }
         struct ext_reply reply;
-        if (verbs[i].fn == ext_sched_bind && s->bq) {
+        int f = fwd && verbs[i].fn == ext_sched_bind && s->fq
+                    ? forward_queued(s, req, &reply, &resp->status, before_s)
+                    : -1;
+        if (f == 1) {
+            *parked = 1;
+            return verbs[i].name;
+        } else if (f == 0) {
+            /* the leader's answer */
+        } else if (verbs[i].fn == ext_sched_bind && s->bq) {
             if ((*parked = bind_queued(s, req, &reply, &resp->status, before_s)))
                 return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
@@ -275,7 +321,10 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     }
     if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0 ||
         (opts->bind_threads > 0 &&
-         (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0)) {
+         (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0) ||
+        (opts->forward &&
+         (rc = ext_bindq_new(run_forward, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0)) {
+        ext_bindq_free(s->bq);
         free(s);
         return rc;
     }
@@ -288,6 +337,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     ho.ud = s;
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
         ext_bindq_free(s->bq);
+        ext_bindq_free(s->fq);
         free(s);
         return rc;
     }
@@ -302,7 +352,9 @@ void ext_server_stop(struct ext_server *s)
     if (!s)
         return;
     ext_bindq_stop(s->bq); /* binds handed over finish and wake their requests */
+    ext_bindq_stop(s->fq);
     http_server_stop(s->http);
     ext_bindq_free(s->bq);
+    ext_bindq_free(s->fq);
     free(s);
 }

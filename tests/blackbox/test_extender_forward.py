@@ -8,6 +8,8 @@ the follower answering /bind 503 (and /filter from its own view) until the
 lease expires, then the follower binds itself and nudges the pods left
 waiting; identities without an address keep the plain 503."""
 import signal
+import threading
+import time
 
 import requests
 
@@ -19,14 +21,14 @@ FWD = 'gpusched_extender_forwarded_total{verb="%s",code="%s"'
 ARGS = ["--leader-elect", "--lease-duration", "3", "--lease-namespace", "kube-system"]
 
 
-def start_as(bin_, api_, tmp_path, ident, name):
+def start_as(bin_, api_, tmp_path, ident, name, *extra):
     """An extender whose Lease identity carries its own address."""
     port = test_extender.free_port()
     orig = test_extender.free_port
     test_extender.free_port = lambda: port
     try:
-        return start(bin_, api_, tmp_path, *ARGS, "--identity", f"{ident}@127.0.0.1:{port}",
-                     name=name)
+        return start(bin_, api_, tmp_path, *ARGS, *extra, "--identity",
+                     f"{ident}@127.0.0.1:{port}", name=name)
     finally:
         test_extender.free_port = orig
 
@@ -111,3 +113,42 @@ def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+def test_forwarded_bind_holds_no_http_worker(gpusched_bin, api, tmp_path):
+    """The leader can take seconds over a /bind (a node held for kubelet, a slow API
+    server). A follower with one HTTP worker, which answers its connections one request
+    at a time, still answers /filter while a /bind it forwarded waits: the forwarded
+    bind runs off the worker (parked), else kube-scheduler's next pods would wait."""
+    add_gpu_pod(api, "s1", "1")
+    add_gpu_pod(api, "s2", "1")
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a")
+    wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+    b = None
+    try:
+        b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", "--threads", "1")
+        p, q = api.get("pods", "s1", "default"), api.get("pods", "s2", "default")
+        wait_for(lambda: b.filter(q, ["g1"])["NodeNames"], what="b answers /filter")
+        api.delay("POST", r"/pods/s1/binding$", 3)
+        out = {}
+
+        def bind():
+            t0 = time.time()
+            out["r"] = b.bind(p, "g1")
+            out["took"] = time.time() - t0
+        t = threading.Thread(target=bind)
+        t.start()
+        time.sleep(0.5)  # the bind is at the leader, held by the API server
+        t0 = time.time()
+        f = b.filter(q, ["g1", "g2"])
+        took = time.time() - t0
+        t.join()
+        assert f["NodeNames"], f
+        assert took < 1.5, f"/filter waited {took:.1f} s behind a forwarded /bind"
+        assert out["r"].status_code == 200 and out["r"].json()["Error"] == "", out["r"].text
+        assert out["took"] >= 2.5, out
+        assert b.metric(FWD % ("bind", "200")) == 1
+    finally:
+        a.stop()
+        if b:
+            b.stop()
