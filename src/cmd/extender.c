@@ -163,7 +163,8 @@ int cmd_extender(int argc, char **argv)
 
     m = metrics_new();
     if (!m || ext_sched_new(&(struct ext_sched_opts){.names = &cfg.names, .policy = cfg.policy,
-                                                     .top_k = (int)cfg.top_k, .metrics = m},
+                                                     .top_k = (int)cfg.top_k, .metrics = m,
+                                                     .filter_wait = cfg.filter_wait},
                             &s, &e) < 0) {
         fprintf(stderr, "gpusched extender: %s\n", m ? e.msg : "out of memory");
         status = 2;

@@ -50,6 +50,9 @@ static const struct row rows[] = {
      "(0 = no node lock; default 300)", 0, 0},
     {"bind_wait", C_DBL, F(bind_wait), "SECONDS",
      "cluster: how long a /bind waits for a held node before answering 503 (default 5)", 0, 0},
+    {"filter_wait", C_DBL, F(filter_wait), "SECONDS",
+     "how long a GPU pod's /filter waits for the /bind of the GPU pod filtered before it "
+     "(kube-scheduler binds beside the next cycle; 0 = never; default 0.1)", 0, 0},
     {"log_level", C_STR, F(log_level), "LEVEL", "debug, info, warn or error", 0, 0},
     {"log_format", C_STR, F(log_format), "FMT", "text or json", 0, 0},
     {"threads", C_INT, F(threads), "N", "HTTP worker threads (default 4)", 1, 256},
@@ -98,6 +101,7 @@ void ext_config_defaults(struct ext_config *c)
     c->events = 1;
     c->node_lock_timeout = 300;
     c->bind_wait = 5;
+    c->filter_wait = 0.1;
     c->log_level = strdup("info");
     c->log_format = strdup("text");
     c->threads = 4;
@@ -190,6 +194,8 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
     if (!(c->bind_wait >= 0 && c->bind_wait <= 60))
         return gs_errf(e, GS_EINVAL, "bind_wait: 0..60 seconds (keep it under the scheduler's "
                        "httpTimeout)");
+    if (!(c->filter_wait >= 0 && c->filter_wait <= 1))
+        return gs_errf(e, GS_EINVAL, "filter_wait: 0..1 seconds");
     c->names.gpu = c->res_gpu;
     c->names.gpu_memory = c->res_gpu_memory;
     c->names.gpu_cores = c->res_gpu_cores;

@@ -32,6 +32,7 @@ struct ext_config {
     long events;                          /* post Events on pods */
     double node_lock_timeout;             /* seconds a bound GPU pod holds its node; 0 = no lock */
     double bind_wait;                     /* seconds a /bind waits for a held node */
+    double filter_wait;                   /* seconds a /filter waits for the bind before it */
     char *log_level, *log_format;
     long threads, max_body;
     /* resource and annotation names */

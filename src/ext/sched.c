@@ -155,12 +155,21 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->bind_came, &ca);
+    pthread_condattr_destroy(&ca);
     s->node_gen = 1;
     if (opts->metrics) {
         struct metrics *m = opts->metrics;
         s->m_decisions = metrics_add(m, METRIC_COUNTER, "gpusched_extender_decisions_total",
                                      "Extender decisions by verb and result.", "verb,result",
                                      NULL, 0, e);
+        s->m_filter_waits = metrics_add(
+            m, METRIC_COUNTER, "gpusched_extender_filter_waits_total",
+            "GPU pod /filters that waited for the /bind of the pod filtered before them, by "
+            "outcome (bound: it came; timeout: filter_wait passed).", "outcome", NULL, 0, e);
         s->m_kept = metrics_add(m, METRIC_COUNTER, "gpusched_extender_kept_answers_total",
                                 "Replies to /filter and /prioritize sent from a kept answer "
                                 "(nothing they say had changed), by verb.", "verb", NULL, 0, e);
@@ -229,6 +238,7 @@ void ext_sched_free(struct ext_sched *s)
     ext_namelist_put(s->base);
     ext_namecache_free(s->lists);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->bind_came);
     free(s);
 }
 
@@ -739,6 +749,52 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
     }
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void sched_expect_bind(struct ext_sched *s, const char *uid)
+{
+    if (s->opts.filter_wait <= 0)
+        return;
+    snprintf(s->expect_uid, sizeof s->expect_uid, "%s", uid);
+    s->expect_until = mono_now() + s->opts.filter_wait;
+}
+
+void sched_bind_arrived(struct ext_sched *s, const char *uid)
+{
+    if (s->expect_until > 0 && strcmp(s->expect_uid, uid) == 0) {
+        s->expect_until = 0;
+        pthread_cond_broadcast(&s->bind_came);
+    }
+}
+
+int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
+{
+    int waited = 0;
+    double limit = mono_now() + s->opts.filter_wait; /* however often the expectation moves */
+    while (s->expect_until > 0 && strcmp(s->expect_uid, uid) != 0) {
+        double now = mono_now(), until = s->expect_until < limit ? s->expect_until : limit;
+        if (now >= until) {
+            if (now >= s->expect_until)
+                s->expect_until = 0; /* it is not coming: kube-scheduler failed that pod */
+            metric_inc(s->m_filter_waits, (const char *[]){"timeout"});
+            return 0;
+        }
+        if (!wait)
+            return 1;
+        struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+        waited = 1;
+        pthread_cond_timedwait(&s->bind_came, &s->mu, &ts);
+    }
+    if (waited)
+        metric_inc(s->m_filter_waits, (const char *[]){"bound"});
+    return 0;
 }
 
 int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p)

@@ -75,6 +75,8 @@ struct ext_sched_opts {
     int no_keep;          /* keep no answer, verdict or node position between requests
                              (ext/memo.h): every request decided afresh; what the
                              kept-answer tests compare against */
+    double filter_wait;   /* seconds ext_sched_filter_after_bind waits for the /bind of
+                             the GPU pod the previous /filter found nodes for; 0 = never */
 };
 
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
@@ -148,6 +150,18 @@ struct ext_reply {
 char *ext_reply_take(struct ext_reply *r, size_t *len);
 
 int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
+/* /filter as kube-scheduler calls it: kube-scheduler binds a pod in a
+ * goroutine beside the next pod's scheduling cycle, so a GPU pod's /filter
+ * can come before the /bind of the GPU pod filtered before it, and would
+ * offer the GPUs that bind is about to take (when both want a node's last
+ * one, the second bind is refused 409). This /filter first waits for that
+ * /bind to arrive and reserve its GPUs, at most filter_wait after the
+ * previous /filter and never longer than filter_wait in all. may_wait 0:
+ * answers EXT_FILTER_WAIT (and nothing else) when it would have to wait, so
+ * an HTTP worker can hand it to a thread that may block (may_wait 1). */
+#define EXT_FILTER_WAIT 424
+int ext_sched_filter_after_bind(struct ext_sched *s, const char *body, size_t len, int may_wait,
+                                struct ext_reply *r);
 int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);

@@ -54,12 +54,18 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         return 400;
     }
     if (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) {
+        pthread_mutex_lock(&s->mu);
+        sched_bind_arrived(s, b.pod_uid);
+        pthread_mutex_unlock(&s->mu);
         *reply = ext_error("this replica is not the leader; retry");
         ext_bind_clear(&b);
         sched_decision(s, "bind", "not_leader");
         return 503;
     }
     pthread_mutex_lock(&s->mu);
+    /* a /filter waiting for this bind goes on once the lock is released:
+     * after the reservation below */
+    sched_bind_arrived(s, b.pod_uid);
     if (!(p = sched_smap_get(&s->pods, b.pod_uid)) &&
         (!(p = sched_find_by_name(s, b.pod_namespace, b.pod_name)))) {
         pthread_mutex_unlock(&s->mu);

@@ -237,7 +237,10 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
     return oom ? -1 : changed;
 }
 
-int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
+/* wait: -1 never waits; 0 answers EXT_FILTER_WAIT when it would; 1 waits
+ * (ext_sched_filter_after_bind). */
+static int filter_run(struct ext_sched *s, const char *body, size_t len, int wait,
+                      struct ext_reply *out)
 {
     json_t **reply = &out->json;
     struct gs_err e = GS_ERR_INIT;
@@ -273,6 +276,17 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         goto done;
     }
     pthread_mutex_lock(&s->mu);
+    if (gpu && wait >= 0 && sched_await_bind(s, pod.uid, wait)) {
+        pthread_mutex_unlock(&s->mu); /* asked again where it may wait */
+        free(key);
+        ext_memo_entry_clear(&own);
+        free(own_pos);
+        free(fit);
+        free(nodes);
+        core_pod_clear(&pod);
+        ext_args_clear(&a);
+        return EXT_FILTER_WAIT;
+    }
     struct pod *p = gpu ? sched_remember(s, a.pod) : NULL;
     int quota = sched_quota_prepare(s, &pod);
     if (!gpu) {
@@ -364,6 +378,8 @@ int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct e
         kept = ext_text_ref(en->reply); /* per-request checks changed nothing */
     if (p && ok)
         p->unschedulable = nfit == 0;
+    if (gpu && ok && nfit > 0)
+        sched_expect_bind(s, pod.uid);
     pthread_mutex_unlock(&s->mu);
 done:
     ext_memo_entry_clear(&own);
@@ -409,4 +425,15 @@ done:
     core_pod_clear(&pod);
     ext_args_clear(&a);
     return 200;
+}
+
+int ext_sched_filter(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
+{
+    return filter_run(s, body, len, -1, out);
+}
+
+int ext_sched_filter_after_bind(struct ext_sched *s, const char *body, size_t len, int may_wait,
+                                struct ext_reply *out)
+{
+    return filter_run(s, body, len, may_wait ? 1 : 0, out);
 }

@@ -95,6 +95,13 @@ struct ext_sched {
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
+    /* the GPU pod /filter last found nodes for, whose /bind is still to come
+     * until expect_until (CLOCK_MONOTONIC; 0 = none), and the /binds'
+     * signal to the /filters waiting for it (ext_sched_filter_after_bind) */
+    char expect_uid[64];
+    double expect_until;
+    pthread_cond_t bind_came;
+    struct metric *m_filter_waits;
 };
 
 /* ---- state (ext/sched.c) --------------------------------------------------- */
@@ -105,6 +112,16 @@ void *sched_smap_get(const struct smap *m, const char *k);
 void sched_decision(struct ext_sched *s, const char *verb, const char *result);
 /* The wall clock, in seconds. */
 double sched_wall_now(void);
+/* A /bind of uid arrived: a /filter waiting for it goes on once the lock is
+ * released. Lock held. */
+void sched_bind_arrived(struct ext_sched *s, const char *uid);
+/* Would the /filter of GPU pod uid have to wait for the /bind of the pod
+ * the previous /filter found nodes for? 1 yes (wait 0); with wait 1 it
+ * waits (the lock released meanwhile) until that bind arrived, at most
+ * filter_wait, and returns 0. Lock held. */
+int sched_await_bind(struct ext_sched *s, const char *uid, int wait);
+/* /filter of GPU pod uid found nodes: its /bind is expected next. Lock held. */
+void sched_expect_bind(struct ext_sched *s, const char *uid);
 /* Does p hold an allocation read from assignment annotations whose Binding
  * never came (no node name, no bind of this replica committing or committed
  * it)? In cluster mode only. Lock held. */

@@ -18,7 +18,12 @@ struct ext_server {
     struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts;
     struct ext_bindq *bq; /* or NULL: binds run on the HTTP worker */
     struct ext_bindq *fq; /* a non-leader's /binds handed to the leader, or NULL */
+    struct ext_bindq *ffq; /* and its /filters (the leader may hold one, filter_wait) */
+    struct ext_bindq *wq; /* /filters waiting for the /bind before them */
 };
+
+/* Threads that may each hold a /filter waiting for a /bind (filter_wait). */
+#define FILTER_WAIT_THREADS 4
 
 /* Threads that may each wait on a forwarded /bind at once: the leader can
  * hold one up to bind_wait (a node still held for kubelet). */
@@ -119,7 +124,7 @@ static int bind_queued(struct ext_server *s, const struct http_request *req,
 /* A forwarded /bind, run by a thread of s->fq: the leader's answer; when
  * this replica has taken the lease meanwhile, 503 (kube-scheduler retries,
  * and a replica that starts leading nudges the pods left waiting). */
-static int run_forward(void *ud, const char *body, size_t len, struct ext_reply *r)
+static int run_forward_bind(void *ud, const char *body, size_t len, struct ext_reply *r)
 {
     struct ext_server *s = ud;
     int status = 503;
@@ -130,22 +135,62 @@ static int run_forward(void *ud, const char *body, size_t len, struct ext_reply 
     return 503;
 }
 
-/* A non-leader's /bind off the HTTP worker: the leader may take seconds to
- * answer it (a node held for kubelet), and a worker answers its connections
- * one request at a time, so waiting there would hold kube-scheduler's
- * /filter and /prioritize of the next pods. 1 parked; 0 answered (*reply,
- * *status); -1 not forwarded (this replica leads: bind here). */
-static int forward_queued(struct ext_server *s, const struct http_request *req,
-                          struct ext_reply *reply, int *status, double *before_s)
+/* A forwarded /filter, run by a thread of s->ffq: the leader's answer, or
+ * this replica's own when the leader did not answer (or it leads now). */
+static int run_forward_filter(void *ud, const char *body, size_t len, struct ext_reply *r)
+{
+    struct ext_server *s = ud;
+    int status = 200;
+    memset(r, 0, sizeof *r);
+    if (ext_forward(s->opts.forward, "filter", body, len, &status, &r->text, &r->len) == 1)
+        return status;
+    return ext_sched_filter_after_bind(s->opts.sched, body, len, 1, r);
+}
+
+/* A non-leader's /bind or /filter off the HTTP worker (q: s->fq or s->ffq):
+ * the leader may take seconds over a /bind (a node held for kubelet) and
+ * up to filter_wait over a /filter, and a worker answers its connections
+ * one request at a time: waiting there would hold the next requests on the
+ * worker's connections, among them the very /bind a /filter waits for.
+ * 1 parked; 0 answered (*reply, *status); -1 not forwarded (this replica
+ * leads: answer here). */
+static int forward_queued(struct ext_server *s, struct ext_bindq *q,
+                          const struct http_request *req, struct ext_reply *reply, int *status,
+                          double *before_s)
 {
     void *tok = http_req_token(req);
-    if (ext_bindq_take(s->fq, tok, req->body, req->body_len, status, reply, before_s))
+    if (ext_bindq_take(q, tok, req->body, req->body_len, status, reply, before_s))
         return 0;
     if (!ext_forward_elsewhere(s->opts.forward) ||
-        ext_bindq_submit(s->fq, tok, req->body, req->body_len) != 0)
+        ext_bindq_submit(q, tok, req->body, req->body_len) != 0)
         return -1;
     http_req_park(req);
     return 1;
+}
+
+static int run_filter_wait(void *sched, const char *body, size_t len, struct ext_reply *r)
+{
+    return ext_sched_filter_after_bind(sched, body, len, 1, r);
+}
+
+/* /filter, waiting off the HTTP worker for the /bind before it when it has
+ * to (ext_sched_filter_after_bind): the bind may be queued behind it on the
+ * same worker. Returns 1 when parked. */
+static int filter_or_wait(struct ext_server *s, const struct http_request *req,
+                          struct ext_reply *reply, int *status, double *before_s)
+{
+    void *tok = http_req_token(req);
+    if (ext_bindq_take(s->wq, tok, req->body, req->body_len, status, reply, before_s))
+        return 0;
+    *status = ext_sched_filter_after_bind(s->opts.sched, req->body, req->body_len, 0, reply);
+    if (*status != EXT_FILTER_WAIT)
+        return 0;
+    if (ext_bindq_submit(s->wq, tok, req->body, req->body_len) == 0) {
+        http_req_park(req);
+        return 1;
+    }
+    *status = ext_sched_filter(s->opts.sched, req->body, req->body_len, reply); /* stopping */
+    return 0;
 }
 
 static void reply_json(struct http_response *resp, int status, json_t *obj)
@@ -186,16 +231,18 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         }
         int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER);
-        if (fwd && verbs[i].fn != ext_sched_bind &&
+        struct ext_bindq *fq = !fwd                            ? NULL
+                               : verbs[i].fn == ext_sched_bind   ? s->fq
+                               : verbs[i].fn == ext_sched_filter ? s->ffq
+                                                                 : NULL;
+        if (fwd && !fq &&
             ext_forward(s->opts.forward, verbs[i].name, req->body, req->body_len, &resp->status,
                         &resp->body, &resp->body_len) == 1) {
             resp->content_type = "application/json";
             return verbs[i].name;
         }
         struct ext_reply reply;
-        int f = fwd && verbs[i].fn == ext_sched_bind && s->fq
-                    ? forward_queued(s, req, &reply, &resp->status, before_s)
-                    : -1;
+        int f = fq ? forward_queued(s, fq, req, &reply, &resp->status, before_s) : -1;
         if (f == 1) {
             *parked = 1;
             return verbs[i].name;
@@ -206,6 +253,9 @@ static const char *route(struct ext_server *s, const struct http_request *req,
                 return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
             if ((*parked = bind_or_wait(s, req, &reply, &resp->status)))
+                return verbs[i].name;
+        } else if (verbs[i].fn == ext_sched_filter) {
+            if ((*parked = filter_or_wait(s, req, &reply, &resp->status, before_s)))
                 return verbs[i].name;
         } else {
             resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
@@ -323,8 +373,14 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
         (opts->bind_threads > 0 &&
          (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0) ||
         (opts->forward &&
-         (rc = ext_bindq_new(run_forward, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0)) {
+         ((rc = ext_bindq_new(run_forward_bind, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0 ||
+          (rc = ext_bindq_new(run_forward_filter, s, http_wake, FORWARD_THREADS, &s->ffq, e)) <
+              0)) ||
+        (rc = ext_bindq_new(run_filter_wait, opts->sched, http_wake, FILTER_WAIT_THREADS, &s->wq,
+                            e)) < 0) {
         ext_bindq_free(s->bq);
+        ext_bindq_free(s->fq);
+        ext_bindq_free(s->ffq);
         free(s);
         return rc;
     }
@@ -338,6 +394,8 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
         ext_bindq_free(s->bq);
         ext_bindq_free(s->fq);
+        ext_bindq_free(s->ffq);
+        ext_bindq_free(s->wq);
         free(s);
         return rc;
     }
@@ -353,8 +411,12 @@ void ext_server_stop(struct ext_server *s)
         return;
     ext_bindq_stop(s->bq); /* binds handed over finish and wake their requests */
     ext_bindq_stop(s->fq);
+    ext_bindq_stop(s->ffq);
+    ext_bindq_stop(s->wq);
     http_server_stop(s->http);
     ext_bindq_free(s->bq);
     ext_bindq_free(s->fq);
+    ext_bindq_free(s->ffq);
+    ext_bindq_free(s->wq);
     free(s);
 }

@@ -136,8 +136,11 @@ def test_concurrency_500(big):
         assert len(pods) == 500
         use = scale.check_assignments(pods, scale.inventories(big, "gpu"))
         retried = scale.failed_scheduling(big, NS, set(names))
+        waits = {o: big.extender_metric(0, "gpusched_extender_filter_waits_total",
+                                        {"outcome": o}) for o in ("bound", "timeout")}
         print(f"500 pods bound in {took:.1f}s ({500 / took:.0f} pods/s); "
               f"{len(use)} GPUs in use; {len(retried)} pods needed a retry"
-              f"{': ' + str(list(retried.items())[:3]) if retried else ''}")
+              f"{': ' + str(list(retried.items())[:3]) if retried else ''}; "
+              f"/filters that waited for the /bind before them: {waits}")
     finally:
         big.force_delete_all(NS, "e2e=1", timeout=120)

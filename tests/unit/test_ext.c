@@ -1,9 +1,11 @@
 /* tests/unit/test_ext.c - the extender's modules without HTTP: protocol
  * parsing, node inventory, annotations round trip, the journal (torn and
- * damaged records), config rows, and the scheduler's bind/release/restore
- * accounting. */
+ * damaged records), config rows, the scheduler's bind/release/restore
+ * accounting, and a /filter that waits for the /bind of the pod before it. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -362,6 +364,94 @@ static void test_sched(void)
     ext_sched_free(s);
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ext_sched_filter_after_bind for GPU pod NAME (uid NAME too) asked about
+ * nodes (a JSON array): its status, the NodeNames as "a,b" in out, and the
+ * seconds it took in *took. */
+static int filter_names(struct ext_sched *s, const char *name, const char *nodes, int may_wait,
+                        char *out, size_t cap, double *took)
+{
+    char body[600];
+    struct ext_reply reply;
+    size_t rlen;
+    snprintf(body, sizeof body,
+             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
+             "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
+             "{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":%s}", name, name, nodes);
+    double t0 = mono_s();
+    int status = ext_sched_filter_after_bind(s, body, strlen(body), may_wait, &reply);
+    *took = mono_s() - t0;
+    char *txt = ext_reply_take(&reply, &rlen);
+    json_t *fr = json_loads(txt, 0, NULL), *v;
+    size_t i;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(fr, "NodeNames"), i, v)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", json_string_value(v));
+    json_decref(fr);
+    free(txt);
+    return status;
+}
+
+static void *late_bind(void *ud)
+{
+    struct ext_sched *s = ud;
+    struct ext_reply reply;
+    size_t rlen;
+    const char *b = "{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"p\",\"Node\":\"n\"}";
+    nanosleep(&(struct timespec){0, 80 * 1000000L}, NULL);
+    ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &reply), 200);
+    free(ext_reply_take(&reply, &rlen));
+    return NULL;
+}
+
+/* kube-scheduler binds pod p beside the next pod's cycle: q's /filter can
+ * come before p's /bind. It waits for that bind, so it does not offer the
+ * GPU p takes; asked where it may not wait, it says so; a bind that never
+ * comes holds the next /filter up filter_wait at most. */
+static void test_filter_waits_for_bind(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G%d\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+    char buf[200], got[200];
+    double took;
+    pthread_t t;
+
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_wait = 0.3}, &s, &e), 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(buf, sizeof buf, inv, i);
+        json_t *n = node_json(i ? "n2" : "n", buf);
+        ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+        json_decref(n);
+    }
+    ASSERT_EQ(filter_names(s, "p", "[\"n\"]", 0, got, sizeof got, &took), 200);
+    ASSERT_STREQ(got, "n");
+    ASSERT_EQ(filter_names(s, "q", "[\"n\"]", 0, got, sizeof got, &took), EXT_FILTER_WAIT);
+    ASSERT_EQ(pthread_create(&t, NULL, late_bind, s), 0);
+    /* p's bind comes 80 ms later */
+    ASSERT_EQ(filter_names(s, "q", "[\"n\"]", 1, got, sizeof got, &took), 200);
+    pthread_join(t, NULL);
+    ASSERT_STREQ(got, ""); /* n's one GPU is p's */
+    ASSERT_TRUE(took >= 0.05);
+    /* q's bind never comes: r waits filter_wait, then goes on */
+    filter_names(s, "q", "[\"n\",\"n2\"]", 1, got, sizeof got, &took);
+    ASSERT_STREQ(got, "n2");
+    ASSERT_EQ(filter_names(s, "r", "[\"n\",\"n2\"]", 1, got, sizeof got, &took), 200);
+    ASSERT_STREQ(got, "n2");
+    ASSERT_TRUE(took >= 0.25);
+    /* the same pod asked again does not wait for itself */
+    ASSERT_EQ(filter_names(s, "r", "[\"n2\"]", 0, got, sizeof got, &took), 200);
+    ASSERT_STREQ(got, "n2");
+    ext_sched_free(s);
+}
+
 int test_ext(void)
 {
     char dir[] = "/tmp/gs_ext_XXXXXX";
@@ -373,6 +463,7 @@ int test_ext(void)
     test_journal(dir);
     test_config(dir);
     test_sched();
+    test_filter_waits_for_bind();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
