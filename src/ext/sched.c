@@ -166,10 +166,13 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_decisions = metrics_add(m, METRIC_COUNTER, "gpusched_extender_decisions_total",
                                      "Extender decisions by verb and result.", "verb,result",
                                      NULL, 0, e);
+        double wb[10];
+        metrics_exp_buckets(0.0001, 2.5, 10, wb); /* 100 us .. 0.38 s */
         s->m_filter_waits = metrics_add(
-            m, METRIC_COUNTER, "gpusched_extender_filter_waits_total",
-            "GPU pod /filters that waited for the /bind of the pod filtered before them, by "
-            "outcome (bound: it came; timeout: filter_wait passed).", "outcome", NULL, 0, e);
+            m, METRIC_HISTOGRAM, "gpusched_extender_filter_wait_seconds",
+            "How long GPU pod /filters waited for the /bind of the pod filtered before them "
+            "(only those that waited), by outcome (bound: it came; timeout: filter_wait "
+            "passed).", "outcome", wb, 10, e);
         s->m_kept = metrics_add(m, METRIC_COUNTER, "gpusched_extender_kept_answers_total",
                                 "Replies to /filter and /prioritize sent from a kept answer "
                                 "(nothing they say had changed), by verb.", "verb", NULL, 0, e);
@@ -777,13 +780,14 @@ void sched_bind_arrived(struct ext_sched *s, const char *uid)
 int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
 {
     int waited = 0;
-    double limit = mono_now() + s->opts.filter_wait; /* however often the expectation moves */
+    double start = mono_now(), limit = start + s->opts.filter_wait; /* however often the
+                                                                      expectation moves */
     while (s->expect_until > 0 && strcmp(s->expect_uid, uid) != 0) {
         double now = mono_now(), until = s->expect_until < limit ? s->expect_until : limit;
         if (now >= until) {
             if (now >= s->expect_until)
                 s->expect_until = 0; /* it is not coming: kube-scheduler failed that pod */
-            metric_inc(s->m_filter_waits, (const char *[]){"timeout"});
+            metric_observe(s->m_filter_waits, (const char *[]){"timeout"}, now - start);
             return 0;
         }
         if (!wait)
@@ -793,7 +797,7 @@ int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
         pthread_cond_timedwait(&s->bind_came, &s->mu, &ts);
     }
     if (waited)
-        metric_inc(s->m_filter_waits, (const char *[]){"bound"});
+        metric_observe(s->m_filter_waits, (const char *[]){"bound"}, mono_now() - start);
     return 0;
 }
 
