@@ -337,7 +337,15 @@ def test_device_plugin_daemonset_on_a_real_kubelet(ds_cluster):
         before = inv["updated_at"]
         time.sleep(1.1)                 # updated_at has whole seconds
         old = plugin["metadata"]["name"]
-        c.delete_pods(DS_NS, [old], grace=30, timeout=60)
+        try:
+            c.delete_pods(DS_NS, [old], grace=30, timeout=60)
+        except AssertionError as e:
+            # kubelet 1.20 confirms a graceful deletion at a status sync once the
+            # pod's resources are reclaimed; once in CI it had not after 60 s,
+            # though the container had stopped within a second. What is tested
+            # here is the pod that replaces it: delete it as an operator would.
+            print(f"graceful deletion not confirmed ({e}); deleting with grace 0")
+            c.delete_pods(DS_NS, [old], grace=0, timeout=60)
         new = c.wait(lambda: running_plugin(c, exclude=[old]), 90, "recreated plugin pod Running")
         assert new["metadata"]["name"] != old
         c.wait(lambda: (inventory(c, NODE) or {}).get("updated_at", "") > before, 60,
