@@ -18,7 +18,8 @@ state_parent=${STATE_PARENT:-$build}
 printf "%5s %6s %10s %9s %9s %11s\n" conns binds "binds/s" "p50 ms" "p99 ms" "flush/bind"
 for c in $conns; do
   state=$(mktemp -d -p "$state_parent" bind-state.XXXXXX)
-  extender_start "$build" "$nodes" --state-dir "$state" --threads "${THREADS:-4}"
+  # every pod is filtered before any is bound: no /filter waits for a /bind
+  extender_start "$build" "$nodes" --state-dir "$state" --threads "${THREADS:-4}" --filter-wait 0
   "$build/bench_bind" "http://127.0.0.1:$port" "$nodes" "$pods" "$c" || { rm -rf "$state"; exit 1; }
   extender_stop
   rm -rf "$state"
