@@ -754,6 +754,9 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
     return n;
 }
 
+/* /filters wait for binds only while binds come: one in the last this many seconds */
+#define BINDS_SEEN_S 300.0
+
 static double mono_now(void)
 {
     struct timespec ts;
@@ -763,7 +766,7 @@ static double mono_now(void)
 
 void sched_expect_bind(struct ext_sched *s, const char *uid)
 {
-    if (s->opts.filter_wait <= 0)
+    if (s->opts.filter_wait <= 0 || s->last_bind <= 0 || mono_now() - s->last_bind > BINDS_SEEN_S)
         return;
     snprintf(s->expect_uid, sizeof s->expect_uid, "%s", uid);
     s->expect_until = mono_now() + s->opts.filter_wait;
@@ -771,6 +774,7 @@ void sched_expect_bind(struct ext_sched *s, const char *uid)
 
 void sched_bind_arrived(struct ext_sched *s, const char *uid)
 {
+    s->last_bind = mono_now();
     if (s->expect_until > 0 && strcmp(s->expect_uid, uid) == 0) {
         s->expect_until = 0;
         pthread_cond_broadcast(&s->bind_came);

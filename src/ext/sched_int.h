@@ -100,6 +100,9 @@ struct ext_sched {
      * signal to the /filters waiting for it (ext_sched_filter_after_bind) */
     char expect_uid[64];
     double expect_until;
+    double last_bind;     /* when a /bind last arrived (CLOCK_MONOTONIC): a scheduler
+                             configured without bindVerb sends none, and then no
+                             /filter waits for one */
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
 };

@@ -398,22 +398,29 @@ static int filter_names(struct ext_sched *s, const char *name, const char *nodes
     return status;
 }
 
-static void *late_bind(void *ud)
+static void bind_to(struct ext_sched *s, const char *name, const char *node)
 {
-    struct ext_sched *s = ud;
+    char b[300];
     struct ext_reply reply;
     size_t rlen;
-    const char *b = "{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"p\",\"Node\":\"n\"}";
-    nanosleep(&(struct timespec){0, 80 * 1000000L}, NULL);
+    snprintf(b, sizeof b, "{\"PodName\":\"%s\",\"PodNamespace\":\"d\",\"PodUID\":\"%s\","
+             "\"Node\":\"%s\"}", name, name, node);
     ASSERT_EQ(ext_sched_bind(s, b, strlen(b), &reply), 200);
     free(ext_reply_take(&reply, &rlen));
+}
+
+static void *late_bind(void *ud)
+{
+    nanosleep(&(struct timespec){0, 80 * 1000000L}, NULL);
+    bind_to(ud, "p", "n");
     return NULL;
 }
 
 /* kube-scheduler binds pod p beside the next pod's cycle: q's /filter can
  * come before p's /bind. It waits for that bind, so it does not offer the
  * GPU p takes; asked where it may not wait, it says so; a bind that never
- * comes holds the next /filter up filter_wait at most. */
+ * comes holds the next /filter up filter_wait at most; and while no /bind
+ * has come at all (a scheduler without bindVerb) nothing waits. */
 static void test_filter_waits_for_bind(void)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -425,12 +432,17 @@ static void test_filter_waits_for_bind(void)
     pthread_t t;
 
     ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_wait = 0.3}, &s, &e), 0);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         snprintf(buf, sizeof buf, inv, i);
-        json_t *n = node_json(i ? "n2" : "n", buf);
+        json_t *n = node_json(i == 2 ? "n3" : i ? "n2" : "n", buf);
         ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
         json_decref(n);
     }
+    /* no /bind seen yet: w's /filter is not waited for */
+    ASSERT_EQ(filter_names(s, "w", "[\"n3\"]", 0, got, sizeof got, &took), 200);
+    ASSERT_EQ(filter_names(s, "v", "[\"n3\"]", 0, got, sizeof got, &took), 200);
+    ASSERT_STREQ(got, "n3");
+    bind_to(s, "w", "n3"); /* binds come: now they are waited for */
     ASSERT_EQ(filter_names(s, "p", "[\"n\"]", 0, got, sizeof got, &took), 200);
     ASSERT_STREQ(got, "n");
     ASSERT_EQ(filter_names(s, "q", "[\"n\"]", 0, got, sizeof got, &took), EXT_FILTER_WAIT);
