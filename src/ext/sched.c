@@ -766,7 +766,9 @@ static double mono_now(void)
 
 void sched_expect_bind(struct ext_sched *s, const char *uid)
 {
-    if (s->opts.filter_wait <= 0 || s->last_bind <= 0 || mono_now() - s->last_bind > BINDS_SEEN_S)
+    /* a uid that does not fit would never match its own bind */
+    if (s->opts.filter_wait <= 0 || s->last_bind <= 0 ||
+        mono_now() - s->last_bind > BINDS_SEEN_S || strlen(uid) >= sizeof s->expect_uid)
         return;
     snprintf(s->expect_uid, sizeof s->expect_uid, "%s", uid);
     s->expect_until = mono_now() + s->opts.filter_wait;

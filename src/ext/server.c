@@ -104,6 +104,16 @@ static int run_bind(void *sched, const char *body, size_t len, struct ext_reply 
     return ext_sched_bind(sched, body, len, r);
 }
 
+/* Hands the request to a thread of q and parks it (handed back with the
+ * reply, ext_bindq_take). 1 parked; 0 when q takes no more (stopping). */
+static int park_on(struct ext_bindq *q, const struct http_request *req)
+{
+    if (ext_bindq_submit(q, http_req_token(req), req->body, req->body_len) != 0)
+        return 0;
+    http_req_park(req);
+    return 1;
+}
+
 /* /bind off the HTTP worker (ext/bindq.h): handed over and parked on the
  * first run, answered with the bind thread's reply when run again. Returns
  * 1 when parked. */
@@ -113,12 +123,19 @@ static int bind_queued(struct ext_server *s, const struct http_request *req,
     void *tok = http_req_token(req);
     if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s))
         return 0;
-    if (ext_bindq_submit(s->bq, tok, req->body, req->body_len) == 0) {
-        http_req_park(req);
+    if (park_on(s->bq, req))
         return 1;
-    }
     *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply); /* stopping */
     return 0;
+}
+
+/* The leader's answer to verb in *r and 1 with its status in *status, or 0
+ * (ext_forward: answer here). */
+static int leader_answer(struct ext_server *s, const char *verb, const char *body, size_t len,
+                         struct ext_reply *r, int *status)
+{
+    memset(r, 0, sizeof *r);
+    return ext_forward(s->opts.forward, verb, body, len, status, &r->text, &r->len) == 1;
 }
 
 /* A forwarded /bind, run by a thread of s->fq: the leader's answer; when
@@ -126,10 +143,8 @@ static int bind_queued(struct ext_server *s, const struct http_request *req,
  * and a replica that starts leading nudges the pods left waiting). */
 static int run_forward_bind(void *ud, const char *body, size_t len, struct ext_reply *r)
 {
-    struct ext_server *s = ud;
-    int status = 503;
-    memset(r, 0, sizeof *r);
-    if (ext_forward(s->opts.forward, "bind", body, len, &status, &r->text, &r->len) == 1)
+    int status;
+    if (leader_answer(ud, "bind", body, len, r, &status))
         return status;
     r->json = ext_error("this replica became the leader while the bind was forwarded; retry");
     return 503;
@@ -140,9 +155,8 @@ static int run_forward_bind(void *ud, const char *body, size_t len, struct ext_r
 static int run_forward_filter(void *ud, const char *body, size_t len, struct ext_reply *r)
 {
     struct ext_server *s = ud;
-    int status = 200;
-    memset(r, 0, sizeof *r);
-    if (ext_forward(s->opts.forward, "filter", body, len, &status, &r->text, &r->len) == 1)
+    int status;
+    if (leader_answer(s, "filter", body, len, r, &status))
         return status;
     return ext_sched_filter_after_bind(s->opts.sched, body, len, 1, r);
 }
@@ -161,11 +175,7 @@ static int forward_queued(struct ext_server *s, struct ext_bindq *q,
     void *tok = http_req_token(req);
     if (ext_bindq_take(q, tok, req->body, req->body_len, status, reply, before_s))
         return 0;
-    if (!ext_forward_elsewhere(s->opts.forward) ||
-        ext_bindq_submit(q, tok, req->body, req->body_len) != 0)
-        return -1;
-    http_req_park(req);
-    return 1;
+    return ext_forward_elsewhere(s->opts.forward) && park_on(q, req) ? 1 : -1;
 }
 
 static int run_filter_wait(void *sched, const char *body, size_t len, struct ext_reply *r)
@@ -185,10 +195,8 @@ static int filter_or_wait(struct ext_server *s, const struct http_request *req,
     *status = ext_sched_filter_after_bind(s->opts.sched, req->body, req->body_len, 0, reply);
     if (*status != EXT_FILTER_WAIT)
         return 0;
-    if (ext_bindq_submit(s->wq, tok, req->body, req->body_len) == 0) {
-        http_req_park(req);
+    if (park_on(s->wq, req))
         return 1;
-    }
     *status = ext_sched_filter(s->opts.sched, req->body, req->body_len, reply); /* stopping */
     return 0;
 }
