@@ -1,7 +1,7 @@
 """`gpusched simulate --bound`: the LP lower bound and the bound for
 work-conserving schedulers (bound-wc) in the table and JSON, never above a
 policy's result, bound-wc never below the bound; on openb `default`
-(skipped when absent)."""
+(skipped when absent), bound-wc well above the bound (the order of arrival)."""
 import json
 import os
 
@@ -61,6 +61,12 @@ def test_bound_openb_default(gpusched_bin, openb_dir, tmp_path):
             "--policy", "fgd,cpufrag", "--seeds", "42-43", "--bound", "--json", str(js),
             timeout=300)
     assert r.returncode == 0, r.stderr
-    mean = check(json.loads(js.read_text()), 2)
+    doc = json.loads(js.read_text())
+    mean = check(doc, 2)
     # the 810-milli holes alone leave about 3 % (docs/policy-cpufrag.md)
     assert 2.5 < mean < 3.5, mean
+    # the order of arrival: a work-conserving scheduler places the 810s
+    # that come before its first failure, and then shuts out the whole
+    # pods; that is worth about 0.45 points here (docs/benchmark.md)
+    wmean = doc["bound_wc"]["unallocated_pct_at_100"]["mean"]
+    assert mean + 0.3 < wmean < 3.85, (mean, wmean)

@@ -1,0 +1,77 @@
+/*
+ * sim/sim_lp.h - the LP relaxation shared by the bounds (sim_bound.c, the
+ * offline bound; sim_order.c, the bound for work-conserving schedulers):
+ * node types, pod classes, the GLPK problem over them, and solves that
+ * return a certified optimum. Class rows (how many pods of each class may
+ * or must be placed) are the only part the callers change between solves.
+ *
+ * Ownership: struct sim_lp owns its arrays and the GLPK problem
+ * (sim_lp_free). Not thread-safe (GLPK's environment).
+ */
+#ifndef GPUSCHED_SIM_LP_H
+#define GPUSCHED_SIM_LP_H
+
+#include <glpk.h>
+#include <time.h>
+
+#include "sim/sim_bound.h"
+#include "sim/sim_trace.h"
+#include "util/err.h"
+
+struct sim_lp_type {
+    const struct sim_node *n; /* representative */
+    int count;
+};
+
+struct sim_lp_class {
+    const struct sim_pod *p;  /* representative */
+    int count, size;          /* size: index into sizes[], -1 for whole GPUs */
+    int lo;                   /* forced pods: at least this many placed (sim_forced.h) */
+    int hi;                   /* at most this many placed (order cases), INT_MAX: count */
+};
+
+/* Growable array of ints for the configurations and the matrix. */
+struct sim_lp_ivec {
+    int *a;
+    size_t n, cap;
+};
+
+/* One LP over a list of pods, re-solvable with other class counts. */
+struct sim_lp {
+    struct sim_lp_type *nt;
+    struct sim_lp_class *pc;
+    int *cls;                 /* class of each listed pod, -1 for CPU-only */
+    int n_nt, n_pc, ns, n_cfg, per_t;
+    int sizes[64];
+    struct sim_lp_ivec cfg;          /* n_cfg x ns counts */
+    glp_prob *lp;
+    int *fix;                 /* per column (1-based): the row that repairs its dual */
+    int *ind;                 /* scratch for one column (1-based) */
+    double *val, *u;          /* scratch: one column; row duals (1-based) */
+    int nofeas_ok;            /* model_solve: an infeasible LP returns 1, not an error */
+};
+
+void sim_lp_free(struct sim_lp *m);
+/* Node types of t's GPU nodes and classes of the pods t->pods[idx[0..n)]
+ * (count = pods of the class; cls[i] = class of pod i, -1 CPU-only). */
+int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, int n,
+                   struct gs_err *e);
+/* The GLPK problem of the classes, every class row at [lo, min(count, hi)]. */
+int sim_lp_build(struct sim_lp *m, struct gs_err *e);
+/* Class row k from pc[k].lo, count and hi. */
+void sim_lp_set_class_row(struct sim_lp *m, int k);
+/* Solves from the last basis; *milli = the certified optimum. Returns 1
+ * for an infeasible LP when nofeas_ok, else an error. */
+int sim_lp_solve(struct sim_lp *m, double *milli, double *lp_obj, struct gs_err *e);
+/* Weak-duality bound on the LP at the current row bounds from the row
+ * duals dual[1..rows] (NULL: GLPK's last solution), repaired. */
+double sim_lp_certificate(struct sim_lp *m, const double *dual);
+
+double sim_lp_elapsed(const struct timespec *w0);
+/* The stats a bound call fills (the caller's, or *dummy when it passed
+ * none), zeroed, and the wall clock at its start. */
+struct sim_bound_stats *sim_lp_stats_start(struct sim_bound_stats *st,
+                                           struct sim_bound_stats *dummy, struct timespec *w0);
+void sim_lp_fill_stats(struct sim_bound_stats *st, const struct sim_lp *m);
+
+#endif
