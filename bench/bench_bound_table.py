@@ -91,18 +91,19 @@ def main(argv):
     for t in traces:
         got = mean_line(out, "wc", t)
         if got:
-            # B, W, W-B, forced %, first unforced arrived %, W_ceil, ceiling forced %
+            # B, W, W-B, the order alone, forced %, first unforced arrived %, lemma sets, W s
             m, res = got
             w = max(m[1], m[0])
-            rows.append(f"| {t} | {m[0]:.2f} | {w:.2f} | {w - m[0]:.2f} | {m[3]:.1f} | {m[4]:.1f} "
-                        f"| {m[6]:.1f} | {m[5]:.2f} | {res['cpufrag']:.2f} | {res['fgd']:.2f} "
+            rows.append(f"| {t} | {m[0]:.2f} | {w:.2f} | {w - m[0]:.2f} | {m[3]:.2f} | {m[4]:.1f} "
+                        f"| {m[5]:.1f} | {res['cpufrag']:.2f} | {res['fgd']:.2f} "
                         f"| {res['bestfit']:.2f} | {res['cpufrag'] - w:+.2f} "
-                        f"| {res['cpufrag'] - m[5]:+.2f} |")
+                        f"| {res['fgd'] - w:+.2f} | {res['bestfit'] - w:+.2f} | {m[6]:.0f} "
+                        f"| {m[7]:.1f} |")
     if rows:
-        print("| trace | bound B | bound-wc W | W - B | forced % | first unforced at arrived % "
-              "| ceiling forced % | W_ceil | cpufrag | fgd | bestfit | cpufrag - W "
-              "| cpufrag - W_ceil |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| trace | bound B | bound-wc W | W - B | order alone | forced % "
+              "| first unforced at arrived % | cpufrag | fgd | bestfit | cpufrag - W "
+              "| fgd - W | bestfit - W | lemma sets | W s/seed |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(rows))
         print()
     print("| trace | load | alloc % bestfit | fgd | cpufrag | waiting GPU % bestfit | fgd | cpufrag "

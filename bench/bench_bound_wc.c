@@ -1,22 +1,19 @@
 /*
  * bench/bench_bound_wc.c - the bound for work-conserving schedulers against
  * the offline bound (docs/benchmark.md, "A bound for work-conserving
- * schedulers"): per seed, the LP bound B (sim_bound_run), the bound W with
- * the proven forced pods held (sim_bound_run_wc), how many GPU pods are
- * forced and where the first one not proven forced arrives, and how far any
- * test of forced pods could raise W at all.
- *
- * That last number, W_ceil: true forcing (some node fits the pod whatever
- * subset of the earlier pods was placed, wherever) ends, within a class,
- * before the class's first pod that fails in a real run (that run's
- * placement is such a subset). The pods of each class before the earliest
- * failure of the class over seven policies' replays are placed in all
- * seven runs, so the LP holding them is feasible, and its bound is at least
- * what any sound forcing test could give; it is not a bound itself.
+ * schedulers"): per seed, the LP bound B (sim_bound_run), the bound W
+ * (sim_bound_run_wc: the forced pods and the order of arrival), the order
+ * alone (sim_order_bound without the forcing test), how many GPU pods are
+ * forced and where the first one not proven forced arrives, and the
+ * seconds W took. It also replays seven policies through the core and
+ * checks the lemma behind the order on each run (sim_order_check), and
+ * counts the trigger sets where it was put to the test (a trigger failed
+ * and a target came after it).
  *
  *   bench_bound_wc NODES.csv PODS.csv [SEEDS, e.g. 42-51]
  *
- * Prints one line per seed and the means; exits 2 on bad arguments.
+ * Prints one line per seed and the means; exits 2 on bad arguments, 1 when
+ * a run breaks the lemma.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +23,7 @@
 #include "core/core.h"
 #include "core/policy.h"
 #include "sim/sim_bound.h"
-#include "sim/sim_forced.h"
+#include "sim/sim_order.h"
 #include "sim/sim_run.h"
 #include "sim/sim_trace.h"
 
@@ -34,49 +31,23 @@ static const char *const pols[] = {"random", "dotprod", "clustering", "packing",
                                    "bestfit", "fgd", "cpufrag"};
 #define N_POLS (int)(sizeof pols / sizeof pols[0])
 
-/* ceil[i] = 1 for the pods before the first failure of their class in any
- * of the replays (a class: sim_pod_same_shape). */
-static int ceiling(const struct sim_config *cfg, uint64_t seed, const int *order, int len,
-                   unsigned char *ceil_forced, struct gs_err *e)
+/* The lemma on every policy's replay of order[0..len); *checked: the trigger
+ * sets put to the test, summed over the runs. */
+static int check_runs(const struct sim_config *cfg, uint64_t seed, const int *order, int len,
+                      int *checked, struct gs_err *e)
 {
-    const struct sim_trace *t = cfg->trace;
     unsigned char *placed = malloc((size_t)len + 1);
-    int *cls = malloc(((size_t)len + 1) * sizeof *cls), *rep = malloc(((size_t)len + 1) * sizeof *rep);
-    int rc = 0, n_cls = 0;
-    if (!placed || !cls || !rep) {
-        rc = gs_errf(e, GS_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < len; i++) {
-        int k = 0;
-        while (k < n_cls && !sim_pod_same_shape(&t->pods[rep[k]], &t->pods[order[i]]))
-            k++;
-        if (k == n_cls)
-            rep[n_cls++] = order[i];
-        cls[i] = k;
-    }
-    /* the first failure of each class over the replays */
-    int *first_fail = malloc(((size_t)n_cls + 1) * sizeof *first_fail);
-    if (!first_fail) {
-        rc = gs_errf(e, GS_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (int k = 0; k < n_cls; k++)
-        first_fail[k] = len;
+    int rc = placed ? 0 : gs_errf(e, GS_ENOMEM, "out of memory");
+    *checked = 0;
     for (int p = 0; p < N_POLS && rc == 0; p++) {
-        if ((rc = sim_replay_placed(cfg, core_policy_find(pols[p]), seed, order, len, placed, e)) < 0)
-            break;
-        for (int i = 0; i < len; i++)
-            if (!placed[i] && i < first_fail[cls[i]])
-                first_fail[cls[i]] = i;
+        int sets;
+        if ((rc = sim_replay_placed(cfg, core_policy_find(pols[p]), seed, order, len, placed, e)) == 0 &&
+            (rc = sim_order_check(cfg->trace, order, len, placed, &sets, e)) < 0)
+            gs_errf(e, e->code, "%s: %s", pols[p], e->msg);
+        if (rc == 0)
+            *checked += sets;
     }
-    for (int i = 0; i < len; i++)
-        ceil_forced[i] = t->pods[order[i]].num_gpu > 0 && i < first_fail[cls[i]];
-    free(first_fail);
-out:
     free(placed);
-    free(cls);
-    free(rep);
     return rc;
 }
 
@@ -115,45 +86,38 @@ int main(int argc, char **argv)
         return 1;
     }
     int status = 0, n = 0;
-    double sum[7] = {0};
-    printf("seed        B        W   W-B  forced%%  first-unforced%%   W_ceil  ceil-forced%%  forced_s\n");
+    double sum[8] = {0};
+    printf("seed        B        W   W-B  order-only  forced%%  first-unforced%%  lemma-sets  W_s\n");
     for (unsigned long s = lo; s <= hi && status == 0; s++) {
-        double b, w, wc = NAN;
-        struct sim_bound_stats ws, cs;
-        int *order = NULL, len, first, last;
-        unsigned char *cf = NULL;
+        double b, w, o = NAN;
+        struct sim_bound_stats ws;
+        int *order = NULL, len, first, last, checked = 0;
         if (sim_bound_run(&cfg, s, &b, NULL, &e) < 0 || sim_bound_run_wc(&cfg, s, &w, &ws, &e) < 0 ||
             sim_order(&cfg, s, &order, &len, &e) < 0) {
             status = 1;
         } else {
             sim_bound_bin(&t, order, len, &first, &last);
-            cf = malloc((size_t)len + 1);
-            if (!cf || ceiling(&cfg, s, order, len, cf, &e) < 0 ||
-                sim_bound_prefixes_wc(&t, order, first, last, cf, &wc, &cs, &e) < 0)
+            if (sim_order_bound(&t, order, first, last, NULL, &o, NULL, &e) < 0 ||
+                check_runs(&cfg, s, order, len, &checked, &e) < 0)
                 status = 1;
         }
         if (status) {
             fprintf(stderr, "bench_bound_wc: seed %lu: %s\n", s, e.msg);
         } else {
-            int nc = 0, ng = 0;
-            for (int i = 0; i <= last; i++) {
-                nc += cf[i];
-                ng += t.pods[order[i]].num_gpu > 0;
-            }
-            double fp = 100.0 * ws.forced / ws.gpu_pods, cp = 100.0 * nc / ng;
-            printf("%4lu  %7.4f  %7.4f  %4.2f  %7.1f  %15.1f  %7.4f  %12.1f  %8.2f\n", s, b, w,
-                   w - b, fp, ws.first_unforced_pct, wc, cp, ws.forced_s);
-            double v[7] = {b, w, w - b, fp, ws.first_unforced_pct, wc, cp};
+            double fp = 100.0 * ws.forced / ws.gpu_pods;
+            printf("%4lu  %7.4f  %7.4f  %4.2f  %10.4f  %7.1f  %15.1f  %10d  %5.2f\n", s, b, w,
+                   w - b, o, fp, ws.first_unforced_pct, checked, ws.elapsed_s);
+            double v[7] = {b, w, w - b, o, fp, ws.first_unforced_pct, ws.elapsed_s};
             for (int k = 0; k < 7; k++)
                 sum[k] += v[k];
+            sum[7] += checked;
             n++;
         }
-        free(cf);
         free(order);
     }
     if (n)
-        printf("mean  %7.4f  %7.4f  %4.2f  %7.1f  %15.1f  %7.4f  %12.1f\n", sum[0] / n, sum[1] / n,
-               sum[2] / n, sum[3] / n, sum[4] / n, sum[5] / n, sum[6] / n);
+        printf("mean  %7.4f  %7.4f  %4.2f  %10.4f  %7.1f  %15.1f  %10.1f  %5.2f\n", sum[0] / n,
+               sum[1] / n, sum[2] / n, sum[3] / n, sum[4] / n, sum[5] / n, sum[7] / n, sum[6] / n);
     sim_config_clear(&cfg);
     sim_trace_clear(&t);
     return status;

@@ -42,18 +42,14 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
 {
     struct timespec w0;
     struct sim_bound_stats dummy;
-    st = sim_lp_stats_start(st, &dummy, &w0);
-    *unalloc_pct = NAN;
-    if (t->total_gpus <= 0)
-        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-    if (first < 0 || last < first)
-        return gs_errf(e, GS_EINVAL, "bound: empty sample range [%d, %d]", first, last);
+    int rc = sim_lp_prefix_start(t, first, last, unalloc_pct, &st, &dummy, &w0, e);
+    if (rc < 0)
+        return rc;
     const double cap = (double)t->total_gpus * CORE_MILLI;
     /* one LP per distinct prefix, from the last sample back, each step
      * taking one pod out of its class bound and re-solving from the basis */
     struct sim_lp m = {0};
     double milli = 0, sum = 0; /* sum of the samples' bounds, % */
-    int rc;
     if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0)
         goto out;
     if ((rc = sim_lp_build(&m, e)) < 0 || (rc = sim_lp_solve(&m, &milli, &st->lp_obj, e)) < 0)

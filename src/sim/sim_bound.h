@@ -43,6 +43,8 @@ struct sim_bound_stats {
      * arrived (NaN: all forced); seconds of the forcing test (in elapsed_s too) */
     int gpu_pods, forced;
     double first_unforced_pct, forced_s;
+    /* sim_order_bound: trigger sets, cases at the end, case LPs solved */
+    int order_sets, order_cases, order_lps;
 };
 
 /* Upper bound on the GPU milli that any placement of the pods

@@ -420,3 +420,16 @@ void sim_lp_fill_stats(struct sim_bound_stats *st, const struct sim_lp *m)
     st->rows = m->lp ? glp_get_num_rows(m->lp) : 0;
     st->cols = m->lp ? glp_get_num_cols(m->lp) : 0;
 }
+
+int sim_lp_prefix_start(const struct sim_trace *t, int first, int last, double *unalloc_pct,
+                        struct sim_bound_stats **st, struct sim_bound_stats *dummy,
+                        struct timespec *w0, struct gs_err *e)
+{
+    *st = sim_lp_stats_start(*st, dummy, w0);
+    *unalloc_pct = NAN;
+    if (t->total_gpus <= 0)
+        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
+    if (first < 0 || last < first)
+        return gs_errf(e, GS_EINVAL, "bound: empty sample range [%d, %d]", first, last);
+    return 0;
+}

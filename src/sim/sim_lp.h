@@ -73,5 +73,11 @@ double sim_lp_elapsed(const struct timespec *w0);
 struct sim_bound_stats *sim_lp_stats_start(struct sim_bound_stats *st,
                                            struct sim_bound_stats *dummy, struct timespec *w0);
 void sim_lp_fill_stats(struct sim_bound_stats *st, const struct sim_lp *m);
+/* The start of a bound over the samples [first, last]: sim_lp_stats_start,
+ * *unalloc_pct = NaN, and an error for a node list without GPUs or an
+ * empty range. */
+int sim_lp_prefix_start(const struct sim_trace *t, int first, int last, double *unalloc_pct,
+                        struct sim_bound_stats **st, struct sim_bound_stats *dummy,
+                        struct timespec *w0, struct gs_err *e);
 
 #endif

@@ -5,7 +5,6 @@
 #include <glpk.h>
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -352,16 +351,13 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
 {
     struct timespec w0;
     struct sim_bound_stats dummy;
-    st = sim_lp_stats_start(st, &dummy, &w0);
-    *unalloc_pct = NAN;
-    if (t->total_gpus <= 0)
-        return gs_errf(e, GS_EINVAL, "the node list has no GPUs");
-    if (first < 0 || last < first)
-        return gs_errf(e, GS_EINVAL, "bound: empty sample range [%d, %d]", first, last);
+    int rc = sim_lp_prefix_start(t, first, last, unalloc_pct, &st, &dummy, &w0, e);
+    if (rc < 0)
+        return rc;
     struct sim_lp m = {0};
     struct octx x = {.m = &m, .first = first, .last = last, .forced = forced,
                      .cap = (double)t->total_gpus * CORE_MILLI};
-    int ns = last - first + 1, rc, cand[O_SETS], n_cand = 0;
+    int ns = last - first + 1, cand[O_SETS], n_cand = 0;
     double *plain = malloc((size_t)ns * sizeof *plain), *per = malloc((size_t)ns * sizeof *per);
     unsigned char *mok = NULL;
     if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0)
@@ -443,8 +439,9 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     st->samples = ns;
     st->solves = x.solves;
     st->last_pct = plain_last;
-    if (getenv("GS_ODEBUG"))
-        fprintf(stderr, "  order: %d sets, %d cases, %d case LPs\n", x.n_sets, x.nc, x.case_lps);
+    st->order_sets = x.n_sets;
+    st->order_cases = x.nc;
+    st->order_lps = x.case_lps;
 out:
     for (int a = 0; a < O_SETS; a++)
         oset_free(&x.sets[a]);
