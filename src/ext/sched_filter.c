@@ -244,16 +244,14 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
 {
     json_t **reply = &out->json;
     struct gs_err e = GS_ERR_INIT;
-    struct ext_args a;
-    struct core_pod pod;
-    const struct core_policy *pol;
-    char *key;
-    size_t klen;
-    int memo, rc = sched_verb_start(s, "filter", body, len, &a, &pod, &pol, 0, &key, &klen, &memo,
-                                    out);
+    struct sched_verb v;
+    int rc = sched_verb_start(s, "filter", body, len, 0, &v, out);
     if (rc)
         return rc;
-    int gpu = pod.req.kind != CORE_REQ_NONE;
+    struct ext_args *a = &v.a;
+    struct core_pod *pod = &v.pod;
+    const int memo = v.memo;
+    int gpu = pod->req.kind != CORE_REQ_NONE;
     /* a GPU pod asked about a NodeNames list is answered from a kept entry,
      * any other from an entry of its own */
     struct gs_buf failed = {0}, unres = {0};
@@ -261,52 +259,49 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     unsigned char *fit = NULL;
     struct core_node **nodes = NULL;
     struct ext_memo_entry own = {0}, *en = NULL;
-    int *own_pos = gpu && !memo ? malloc(((size_t)a.n + 1) * sizeof *own_pos) : NULL;
+    int *own_pos = gpu && !memo ? malloc(((size_t)a->n + 1) * sizeof *own_pos) : NULL;
     struct ext_text *kept = NULL;
     struct gs_buf whole = {0}; /* the reply, when written under the lock (kept_reply) */
     int nfit = 0, modified = 0, ok = 1, written = 0;
     unsigned long epoch = 0;
     uint64_t ver = 0;
 
-    if (!memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
-                  !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)) ||
-                  (gpu && (!own_pos || ext_memo_entry_init(&own, a.n) < 0)))) {
-        free(key);
+    if (!memo && (!(fit = calloc((size_t)a->n + 1, 1)) ||
+                  !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)) ||
+                  (gpu && (!own_pos || ext_memo_entry_init(&own, a->n) < 0)))) {
         ok = 0;
         goto done;
     }
     pthread_mutex_lock(&s->mu);
-    if (gpu && wait >= 0 && sched_await_bind(s, pod.uid, wait)) {
+    if (gpu && wait >= 0 && sched_await_bind(s, pod->uid, wait)) {
         pthread_mutex_unlock(&s->mu); /* asked again where it may wait */
-        free(key);
         ext_memo_entry_clear(&own);
         free(own_pos);
         free(fit);
         free(nodes);
-        core_pod_clear(&pod);
-        ext_args_clear(&a);
+        sched_verb_end(&v);
         return EXT_FILTER_WAIT;
     }
-    struct pod *p = gpu ? sched_remember(s, a.pod) : NULL;
-    int quota = sched_quota_prepare(s, &pod);
+    struct pod *p = gpu ? sched_remember(s, a->pod) : NULL;
+    int quota = sched_quota_prepare(s, pod);
     if (!gpu) {
-        memset(fit, 1, (size_t)a.n);
-    } else if (!(en = memo ? ext_memo_get(s->memo, a.list, EXT_MEMO_FILTER, key, klen) : &own)) {
+        memset(fit, 1, (size_t)a->n);
+    } else if (!(en = memo ? sched_verb_memo(s, &v, EXT_MEMO_FILTER) : &own)) {
         ok = 0;
     } else {
         const int *pos = NULL;
         if (!memo) {
-            sched_resolve(s, &a, nodes);
-            for (int i = 0; i < a.n && a.from_nodes; i++)
-                if (!nodes[i] && sched_upsert_locked(s, a.nodes[i], &e) == 0)
-                    nodes[i] = core_cluster_find(s->c, a.names[i]);
-            for (int i = 0; i < a.n; i++)
+            sched_resolve(s, a, nodes);
+            for (int i = 0; i < a->n && a->from_nodes; i++)
+                if (!nodes[i] && sched_upsert_locked(s, a->nodes[i], &e) == 0)
+                    nodes[i] = core_cluster_find(s->c, a->names[i]);
+            for (int i = 0; i < a->n; i++)
                 own_pos[i] = nodes[i] ? core_node_pos(nodes[i]) : -1;
             pos = own_pos;
         } else {
-            pos = sched_list_positions(s, a.list);
+            pos = sched_list_positions(s, a->list);
         }
-        ok = memo_decide(s, en, &pod, pos) >= 0;
+        ok = memo_decide(s, en, pod, pos) >= 0;
         epoch = en->epoch;
         ver = en->version;
     }
@@ -314,38 +309,38 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         kept = ext_text_ref(en->reply); /* nothing changed what it says */
         nfit = en->nfit;
     } else if (ok && en && memo && !quota && s->opts.top_k <= 0) {
-        kept_reply(&whole, &a, en); /* from the verdicts alone */
+        kept_reply(&whole, a, en); /* from the verdicts alone */
         nfit = en->nfit;
         written = 1;
-    } else if (ok && en && memo && (!(fit = calloc((size_t)a.n + 1, 1)) ||
-                                    !(nodes = calloc((size_t)a.n + 1, sizeof *nodes)))) {
+    } else if (ok && en && memo && (!(fit = calloc((size_t)a->n + 1, 1)) ||
+                                    !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)))) {
         ok = 0;
     } else if (ok && en) {
         if (memo && (quota || s->opts.top_k > 0))
-            sched_resolve(s, &a, nodes);
+            sched_resolve(s, a, nodes);
         /* the verdicts, and the checks that are per request (quotas) */
-        for (int i = 0; i < a.n; i++) {
+        for (int i = 0; i < a->n; i++) {
             switch (en->fit[i]) {
             case EXT_FIT_YES:
                 fit[i] = 1;
-                if (quota && sched_quota_blocks(s, &pod, nodes[i], &e)) {
+                if (quota && sched_quota_blocks(s, pod, nodes[i], &e)) {
                     fit[i] = 0;
                     modified = 1;
-                    add_reason(&failed, a.names[i], e.msg);
+                    add_reason(&failed, a->names[i], e.msg);
                 }
                 break;
-            case EXT_FIT_UNKNOWN: add_reason(&failed, a.names[i], unknown_node); break;
+            case EXT_FIT_UNKNOWN: add_reason(&failed, a->names[i], unknown_node); break;
             case EXT_FIT_NEVER:
                 /* in both maps: kube-scheduler < 1.21 reads only
                  * FailedNodes; newer ones let the unresolvable entry win */
-                add_kept_reason(&unres, &a, i, en->reason[i]);
-                add_kept_reason(&failed, &a, i, en->reason[i]);
+                add_kept_reason(&unres, a, i, en->reason[i]);
+                add_kept_reason(&failed, a, i, en->reason[i]);
                 break;
-            default: add_kept_reason(&failed, &a, i, en->reason[i]); break;
+            default: add_kept_reason(&failed, a, i, en->reason[i]); break;
             }
         }
     }
-    for (int i = 0; ok && !kept && !written && i < a.n; i++)
+    for (int i = 0; ok && !kept && !written && i < a->n; i++)
         nfit += fit[i];
     /* top-k: keep the policy's best k feasible nodes */
     if (ok && !kept && !written && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
@@ -353,19 +348,19 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         int *sc = calloc((size_t)nfit, sizeof *sc);
         struct scored *order = calloc((size_t)nfit, sizeof *order);
         int k = 0;
-        for (int i = 0; i < a.n; i++)
+        for (int i = 0; i < a->n; i++)
             if (fit[i])
                 order[k].idx = i, fn[k++] = nodes[i];
-        if (fn && sc && order && core_score(s->c, pol, &pod, fn, nfit, sc, &e) == 0) {
+        if (fn && sc && order && core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0) {
             for (k = 0; k < nfit; k++)
                 order[k].score = sc[k];
             qsort(order, (size_t)nfit, sizeof *order, by_score);
             for (k = s->opts.top_k; k < nfit; k++) {
                 char why[160];
                 snprintf(why, sizeof why, "fits, but policy %s ranks it below its best %d nodes "
-                         "(score %d)", pol->name, s->opts.top_k, order[k].score);
+                         "(score %d)", v.pol->name, s->opts.top_k, order[k].score);
                 fit[order[k].idx] = 0;
-                add_reason(&failed, a.names[order[k].idx], why);
+                add_reason(&failed, a->names[order[k].idx], why);
             }
             nfit = s->opts.top_k;
             modified = 1;
@@ -379,7 +374,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     if (p && ok)
         p->unschedulable = nfit == 0;
     if (gpu && ok && nfit > 0)
-        sched_expect_bind(s, pod.uid);
+        sched_expect_bind(s, pod->uid);
     pthread_mutex_unlock(&s->mu);
 done:
     ext_memo_entry_clear(&own);
@@ -392,8 +387,7 @@ done:
         free(unres.buf);
         free(fit);
         free(nodes);
-        core_pod_clear(&pod);
-        ext_args_clear(&a);
+        sched_verb_end(&v);
         return 500;
     }
     if (kept) {
@@ -402,7 +396,7 @@ done:
     } else {
         struct gs_buf r = whole;
         if (!written)
-            filter_reply(&r, &a, fit, &failed, &unres);
+            filter_reply(&r, a, fit, &failed, &unres);
         if (memo && !modified && !r.oom) {
             /* kept for the next request that asks the same */
             if ((out->shared = ext_text_wrap(r.buf, r.len))) {
@@ -422,8 +416,7 @@ done:
     sched_decision(s, "filter", !gpu ? "no_gpu" : nfit ? "fit" : "no_fit");
     free(fit);
     free(nodes);
-    core_pod_clear(&pod);
-    ext_args_clear(&a);
+    sched_verb_end(&v);
     return 200;
 }
 

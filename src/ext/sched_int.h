@@ -166,12 +166,25 @@ int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod
 const int *sched_list_positions(struct ext_sched *s, struct ext_namelist *l);
 /* The request's nodes (NULL: not in the cluster). Lock held. */
 void sched_resolve(struct ext_sched *s, const struct ext_args *a, struct core_node **nodes);
-/* The start of /filter (scores 0) and /prioritize (scores 1): the
- * ExtenderArgs, the pod, its policy, and whether the answer may be kept
- * (*memo, with its key). Returns 0, or the HTTP status of the error reply
- * it wrote in *out (nothing left to clear then). */
+/* What /filter and /prioritize start from: the ExtenderArgs, the pod, its
+ * policy, and whether the answer may be kept (memo, with its key). */
+struct sched_verb {
+    struct ext_args a;
+    struct core_pod pod;
+    const struct core_policy *pol;
+    char *key;
+    size_t klen;
+    int memo;
+};
+/* The start of /filter (scores 0) and /prioritize (scores 1). Returns 0,
+ * or the HTTP status of the error reply it wrote in *out (nothing left to
+ * clear then). */
 int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, size_t len,
-                     struct ext_args *a, struct core_pod *pod, const struct core_policy **pol,
-                     int scores, char **key, size_t *klen, int *memo, struct ext_reply *out);
+                     int scores, struct sched_verb *v, struct ext_reply *out);
+/* The kept entry for v's list, verb and key (ext_memo_get, which takes
+ * the key). Lock held. */
+struct ext_memo_entry *sched_verb_memo(struct ext_sched *s, struct sched_verb *v, int verb);
+/* Frees what sched_verb_start filled. */
+void sched_verb_end(struct sched_verb *v);
 
 #endif

@@ -21,16 +21,14 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 {
     json_t **reply = &out->json;
     struct gs_err e = GS_ERR_INIT;
-    struct ext_args a;
-    struct core_pod pod;
-    const struct core_policy *pol;
-    char *key;
-    size_t klen;
-    int memo, rc = sched_verb_start(s, "prioritize", body, len, &a, &pod, &pol, 1, &key, &klen,
-                                    &memo, out);
+    struct sched_verb v;
+    int rc = sched_verb_start(s, "prioritize", body, len, 1, &v, out);
     if (rc)
         return rc;
-    int gpu = pod.req.kind != CORE_REQ_NONE;
+    struct ext_args *a = &v.a;
+    struct core_pod *pod = &v.pod;
+    const int memo = v.memo;
+    int gpu = pod->req.kind != CORE_REQ_NONE;
     /* answered from a kept reply while the cluster's version has not moved:
      * scores are normalised over all feasible nodes, so any change starts
      * the answer again */
@@ -41,10 +39,10 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 
     pthread_mutex_lock(&s->mu);
     if (gpu)
-        sched_remember(s, a.pod);
-    if (memo && (col = ext_memo_col_get(s->memo, key, klen, core_cluster_node_count(s->c))))
+        sched_remember(s, a->pod);
+    if (memo && (col = ext_memo_col_get(s->memo, v.key, v.klen, core_cluster_node_count(s->c))))
         col_epoch = col->epoch;
-    if (memo && (en = ext_memo_get(s->memo, a.list, EXT_MEMO_PRIORITIZE, key, klen))) {
+    if (memo && (en = sched_verb_memo(s, &v, EXT_MEMO_PRIORITIZE))) {
         if (en->reply && en->version == core_cluster_version(s->c))
             out->shared = ext_text_ref(en->reply);
         epoch = en->epoch;
@@ -53,16 +51,15 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     if (out->shared) {
         metric_inc(s->m_kept, (const char *[]){"prioritize"});
         sched_decision(s, "prioritize", "scored");
-        core_pod_clear(&pod);
-        ext_args_clear(&a);
+        sched_verb_end(&v);
         return 200;
     }
 
-    struct core_node **nodes = calloc((size_t)a.n + 1, sizeof *nodes);
-    int *pos = calloc((size_t)a.n + 1, sizeof *pos), *sc = calloc((size_t)a.n + 1, sizeof *sc);
-    int *at = calloc((size_t)a.n + 1, sizeof *at); /* node positions of the known nodes */
-    int *out_scores = calloc((size_t)a.n + 1, sizeof *out_scores);
-    unsigned char *fit = calloc((size_t)a.n + 1, 1);
+    struct core_node **nodes = calloc((size_t)a->n + 1, sizeof *nodes);
+    int *pos = calloc((size_t)a->n + 1, sizeof *pos), *sc = calloc((size_t)a->n + 1, sizeof *sc);
+    int *at = calloc((size_t)a->n + 1, sizeof *at); /* node positions of the known nodes */
+    int *out_scores = calloc((size_t)a->n + 1, sizeof *out_scores);
+    unsigned char *fit = calloc((size_t)a->n + 1, 1);
     int k = 0, scored = 0;
 
     if (!nodes || !pos || !at || !sc || !out_scores || !fit) {
@@ -75,10 +72,10 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     if (gpu) {
         /* by position: a list's positions are kept with it, so a node
          * whose verdict and score are kept is never dereferenced */
-        const int *lp = a.list ? sched_list_positions(s, a.list) : NULL;
+        const int *lp = a->list ? sched_list_positions(s, a->list) : NULL;
         if (!lp)
-            sched_resolve(s, &a, nodes);
-        for (int i = 0; i < a.n; i++)
+            sched_resolve(s, a, nodes);
+        for (int i = 0; i < a->n; i++)
             if (lp ? lp[i] >= 0 : nodes[i] != NULL) {
                 pos[k] = i;
                 at[k++] = lp ? lp[i] : core_node_pos(nodes[i]);
@@ -94,7 +91,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
             if (col->fit[p] && col->stamp[p] == stamps[p])
                 fit[j] = col->fit[p];
         }
-        scored = !k || core_score_fit_at(s->c, pol, &pod, at, k, fit, sc, &e) == 0;
+        scored = !k || core_score_fit_at(s->c, v.pol, pod, at, k, fit, sc, &e) == 0;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
             out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
         for (int j = 0; j < k && keep; j++) {
@@ -108,21 +105,21 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 
     struct gs_buf r = {0};
     size_t need = 2; /* the whole reply, so that it is allocated once */
-    for (int i = 0; i < a.n; i++)
-        need += (a.list ? a.list->len[i] : strlen(a.names[i])) +
+    for (int i = 0; i < a->n; i++)
+        need += (a->list ? a->list->len[i] : strlen(a->names[i])) +
                 sizeof ",{\"Host\":\"\",\"Score\":10}";
     if (gs_buf_reserve(&r, need) == 0) {
         /* written in place: the buffer holds the whole reply */
         static const char host[] = "{\"Host\":\"", score[] = "\",\"Score\":";
         char *w = r.buf + r.len;
         *w++ = '[';
-        for (int i = 0; i < a.n; i++) {
-            size_t nl = a.list ? a.list->len[i] : strlen(a.names[i]);
+        for (int i = 0; i < a->n; i++) {
+            size_t nl = a->list ? a->list->len[i] : strlen(a->names[i]);
             if (i)
                 *w++ = ',';
             memcpy(w, host, sizeof host - 1);
             w += sizeof host - 1;
-            memcpy(w, a.names[i], nl);
+            memcpy(w, a->names[i], nl);
             w += nl;
             memcpy(w, score, sizeof score - 1);
             w += sizeof score - 1;
@@ -158,7 +155,6 @@ done:
     free(sc);
     free(out_scores);
     free(fit);
-    core_pod_clear(&pod);
-    ext_args_clear(&a);
+    sched_verb_end(&v);
     return rc;
 }

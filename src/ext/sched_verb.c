@@ -129,33 +129,48 @@ void sched_resolve(struct ext_sched *s, const struct ext_args *a, struct core_no
 
 /* The start of /filter and /prioritize: the ExtenderArgs, the pod and its
  * policy, and whether the answer may be kept (ext/memo.h): for a GPU pod
- * asked about a NodeNames list, with the pod key in *key (the policy in it
- * for /prioritize: verdicts do not depend on it, scores do; a policy that
- * draws at random is never kept). Returns 0, or the HTTP status of the
- * error reply it wrote (nothing left to clear then). */
+ * asked about a NodeNames list, with the pod key in v->key (the policy in
+ * it for /prioritize: verdicts do not depend on it, scores do; a policy
+ * that draws at random is never kept). Returns 0, or the HTTP status of
+ * the error reply it wrote (nothing left to clear then). */
 int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, size_t len,
-                     struct ext_args *a, struct core_pod *pod, const struct core_policy **pol,
-                     int scores, char **key, size_t *klen, int *memo, struct ext_reply *out)
+                     int scores, struct sched_verb *v, struct ext_reply *out)
 {
     struct gs_err e = GS_ERR_INIT;
     memset(out, 0, sizeof *out);
-    *key = NULL;
-    *klen = 0;
-    if (ext_args_parse_cached(s->lists, body, len, a, &e) < 0) {
+    v->key = NULL;
+    v->klen = 0;
+    v->memo = 0;
+    if (ext_args_parse_cached(s->lists, body, len, &v->a, &e) < 0) {
         out->json = ext_error("%s", e.msg);
         sched_decision(s, verb, "bad_request");
         return 400;
     }
-    if (sched_pod_and_policy(s, a->pod, pod, pol, &out->json) < 0) {
-        ext_args_clear(a);
+    if (sched_pod_and_policy(s, v->a.pod, &v->pod, &v->pol, &out->json) < 0) {
+        ext_args_clear(&v->a);
         sched_decision(s, verb, "error");
         /* a /filter error fails kube-scheduler's attempt; /prioritize errors
          * it ignores anyway */
         return scores ? 400 : 200;
     }
-    *memo = !s->opts.no_keep && pod->req.kind != CORE_REQ_NONE && a->list &&
-            ext_namelist_keepable(a->list) &&
-            a->n <= EXT_MEMO_NODES_MAX && !(scores && ((*pol)->flags & CORE_POLICY_RANDOM_NODE)) &&
-            ext_memo_key(pod, scores ? (*pol)->name : NULL, key, klen) == 0;
+    v->memo = !s->opts.no_keep && v->pod.req.kind != CORE_REQ_NONE && v->a.list &&
+              ext_namelist_keepable(v->a.list) && v->a.n <= EXT_MEMO_NODES_MAX &&
+              !(scores && (v->pol->flags & CORE_POLICY_RANDOM_NODE)) &&
+              ext_memo_key(&v->pod, scores ? v->pol->name : NULL, &v->key, &v->klen) == 0;
     return 0;
+}
+
+struct ext_memo_entry *sched_verb_memo(struct ext_sched *s, struct sched_verb *v, int verb)
+{
+    char *key = v->key;
+    v->key = NULL; /* ext_memo_get takes it */
+    return ext_memo_get(s->memo, v->a.list, verb, key, v->klen);
+}
+
+void sched_verb_end(struct sched_verb *v)
+{
+    free(v->key);
+    v->key = NULL;
+    core_pod_clear(&v->pod);
+    ext_args_clear(&v->a);
 }
