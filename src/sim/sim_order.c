@@ -149,8 +149,8 @@ struct octx {
     int n_sets, first, last;
     double cap;
     const unsigned char *forced; /* NULL: none */
-    int *base, *flo;             /* per class: pods, forced pods of 0..last */
-    int *lo, *hi, *tmp, *fcur;   /* per class: the case's rows; scratch */
+    int *base, *flo;             /* per class: pods of 0..last, forced pods of 0..first */
+    int *lo, *hi, *tmp;          /* per class: the case's rows; scratch */
     double *dual, *cur;
     double last_milli, last_obj; /* the last o_eval's last sample: certified, GLPK's */
     struct ocase *cs;
@@ -202,7 +202,6 @@ static int o_eval(struct octx *x, double *out, double *last_pct, double *dual, s
     struct sim_lp *m = x->m;
     int rc = o_set(x);
     double milli, obj;
-    memcpy(x->fcur, x->flo, (size_t)m->n_pc * sizeof *x->fcur);
     for (int i = x->last; rc == 0; i--) {
         rc = sim_lp_solve(m, &milli, &obj, e);
         x->solves++;
@@ -223,9 +222,6 @@ static int o_eval(struct octx *x, double *out, double *last_pct, double *dual, s
         int k = m->cls[i];
         if (k >= 0) {
             m->pc[k].count--;
-            if (x->forced && x->forced[i])
-                x->fcur[k]--;
-            m->pc[k].lo = o_max(x->lo[k], x->fcur[k]);
             sim_lp_set_class_row(m, k);
         }
     }
@@ -392,11 +388,10 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     x.lo = calloc(pcs, sizeof *x.lo);
     x.hi = malloc(pcs * sizeof *x.hi);
     x.tmp = malloc(pcs * sizeof *x.tmp);
-    x.fcur = malloc(pcs * sizeof *x.fcur);
     x.cur = malloc((size_t)ns * sizeof *x.cur);
     x.cs = malloc(O_MAX_CASES * sizeof *x.cs);
     mok = o_model_ok(&m);
-    if (!plain || !per || !x.base || !x.flo || !x.lo || !x.hi || !x.tmp || !x.fcur || !x.cur ||
+    if (!plain || !per || !x.base || !x.flo || !x.lo || !x.hi || !x.tmp || !x.cur ||
         !x.cs || !mok) {
         rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
@@ -405,7 +400,11 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
         x.base[k] = m.pc[k].count;
         x.hi[k] = INT_MAX;
     }
-    for (int i = 0; forced && i <= last; i++)
+    /* the forced pods that every sample of the bin has seen: every lower
+     * bound then holds at every sample, so a case's LP only loses pods
+     * going back over the bin (its bound never falls), which the search
+     * and o_min_over_cases rely on */
+    for (int i = 0; forced && i <= first; i++)
         if (forced[i] && m.cls[i] >= 0)
             m.pc[m.cls[i]].lo = ++x.flo[m.cls[i]];
     if ((rc = sim_lp_build(&m, e)) < 0)
@@ -471,7 +470,6 @@ out:
         oset_free(&x.sets[a]);
     free(x.base);
     free(x.flo);
-    free(x.fcur);
     free(x.lo);
     free(x.hi);
     free(x.tmp);
