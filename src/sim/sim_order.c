@@ -456,8 +456,14 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     if ((rc = o_branch(&x, e)) < 0 || (rc = o_min_over_cases(&x, per, e)) < 0)
         goto out;
     double sum = 0;
-    for (int i = 0; i < ns; i++)
+    for (int i = 0; i < ns; i++) {
+        if (!isfinite(per[i])) { /* every run is in some case: one is feasible */
+            rc = gs_errf(e, GS_EINVAL, "bound: no case of the order is feasible at sample %d: "
+                         "the lemma or the forcing test is wrong, no bound", first + i);
+            goto out;
+        }
         sum += per[i] > plain[i] ? per[i] : plain[i];
+    }
     *unalloc_pct = sum / ns;
     st->samples = ns;
     st->solves = x.solves;
