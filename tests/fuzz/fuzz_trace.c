@@ -4,9 +4,11 @@
  * The first byte picks the parser (even: node list, odd: pod list); the rest
  * is the file. Then, when both parse, the cross-check runs too, and for a
  * small valid pod list the LP bound over all its pods, the forcing test and
- * the bound for work-conserving schedulers (an infeasible LP there means an
- * unsound forcing test: a crash) and, when it has timestamps, a time-driven
- * replay. Any crash, leak or sanitizer report is a bug; errors are expected.
+ * the bound for work-conserving schedulers (an error there that says "no
+ * bound" means an unsound forcing test or order lemma: a crash), a cpufrag
+ * replay checked against the order lemma (a target placed after a failed
+ * trigger: a crash) and, when it has timestamps, a time-driven replay. Any
+ * crash, leak or sanitizer report is a bug; errors are expected.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include "core/policy.h"
 #include "sim/sim_bound.h"
 #include "sim/sim_forced.h"
+#include "sim/sim_order.h"
 #include "sim/sim_run.h"
 #include "sim/sim_time.h"
 #include "sim/sim_trace.h"
@@ -44,13 +47,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 double pct;
                 if (t.n_pods > 0 && sim_forced_mark(&t, idx, t.n_pods, forced, NULL, &e) == 0 &&
                     sim_bound_prefixes_wc(&t, idx, 0, t.n_pods - 1, forced, &pct, NULL, &e) < 0 &&
-                    strstr(e.msg, "infeasible"))
+                    strstr(e.msg, "no bound"))
                     __builtin_trap();
                 struct sim_config cfg;
-                if (t.has_times && sim_config_init(&cfg, &t, 1.3, &e) == 0) {
-                    static struct sim_time_result r;
-                    struct sim_time_opts o = {1, 1, SIM_FAULT_NONE, 0};
-                    sim_time_run(&cfg, &o, core_policy_find("cpufrag"), 1, &r, &e);
+                if (sim_config_init(&cfg, &t, 1.3, &e) == 0) {
+                    unsigned char placed[64];
+                    int sets;
+                    if (sim_replay_placed(&cfg, core_policy_find("cpufrag"), 1, idx, t.n_pods, placed,
+                                          &e) == 0 &&
+                        sim_order_check(&t, idx, t.n_pods, placed, &sets, &e) < 0 &&
+                        strstr(e.msg, "placed after"))
+                        __builtin_trap();
+                    if (t.has_times) {
+                        static struct sim_time_result r;
+                        struct sim_time_opts o = {1, 1, SIM_FAULT_NONE, 0};
+                        sim_time_run(&cfg, &o, core_policy_find("cpufrag"), 1, &r, &e);
+                    }
                     sim_config_clear(&cfg);
                 }
             }
