@@ -8,6 +8,7 @@
 
 #include "ext/forward.h"
 #include "util/buf.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define MAX_REPLY (32 << 20) /* a /filter answer names every node, with reasons */
@@ -141,18 +142,11 @@ static char *error_json(const char *fmt, const char *a, const char *b, size_t *l
     return out.buf;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Was the leader who unreachable less than DOWN_S ago? */
 static int leader_down(struct ext_forward *f, const char *who)
 {
     pthread_mutex_lock(&f->mu);
-    int down = strcmp(f->down, who) == 0 && mono_now() < f->down_until;
+    int down = strcmp(f->down, who) == 0 && gs_mono_s() < f->down_until;
     pthread_mutex_unlock(&f->mu);
     return down;
 }
@@ -161,7 +155,7 @@ static void mark_down(struct ext_forward *f, const char *who)
 {
     pthread_mutex_lock(&f->mu);
     snprintf(f->down, sizeof f->down, "%s", who);
-    f->down_until = mono_now() + DOWN_S;
+    f->down_until = gs_mono_s() + DOWN_S;
     pthread_mutex_unlock(&f->mu);
 }
 

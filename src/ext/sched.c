@@ -27,6 +27,7 @@
 #include "ext/sched_int.h"
 #include "kube/client.h"
 #include "util/buf.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* ---- a small string-keyed hash map ---------------------------------------- */
@@ -757,26 +758,19 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
 /* /filters wait for binds only while binds come: one in the last this many seconds */
 #define BINDS_SEEN_S 300.0
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void sched_expect_bind(struct ext_sched *s, const char *uid)
 {
     /* a uid that does not fit would never match its own bind */
     if (s->opts.filter_wait <= 0 || s->last_bind <= 0 ||
-        mono_now() - s->last_bind > BINDS_SEEN_S || strlen(uid) >= sizeof s->expect_uid)
+        gs_mono_s() - s->last_bind > BINDS_SEEN_S || strlen(uid) >= sizeof s->expect_uid)
         return;
     snprintf(s->expect_uid, sizeof s->expect_uid, "%s", uid);
-    s->expect_until = mono_now() + s->opts.filter_wait;
+    s->expect_until = gs_mono_s() + s->opts.filter_wait;
 }
 
 void sched_bind_arrived(struct ext_sched *s, const char *uid)
 {
-    s->last_bind = mono_now();
+    s->last_bind = gs_mono_s();
     if (s->expect_until > 0 && strcmp(s->expect_uid, uid) == 0) {
         s->expect_until = 0;
         pthread_cond_broadcast(&s->bind_came);
@@ -786,10 +780,10 @@ void sched_bind_arrived(struct ext_sched *s, const char *uid)
 int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
 {
     int waited = 0;
-    double start = mono_now(), limit = start + s->opts.filter_wait; /* however often the
+    double start = gs_mono_s(), limit = start + s->opts.filter_wait; /* however often the
                                                                       expectation moves */
     while (s->expect_until > 0 && strcmp(s->expect_uid, uid) != 0) {
-        double now = mono_now(), until = s->expect_until < limit ? s->expect_until : limit;
+        double now = gs_mono_s(), until = s->expect_until < limit ? s->expect_until : limit;
         if (now >= until) {
             if (now >= s->expect_until)
                 s->expect_until = 0; /* it is not coming: kube-scheduler failed that pod */
@@ -803,7 +797,7 @@ int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
         pthread_cond_timedwait(&s->bind_came, &s->mu, &ts);
     }
     if (waited)
-        metric_observe(s->m_filter_waits, (const char *[]){"bound"}, mono_now() - start);
+        metric_observe(s->m_filter_waits, (const char *[]){"bound"}, gs_mono_s() - start);
     return 0;
 }
 

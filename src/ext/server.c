@@ -104,6 +104,20 @@ static int run_bind(void *sched, const char *body, size_t len, struct ext_reply 
     return ext_sched_bind(sched, body, len, r);
 }
 
+/* The off-worker queues, NULL where not made. */
+enum { N_QUEUES = 4 };
+static struct ext_bindq **queue(struct ext_server *s, int i)
+{
+    struct ext_bindq **q[N_QUEUES] = {&s->bq, &s->fq, &s->ffq, &s->wq};
+    return q[i];
+}
+
+static void queues_free(struct ext_server *s)
+{
+    for (int i = 0; i < N_QUEUES; i++)
+        ext_bindq_free(*queue(s, i)); /* stops it first */
+}
+
 /* Hands the request to a thread of q and parks it (handed back with the
  * reply, ext_bindq_take). 1 parked; 0 when q takes no more (stopping). */
 static int park_on(struct ext_bindq *q, const struct http_request *req)
@@ -386,9 +400,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
               0)) ||
         (rc = ext_bindq_new(run_filter_wait, opts->sched, http_wake, FILTER_WAIT_THREADS, &s->wq,
                             e)) < 0) {
-        ext_bindq_free(s->bq);
-        ext_bindq_free(s->fq);
-        ext_bindq_free(s->ffq);
+        queues_free(s);
         free(s);
         return rc;
     }
@@ -400,10 +412,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     ho.handler = handle;
     ho.ud = s;
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
-        ext_bindq_free(s->bq);
-        ext_bindq_free(s->fq);
-        ext_bindq_free(s->ffq);
-        ext_bindq_free(s->wq);
+        queues_free(s);
         free(s);
         return rc;
     }
@@ -417,14 +426,10 @@ void ext_server_stop(struct ext_server *s)
 {
     if (!s)
         return;
-    ext_bindq_stop(s->bq); /* binds handed over finish and wake their requests */
-    ext_bindq_stop(s->fq);
-    ext_bindq_stop(s->ffq);
-    ext_bindq_stop(s->wq);
+    /* requests handed over finish and wake their connections first */
+    for (int i = 0; i < N_QUEUES; i++)
+        ext_bindq_stop(*queue(s, i));
     http_server_stop(s->http);
-    ext_bindq_free(s->bq);
-    ext_bindq_free(s->fq);
-    ext_bindq_free(s->ffq);
-    ext_bindq_free(s->wq);
+    queues_free(s);
     free(s);
 }

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "kube/lease.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/worker.h"
 
@@ -38,13 +39,6 @@ void kube_leader_holder(struct kube_leader *l, char *out, size_t cap)
     pthread_mutex_lock(&l->holder_mu);
     snprintf(out, cap, "%s", l->holder);
     pthread_mutex_unlock(&l->holder_mu);
-}
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void set_leading(struct kube_leader *l, int v)
@@ -80,7 +74,7 @@ static int leader_try(struct kube_leader *l, int again, struct gs_err *e)
 {
     json_t *lease = NULL, *spec;
     int rc = kube_get(l->c, l->path, &lease, e);
-    double now = mono();
+    double now = gs_mono_s();
 
     if (rc == -GS_ENOENT) {
         json_decref(lease);
@@ -152,7 +146,7 @@ static void *leader_main(void *arg)
             log_warn("leader", "lease %s/%s: %s", l->ns, l->name, e.msg);
             /* a leader that cannot renew steps down before the lease can
              * expire for the others */
-            if (atomic_load(&l->leading) && mono() - l->last_renew_ok > l->opts.lease_s * 2 / 3)
+            if (atomic_load(&l->leading) && gs_mono_s() - l->last_renew_ok > l->opts.lease_s * 2 / 3)
                 set_leading(l, 0);
         } else {
             set_leading(l, rc);
@@ -183,7 +177,7 @@ int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts
     l->identity = strdup(opts->identity);
     snprintf(l->coll, sizeof l->coll, "/apis/coordination.k8s.io/v1/namespaces/%s/leases", l->ns);
     snprintf(l->path, sizeof l->path, "%s/%s", l->coll, l->name);
-    l->seen_at = mono();
+    l->seen_at = gs_mono_s();
     if (gs_worker_start(&l->wk, leader_main, l) < 0) {
         free(l->ns);
         free(l->name);

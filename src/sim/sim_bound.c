@@ -49,32 +49,25 @@ int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int
     /* one LP per distinct prefix, from the last sample back, each step
      * taking one pod out of its class bound and re-solving from the basis */
     struct sim_lp m = {0};
-    double milli = 0, sum = 0; /* sum of the samples' bounds, % */
-    if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0)
+    struct sim_lp_last at_last = {0};
+    int ns = last - first + 1;
+    double *per = malloc((size_t)ns * sizeof *per), sum = 0;
+    if (!per) {
+        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
-    if ((rc = sim_lp_build(&m, e)) < 0 || (rc = sim_lp_solve(&m, &milli, &st->lp_obj, e)) < 0)
-        goto out;
-    st->solves = 1;
-    st->lp_milli = milli;
-    for (int i = last; i >= first; i--) {
-        double b = 100.0 - 100.0 * milli / cap;
-        sum += b > 0 ? b : 0;
-        int k = m.cls[i];
-        if (i == first || k < 0)
-            continue;
-        m.pc[k].count--;
-        sim_lp_set_class_row(&m, k);
-        double obj;
-        if ((rc = sim_lp_solve(&m, &milli, &obj, e)) < 0)
-            goto out;
-        st->solves++;
     }
-    st->samples = last - first + 1;
-    *unalloc_pct = sum / st->samples;
-    st->last_pct = 100.0 - 100.0 * st->lp_milli / cap;
-    if (st->last_pct < 0)
-        st->last_pct = 0;
+    if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0 || (rc = sim_lp_build(&m, e)) < 0 ||
+        (rc = sim_lp_walk(&m, first, last, cap, per, &at_last, &st->solves, e)) < 0)
+        goto out;
+    for (int i = 0; i < ns; i++)
+        sum += per[i];
+    st->lp_milli = at_last.milli;
+    st->lp_obj = at_last.obj;
+    st->samples = ns;
+    *unalloc_pct = sum / ns;
+    st->last_pct = per[ns - 1];
 out:
+    free(per);
     sim_lp_fill_stats(st, &m);
     sim_lp_free(&m);
     st->elapsed_s = sim_lp_elapsed(&w0);

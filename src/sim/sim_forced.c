@@ -32,15 +32,11 @@
 
 #include "core/core.h"
 #include "sim/sim_forced.h"
+#include "sim/sim_lp.h"
 #include "sim/sim_run.h"
 
 #define GRID 16   /* coarse grid steps on the simplex of lambda weights */
 #define REFINE 24 /* halvings of the local search around the best point */
-
-struct ftype {
-    const struct sim_node *n; /* representative */
-    int count;
-};
 
 struct fclass {
     const struct sim_pod *p; /* representative */
@@ -48,7 +44,7 @@ struct fclass {
 };
 
 struct fctx {
-    struct ftype *nt;
+    struct sim_lp_type *nt;
     struct fclass *pc;
     int n_nt, n_pc;
     int *cls;            /* class of each position */
@@ -85,16 +81,7 @@ static int fctx_build(struct fctx *x, const struct sim_trace *t, const int *idx,
         free(cp);
         return gs_errf(e, GS_ENOMEM, "forced: out of memory");
     }
-    for (int i = 0; i < t->n_nodes; i++) {
-        if (t->nodes[i].gpus == 0)
-            continue; /* no GPU pod is ever eligible there */
-        int k = 0;
-        while (k < x->n_nt && !sim_node_same_shape(x->nt[k].n, &t->nodes[i]))
-            k++;
-        if (k == x->n_nt)
-            x->nt[x->n_nt++].n = &t->nodes[i];
-        x->nt[k].count++;
-    }
+    x->n_nt = sim_lp_node_types(t, x->nt);
     for (int i = 0; i < n; i++) {
         const struct sim_pod *p = &t->pods[idx[i]];
         int k = 0;

@@ -94,6 +94,7 @@ void sim_lp_free(struct sim_lp *m)
     free(m->nt);
     free(m->pc);
     free(m->cls);
+    free(m->model_ok);
     free(m->cfg.a);
     free(m->fix);
     free(m->ind);
@@ -102,25 +103,32 @@ void sim_lp_free(struct sim_lp *m)
     memset(m, 0, sizeof *m);
 }
 
+int sim_lp_node_types(const struct sim_trace *t, struct sim_lp_type *nt)
+{
+    int n = 0;
+    for (int i = 0; i < t->n_nodes; i++) {
+        if (t->nodes[i].gpus == 0)
+            continue; /* no GPU pod is ever there */
+        int k = 0;
+        while (k < n && !sim_node_same_shape(nt[k].n, &t->nodes[i]))
+            k++;
+        if (k == n)
+            nt[n++] = (struct sim_lp_type){&t->nodes[i], 0};
+        nt[k].count++;
+    }
+    return n;
+}
+
 /* Node types and pod classes of t's nodes and the pods t->pods[idx[0..n)]. */
 int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, int n,
-                         struct gs_err *e)
+                   struct gs_err *e)
 {
     m->nt = calloc((size_t)t->n_nodes + 1, sizeof *m->nt);
     m->pc = calloc((size_t)n + 1, sizeof *m->pc);
     m->cls = malloc(((size_t)n + 1) * sizeof *m->cls);
     if (!m->nt || !m->pc || !m->cls)
         return gs_errf(e, GS_ENOMEM, "bound: out of memory");
-    for (int i = 0; i < t->n_nodes; i++) {
-        if (t->nodes[i].gpus == 0)
-            continue;
-        int k = 0;
-        while (k < m->n_nt && !sim_node_same_shape(m->nt[k].n, &t->nodes[i]))
-            k++;
-        if (k == m->n_nt)
-            m->nt[m->n_nt++].n = &t->nodes[i];
-        m->nt[k].count++;
-    }
+    m->n_nt = sim_lp_node_types(t, m->nt);
     for (int i = 0; i < n; i++) {
         const struct sim_pod *p = &t->pods[idx[i]];
         m->cls[i] = -1;
@@ -132,6 +140,7 @@ int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, 
         if (k == m->n_pc) {
             m->pc[k].p = p;
             m->pc[k].size = -1;
+            m->pc[k].hi = INT_MAX;
             if (p->gpu_milli < CORE_MILLI) {
                 int s = 0;
                 while (s < m->ns && m->sizes[s] != p->gpu_milli)
@@ -145,7 +154,6 @@ int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, 
             m->n_pc++;
         }
         m->pc[k].count++;
-        m->pc[k].hi = INT_MAX;
         m->cls[i] = k;
     }
     /* sizes ascending; classes point at their size */
@@ -167,6 +175,19 @@ int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, 
         if (m->n_cfg == -2)
             m->n_cfg = 0; /* too many: the capacity cut */
     }
+    /* the core's own model match, once per class and type */
+    struct core_pod *cp = calloc(1, sizeof *cp);
+    if (!cp || !(m->model_ok = malloc((size_t)m->n_pc * m->n_nt + 1))) {
+        free(cp);
+        return gs_errf(e, GS_ENOMEM, "bound: out of memory");
+    }
+    for (int k = 0; k < m->n_pc; k++) {
+        sim_core_pod(m->pc[k].p, 0, cp);
+        for (int T = 0; T < m->n_nt; T++)
+            m->model_ok[(size_t)k * m->n_nt + T] =
+                (unsigned char)core_request_model_ok(&cp->req, m->nt[T].n->model);
+    }
+    free(cp);
     return 0;
 }
 
@@ -230,12 +251,7 @@ int sim_lp_build(struct sim_lp *m, struct gs_err *e)
 {
     struct triplets tr = {0};
     struct sim_lp_ivec fix = {0};
-    struct core_pod *cp = calloc(1, sizeof *cp);
     int rc = 0;
-    if (!cp) {
-        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
-        goto out;
-    }
     m->lp = glp_create_prob();
     glp_set_obj_dir(m->lp, GLP_MAX);
     /* rows: classes, then per type cpu, mem, gpu, then size rows */
@@ -257,11 +273,10 @@ int sim_lp_build(struct sim_lp *m, struct gs_err *e)
     int col;
     for (int k = 0; k < m->n_pc; k++) {
         const struct sim_pod *p = m->pc[k].p;
-        sim_core_pod(p, 0, cp);
         for (int T = 0; T < m->n_nt; T++) {
             const struct sim_node *nd = m->nt[T].n;
             if (p->num_gpu > nd->gpus || p->cpu_milli > nd->cpu_milli ||
-                p->mem_mib > nd->mem_mib || !core_request_model_ok(&cp->req, nd->model))
+                p->mem_mib > nd->mem_mib || !m->model_ok[(size_t)k * m->n_nt + T])
                 continue;
             int base = 1 + m->n_pc + T * m->per_t;
             if ((col = add_col(m, &fix, (double)p->num_gpu * p->gpu_milli, 1 + k)) < 0)
@@ -319,7 +334,6 @@ int sim_lp_build(struct sim_lp *m, struct gs_err *e)
 oom:
     rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
 out:
-    free(cp);
     free(fix.a);
     free(tr.ia.a);
     free(tr.ja.a);
@@ -389,6 +403,40 @@ int sim_lp_solve(struct sim_lp *m, double *milli, double *lp_obj, struct gs_err 
                        g, glp_get_status(m->lp));
     *lp_obj = glp_get_obj_val(m->lp);
     *milli = sim_lp_certificate(m, NULL);
+    return 0;
+}
+
+double sim_lp_pct(double milli, double cap)
+{
+    double b = 100.0 - 100.0 * milli / cap;
+    return b > 0 ? b : 0;
+}
+
+int sim_lp_walk(struct sim_lp *m, int first, int last, double cap, double *out,
+                struct sim_lp_last *at_last, int *solves, struct gs_err *e)
+{
+    double milli, obj;
+    int rc = sim_lp_solve(m, &milli, &obj, e);
+    (*solves)++;
+    if (rc != 0)
+        return rc;
+    if (at_last) {
+        at_last->milli = milli;
+        at_last->obj = obj;
+        for (int r = 1; at_last->dual && r <= glp_get_num_rows(m->lp); r++)
+            at_last->dual[r] = glp_get_row_dual(m->lp, r);
+    }
+    for (int i = last; out && i >= first; i--) {
+        out[i - first] = sim_lp_pct(milli, cap);
+        int k = m->cls[i];
+        if (i == first || k < 0)
+            continue;
+        m->pc[k].count--;
+        sim_lp_set_class_row(m, k);
+        if ((rc = sim_lp_solve(m, &milli, &obj, e)) != 0)
+            return rc;
+        (*solves)++;
+    }
     return 0;
 }
 

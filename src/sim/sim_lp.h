@@ -41,6 +41,7 @@ struct sim_lp {
     struct sim_lp_type *nt;
     struct sim_lp_class *pc;
     int *cls;                 /* class of each listed pod, -1 for CPU-only */
+    unsigned char *model_ok;  /* [k * n_nt + T]: class k's models allow type T (the core's match) */
     int n_nt, n_pc, ns, n_cfg, per_t;
     int sizes[64];
     struct sim_lp_ivec cfg;          /* n_cfg x ns counts */
@@ -48,10 +49,13 @@ struct sim_lp {
     int *fix;                 /* per column (1-based): the row that repairs its dual */
     int *ind;                 /* scratch for one column (1-based) */
     double *val, *u;          /* scratch: one column; row duals (1-based) */
-    int nofeas_ok;            /* model_solve: an infeasible LP returns 1, not an error */
+    int nofeas_ok;            /* sim_lp_solve: an infeasible LP returns 1, not an error */
 };
 
 void sim_lp_free(struct sim_lp *m);
+/* t's GPU nodes grouped by shape (sim_node_same_shape) into nt (room for
+ * t->n_nodes); returns how many types. */
+int sim_lp_node_types(const struct sim_trace *t, struct sim_lp_type *nt);
 /* Node types of t's GPU nodes and classes of the pods t->pods[idx[0..n)]
  * (count = pods of the class; cls[i] = class of pod i, -1 CPU-only). */
 int sim_lp_classes(struct sim_lp *m, const struct sim_trace *t, const int *idx, int n,
@@ -66,6 +70,22 @@ int sim_lp_solve(struct sim_lp *m, double *milli, double *lp_obj, struct gs_err 
 /* Weak-duality bound on the LP at the current row bounds from the row
  * duals dual[1..rows] (NULL: GLPK's last solution), repaired. */
 double sim_lp_certificate(struct sim_lp *m, const double *dual);
+
+/* Unallocated % of cap that milli leaves (0 at least). */
+double sim_lp_pct(double milli, double cap);
+/* The last sample's optimum: certified, GLPK's, and (dual non-NULL) the
+ * row duals dual[1..rows]. */
+struct sim_lp_last {
+    double milli, obj;
+    double *dual;
+};
+/* Solves with the class counts of sample last and, with out (last - first
+ * + 1 entries), walks back to sample first writing each sample's bound
+ * (sim_lp_pct), taking each GPU pod out of its class count (the counts are
+ * left at sample first). Every lower bound must hold at every sample.
+ * Returns 0, 1 for an infeasible LP (nofeas_ok), or an error. */
+int sim_lp_walk(struct sim_lp *m, int first, int last, double cap, double *out,
+                struct sim_lp_last *at_last, int *solves, struct gs_err *e);
 
 double sim_lp_elapsed(const struct timespec *w0);
 /* The stats a bound call fills (the caller's, or *dummy when it passed

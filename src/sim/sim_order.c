@@ -55,27 +55,7 @@ static void oset_free(struct oset *o)
     memset(o, 0, sizeof *o);
 }
 
-/* mok[k * n_nt + T]: class k's model list allows node type T. */
-static unsigned char *o_model_ok(const struct sim_lp *m)
-{
-    unsigned char *mok = malloc((size_t)m->n_pc * m->n_nt + 1);
-    struct core_pod *cp = calloc(1, sizeof *cp);
-    if (!mok || !cp) {
-        free(mok);
-        free(cp);
-        return NULL;
-    }
-    for (int k = 0; k < m->n_pc; k++) {
-        sim_core_pod(m->pc[k].p, 0, cp);
-        for (int T = 0; T < m->n_nt; T++)
-            mok[(size_t)k * m->n_nt + T] =
-                (unsigned char)core_request_model_ok(&cp->req, m->nt[T].n->model);
-    }
-    free(cp);
-    return mok;
-}
-
-static int oset_build(struct oset *o, const struct sim_lp *m, const unsigned char *mok, int r,
+static int oset_build(struct oset *o, const struct sim_lp *m, int r,
                       int first, int last)
 {
     const struct sim_pod *R = m->pc[r].p;
@@ -88,7 +68,7 @@ static int oset_build(struct oset *o, const struct sim_lp *m, const unsigned cha
         const struct sim_pod *p = m->pc[k].p;
         int wider = 1, narrower = 1; /* k's models contain R's / lie within R's */
         for (int T = 0; T < m->n_nt; T++) {
-            int a = mok[(size_t)k * m->n_nt + T], b = mok[(size_t)r * m->n_nt + T];
+            int a = m->model_ok[(size_t)k * m->n_nt + T], b = m->model_ok[(size_t)r * m->n_nt + T];
             wider &= a || !b;
             narrower &= !a || b;
         }
@@ -188,42 +168,18 @@ static void o_reset(struct octx *x)
     }
 }
 
-static double o_pct(double milli, double cap)
-{
-    double b = 100.0 - 100.0 * milli / cap;
-    return b > 0 ? b : 0;
-}
-
 /* Solves the case in x->lo/x->hi at the last sample and, with out, walks
  * back to first writing each sample's bound (%); keeps the last sample's
  * duals in dual. Returns 1 when the case is infeasible (no run has it). */
 static int o_eval(struct octx *x, double *out, double *last_pct, double *dual, struct gs_err *e)
 {
-    struct sim_lp *m = x->m;
+    struct sim_lp_last at = {.dual = dual};
     int rc = o_set(x);
-    double milli, obj;
-    for (int i = x->last; rc == 0; i--) {
-        rc = sim_lp_solve(m, &milli, &obj, e);
-        x->solves++;
-        if (rc != 0)
-            break;
-        if (i == x->last) {
-            *last_pct = o_pct(milli, x->cap);
-            x->last_milli = milli;
-            x->last_obj = obj;
-            for (int r = 1; dual && r <= glp_get_num_rows(m->lp); r++)
-                dual[r] = glp_get_row_dual(m->lp, r);
-        }
-        if (!out)
-            break;
-        out[i - x->first] = o_pct(milli, x->cap);
-        if (i == x->first)
-            break;
-        int k = m->cls[i];
-        if (k >= 0) {
-            m->pc[k].count--;
-            sim_lp_set_class_row(m, k);
-        }
+    if (rc == 0 &&
+        (rc = sim_lp_walk(x->m, x->first, x->last, x->cap, out, &at, &x->solves, e)) == 0) {
+        *last_pct = sim_lp_pct(at.milli, x->cap);
+        x->last_milli = at.milli;
+        x->last_obj = at.obj;
     }
     o_reset(x);
     return rc;
@@ -250,7 +206,7 @@ static void o_child(struct octx *x, struct ocase *c)
 {
     c->exact = 0;
     o_case_bounds(x->m, x->sets, x->n_sets, c, x->lo, x->hi, x->tmp);
-    double pct = o_set(x) ? INFINITY : o_pct(sim_lp_certificate(x->m, x->dual), x->cap);
+    double pct = o_set(x) ? INFINITY : sim_lp_pct(sim_lp_certificate(x->m, x->dual), x->cap);
     o_reset(x);
     if (pct > c->pct)
         c->pct = pct;
@@ -379,7 +335,6 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
                      .cap = (double)t->total_gpus * CORE_MILLI};
     int ns = last - first + 1, cand[O_SETS], n_cand = 0;
     double *plain = malloc((size_t)ns * sizeof *plain), *per = malloc((size_t)ns * sizeof *per);
-    unsigned char *mok = NULL;
     if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0)
         goto out;
     size_t pcs = (size_t)m.n_pc + 1;
@@ -390,9 +345,8 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     x.tmp = malloc(pcs * sizeof *x.tmp);
     x.cur = malloc((size_t)ns * sizeof *x.cur);
     x.cs = malloc(O_MAX_CASES * sizeof *x.cs);
-    mok = o_model_ok(&m);
     if (!plain || !per || !x.base || !x.flo || !x.lo || !x.hi || !x.tmp || !x.cur ||
-        !x.cs || !mok) {
+        !x.cs) {
         rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
     }
@@ -443,7 +397,7 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
         cand[j] = k;
     }
     for (int q = 0; q < n_cand; q++)
-        if (oset_build(&x.sets[x.n_sets++], &m, mok, cand[q], first, last) < 0) {
+        if (oset_build(&x.sets[x.n_sets++], &m, cand[q], first, last) < 0) {
             rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
             goto out;
         }
@@ -482,7 +436,6 @@ out:
     free(x.dual);
     free(x.cur);
     free(x.cs);
-    free(mok);
     sim_lp_fill_stats(st, &m);
     sim_lp_free(&m);
     free(plain);
@@ -496,19 +449,14 @@ int sim_order_check(const struct sim_trace *t, const int *idx, int n,
 {
     struct sim_lp m = {0};
     struct oset o = {0};
-    unsigned char *mok = NULL;
     int rc;
     *sets_checked = 0;
     if ((rc = sim_lp_classes(&m, t, idx, n, e)) < 0)
         goto out;
-    if (!(mok = o_model_ok(&m))) {
-        rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
-        goto out;
-    }
     for (int r = 0; r < m.n_pc && rc == 0; r++) {
         if (m.pc[r].p->num_gpu != 1)
             continue;
-        if (oset_build(&o, &m, mok, r, n, n - 1) < 0) {
+        if (oset_build(&o, &m, r, n, n - 1) < 0) {
             rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
             break;
         }
@@ -533,7 +481,6 @@ int sim_order_check(const struct sim_trace *t, const int *idx, int n,
     }
 out:
     oset_free(&o);
-    free(mok);
     sim_lp_free(&m);
     return rc;
 }

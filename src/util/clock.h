@@ -1,0 +1,15 @@
+/*
+ * util/clock.h - the monotonic clock in seconds.
+ *
+ * Timeouts, back-offs and waits are measured on CLOCK_MONOTONIC (a wall
+ * clock step must not end or stretch them); this is the one reading of it
+ * as a double that they share.
+ */
+#ifndef GS_UTIL_CLOCK_H
+#define GS_UTIL_CLOCK_H
+
+/* Seconds on CLOCK_MONOTONIC (pthread_cond_timedwait with a condition
+ * attribute set to that clock takes the same time base). */
+double gs_mono_s(void);
+
+#endif
