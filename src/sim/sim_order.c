@@ -35,7 +35,8 @@ struct oset {
 /* A case: per set, its first failure t0 is free (nothing known), late (at
  * or after its first trigger in the bin, tpos[ntf], or never) or among
  * its trigger positions tpos[u..v). */
-#define O_SETS 8      /* trigger sets: representative classes, most pods first */
+#define O_SETS 8      /* trigger sets: representative classes */
+#define O_DROPPED 2   /* of them, the classes the plain LP leaves out most of */
 #define O_LPS 96      /* case LPs solved per bound */
 #define O_COARSE 32   /* ranges first halved to 1/32 of a set's triggers */
 #define O_MAX_CASES 1024
@@ -283,6 +284,47 @@ static int o_branch(struct octx *x, struct gs_err *e)
     return 0;
 }
 
+/* Fills cand with the representatives of the trigger sets (see the caller);
+ * left is scratch, one per class. */
+static int o_sets_chosen(struct octx *x, int *left, int *cand, int *n_cand, struct gs_err *e)
+{
+    struct sim_lp *m = x->m;
+    double milli, obj;
+    int rc;
+    o_set(x);
+    rc = sim_lp_solve(m, &milli, &obj, e);
+    o_reset(x);
+    if (rc != 0)
+        return rc < 0 ? rc : gs_errf(e, GS_EINVAL, "bound: the plain LP is infeasible");
+    x->solves++;
+    for (int k = 0; k < m->n_pc; k++) /* pods left out, rounded down */
+        left[k] = (int)((double)m->pc[k].count - glp_get_row_prim(m->lp, 1 + k) + 1e-6);
+    *n_cand = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int want = pass == 0 ? O_DROPPED : O_SETS;
+        while (*n_cand < want) {
+            int best = -1;
+            double best_key = 0;
+            for (int k = 0; k < m->n_pc; k++) {
+                int taken = 0;
+                for (int q = 0; q < *n_cand && !taken; q++)
+                    taken = cand[q] == k;
+                double key = pass == 0 ? (double)left[k] * m->pc[k].p->gpu_milli
+                                       : m->pc[k].count;
+                if (m->pc[k].p->num_gpu == 1 && !taken && key > 0 &&
+                    (best < 0 || key > best_key)) {
+                    best = k;
+                    best_key = key;
+                }
+            }
+            if (best < 0)
+                break;
+            cand[(*n_cand)++] = best;
+        }
+    }
+    return 0;
+}
+
 /* per[i]: the minimum over the cases at sample first + i. A case's bound at
  * an earlier sample is no lower than at the last (fewer pods), so a case
  * whose last-sample bound is above every sample's current minimum needs no
@@ -380,22 +422,11 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     }
     st->lp_milli = x.last_milli;
     st->lp_obj = x.last_obj;
-    /* trigger sets: the one-GPU classes with the most pods (ties: first seen) */
-    for (int k = 0; k < m.n_pc; k++) {
-        if (m.pc[k].p->num_gpu != 1)
-            continue;
-        int j = n_cand;
-        if (j == O_SETS) {
-            if (m.pc[cand[j - 1]].count >= m.pc[k].count)
-                continue;
-            j--;
-        } else {
-            n_cand++;
-        }
-        for (; j > 0 && m.pc[cand[j - 1]].count < m.pc[k].count; j--)
-            cand[j] = cand[j - 1];
-        cand[j] = k;
-    }
+    /* trigger sets: the O_DROPPED one-GPU classes the plain LP of the last
+     * sample leaves out most GPU milli of, then those with the most pods
+     * (ties: first seen) */
+    if ((rc = o_sets_chosen(&x, x.tmp, cand, &n_cand, e)) < 0)
+        goto out;
     for (int q = 0; q < n_cand; q++)
         if (oset_build(&x.sets[x.n_sets++], &m, cand[q], first, last) < 0) {
             rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");

@@ -4,7 +4,9 @@
  * work-conserving schedulers and its forcing test (a forced pod never
  * fails in a real run). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "core/policy.h"
@@ -379,6 +381,28 @@ static void test_order(void)
     ASSERT_TRUE(placed[0] && !placed[1] && placed[2]);
     ASSERT_EQ(sim_order_bound(&t, idx, 2, 2, NULL, &w, &st, &e), 0);
     ASSERT_NEAR(w, 9.5, 1e-6);
+    sim_trace_clear(&t);
+
+    /* the sets: 8 classes of three 50-milli pods (held to V100, placed in
+     * any run) outnumber the T4 810s, so sets of the commonest classes
+     * alone would miss the 810s; the LP leaves an 810 out, which puts its
+     * class among the sets: every run leaves 800 + 2 x 190 of 4,000 */
+    char pods[2048] = HDR;
+    int all[27];
+    for (int k = 0; k < 8; k++)
+        for (int j = 0; j < 3; j++)
+            snprintf(pods + strlen(pods), sizeof pods - strlen(pods),
+                     "d%d%d,%d,1,1,50,V100\n", k, j, 1000 + k);
+    strcat(pods, "a,1000,1,1,810,T4\nb,1000,1,1,810,T4\nc,1000,1,1,1000,T4\n");
+    ASSERT_EQ(parse(&t, "sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n"
+                        "n2,64000,65536,2,V100\n", pods), 0);
+    for (int i = 0; i < 27; i++)
+        all[i] = i;
+    ASSERT_EQ(sim_bound_prefixes(&t, all, 26, 26, &b, &st, &e), 0);
+    ASSERT_NEAR(b, 24.75, 1e-6);
+    ASSERT_EQ(sim_order_bound(&t, all, 26, 26, NULL, &w, &st, &e), 0);
+    ASSERT_NEAR(w, 29.5, 1e-6);
+    ASSERT_EQ(st.order_sets, 8);
     sim_trace_clear(&t);
 }
 
