@@ -259,28 +259,26 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     unsigned char *fit = NULL;
     struct core_node **nodes = NULL;
     struct ext_memo_entry own = {0}, *en = NULL;
-    int *own_pos = gpu && !memo ? malloc(((size_t)a->n + 1) * sizeof *own_pos) : NULL;
+    int *own_pos = NULL;
     struct ext_text *kept = NULL;
     struct gs_buf whole = {0}; /* the reply, when written under the lock (kept_reply) */
     int nfit = 0, modified = 0, ok = 1, written = 0;
     unsigned long epoch = 0;
     uint64_t ver = 0;
 
-    if (!memo && (!(fit = calloc((size_t)a->n + 1, 1)) ||
-                  !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)) ||
-                  (gpu && (!own_pos || ext_memo_entry_init(&own, a->n) < 0)))) {
-        ok = 0;
-        goto done;
-    }
     pthread_mutex_lock(&s->mu);
     if (gpu && wait >= 0 && sched_await_bind(s, pod->uid, wait)) {
         pthread_mutex_unlock(&s->mu); /* asked again where it may wait */
-        ext_memo_entry_clear(&own);
-        free(own_pos);
-        free(fit);
-        free(nodes);
         sched_verb_end(&v);
         return EXT_FILTER_WAIT;
+    }
+    if (!memo && (!(fit = calloc((size_t)a->n + 1, 1)) ||
+                  !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)) ||
+                  (gpu && (!(own_pos = malloc(((size_t)a->n + 1) * sizeof *own_pos)) ||
+                           ext_memo_entry_init(&own, a->n) < 0)))) {
+        pthread_mutex_unlock(&s->mu);
+        ok = 0;
+        goto done;
     }
     struct pod *p = gpu ? sched_remember(s, a->pod) : NULL;
     int quota = sched_quota_prepare(s, pod);
