@@ -36,7 +36,7 @@ struct oset {
  * or after its first trigger in the bin, tpos[ntf], or never) or among
  * its trigger positions tpos[u..v). */
 #define O_SETS 8      /* trigger sets: representative classes */
-#define O_DROPPED 2   /* of them, the classes the plain LP leaves out most of */
+#define O_DROPPED 2   /* of them, the classes the root LP leaves out most of */
 #define O_LPS 96      /* case LPs solved per bound */
 #define O_COARSE 32   /* ranges first halved to 1/32 of a set's triggers */
 #define O_MAX_CASES 1024
@@ -295,7 +295,7 @@ static int o_sets_chosen(struct octx *x, int *left, int *cand, int *n_cand, stru
     rc = sim_lp_solve(m, &milli, &obj, e);
     o_reset(x);
     if (rc != 0)
-        return rc < 0 ? rc : gs_errf(e, GS_EINVAL, "bound: the plain LP is infeasible");
+        return rc < 0 ? rc : gs_errf(e, GS_EINVAL, "bound: the root LP is infeasible");
     x->solves++;
     for (int k = 0; k < m->n_pc; k++) /* pods left out, rounded down */
         left[k] = (int)((double)m->pc[k].count - glp_get_row_prim(m->lp, 1 + k) + 1e-6);
@@ -422,9 +422,9 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     }
     st->lp_milli = x.last_milli;
     st->lp_obj = x.last_obj;
-    /* trigger sets: the O_DROPPED one-GPU classes the plain LP of the last
-     * sample leaves out most GPU milli of, then those with the most pods
-     * (ties: first seen) */
+    /* trigger sets: the O_DROPPED one-GPU classes the root LP (forced pods
+     * held) of the last sample leaves out most GPU milli of, then those
+     * with the most pods (ties: first seen) */
     if ((rc = o_sets_chosen(&x, x.tmp, cand, &n_cand, e)) < 0)
         goto out;
     for (int q = 0; q < n_cand; q++)
