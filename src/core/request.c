@@ -410,7 +410,9 @@ static int ctr_gpu(const struct ctx *c, const struct core_names *nm, json_t *lim
                 return cerr(c, rm.from, nm->gpu_memory,
                             "'%s' is less than 1 MiB; plain numbers are bytes (did you "
                             "mean '%sMi'?)", rm.val, rm.val);
-            out->mem_mib = ((mem + MIB - 1) / MIB + ngpu - 1) / ngpu;
+            /* ceilings that cannot overflow: mem may be up to INT64_MAX */
+            int64_t mib = mem / MIB + (mem % MIB != 0);
+            out->mem_mib = mib / ngpu + (mib % ngpu != 0);
             if (out->mem_mib > CORE_MAX_MEM_MIB)
                 return cerr(c, rm.from, nm->gpu_memory,
                             "'%s' is %lld MiB per GPU, larger than any GPU", rm.val,

@@ -257,6 +257,9 @@ static void impossible_tests(void)
     bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"16384\"}",
         "less than 1 MiB; plain numbers are bytes (did you mean '16384Mi'?)");
     bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"5Ti\"}", "larger than any GPU");
+    /* the largest quantity: rounding it up to MiB once overflowed (UBSan) */
+    bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"9223372036854775807\"}",
+        "larger than any GPU");
     bad("{\"nvidia.com/vcuda-core\":\"150\"}",
         "limits[nvidia.com/vcuda-core]: '150' must be below 100");
     bad("{\"nvidia.com/vcuda-core\":\"0\"}", "out of range 1..1600");
