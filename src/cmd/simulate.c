@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cmd/cmd.h"
 #include "core/policy.h"
@@ -17,6 +16,7 @@
 #include "sim/sim_time.h"
 #include "sim/sim_trace.h"
 #include "sim/sim_treport.h"
+#include "util/clock.h"
 #include "util/opt.h"
 
 #define DEFAULT_POLICIES "random,dotprod,clustering,packing,bestfit,fgd"
@@ -182,7 +182,7 @@ static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
                     const double *loads, int n_loads, double scale,
                     const struct core_policy *const *pols, int n_pols, const uint64_t *seeds,
                     int n_seeds, int threads,
-                    const char *json, const char *plot, const struct timespec *t0)
+                    const char *json, const char *plot, double t0)
 {
     struct gs_err e = GS_ERR_INIT;
     size_t n_runs = (size_t)n_loads * n_pols * n_seeds;
@@ -202,9 +202,7 @@ static int run_time(const struct sim_config *cfg, const struct sim_trace *trace,
     }
     for (int i = 0; i < n_loads * n_pols; i++)
         sim_time_summarize(runs + (size_t)i * n_seeds, n_seeds, &sum[i]);
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double elapsed = (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
+    double elapsed = gs_mono_s() - t0;
     struct sim_time_report rep = {trace->n_nodes, trace->total_gpus, trace->n_pods, sum,
                                   n_loads * n_pols, elapsed};
     sim_time_print(stdout, &rep);
@@ -293,8 +291,7 @@ int cmd_simulate(int argc, char **argv)
         return 2;
     }
 
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = gs_mono_s();
     struct sim_trace trace = {0};
     struct sim_config cfg;
     int n_unfit = 0;
@@ -317,7 +314,7 @@ int cmd_simulate(int argc, char **argv)
         }
         svg_title = title ? title : pods;
         int st = run_time(&cfg, &trace, loads, n_loads, scale, pols, n_pols, seeds, n_seeds,
-                          (int)threads, json, plot, &t0);
+                          (int)threads, json, plot, t0);
         sim_config_clear(&cfg);
         sim_trace_clear(&trace);
         return st;
@@ -358,9 +355,8 @@ int cmd_simulate(int argc, char **argv)
             wc_first[i] = ws.first_unforced_pct;
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     struct sim_report rep = {trace.n_nodes, trace.total_gpus, trace.n_pods, sum, n_pols,
-                             (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
+                             gs_mono_s() - t0,
                              bound ? bounds : NULL, seeds, n_seeds, bound_s,
                              wc, wc_forced, wc_first};
     sim_print_table(stdout, &rep);

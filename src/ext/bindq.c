@@ -2,9 +2,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ext/bindq.h"
+#include "util/clock.h"
 
 struct job {
     struct job *next;
@@ -13,7 +13,7 @@ struct job {
     size_t len;
     int status;
     struct ext_reply reply;
-    struct timespec handed; /* when it was handed over */
+    double handed;          /* when it was handed over (gs_mono_s) */
 };
 
 struct ext_bindq {
@@ -91,7 +91,7 @@ int ext_bindq_submit(struct ext_bindq *q, void *token, const char *body, size_t 
     j->body[len] = '\0';
     j->len = len;
     j->token = token;
-    clock_gettime(CLOCK_MONOTONIC, &j->handed);
+    j->handed = gs_mono_s();
     pthread_mutex_lock(&q->mu);
     if (q->stopping) {
         pthread_mutex_unlock(&q->mu);
@@ -132,10 +132,7 @@ int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t le
     }
     if (!j)
         return 0;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    *since_s = (double)(now.tv_sec - j->handed.tv_sec) +
-               (double)(now.tv_nsec - j->handed.tv_nsec) / 1e9;
+    *since_s = gs_mono_s() - j->handed;
     *status = j->status;
     *r = j->reply;
     free(j->body);

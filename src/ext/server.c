@@ -10,6 +10,7 @@
 #include "ext/proto.h"
 #include "ext/server.h"
 #include "http/http_server.h"
+#include "util/clock.h"
 #include "version.h"
 
 struct ext_server {
@@ -345,20 +346,17 @@ static const char *route(struct ext_server *s, const struct http_request *req,
 static void handle(void *ud, const struct http_request *req, struct http_response *resp)
 {
     struct ext_server *s = ud;
-    struct timespec t0, t1;
     char code[8];
     int parked = 0;
-    double before = 0;
+    double before = 0, t0 = gs_mono_s();
 
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     const char *verb = route(s, req, resp, &parked, &before);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = gs_mono_s() - t0;
     if (parked)
         return; /* answered when it is handed back */
     snprintf(code, sizeof code, "%d", resp->status ? resp->status : 200);
     metric_inc(s->m_requests, (const char *[]){verb, code});
-    metric_observe(s->m_latency, (const char *[]){verb}, before + (double)(t1.tv_sec - t0.tv_sec) +
-                                                             (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    metric_observe(s->m_latency, (const char *[]){verb}, before + took);
 }
 
 int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out,

@@ -10,18 +10,18 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "sim/sim_bound.h"
 #include "sim/sim_forced.h"
 #include "sim/sim_lp.h"
 #include "sim/sim_order.h"
+#include "util/clock.h"
 
 int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *milli,
                     struct sim_bound_stats *st, struct gs_err *e)
 {
-    struct timespec w0;
+    double w0;
     struct sim_bound_stats dummy;
     st = sim_lp_stats_start(st, &dummy, &w0);
     *milli = 0;
@@ -33,14 +33,14 @@ int sim_bound_milli(const struct sim_trace *t, const int *idx, int n, double *mi
     st->solves = rc == 0;
     st->lp_milli = *milli;
     sim_lp_free(&m);
-    st->elapsed_s = sim_lp_elapsed(&w0);
+    st->elapsed_s = gs_mono_s() - w0;
     return rc;
 }
 
 int sim_bound_prefixes(const struct sim_trace *t, const int *idx, int first, int last,
                        double *unalloc_pct, struct sim_bound_stats *st, struct gs_err *e)
 {
-    struct timespec w0;
+    double w0;
     struct sim_bound_stats dummy;
     int rc = sim_lp_prefix_start(t, first, last, unalloc_pct, &st, &dummy, &w0, e);
     if (rc < 0)
@@ -70,7 +70,7 @@ out:
     free(per);
     sim_lp_fill_stats(st, &m);
     sim_lp_free(&m);
-    st->elapsed_s = sim_lp_elapsed(&w0);
+    st->elapsed_s = gs_mono_s() - w0;
     return rc;
 }
 
@@ -132,15 +132,14 @@ static int bound_run(const struct sim_config *cfg, uint64_t seed, int wc, double
         goto out;
     }
     if (wc) {
-        struct timespec w0;
-        clock_gettime(CLOCK_MONOTONIC, &w0);
+        double w0 = gs_mono_s();
         if (!(forced = malloc((size_t)last + 1))) {
             rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
             goto out;
         }
         if ((rc = sim_forced_mark(t, order, last + 1, forced, &fs, e)) < 0)
             goto out;
-        double forced_s = sim_lp_elapsed(&w0);
+        double forced_s = gs_mono_s() - w0;
         if ((rc = sim_bound_prefixes_wc(t, order, first, last, forced, unalloc_pct, st, e)) < 0)
             goto out;
         st->forced = fs.forced;

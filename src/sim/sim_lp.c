@@ -31,6 +31,7 @@
 
 #include "core/core.h"
 #include "sim/sim_lp.h"
+#include "util/clock.h"
 
 static int ipush(struct sim_lp_ivec *v, int x)
 {
@@ -425,6 +426,8 @@ int sim_lp_walk(struct sim_lp *m, int first, int last, double cap, double *out,
         at_last->obj = obj;
         for (int r = 1; at_last->dual && r <= glp_get_num_rows(m->lp); r++)
             at_last->dual[r] = glp_get_row_dual(m->lp, r);
+        for (int k = 0; at_last->placed && k < m->n_pc; k++)
+            at_last->placed[k] = glp_get_row_prim(m->lp, 1 + k);
     }
     for (int i = last; out && i >= first; i--) {
         out[i - first] = sim_lp_pct(milli, cap);
@@ -440,19 +443,12 @@ int sim_lp_walk(struct sim_lp *m, int first, int last, double cap, double *out,
     return 0;
 }
 
-double sim_lp_elapsed(const struct timespec *w0)
-{
-    struct timespec w1;
-    clock_gettime(CLOCK_MONOTONIC, &w1);
-    return (double)(w1.tv_sec - w0->tv_sec) + (double)(w1.tv_nsec - w0->tv_nsec) / 1e9;
-}
-
 /* The stats a bound call fills (the caller's, or *dummy when it passed
  * none), zeroed, and the wall clock at its start. */
 struct sim_bound_stats *sim_lp_stats_start(struct sim_bound_stats *st,
-                                           struct sim_bound_stats *dummy, struct timespec *w0)
+                                           struct sim_bound_stats *dummy, double *w0)
 {
-    clock_gettime(CLOCK_MONOTONIC, w0);
+    *w0 = gs_mono_s();
     if (!st)
         st = dummy;
     memset(st, 0, sizeof *st);
@@ -471,7 +467,7 @@ void sim_lp_fill_stats(struct sim_bound_stats *st, const struct sim_lp *m)
 
 int sim_lp_prefix_start(const struct sim_trace *t, int first, int last, double *unalloc_pct,
                         struct sim_bound_stats **st, struct sim_bound_stats *dummy,
-                        struct timespec *w0, struct gs_err *e)
+                        double *w0, struct gs_err *e)
 {
     *st = sim_lp_stats_start(*st, dummy, w0);
     *unalloc_pct = NAN;

@@ -12,7 +12,6 @@
 #define GPUSCHED_SIM_LP_H
 
 #include <glpk.h>
-#include <time.h>
 
 #include "sim/sim_bound.h"
 #include "sim/sim_trace.h"
@@ -73,11 +72,12 @@ double sim_lp_certificate(struct sim_lp *m, const double *dual);
 
 /* Unallocated % of cap that milli leaves (0 at least). */
 double sim_lp_pct(double milli, double cap);
-/* The last sample's optimum: certified, GLPK's, and (dual non-NULL) the
- * row duals dual[1..rows]. */
+/* The last sample's optimum: certified, GLPK's, (dual non-NULL) the row
+ * duals dual[1..rows] and (placed non-NULL) the pods of each class k it
+ * places, placed[k]. */
 struct sim_lp_last {
     double milli, obj;
-    double *dual;
+    double *dual, *placed;
 };
 /* Solves with the class counts of sample last and, with out (last - first
  * + 1 entries), walks back to sample first writing each sample's bound
@@ -87,17 +87,16 @@ struct sim_lp_last {
 int sim_lp_walk(struct sim_lp *m, int first, int last, double cap, double *out,
                 struct sim_lp_last *at_last, int *solves, struct gs_err *e);
 
-double sim_lp_elapsed(const struct timespec *w0);
 /* The stats a bound call fills (the caller's, or *dummy when it passed
  * none), zeroed, and the wall clock at its start. */
 struct sim_bound_stats *sim_lp_stats_start(struct sim_bound_stats *st,
-                                           struct sim_bound_stats *dummy, struct timespec *w0);
+                                           struct sim_bound_stats *dummy, double *w0);
 void sim_lp_fill_stats(struct sim_bound_stats *st, const struct sim_lp *m);
 /* The start of a bound over the samples [first, last]: sim_lp_stats_start,
  * *unalloc_pct = NaN, and an error for a node list without GPUs or an
  * empty range. */
 int sim_lp_prefix_start(const struct sim_trace *t, int first, int last, double *unalloc_pct,
                         struct sim_bound_stats **st, struct sim_bound_stats *dummy,
-                        struct timespec *w0, struct gs_err *e);
+                        double *w0, struct gs_err *e);
 
 #endif

@@ -7,12 +7,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "sim/sim_lp.h"
 #include "sim/sim_order.h"
 #include "sim/sim_run.h"
+#include "util/clock.h"
 
 /* ---- The order of arrival: a bound for work-conserving schedulers ----
  *
@@ -171,10 +171,12 @@ static void o_reset(struct octx *x)
 
 /* Solves the case in x->lo/x->hi at the last sample and, with out, walks
  * back to first writing each sample's bound (%); keeps the last sample's
- * duals in dual. Returns 1 when the case is infeasible (no run has it). */
-static int o_eval(struct octx *x, double *out, double *last_pct, double *dual, struct gs_err *e)
+ * duals in dual and pods placed per class in placed (each may be NULL).
+ * Returns 1 when the case is infeasible (no run has it). */
+static int o_eval(struct octx *x, double *out, double *last_pct, double *dual, double *placed,
+                  struct gs_err *e)
 {
-    struct sim_lp_last at = {.dual = dual};
+    struct sim_lp_last at = {.dual = dual, .placed = placed};
     int rc = o_set(x);
     if (rc == 0 &&
         (rc = sim_lp_walk(x->m, x->first, x->last, x->cap, out, &at, &x->solves, e)) == 0) {
@@ -191,7 +193,7 @@ static int o_solve(struct octx *x, struct ocase *c, struct gs_err *e)
 {
     o_case_bounds(x->m, x->sets, x->n_sets, c, x->lo, x->hi, x->tmp);
     double pct;
-    int r = o_eval(x, NULL, &pct, x->dual, e);
+    int r = o_eval(x, NULL, &pct, x->dual, NULL, e);
     if (r < 0)
         return r;
     x->case_lps++;
@@ -284,33 +286,23 @@ static int o_branch(struct octx *x, struct gs_err *e)
     return 0;
 }
 
-/* Fills cand with the representatives of the trigger sets (see the caller);
- * left is scratch, one per class. */
-static int o_sets_chosen(struct octx *x, int *left, int *cand, int *n_cand, struct gs_err *e)
+/* The representatives of the trigger sets (see the caller) in cand, from
+ * the pods of each class the root LP places at the last sample. */
+static int o_sets_chosen(const struct octx *x, const double *placed, int *cand)
 {
-    struct sim_lp *m = x->m;
-    double milli, obj;
-    int rc;
-    o_set(x);
-    rc = sim_lp_solve(m, &milli, &obj, e);
-    o_reset(x);
-    if (rc != 0)
-        return rc < 0 ? rc : gs_errf(e, GS_EINVAL, "bound: the root LP is infeasible");
-    x->solves++;
-    for (int k = 0; k < m->n_pc; k++) /* pods left out, rounded down */
-        left[k] = (int)((double)m->pc[k].count - glp_get_row_prim(m->lp, 1 + k) + 1e-6);
-    *n_cand = 0;
+    const struct sim_lp *m = x->m;
+    int n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        int want = pass == 0 ? O_DROPPED : O_SETS;
-        while (*n_cand < want) {
+        while (n < (pass == 0 ? O_DROPPED : O_SETS)) {
             int best = -1;
             double best_key = 0;
             for (int k = 0; k < m->n_pc; k++) {
                 int taken = 0;
-                for (int q = 0; q < *n_cand && !taken; q++)
+                for (int q = 0; q < n && !taken; q++)
                     taken = cand[q] == k;
-                double key = pass == 0 ? (double)left[k] * m->pc[k].p->gpu_milli
-                                       : m->pc[k].count;
+                /* pass 0: GPU milli of the pods left out (rounded down) */
+                double left = floor(x->base[k] - placed[k] + 1e-6);
+                double key = pass == 0 ? left * m->pc[k].p->gpu_milli : m->pc[k].count;
                 if (m->pc[k].p->num_gpu == 1 && !taken && key > 0 &&
                     (best < 0 || key > best_key)) {
                     best = k;
@@ -319,10 +311,10 @@ static int o_sets_chosen(struct octx *x, int *left, int *cand, int *n_cand, stru
             }
             if (best < 0)
                 break;
-            cand[(*n_cand)++] = best;
+            cand[n++] = best;
         }
     }
-    return 0;
+    return n;
 }
 
 /* per[i]: the minimum over the cases at sample first + i. A case's bound at
@@ -352,7 +344,7 @@ static int o_min_over_cases(struct octx *x, double *per, struct gs_err *e)
         } else {
             o_case_bounds(x->m, x->sets, x->n_sets, c, x->lo, x->hi, x->tmp);
             double lp;
-            int r = o_eval(x, x->cur, &lp, NULL, e);
+            int r = o_eval(x, x->cur, &lp, NULL, NULL, e);
             if (r < 0)
                 return r;
             for (int i = 0; r == 0 && i < ns; i++)
@@ -367,7 +359,7 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
                     const unsigned char *forced, double *unalloc_pct,
                     struct sim_bound_stats *st, struct gs_err *e)
 {
-    struct timespec w0;
+    double w0;
     struct sim_bound_stats dummy;
     int rc = sim_lp_prefix_start(t, first, last, unalloc_pct, &st, &dummy, &w0, e);
     if (rc < 0)
@@ -377,6 +369,7 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
                      .cap = (double)t->total_gpus * CORE_MILLI};
     int ns = last - first + 1, cand[O_SETS], n_cand = 0;
     double *plain = malloc((size_t)ns * sizeof *plain), *per = malloc((size_t)ns * sizeof *per);
+    double *placed = NULL;
     if ((rc = sim_lp_classes(&m, t, idx, last + 1, e)) < 0)
         goto out;
     size_t pcs = (size_t)m.n_pc + 1;
@@ -387,8 +380,9 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     x.tmp = malloc(pcs * sizeof *x.tmp);
     x.cur = malloc((size_t)ns * sizeof *x.cur);
     x.cs = malloc(O_MAX_CASES * sizeof *x.cs);
+    placed = malloc(pcs * sizeof *placed);
     if (!plain || !per || !x.base || !x.flo || !x.lo || !x.hi || !x.tmp || !x.cur ||
-        !x.cs) {
+        !x.cs || !placed) {
         rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
     }
@@ -414,7 +408,7 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
      * test claimed pods no placement holds. */
     double plain_last;
     m.nofeas_ok = 1;
-    if ((rc = o_eval(&x, plain, &plain_last, x.dual, e)) != 0) {
+    if ((rc = o_eval(&x, plain, &plain_last, x.dual, placed, e)) != 0) {
         if (rc == 1)
             rc = gs_errf(e, GS_EINVAL, "bound: the forced pods cannot all be placed (LP "
                          "infeasible): the forcing test is wrong, no bound");
@@ -425,8 +419,7 @@ int sim_order_bound(const struct sim_trace *t, const int *idx, int first, int la
     /* trigger sets: the O_DROPPED one-GPU classes the root LP (forced pods
      * held) of the last sample leaves out most GPU milli of, then those
      * with the most pods (ties: first seen) */
-    if ((rc = o_sets_chosen(&x, x.tmp, cand, &n_cand, e)) < 0)
-        goto out;
+    n_cand = o_sets_chosen(&x, placed, cand);
     for (int q = 0; q < n_cand; q++)
         if (oset_build(&x.sets[x.n_sets++], &m, cand[q], first, last) < 0) {
             rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
@@ -471,7 +464,8 @@ out:
     sim_lp_free(&m);
     free(plain);
     free(per);
-    st->elapsed_s = sim_lp_elapsed(&w0);
+    free(placed);
+    st->elapsed_s = gs_mono_s() - w0;
     return rc;
 }
 

@@ -12,11 +12,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
 #include "sim/sim_run.h"
+#include "util/clock.h"
 
 /* ---- workload classes ------------------------------------------------- */
 
@@ -265,8 +265,7 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
             struct sim_run_result *r, struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = gs_mono_s();
     memset(r, 0, sizeof *r);
     r->policy = pol;
     r->seed = seed;
@@ -318,8 +317,7 @@ out:
     core_cluster_free(c);
     free(order);
     free(cp);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    r->elapsed_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    r->elapsed_s = gs_mono_s() - t0;
     return rc;
 }
 

@@ -25,10 +25,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "sim/sim_time.h"
+#include "util/clock.h"
 
 static const char *const cls_names[SIM_N_CLS] = {"all", "whole", "multi_gpu", "sharing",
                                                  "model_constrained"};
@@ -219,8 +219,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
                  struct gs_err *e)
 {
     const struct sim_trace *t = cfg->trace;
-    struct timespec w0, w1;
-    clock_gettime(CLOCK_MONOTONIC, &w0);
+    double w0 = gs_mono_s();
     memset(r, 0, sizeof *r);
     r->policy = pol;
     r->seed = seed;
@@ -578,8 +577,7 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
     }
 out:
     state_free(&s);
-    clock_gettime(CLOCK_MONOTONIC, &w1);
-    r->elapsed_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
+    r->elapsed_s = gs_mono_s() - w0;
     return rc;
 }
 

@@ -1,7 +1,8 @@
 /*
  * util/clock.h - the monotonic clock in seconds.
  *
- * Timeouts, back-offs and waits are measured on CLOCK_MONOTONIC (a wall
+ * Timeouts, back-offs, waits and elapsed times (request latency, a
+ * simulation run, a bound) are measured on CLOCK_MONOTONIC (a wall
  * clock step must not end or stretch them); this is the one reading of it
  * as a double that they share.
  */
