@@ -25,24 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
+#include "cu_types.h"
+
 enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INIT = 3, INVALID_CTX = 201, NOT_FOUND = 500 };
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long handle_t;
-typedef struct { int type, id; } loc_t;
-typedef struct {
-    int type, handle_types;
-    loc_t location;
-    void *win32;
-    unsigned char flags[8];
-} prop_t;
-typedef struct { size_t w, h; int fmt; unsigned ch; } desc_t;
-typedef struct { size_t w, h, d; int fmt; unsigned ch, flags; } desc3_t;
-typedef struct {
-    unsigned gx, gy, gz, bx, by, bz, shm;
-    void *stream, *attrs;
-    unsigned n_attrs;
-} launch_cfg_t;
 
 #define MAX_ALLOC 65536
 #define MAX_DEV 8

@@ -21,22 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr, handle_t;
-typedef struct { int type, id; } loc_t;
-typedef struct {
-    int type, handle_types;
-    loc_t location;
-    void *win32;
-    unsigned char flags[8];
-} prop_t;
-typedef struct { size_t w, h; int fmt; unsigned ch; } desc_t;
-typedef struct { size_t w, h, d; int fmt; unsigned ch, flags; } desc3_t;
-typedef struct {
-    unsigned gx, gy, gz, bx, by, bz, shm;
-    void *stream, *attrs;
-    unsigned n_attrs;
-} launch_cfg_t;
+#include "cu_types.h"
+
 typedef struct { unsigned long long total, free, used; } nvmem_t;
 typedef struct { unsigned version; unsigned long long total, reserved, free, used; } nvmem2_t;
 
