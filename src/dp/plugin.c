@@ -16,13 +16,12 @@
 #include "dp/inventory.h"
 #include "dp/limiter.h"
 #include "dp/plugin_internal.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 int64_t dp_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(gs_mono_s() * 1000);
 }
 
 static void now_rfc3339(char *buf, size_t cap)

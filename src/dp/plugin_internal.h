@@ -67,6 +67,8 @@ extern const struct dp_grpc_method dp_service_methods[];
 /* The served resource of that name, or NULL; caller holds p->mu. */
 const struct dp_resource *dp_plugin_find_res(const struct dp_plugin *p, const char *name);
 
+/* Milliseconds on the monotonic clock (util/clock.h), for health and
+ * stats timing. */
 int64_t dp_now_ms(void);
 
 #endif
