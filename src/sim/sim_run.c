@@ -407,12 +407,15 @@ int sim_run_grid(const struct sim_config *cfg, const struct core_policy *const *
     return sim_jobs_run(n_pols * n_seeds, threads, grid_job, &g, e);
 }
 
-int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
-                      const int *order, int len, unsigned char *placed, struct gs_err *e)
+int sim_replay_state(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                     const int *order, int len, unsigned char *placed,
+                     struct core_cluster **state, struct gs_err *e)
 {
     struct core_cluster *c = core_cluster_new();
     struct core_pod *cp = calloc(1, sizeof *cp);
     int rc = 0;
+    if (state)
+        *state = NULL;
     if (!c || !cp) {
         rc = gs_errf(e, GS_ENOMEM, "out of memory");
         goto out;
@@ -427,8 +430,18 @@ int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *po
         placed[i] = core_schedule_one(c, pol, cp, &d, NULL) == 0 &&
                     core_reserve(c, &d.alloc, NULL) == 0;
     }
+    if (state) {
+        *state = c;
+        c = NULL;
+    }
 out:
     core_cluster_free(c);
     free(cp);
     return rc;
+}
+
+int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                      const int *order, int len, unsigned char *placed, struct gs_err *e)
+{
+    return sim_replay_state(cfg, pol, seed, order, len, placed, NULL, e);
 }

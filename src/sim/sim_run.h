@@ -70,6 +70,11 @@ void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp);
  * pods against it). */
 int sim_replay_placed(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
                       const int *order, int len, unsigned char *placed, struct gs_err *e);
+/* The same, and (state non-NULL) the cluster as the replay left it, which
+ * the caller frees with core_cluster_free (NULL on an error). */
+int sim_replay_state(const struct sim_config *cfg, const struct core_policy *pol, uint64_t seed,
+                     const int *order, int len, unsigned char *placed,
+                     struct core_cluster **state, struct gs_err *e);
 
 /* Runs job(ud, j, e) for j in 0..n_jobs-1 on up to `threads` threads (<= 0:
  * one per CPU; at most 64); stops handing out jobs after the first failure,

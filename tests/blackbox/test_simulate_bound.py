@@ -1,9 +1,12 @@
 """`gpusched simulate --bound`: the LP lower bound and the bound for
 work-conserving schedulers (bound-wc) in the table and JSON, never above a
 policy's result, bound-wc never below the bound; on openb `default`
-(skipped when absent), bound-wc well above the bound (the order of arrival)."""
+(skipped when absent), bound-wc well above the bound (the order of arrival);
+and bench/bench_bound_drops, the diagnostic the docs quote."""
 import json
 import os
+
+import pytest
 
 from conftest import ROOT, run
 
@@ -70,3 +73,35 @@ def test_bound_openb_default(gpusched_bin, openb_dir, tmp_path):
     # pods; that is worth about 0.45 points here (docs/benchmark.md)
     wmean = doc["bound_wc"]["unallocated_pct_at_100"]["mean"]
     assert mean + 0.3 < wmean < 3.85, (mean, wmean)
+
+
+def test_bench_bound_drops(gpusched_bin):
+    """bench/bench_bound_drops: the root LP leaves out no more GPUs of demand,
+    and no more unallocated, than any policy's replay; its holes add up to
+    what the replay leaves free; bad arguments exit 2."""
+    tool = os.path.join(os.path.dirname(gpusched_bin), "bench_bound_drops")
+    if not os.access(tool, os.X_OK):
+        pytest.skip(f"{tool} not built")
+    with open(SMALL_NODES) as f:
+        gpus = sum(int(line.split(",")[3]) for line in f.readlines()[1:])
+    for seed in ("1", "2"):
+        r = run(tool, SMALL_NODES, SMALL_PODS, seed, "bestfit,fgd,cpufrag")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        lp_pct = float(lines[0].split("root LP leaves ")[1].split(" %")[0])
+        total = next(ln for ln in lines if ln.startswith("GPUs of demand left out")).split()
+        lp_left, pol_left = float(total[5]), [float(x) for x in total[6:]]
+        assert len(pol_left) == 3 and all(lp_left <= x + 1e-6 for x in pol_left), total
+        blocks = r.stdout.split("\n\n")[2:]
+        assert len(blocks) == 3
+        for b in blocks:
+            head, _, *rows = b.strip().splitlines()
+            free = float(head.split(" leaves ")[1].split(" GPUs")[0])
+            assert 100 * free / gpus >= lp_pct - 1e-3, (head, lp_pct)
+            listed = sum(float(x.split()[2]) for x in rows)
+            assert listed <= free + 0.05, (head, rows)
+    for args, msg in (((SMALL_NODES, SMALL_PODS, "x"), "seed"),
+                      ((SMALL_NODES, SMALL_PODS, "1", "fgd,nope"), "not a policy"),
+                      ((SMALL_NODES,), "usage")):
+        r = run(tool, *args)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
