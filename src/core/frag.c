@@ -68,8 +68,7 @@ int core_cluster_workload_size(const struct core_cluster *c)
     return c->n_wclasses;
 }
 
-/* "A|B|C" -> mask of the cluster's models named exactly so; "" -> any. */
-static uint64_t spec_mask(const struct core_cluster *c, const char *spec)
+uint64_t core_spec_mask(const struct core_cluster *c, const char *spec)
 {
     if (!spec[0])
         return ~0ULL;
@@ -145,7 +144,7 @@ void core_workload_prepare(struct core_cluster *c)
         w[k].cpu_milli = s->cpu_milli;
         w[k].num_gpu = s->num_gpu;
         w[k].milli = s->milli;
-        w[k].model_mask = spec_mask(c, s->gpu_spec);
+        w[k].model_mask = core_spec_mask(c, s->gpu_spec);
         w[k].p = s->weight;
         kept += s->weight;
         k++;

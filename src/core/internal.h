@@ -201,6 +201,8 @@ int core_model_id(struct core_cluster *c, const char *model, int add);
 
 /* frag.c */
 void core_workload_prepare(struct core_cluster *c);
+/* "A|B|C" -> mask of the cluster's models named exactly so; "" -> any. */
+uint64_t core_spec_mask(const struct core_cluster *c, const char *spec);
 /* F_n(M) after taking take[j] from the share of GPU pos[j] (j < k) and
  * leaving free_cpu; needs core_node_frag(c, n) to be current. */
 double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,

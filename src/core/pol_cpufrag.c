@@ -81,29 +81,42 @@ static double cpu_per_milli(const struct core_cluster *c)
  * run on model t (or a set of models including it), per GPU of that set,
  * relative to the whole workload's demand per GPU of the cluster. 1 means
  * the pods restricted to t alone would fill it as fast as the average pod
- * fills the cluster. Classes open to every model add nothing. Fills
+ * fills the cluster. Classes open to every model add nothing. It counts
+ * every class of an explicit workload, not only the typical ones that M
+ * keeps for F_n(M): a rare class held to a scarce model is what the price
+ * is for (a learned M carries no models, so there it is 0). Fills
  * rho[0..n_models-1]; returns 0 when no class is restricted. */
 static int model_pressure(const struct core_cluster *c, double *rho)
 {
     double all = 0, gpus = 0;
-    int any = 0;
+    int any = 0, n = c->explicit_workload ? c->n_wsrc : c->n_wclasses;
     for (int t = 0; t < c->n_models; t++) {
         rho[t] = 0;
         gpus += c->model_gpus[t];
     }
-    for (int m = 0; m < c->n_wclasses; m++) {
-        const struct core_wclass *k = &c->wclasses[m];
-        double demand = k->p * k->num_gpu * k->milli, set = 0;
+    for (int m = 0; m < n; m++) {
+        double demand;
+        uint64_t mask;
+        if (c->explicit_workload) {
+            const struct core_class *k = &c->wsrc[m];
+            demand = k->weight * k->num_gpu * k->milli;
+            mask = core_spec_mask(c, k->gpu_spec);
+        } else {
+            const struct core_wclass *k = &c->wclasses[m];
+            demand = k->p * k->num_gpu * k->milli;
+            mask = k->model_mask;
+        }
+        double set = 0;
         all += demand;
         if (demand <= 0)
             continue;
         for (int t = 0; t < c->n_models; t++)
-            if ((k->model_mask >> t) & 1)
+            if ((mask >> t) & 1)
                 set += c->model_gpus[t];
         if (set <= 0 || set >= gpus)
             continue;
         for (int t = 0; t < c->n_models; t++)
-            if ((k->model_mask >> t) & 1)
+            if ((mask >> t) & 1)
                 rho[t] += demand / set;
         any = 1;
     }

@@ -214,6 +214,32 @@ static void model_pressure_tests(void)
     }
 }
 
+/* The pressure counts every class of the workload, not only the typical
+ * ones M keeps: with 97 % of the pods free to go anywhere, M (coverage
+ * 0.95) keeps that class alone, and the 3 % held to P100 still keep the
+ * free pods off the P100s whatever the seed. */
+static void model_pressure_rare_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_class m[2] = {{4000, 1, 1000, "", 97}, {4000, 1, 1000, "P100", 3}};
+    int p100 = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        add_node(c, "p100", 64000, 2, "P100");
+        add_node(c, "g2", 96000, 8, "G2");
+        ASSERT_EQ(core_cluster_set_workload(c, m, 2, 0.95, &e), 0);
+        core_cluster_set_seed(c, seed);
+        make_pod(&p, "any", 4000, 1, CORE_MILLI);
+        p100 += strcmp(place(c, pol, &p, &d), "p100") == 0;
+        ASSERT_EQ(core_cluster_workload_size(c), 1); /* M, once prepared */
+        core_cluster_free(c);
+    }
+    ASSERT_EQ(p100, 0);
+}
+
 /* The per-model GPU counts the pressure is computed from follow node
  * additions, replacements and removals. */
 static void model_count_tests(void)
@@ -286,6 +312,7 @@ int test_pol_cpufrag(void)
     fill_tests();
     fill_absorbed_tests();
     model_pressure_tests();
+    model_pressure_rare_tests();
     model_count_tests();
     score_tests();
     no_workload_tests();
