@@ -58,14 +58,19 @@ static int report(const struct sim_trace *t, const int *order, int n, struct run
 {
     struct sim_lp m = {0};
     struct sim_lp_last at = {0};
-    int solves = 0, rc;
+    int solves = 0, rc, *failed = NULL;
     double cap = (double)t->total_gpus * CORE_MILLI;
     if ((rc = sim_lp_classes(&m, t, order, n, e)) < 0 || (rc = sim_lp_build(&m, e)) < 0)
         goto out;
-    if (!(at.placed = calloc((size_t)m.n_pc + 1, sizeof *at.placed))) {
+    at.placed = calloc((size_t)m.n_pc + 1, sizeof *at.placed);
+    failed = calloc((size_t)m.n_pc * MAX_POLS + 1, sizeof *failed); /* [k * MAX_POLS + r] */
+    if (!at.placed || !failed) {
         rc = gs_errf(e, GS_ENOMEM, "out of memory");
         goto out;
     }
+    for (int i = 0; i < n; i++)
+        for (int r = 0; m.cls[i] >= 0 && r < n_runs; r++)
+            failed[m.cls[i] * MAX_POLS + r] += !runs[r].placed[i];
     if ((rc = sim_lp_walk(&m, n - 1, n - 1, cap, NULL, &at, &solves, e)) != 0)
         goto out;
     printf("pods %d (the bin's last sample); root LP leaves %.3f %% unallocated\n\n", n,
@@ -79,12 +84,11 @@ static int report(const struct sim_trace *t, const int *order, int n, struct run
         const struct sim_pod *p = m.pc[k].p;
         double gpus = (double)p->num_gpu * p->gpu_milli / CORE_MILLI;
         double left = m.pc[k].count - at.placed[k];
-        int failed[MAX_POLS] = {0}, any = left > 0.05;
+        const int *f = failed + (size_t)k * MAX_POLS;
+        int any = left > 0.05;
         for (int r = 0; r < n_runs; r++) {
-            for (int i = 0; i < n; i++)
-                failed[r] += m.cls[i] == k && !runs[r].placed[i];
-            pol_gpus[r] += failed[r] * gpus;
-            any |= failed[r] > 0;
+            pol_gpus[r] += f[r] * gpus;
+            any |= f[r] > 0;
         }
         lp_gpus += left * gpus;
         if (!any)
@@ -94,7 +98,7 @@ static int report(const struct sim_trace *t, const int *order, int n, struct run
                  (long long)p->cpu_milli, (long long)p->mem_mib, p->gpu_spec[0] ? p->gpu_spec : "any");
         printf("%-44s %6d %8.1f", name, m.pc[k].count, left);
         for (int r = 0; r < n_runs; r++)
-            printf(" %8d", failed[r]);
+            printf(" %8d", f[r]);
         printf("\n");
     }
     printf("%-44s %6s %8.1f", "GPUs of demand left out", "", lp_gpus);
@@ -105,6 +109,7 @@ static int report(const struct sim_trace *t, const int *order, int n, struct run
         print_holes(&runs[r]);
 out:
     free(at.placed);
+    free(failed);
     sim_lp_free(&m);
     return rc < 0 ? rc : rc ? gs_errf(e, GS_EINVAL, "the root LP is infeasible") : 0;
 }

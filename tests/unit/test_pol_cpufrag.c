@@ -184,6 +184,20 @@ static void fill_absorbed_tests(void)
     }
 }
 
+/* The two nodes of the model pressure tests, a P100 node (2 GPUs) and a G2
+ * node (8), with workload m and the seed. */
+static struct core_cluster *p100_g2_cluster(const struct core_class *m, int n, double coverage,
+                                            uint64_t seed)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    add_node(c, "p100", 64000, 2, "P100");
+    add_node(c, "g2", 96000, 8, "G2");
+    ASSERT_EQ(core_cluster_set_workload(c, m, n, coverage, &e), 0);
+    core_cluster_set_seed(c, seed);
+    return c;
+}
+
 /* Model pressure: a quarter of the pods need P100 (2 of the cluster's 10
  * GPUs), a quarter need G2 (8 GPUs). FGD's fragmentation is the same on
  * both nodes for a pod free to use either; cpufrag leaves it off the scarce
@@ -194,14 +208,9 @@ static void model_pressure_tests(void)
     struct core_class m[3] = {
         {4000, 1, 1000, "P100", 25}, {4000, 1, 1000, "G2", 25}, {4000, 1, 1000, "", 50}};
     for (uint64_t seed = 1; seed <= 8; seed++) {
-        struct core_cluster *c = core_cluster_new();
-        struct gs_err e = GS_ERR_INIT;
+        struct core_cluster *c = p100_g2_cluster(m, 3, 1.0, seed);
         struct core_pod p;
         struct core_decision d;
-        add_node(c, "p100", 64000, 2, "P100");
-        add_node(c, "g2", 96000, 8, "G2");
-        ASSERT_EQ(core_cluster_set_workload(c, m, 3, 1.0, &e), 0);
-        core_cluster_set_seed(c, seed);
         make_pod(&p, "any", 4000, 1, CORE_MILLI);
         ASSERT_STREQ(place(c, pol, &p, &d), "g2");
         make_pod(&p, "shared", 4000, 1, 500);
@@ -224,14 +233,9 @@ static void model_pressure_rare_tests(void)
     struct core_class m[2] = {{4000, 1, 1000, "", 97}, {4000, 1, 1000, "P100", 3}};
     int p100 = 0;
     for (uint64_t seed = 1; seed <= 8; seed++) {
-        struct core_cluster *c = core_cluster_new();
-        struct gs_err e = GS_ERR_INIT;
+        struct core_cluster *c = p100_g2_cluster(m, 2, 0.95, seed);
         struct core_pod p;
         struct core_decision d;
-        add_node(c, "p100", 64000, 2, "P100");
-        add_node(c, "g2", 96000, 8, "G2");
-        ASSERT_EQ(core_cluster_set_workload(c, m, 2, 0.95, &e), 0);
-        core_cluster_set_seed(c, seed);
         make_pod(&p, "any", 4000, 1, CORE_MILLI);
         p100 += strcmp(place(c, pol, &p, &d), "p100") == 0;
         ASSERT_EQ(core_cluster_workload_size(c), 1); /* M, once prepared */
