@@ -28,8 +28,10 @@
 static const char usage[] =
     "gpusched simulate --nodes NODE_CSV --pods POD_CSV [--policy LIST] [--seeds 42-51]\n"
     "       [--tune 1.3] [--json FILE] [--csv FILE] [--plot FILE.svg] [--threads N] [--bound]\n"
+    "       [--learned]\n"
     "       gpusched simulate --mode time --nodes NODE_CSV --pods POD_CSV [--load 1,1.5,2]\n"
     "       [--scale 1] [--policy LIST] [--seeds 42-51] [--json FILE] [--plot FILE.svg]\n"
+    "       [--learned]\n"
     "       gpusched simulate --list-policies\n\n"
     "Replays an openb-schema trace (or gen-trace output) through the scheduling core:\n"
     "pods sorted by name, shuffled per seed, tuned to --tune x GPU capacity, placed\n"
@@ -42,7 +44,10 @@ static const char usage[] =
     "(divided by each --load factor), run for their recorded duration, and wait in\n"
     "a kube-scheduler-ordered queue when nothing fits (docs/benchmark.md). Reports\n"
     "GPU allocation and waiting demand over time, queueing delay per request class,\n"
-    "pods left waiting and GPU-hours; default policies " TIME_POLICIES ".";
+    "pods left waiting and GPU-hours; default policies " TIME_POLICIES ".\n\n"
+    "The policies that price fragmentation (fgd, cpufrag) weigh it over the trace's\n"
+    "pod classes; with --learned they learn the classes from the pods placed so far,\n"
+    "as the extender does in a cluster (the fragmentation columns then use those).";
 
 /* "1,1.5,2": each factor in [0.01, 1e6]. */
 static int parse_loads(const char *s, double *out, int *n, struct gs_err *e)
@@ -226,7 +231,7 @@ int cmd_simulate(int argc, char **argv)
     const char *mode = "arrival", *load_s = "1";
     double tune = 1.3, scale = 1;
     long threads = 0;
-    int list = 0, npos = 0, bound = 0;
+    int list = 0, npos = 0, bound = 0, learned = 0;
     struct gs_err e = GS_ERR_INIT;
     const struct opt opts[] = {
         OPT_STR("nodes", &nodes, "NODE_CSV", "node list (openb schema: sn,cpu_milli,memory_mib,gpu,model)"),
@@ -243,6 +248,7 @@ int cmd_simulate(int argc, char **argv)
         OPT_STR("load", &load_s, "LIST", "time mode: arrival compression factors, e.g. 1,1.5,2 (default 1)"),
         OPT_DBL("scale", &scale, "X", "time mode: X times the trace's GPU request, by seeded clones (default 1)"),
         OPT_BOOL("bound", &bound, "arrival mode: also the LP lower bound on unallocated % at 100 % per seed"),
+        OPT_BOOL("learned", &learned, "fgd and cpufrag learn the workload from the pods placed, as the extender does"),
         OPT_BOOL("list-policies", &list, "print every policy name, one per line, and exit"),
         OPT_END(),
     };
@@ -301,6 +307,7 @@ int cmd_simulate(int argc, char **argv)
         sim_trace_clear(&trace);
         return 2;
     }
+    cfg.learned = learned;
     if (n_unfit)
         fprintf(stderr, "gpusched simulate: note: %d pods fit no node of their gpu_spec models; "
                 "they fail in every run\n", n_unfit);

@@ -228,6 +228,12 @@ int core_cluster_model_gpus(const struct core_cluster *c, int model_id)
     return model_id >= 0 && model_id < c->n_models ? c->model_gpus[model_id] : 0;
 }
 
+uint64_t core_models_norm(const struct core_cluster *c, uint64_t mask)
+{
+    uint64_t all = c->n_models >= 64 ? ~0ULL : (1ULL << c->n_models) - 1;
+    return !mask || (mask & all) == all ? ~0ULL : mask;
+}
+
 /* Adds (sign +1) or takes away (-1) a node's GPUs in the per-model counts. */
 static void count_models(struct core_cluster *c, const struct core_node *n, int sign)
 {

@@ -147,6 +147,9 @@ struct core_alloc {
     int64_t mem_mib[CORE_MAX_GPUS];   /* GPU memory held per GPU (WHOLE: the GPU's total) */
     int milli[CORE_MAX_GPUS];         /* compute held per GPU, thousandths (WHOLE: 1000) */
     int mig[CORE_MAX_GPUS];           /* MIG instance position on gpu[i], -1 if not MIG */
+    uint64_t model_mask;              /* models (cluster ids) the pod was allowed when placed:
+                                         the learned M counts it in that class; 0 or
+                                         every model = any (core_models_norm) */
 };
 
 /* ---- lifecycle and nodes ---- */
@@ -192,6 +195,12 @@ int core_cluster_model_count(const struct core_cluster *c);
 /* GPUs of a model over all nodes (MIG-mode and unhealthy ones included); 0
  * for an unknown model number. */
 int core_cluster_model_gpus(const struct core_cluster *c, int model_id);
+/* A set of allowed models with "any" spelled one way: ~0 when mask is 0 or
+ * holds every model of the cluster, else mask. */
+uint64_t core_models_norm(const struct core_cluster *c, uint64_t mask);
+/* "A|B|C" -> mask of the cluster's models named exactly so (names it does
+ * not know add nothing); "" -> any (~0). */
+uint64_t core_spec_mask(const struct core_cluster *c, const char *spec);
 
 /* ---- reserve / unreserve ---- */
 
@@ -236,6 +245,19 @@ int core_cluster_set_workload(struct core_cluster *c, const struct core_class *c
                               double coverage, struct gs_err *e);
 /* Classes kept in M (after the cut), for reports. */
 int core_cluster_workload_size(const struct core_cluster *c);
+
+/* One class of the learned workload: the pods reserved so far with this
+ * CPU, GPU count, per-GPU share (memory share when larger) and allowed
+ * models (core_models_norm'd, as the allocation records them). */
+struct core_learned {
+    int64_t cpu_milli;
+    int num_gpu, milli;
+    uint64_t model_mask;
+    long count;
+};
+/* The learned classes (none while an explicit workload is set), in the
+ * order they first appeared; valid until the next reserve. */
+const struct core_learned *core_cluster_learned(const struct core_cluster *c, int *n);
 
 /* Expected fragmentation F_n(M) of one node, in milli-GPU: the free GPU
  * compute that the typical pod could not use. */

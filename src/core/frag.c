@@ -8,7 +8,8 @@
  * more than the node has free (GPUs or CPU); otherwise the free share of the
  * GPUs too small for one of m's GPUs. F_n(M) weights the classes by their
  * popularity. M is set explicitly (the simulator: the trace's classes) or
- * learned from the pods reserved so far (the extender).
+ * learned from the pods reserved so far (the extender): a learned class is
+ * the pod's CPU, GPU count, share and the models it was allowed.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,12 @@ int core_cluster_set_workload(struct core_cluster *c, const struct core_class *c
 int core_cluster_workload_size(const struct core_cluster *c)
 {
     return c->n_wclasses;
+}
+
+const struct core_learned *core_cluster_learned(const struct core_cluster *c, int *n)
+{
+    *n = c->explicit_workload ? 0 : c->n_seen;
+    return c->seen;
 }
 
 uint64_t core_spec_mask(const struct core_cluster *c, const char *spec)
@@ -144,7 +151,7 @@ void core_workload_prepare(struct core_cluster *c)
         w[k].cpu_milli = s->cpu_milli;
         w[k].num_gpu = s->num_gpu;
         w[k].milli = s->milli;
-        w[k].model_mask = core_spec_mask(c, s->gpu_spec);
+        w[k].model_mask = learned ? c->seen[order[k]].model_mask : core_spec_mask(c, s->gpu_spec);
         w[k].p = s->weight;
         kept += s->weight;
         k++;
@@ -269,9 +276,11 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
         if (milli == 0)
             milli = 1;
     }
+    uint64_t models = a->n > 0 ? core_models_norm(c, a->model_mask) : ~0ULL;
     for (int i = 0; i < c->n_seen; i++) {
-        struct core_seen_class *s = &c->seen[i];
-        if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli) {
+        struct core_learned *s = &c->seen[i];
+        if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli &&
+            s->model_mask == models) {
             s->count++;
             c->seen_total++;
             if (c->seen_total - c->seen_at_prepare >= 1 + c->seen_at_prepare / REFRESH_DIV)
@@ -283,13 +292,13 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
         return;
     if (c->n_seen == c->cap_seen) {
         int cap = c->cap_seen ? 2 * c->cap_seen : 32;
-        struct core_seen_class *s = realloc(c->seen, (size_t)cap * sizeof *s);
+        struct core_learned *s = realloc(c->seen, (size_t)cap * sizeof *s);
         if (!s)
             return;
         c->seen = s;
         c->cap_seen = cap;
     }
-    c->seen[c->n_seen++] = (struct core_seen_class){a->cpu_milli, a->n, milli, 1};
+    c->seen[c->n_seen++] = (struct core_learned){a->cpu_milli, a->n, milli, models, 1};
     c->seen_total++;
     c->wdirty = 1;
 }

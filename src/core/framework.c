@@ -153,6 +153,7 @@ void core_alloc_init(const struct core_cycle *cy, const struct core_node *n,
     a->priority = p->priority;
     a->cpu_milli = cy->req->cpu_milli;
     a->mem_bytes = cy->req->mem_bytes;
+    a->model_mask = cy->model_mask;
 }
 
 void core_alloc_add_gpu(const struct core_cycle *cy, const struct core_node *n,

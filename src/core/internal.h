@@ -77,12 +77,6 @@ struct core_wclass {
     double p;                  /* popularity, sums to 1 over kept classes */
 };
 
-/* Learned workload histogram entry (no explicit workload set). */
-struct core_seen_class {
-    int64_t cpu_milli;
-    int num_gpu, milli;
-    long count;
-};
 
 /* What a NODE_STATE score depends on besides the node's key. */
 struct core_pod_key {
@@ -170,7 +164,7 @@ struct core_cluster {
     int n_wclasses;
     uint64_t wver;             /* bumped whenever M or the model list changes */
     int wdirty;                /* M must be rebuilt before use */
-    struct core_seen_class *seen;
+    struct core_learned *seen;
     int n_seen, cap_seen;
     int64_t seen_total;        /* pods counted in seen */
     int64_t seen_at_prepare;   /* seen_total when M was last rebuilt from it */
@@ -201,8 +195,6 @@ int core_model_id(struct core_cluster *c, const char *model, int add);
 
 /* frag.c */
 void core_workload_prepare(struct core_cluster *c);
-/* "A|B|C" -> mask of the cluster's models named exactly so; "" -> any. */
-uint64_t core_spec_mask(const struct core_cluster *c, const char *spec);
 /* F_n(M) after taking take[j] from the share of GPU pos[j] (j < k) and
  * leaving free_cpu; needs core_node_frag(c, n) to be current. */
 double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,

@@ -82,14 +82,14 @@ static double cpu_per_milli(const struct core_cluster *c)
  * relative to the whole workload's demand per GPU of the cluster. 1 means
  * the pods restricted to t alone would fill it as fast as the average pod
  * fills the cluster. Classes open to every model add nothing. It counts
- * every class of an explicit workload, not only the typical ones that M
- * keeps for F_n(M): a rare class held to a scarce model is what the price
- * is for (a learned M carries no models, so there it is 0). Fills
+ * every class of the workload (explicit, or every class learned so far),
+ * not only the typical ones that M keeps for F_n(M): a rare class held to a
+ * scarce model is what the price is for. Fills
  * rho[0..n_models-1]; returns 0 when no class is restricted. */
 static int model_pressure(const struct core_cluster *c, double *rho)
 {
     double all = 0, gpus = 0;
-    int any = 0, n = c->explicit_workload ? c->n_wsrc : c->n_wclasses;
+    int any = 0, n = c->explicit_workload ? c->n_wsrc : c->n_seen;
     for (int t = 0; t < c->n_models; t++) {
         rho[t] = 0;
         gpus += c->model_gpus[t];
@@ -102,8 +102,8 @@ static int model_pressure(const struct core_cluster *c, double *rho)
             demand = k->weight * k->num_gpu * k->milli;
             mask = core_spec_mask(c, k->gpu_spec);
         } else {
-            const struct core_wclass *k = &c->wclasses[m];
-            demand = k->p * k->num_gpu * k->milli;
+            const struct core_learned *k = &c->seen[m];
+            demand = (double)k->count * k->num_gpu * k->milli;
             mask = k->model_mask;
         }
         double set = 0;

@@ -24,8 +24,8 @@ static const char *get(const json_t *o, const char *prefix, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-json_t *ext_annot_build(const struct core_node *n, const struct core_alloc *a, const char *prefix,
-                        const char *assigned_at)
+json_t *ext_annot_build(const struct core_cluster *c, const struct core_node *n,
+                        const struct core_alloc *a, const char *prefix, const char *assigned_at)
 {
     json_t *o = json_object();
     char uuids[CORE_MAX_GPUS * (CORE_UUID_MAX + 1)] = "", idx[CORE_MAX_GPUS * 4] = "", num[32];
@@ -48,6 +48,16 @@ json_t *ext_annot_build(const struct core_node *n, const struct core_alloc *a, c
     set(o, prefix, "gpu-milli", num);
     if (a->kind == CORE_REQ_MIG && a->n)
         set(o, prefix, "mig-profile", n->gpus[a->gpu[0]].mig[a->mig[0]].profile);
+    uint64_t models = core_models_norm(c, a->model_mask);
+    if (models != ~0ULL) { /* the pod was held to some models: the learned M's class */
+        char list[CORE_MAX_MODELS * CORE_MODEL_MAX];
+        size_t ll = 0;
+        for (int t = 0; t < core_cluster_model_count(c); t++)
+            if ((models >> t) & 1)
+                ll += (size_t)snprintf(list + ll, sizeof list - ll, "%s%s", ll ? "|" : "",
+                                       core_cluster_model(c, t));
+        set(o, prefix, "gpu-models", list);
+    }
     if (!assigned_at) {
         kube_now_micro(now, sizeof now);
         assigned_at = now;
@@ -79,6 +89,7 @@ int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, con
     const char *uuids = get(annotations, prefix, "gpu-uuids");
     const char *mem = get(annotations, prefix, "gpu-memory");
     const char *milli = get(annotations, prefix, "gpu-milli");
+    const char *models = get(annotations, prefix, "gpu-models");
     const struct core_node *n;
     long long memv = 0, milliv = 0;
     int k;
@@ -100,6 +111,7 @@ int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, con
         return gs_errf(e, GS_EINVAL, "%sgpu-milli: not in 0..%d", prefix, CORE_MILLI);
     snprintf(a->node, sizeof a->node, "%s", node);
     a->kind = (enum core_req_kind)k;
+    a->model_mask = core_models_norm(c, core_spec_mask(c, models ? models : ""));
     a->n = 0;
     const char *p = uuids;
     while (*p) {

@@ -2,7 +2,8 @@
  * ext/annot.h - an allocation written as pod annotations, and read back.
  *
  * The assignment annotations (docs/annotations.md: node, request-kind,
- * gpu-uuids, gpu-indices, gpu-memory, gpu-milli, mig-profile, assigned-at)
+ * gpu-uuids, gpu-indices, gpu-memory, gpu-milli, mig-profile, gpu-models,
+ * assigned-at)
  * are the only record of an allocation in cluster mode, and the standalone
  * journal stores the same map, so both modes rebuild state with one
  * function. GPUs are named by UUID (positions can change when a node's
@@ -18,10 +19,10 @@
 #include "core/cluster.h"
 #include "util/err.h"
 
-/* The annotation map for an allocation on node n (prefix "gpusched.io/").
- * assigned_at: the time string to record (NULL = now). */
-json_t *ext_annot_build(const struct core_node *n, const struct core_alloc *a, const char *prefix,
-                        const char *assigned_at);
+/* The annotation map for an allocation on node n of cluster c (prefix
+ * "gpusched.io/"). assigned_at: the time string to record (NULL = now). */
+json_t *ext_annot_build(const struct core_cluster *c, const struct core_node *n,
+                        const struct core_alloc *a, const char *prefix, const char *assigned_at);
 
 /* Does this annotation map (a pod's metadata.annotations) carry an
  * assignment? Returns the node name or NULL. */
@@ -29,7 +30,8 @@ const char *ext_annot_node(const json_t *annotations, const char *prefix);
 
 /* Rebuilds an allocation from the annotation map. The caller has filled
  * a's pod identity (pod_uid, pod_name, priority, cpu_milli, mem_bytes);
- * this fills node, kind and GPUs. -GS_ENOENT if the node is unknown,
+ * this fills node, kind, GPUs and the allowed models (any without
+ * gpu-models; names this cluster does not know are skipped). -GS_ENOENT if the node is unknown,
  * -GS_EINVAL (field named) for anything that does not match the node. */
 int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, const char *prefix,
                     struct core_alloc *a, struct gs_err *e);

@@ -72,8 +72,9 @@ int ext_bindq_new(ext_bind_fn bind, void *ud, void (*wake)(void *token), int thr
     pthread_cond_init(&q->cv, NULL);
     for (; q->nthreads < threads; q->nthreads++)
         if (pthread_create(&q->threads[q->nthreads], NULL, run, q) != 0) {
+            int started = q->nthreads;
             ext_bindq_free(q);
-            return gs_errf(e, GS_ENOMEM, "cannot start bind thread %d of %d", q->nthreads + 1,
+            return gs_errf(e, GS_ENOMEM, "cannot start bind thread %d of %d", started + 1,
                            threads);
         }
     *out = q;

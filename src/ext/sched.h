@@ -168,6 +168,10 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
 /* GET /debug/pods/NS/NAME: per node, why it was rejected or how it scores
  * now, and the pod's allocation. 404 for a pod the extender never saw. */
 int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply);
+/* GET /debug/workload: the target workload cpufrag and fgd learn from the
+ * pods reserved so far, {"pods", "classes": [{"cpu_milli",
+ * "num_gpu", "milli", "models" ([] = any), "pods"}]}, commonest first. */
+json_t *ext_sched_workload(struct ext_sched *s);
 /* One-line summary of why the remembered pod NS/NAME fits nowhere ("0/8
  * nodes fit the GPU request; 5 rejected by gpu-fit (e.g. ...)"), for
  * Events; uid gets its UID. -GS_ENOENT for a pod never seen. */

@@ -153,7 +153,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     if (rc == 0)
         rc = core_reserve(s->c, &alloc, &e);
     if (rc == 0) {
-        ann = ext_annot_build(node, &alloc, s->opts.names->annot_prefix, NULL);
+        ann = ext_annot_build(s->c, node, &alloc, s->opts.names->annot_prefix, NULL);
         /* the record's place in the log is fixed with the change itself: a
          * release of this pod can only be logged after it */
         if (s->commit.log_bind &&

@@ -1,7 +1,8 @@
 /*
  * ext/sched_explain.c - what the extender says about its state outside the
  * verbs: a pod's explanation (every node's verdict and score), the one-line
- * summary of why it fits nowhere, the allocations, and the GPU and quota
+ * summary of why it fits nowhere, the allocations, the learned workload,
+ * and the GPU and quota
  * gauges collected for /metrics.
  */
 #include <stdint.h>
@@ -81,7 +82,7 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     json_t *alloc = json_null();
     if (al) {
         const struct core_node *an = core_cluster_find(s->c, al->node);
-        alloc = an ? ext_annot_build(an, al, s->opts.names->annot_prefix, "") : json_null();
+        alloc = an ? ext_annot_build(s->c, an, al, s->opts.names->annot_prefix, "") : json_null();
     }
     json_t *r = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:I, s:i, s:s, s:i}, s:o, s:i, s:o}",
                           "pod", name, "namespace", ns, "policy", pol->name, "request", "num_gpu",
@@ -152,6 +153,50 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     return 0;
 }
 
+static int cmp_learned(const void *a, const void *b)
+{
+    const struct core_learned *x = *(const struct core_learned *const *)a;
+    const struct core_learned *y = *(const struct core_learned *const *)b;
+    if (x->count != y->count)
+        return x->count < y->count ? 1 : -1;
+    if (x->num_gpu != y->num_gpu)
+        return x->num_gpu - y->num_gpu;
+    if (x->milli != y->milli)
+        return x->milli - y->milli;
+    if (x->cpu_milli != y->cpu_milli)
+        return x->cpu_milli < y->cpu_milli ? -1 : 1;
+    return (x->model_mask > y->model_mask) - (x->model_mask < y->model_mask);
+}
+
+json_t *ext_sched_workload(struct ext_sched *s)
+{
+    json_t *classes = json_array();
+    json_int_t pods = 0;
+    int n;
+    pthread_mutex_lock(&s->mu);
+    const struct core_learned *l = core_cluster_learned(s->c, &n);
+    const struct core_learned **order = calloc((size_t)n + 1, sizeof *order);
+    for (int i = 0; order && i < n; i++)
+        order[i] = &l[i];
+    if (order)
+        qsort(order, (size_t)n, sizeof *order, cmp_learned);
+    for (int i = 0; order && i < n; i++) {
+        const struct core_learned *k = order[i];
+        json_t *models = json_array();
+        for (int t = 0; k->model_mask != ~0ULL && t < core_cluster_model_count(s->c); t++)
+            if ((k->model_mask >> t) & 1)
+                json_array_append_new(models, json_string(core_cluster_model(s->c, t)));
+        json_array_append_new(classes, json_pack("{s:I, s:i, s:i, s:o, s:I}", "cpu_milli",
+                                                 (json_int_t)k->cpu_milli, "num_gpu", k->num_gpu,
+                                                 "milli", k->milli, "models", models, "pods",
+                                                 (json_int_t)k->count));
+        pods += k->count;
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(order);
+    return json_pack("{s:I, s:o}", "pods", pods, "classes", classes);
+}
+
 json_t *ext_sched_allocations(struct ext_sched *s)
 {
     json_t *out = json_array();
@@ -168,7 +213,7 @@ json_t *ext_sched_allocations(struct ext_sched *s)
                                              a->pod_uid, "ns", ns, "name", slash + 1, "priority",
                                              a->priority, "cpu_milli", (json_int_t)a->cpu_milli,
                                              "mem_bytes", (json_int_t)a->mem_bytes, "annotations",
-                                             ext_annot_build(n, a, s->opts.names->annot_prefix,
+                                             ext_annot_build(s->c, n, a, s->opts.names->annot_prefix,
                                                              NULL)));
     }
     pthread_mutex_unlock(&s->mu);

@@ -317,6 +317,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             resp->body_len = len;
             return "metrics";
         }
+        if (strcmp(path, "/debug/workload") == 0) {
+            reply_json(resp, 200, ext_sched_workload(s->opts.sched));
+            return "debug";
+        }
         if (ns_name(path, "/debug/pods/", ns, name, sizeof ns) == 0) {
             json_t *reply = NULL;
             int status = ext_sched_explain(s->opts.sched, ns, name, &reply);

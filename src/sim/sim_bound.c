@@ -220,10 +220,8 @@ static int off_place(const struct sim_config *cfg, const struct core_policy *pol
         rc = gs_errf(e, GS_ENOMEM, "bound: out of memory");
         goto out;
     }
-    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+    if ((rc = sim_cluster_init(c, cfg, seed, e)) < 0)
         goto out;
-    core_cluster_set_seed(c, seed);
     struct core_decision d;
     for (int i = 0; i < n; i++) {
         const struct sim_pod *p = &t->pods[order[items[i].pos]];

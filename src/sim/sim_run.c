@@ -127,6 +127,16 @@ int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct 
     return rc;
 }
 
+int sim_cluster_init(struct core_cluster *c, const struct sim_config *cfg, uint64_t seed,
+                     struct gs_err *e)
+{
+    int rc = sim_build_cluster(c, cfg->trace, e);
+    if (rc == 0 && !cfg->learned)
+        rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e);
+    core_cluster_set_seed(c, seed);
+    return rc;
+}
+
 void sim_core_pod(const struct sim_pod *p, int uid, struct core_pod *cp)
 {
     struct core_request *r = &cp->req;
@@ -280,10 +290,8 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
         rc = gs_errf(e, GS_ENOMEM, "run: out of memory");
         goto out;
     }
-    if ((rc = sim_build_cluster(c, t, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+    if ((rc = sim_cluster_init(c, cfg, seed, e)) < 0)
         goto out;
-    core_cluster_set_seed(c, seed);
 
     int len;
     if ((rc = sim_order(cfg, seed, &order, &len, e)) < 0)
@@ -420,10 +428,8 @@ int sim_replay_state(const struct sim_config *cfg, const struct core_policy *pol
         rc = gs_errf(e, GS_ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = sim_build_cluster(c, cfg->trace, e)) < 0 ||
-        (rc = core_cluster_set_workload(c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+    if ((rc = sim_cluster_init(c, cfg, seed, e)) < 0)
         goto out;
-    core_cluster_set_seed(c, seed);
     struct core_decision d;
     for (int i = 0; i < len; i++) {
         sim_core_pod(&cfg->trace->pods[order[i]], i, cp);

@@ -28,6 +28,8 @@ struct sim_config {
     double coverage;                 /* typical-workload cut for fragmentation (0.95) */
     struct core_class *classes;      /* the trace's pod classes, file order */
     int n_classes;
+    int learned;                     /* 1: no target workload set; the core learns it
+                                        from the pods placed, as the extender does */
 };
 
 /* Derives the workload classes from the (untuned) trace. */
@@ -59,6 +61,11 @@ int sim_run(const struct sim_config *cfg, const struct core_policy *pol, uint64_
 /* The trace's nodes as a fresh core cluster (GPUs "GPU-<node>-<i>"), shared
  * by the replays. */
 int sim_build_cluster(struct core_cluster *c, const struct sim_trace *t, struct gs_err *e);
+
+/* sim_build_cluster, then the target workload (the trace's classes, unless
+ * cfg->learned) and the seed: the cluster every replay starts from. */
+int sim_cluster_init(struct core_cluster *c, const struct sim_config *cfg, uint64_t seed,
+                     struct gs_err *e);
 
 /* Fills a reusable core_pod (uid "p<uid>") with a trace pod's request:
  * CPU-only, WHOLE at 1000 milli, else SHARED; gpu_spec -> allowed models. */

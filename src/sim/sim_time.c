@@ -281,10 +281,8 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
         rc = gs_errf(e, GS_ENOMEM, "time replay: out of memory");
         goto out;
     }
-    if ((rc = sim_build_cluster(s.c, t, e)) < 0 ||
-        (rc = core_cluster_set_workload(s.c, cfg->classes, cfg->n_classes, cfg->coverage, e)) < 0)
+    if ((rc = sim_cluster_init(s.c, cfg, seed, e)) < 0)
         goto out;
-    core_cluster_set_seed(s.c, seed);
 
     /* arrivals and durations (docs/benchmark.md states the rule) */
     int64_t tmin = INT64_MAX, tend = 0;

@@ -493,6 +493,42 @@ def test_restart_restores_every_allocation(gpusched_bin, nodes_file, tmp_path):
     assert "torn" in err
 
 
+def test_learned_workload_keeps_the_models_pods_were_held_to(gpusched_bin, nodes_file,
+                                                              tmp_path):
+    """cpufrag learns its target workload from the pods it reserves; a pod held to some
+    GPU models counts in a class of those models (what its price on scarce models is
+    computed from). The bind records them (gpusched.io/gpu-models), so a restart from
+    the journal learns the same classes."""
+    state = str(tmp_path / "state")
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
+    pods = [pod("t4", {"nvidia.com/gpu": "1"}, annotations={"gpusched.io/gpu-type": "t4"}),
+            pod("not-t4", {"nvidia.com/gpu": "1"},
+                annotations={"gpusched.io/gpu-type-exclude": "T4"}),
+            pod("both", {"nvidia.com/gpu": "1"},
+                annotations={"gpusched.io/gpu-type": "T4,A100"}),
+            pod("any1", {"nvidia.com/gpu": "1"}), pod("any2", {"nvidia.com/gpu": "1"})]
+    for p in pods:
+        e.place(p)
+    models = {p["metadata"]["name"]: e.allocation(p).get("gpusched.io/gpu-models")
+              for p in pods}
+    assert models == {"t4": "Tesla-T4", "not-t4": A100, "both": None, "any1": None,
+                      "any2": None}, models
+
+    def classes():
+        w = requests.get(e.url + "/debug/workload", timeout=5).json()
+        assert w["pods"] == 5, w
+        return sorted((c["num_gpu"], c["milli"], tuple(c["models"]), c["pods"])
+                      for c in w["classes"])
+    before = classes()
+    assert before == [(1, 1000, (), 3), (1, 1000, (A100,), 1), (1, 1000, ("Tesla-T4",), 1)]
+    e.stop(signal.SIGKILL)
+    e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
+    try:
+        assert classes() == before
+    finally:
+        e.stop()
+
+
 def test_damaged_journal_refuses_to_start(gpusched_bin, nodes_file, tmp_path):
     state = tmp_path / "state"
     state.mkdir()

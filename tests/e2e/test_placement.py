@@ -11,6 +11,9 @@ import pytest
 
 from conftest import NODE_A, NODE_B, NS, READY, check_pod_gpus, gpu_pod
 
+H100 = "NVIDIA H100 80GB HBM3"   # conftest's node models
+A100 = "NVIDIA A100-SXM4-40GB"
+
 
 @pytest.fixture
 def pods(cluster):
@@ -148,10 +151,23 @@ def test_gpu_type_include_exclude(cluster, pods):
     cases = (("type-a100", {"gpusched.io/gpu-type": "A100"}, NODE_B),
              ("type-not-h100", {"gpusched.io/gpu-type-exclude": "H100"}, NODE_B),
              ("type-h100", {"gpusched.io/gpu-type": "h100"}, NODE_A))
+    models = {}
     for name, ann, node in cases:
         p = run(cluster, pods, gpu_pod(name, {"nvidia.com/gpu": "1"}, annotations=ann))[name]
         assert p["spec"]["nodeName"] == node, f"{name} on {p['spec']['nodeName']}"
         assert set(check_pod_gpus(cluster, p)) <= set(uuids_of(cluster, node))
+        models[name] = p["metadata"]["annotations"].get("gpusched.io/gpu-models", "")
+    # the bind records the models each pod was held to: the class cpufrag's learned
+    # workload counts it in (its price on scarce models), on every replica alike
+    assert models["type-a100"] == A100 and models["type-h100"] == H100, models
+    assert A100 in models["type-not-h100"].split("|") and "H100" not in models["type-not-h100"]
+
+    def learned(addr):
+        with urllib.request.urlopen(f"http://{addr}/debug/workload", timeout=5) as r:
+            return {tuple(c["models"]) for c in json.load(r)["classes"]}
+    for _ident, addr in cluster.proxy.backends:
+        cluster.wait(lambda: {(A100,), (H100,)} <= learned(addr), 30,
+                     f"the learned workload of {addr} to hold the A100 and H100 classes")
 
 
 def extender_reason(cluster, name, node):

@@ -155,7 +155,7 @@ static void test_annot(void)
     struct core_alloc a, b;
     double t;
     const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
-                      "\"memory_mib\":1000},{\"index\":1,\"uuid\":\"G1\",\"model\":\"A\","
+                      "\"memory_mib\":1000},{\"index\":1,\"uuid\":\"G1\",\"model\":\"B\","
                       "\"memory_mib\":1000}]}";
     json_t *n = node_json("n", inv);
 
@@ -173,9 +173,15 @@ static void test_annot(void)
     a.mig[0] = -1;
     a.mem_mib[0] = 300;
     a.milli[0] = 250;
-    json_t *ann = ext_annot_build(core_cluster_find(c, "n"), &a, "gpusched.io/", "T");
+    a.model_mask = 3; /* both models: any, so no gpu-models */
+    json_t *ann = ext_annot_build(c, core_cluster_find(c, "n"), &a, "gpusched.io/", "T");
+    ASSERT_TRUE(json_object_get(ann, "gpusched.io/gpu-models") == NULL);
+    json_decref(ann);
+    a.model_mask = 2; /* held to B */
+    ann = ext_annot_build(c, core_cluster_find(c, "n"), &a, "gpusched.io/", "T");
     ASSERT_STREQ(json_string_value(json_object_get(ann, "gpusched.io/gpu-uuids")), "G1");
     ASSERT_STREQ(json_string_value(json_object_get(ann, "gpusched.io/gpu-milli")), "250");
+    ASSERT_STREQ(json_string_value(json_object_get(ann, "gpusched.io/gpu-models")), "B");
     ASSERT_STREQ(ext_annot_node(ann, "gpusched.io/"), "n");
     memset(&b, 0, sizeof b);
     ASSERT_EQ(ext_annot_parse(c, ann, "gpusched.io/", &b, &e), 0);
@@ -183,6 +189,21 @@ static void test_annot(void)
     ASSERT_EQ(b.gpu[0], 1);
     ASSERT_EQ(b.mem_mib[0], 300);
     ASSERT_EQ(b.milli[0], 250);
+    ASSERT_EQ(b.model_mask, 2ULL);
+    /* names this cluster does not know are skipped; none known, or none
+     * given, is any */
+    static const struct {
+        const char *models;
+        uint64_t mask;
+    } models[] = {{"Z|B", 2}, {"Z", ~0ULL}, {"A|B", ~0ULL}, {"", ~0ULL}, {NULL, ~0ULL}};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        if (models[i].models)
+            json_object_set_new(ann, "gpusched.io/gpu-models", json_string(models[i].models));
+        else
+            json_object_del(ann, "gpusched.io/gpu-models");
+        ASSERT_EQ(ext_annot_parse(c, ann, "gpusched.io/", &b, &e), 0);
+        ASSERT_EQ(b.model_mask, models[i].mask);
+    }
     json_object_set_new(ann, "gpusched.io/gpu-uuids", json_string("G1,nope"));
     ASSERT_TRUE(ext_annot_parse(c, ann, "gpusched.io/", &b, &e) < 0);
     ASSERT_CONTAINS(e.msg, "nope is not a GPU of node n");

@@ -244,6 +244,42 @@ static void model_pressure_rare_tests(void)
     ASSERT_EQ(p100, 0);
 }
 
+/* The extender's learned M counts each pod with the models it was allowed:
+ * after 3 pods held to P100 and 10 free to go anywhere (placed and gone),
+ * the next free pod stays off the P100s whatever the seed. */
+static void model_pressure_learned_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    int p100 = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod p;
+        struct core_decision d;
+        char uid[16];
+        add_node(c, "p100", 64000, 2, "P100");
+        add_node(c, "g2", 96000, 8, "G2");
+        core_cluster_set_seed(c, seed);
+        for (int i = 0; i < 13; i++) {
+            snprintf(uid, sizeof uid, "old%d", i);
+            make_pod(&p, uid, 4000, 1, CORE_MILLI);
+            p.req.n_types = i < 3;
+            snprintf(p.req.types[0], sizeof p.req.types[0], "P100");
+            ASSERT_TRUE(strlen(place(c, pol, &p, &d)) > 0);
+            ASSERT_EQ(core_unreserve(c, uid, &e), 0);
+        }
+        int n;
+        const struct core_learned *l = core_cluster_learned(c, &n);
+        ASSERT_EQ(n, 2);
+        for (int k = 0; k < n; k++) /* P100 is model 0 */
+            ASSERT_EQ(l[k].model_mask, l[k].count == 3 ? 1ULL : ~0ULL);
+        make_pod(&p, "any", 4000, 1, CORE_MILLI);
+        p100 += strcmp(place(c, pol, &p, &d), "p100") == 0;
+        core_cluster_free(c);
+    }
+    ASSERT_EQ(p100, 0);
+}
+
 /* The per-model GPU counts the pressure is computed from follow node
  * additions, replacements and removals. */
 static void model_count_tests(void)
@@ -317,6 +353,7 @@ int test_pol_cpufrag(void)
     fill_absorbed_tests();
     model_pressure_tests();
     model_pressure_rare_tests();
+    model_pressure_learned_tests();
     model_count_tests();
     score_tests();
     no_workload_tests();
