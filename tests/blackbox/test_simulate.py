@@ -34,7 +34,7 @@ def test_help_mentions_flags(gpusched_bin):
     r = run(gpusched_bin, "simulate", "--help")
     assert r.returncode == 0
     for flag in ("--nodes", "--pods", "--policy", "--seeds", "--tune", "--json", "--csv",
-                 "--plot", "--list-policies"):
+                 "--plot", "--list-policies", "--learned"):
         assert flag in r.stdout
     r = run(gpusched_bin, "help", "gen-trace")
     assert r.returncode == 0 and "--out" in r.stdout

@@ -57,6 +57,19 @@ def test_hand_trace_exact(gpusched_bin, tmp_path):
     assert len(list(root.iter("{http://www.w3.org/2000/svg}polyline"))) == 12
 
 
+def test_learned_workload_hand_trace(gpusched_bin, tmp_path):
+    """--learned (the workload learned from the pods placed, as in the extender): on
+    one GPU every policy places alike, so the KPIs are the hand-computed ones."""
+    n, p = write(tmp_path)
+    js = tmp_path / "t.json"
+    r = run(gpusched_bin, "simulate", "--mode", "time", "--learned", "--nodes", n, "--pods", p,
+            "--policy", "fgd,cpufrag", "--seeds", "1", "--json", str(js))
+    assert r.returncode == 0, r.stderr
+    for x in json.loads(js.read_text())["results"]:
+        assert abs(x["gpu_alloc_pct_time_mean"]["mean"] - 85.0) < 1e-6, x["policy"]
+        assert x["delay"]["all"]["pods"] == 3
+
+
 def test_refused(gpusched_bin, tmp_path):
     n, p = write(tmp_path, pods="name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,1000\n")
     r = run(gpusched_bin, "simulate", "--mode", "time", "--nodes", n, "--pods", p)

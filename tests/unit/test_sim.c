@@ -204,6 +204,29 @@ static void test_gen_and_run(void)
     ASSERT_EQ(sim_run(&cfg, pols[1], 2, &again, &e), 0);
     ASSERT_NEAR(again.unalloc[100], r[3].unalloc[100], 0);
     ASSERT_EQ(again.failed, r[3].failed);
+    /* --learned: no target workload is set, so the core learns its classes
+     * from the pods placed, every one of them counted */
+    for (int learned = 0; learned <= 1; learned++) {
+        int *order, len, n;
+        struct core_cluster *st;
+        cfg.learned = learned;
+        ASSERT_EQ(sim_order(&cfg, 1, &order, &len, &e), 0);
+        unsigned char *placed = calloc((size_t)len, 1);
+        ASSERT_EQ(sim_replay_state(&cfg, pols[1], 1, order, len, placed, &st, &e), 0);
+        const struct core_learned *l = core_cluster_learned(st, &n);
+        long counted = 0, n_placed = 0;
+        for (int k = 0; k < n; k++)
+            counted += l[k].count;
+        for (int i = 0; i < len; i++)
+            n_placed += placed[i];
+        ASSERT_EQ(n > 0, learned);
+        ASSERT_EQ(counted, learned ? n_placed : 0);
+        ASSERT_EQ(core_cluster_alloc_count(st), n_placed);
+        core_cluster_free(st);
+        free(placed);
+        free(order);
+    }
+    cfg.learned = 0;
     /* tuning down: a tune below the request removes pods */
     struct sim_config low;
     ASSERT_EQ(sim_config_init(&low, &t, 0.3, &e), 0);
