@@ -792,7 +792,8 @@ int core_alloc_tag(const struct core_alloc *a)
     }
 }
 
-int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
+static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn,
+                   struct gs_err *e)
 {
     if (!memchr(a->pod_uid, 0, sizeof a->pod_uid) || !a->pod_uid[0])
         return gs_errf(e, GS_EINVAL, "allocation: pod_uid: empty");
@@ -831,10 +832,20 @@ int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_e
     }
     core_alloc_apply(n, a, 1, 0, NULL);
     c->milli_alloc += alloc_milli(a);
-    if (!c->explicit_workload)
+    if (learn && !c->explicit_workload)
         core_workload_seen(c, a);
     core_node_refresh(c, n);
     return 0;
+}
+
+int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
+{
+    return reserve(c, a, 1, e);
+}
+
+int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
+{
+    return reserve(c, a, 0, e);
 }
 
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e)

@@ -213,6 +213,11 @@ uint64_t core_spec_mask(const struct core_cluster *c, const char *spec);
  * for rebuilding state from pod annotations. */
 int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e);
 
+/* core_reserve for an allocation that was taken off only to try something
+ * (a preemption's what-if) and is put back: the learned workload has
+ * counted its pod already and does not count it again. */
+int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e);
+
 /* Gives back everything the pod holds. -GS_ENOENT if it holds nothing. */
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e);
 

@@ -78,10 +78,10 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         if (ok && !sched_devices_fit(s, n, &pod, NULL))
             ok = 0;
         for (int k = 0; k < nmore; k++)
-            core_reserve(s->c, &more[k], NULL);
+            core_reserve_back(s->c, &more[k], NULL);
         free(more);
         for (int k = 0; k < nsaved; k++)
-            core_reserve(s->c, &saved[k], NULL);
+            core_reserve_back(s->c, &saved[k], NULL);
         free(saved);
         if (ok && json_array_size(pods) > 0)
             json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,

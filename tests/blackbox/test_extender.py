@@ -576,6 +576,10 @@ def test_preempt_proposes_lower_priority_victims(ext):
     r = ext.post("preempt", {"Pod": high, "NodeNameToMetaVictims": {
         "a100-1": {"Pods": [{"UID": "uid-low1"}], "NumPDBViolations": 0}}})
     assert r.json()["NodeNameToMetaVictims"]["a100-1"]["Pods"] == [{"UID": "uid-low1"}]
+    # trying victims takes them off and puts them back: the learned workload still
+    # counts each of the two pods once
+    w = requests.get(ext.url + "/debug/workload", timeout=5).json()
+    assert w["pods"] == 2 and [c["pods"] for c in w["classes"]] == [2], w
 
 
 def test_top_k(gpusched_bin, nodes_file):
