@@ -848,6 +848,18 @@ int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct
     return reserve(c, a, 0, e);
 }
 
+int core_unreserve_undo(struct core_cluster *c, const char *pod_uid, struct gs_err *e)
+{
+    const struct core_alloc *held = core_alloc_find(c, pod_uid);
+    if (!held)
+        return core_unreserve(c, pod_uid, e);
+    struct core_alloc a = *held;
+    int rc = core_unreserve(c, pod_uid, e);
+    if (rc == 0 && !c->explicit_workload)
+        core_workload_unseen(c, &a);
+    return rc;
+}
+
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e)
 {
     int pos = index_find(c->alloc_index, c->alloc_index_cap, (void *const *)c->allocs, pod_uid,

@@ -220,6 +220,9 @@ int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct
 
 /* Gives back everything the pod holds. -GS_ENOENT if it holds nothing. */
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e);
+/* core_unreserve for a reservation whose placement did not happen (its
+ * bind failed): the learned workload forgets the pod too. */
+int core_unreserve_undo(struct core_cluster *c, const char *pod_uid, struct gs_err *e);
 
 /* The allocation held by a pod UID, or NULL. */
 const struct core_alloc *core_alloc_find(const struct core_cluster *c, const char *pod_uid);

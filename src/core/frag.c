@@ -259,11 +259,12 @@ double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_
     return f;
 }
 
-void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
+/* The learned class of an allocation: its share (the memory share when
+ * larger) and models; returns its index in c->seen or -1. */
+static int seen_find(const struct core_cluster *c, const struct core_alloc *a, int *milli_out,
+                     uint64_t *models_out)
 {
     int milli = 0;
-    if (a->kind == CORE_REQ_MIG)
-        return; /* MIG instances never fragment shares */
     if (a->n > 0) {
         milli = a->milli[0];
         const struct core_node *n = core_cluster_find(c, a->node);
@@ -277,16 +278,30 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
             milli = 1;
     }
     uint64_t models = a->n > 0 ? core_models_norm(c, a->model_mask) : ~0ULL;
+    *milli_out = milli;
+    *models_out = models;
     for (int i = 0; i < c->n_seen; i++) {
-        struct core_learned *s = &c->seen[i];
+        const struct core_learned *s = &c->seen[i];
         if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli &&
-            s->model_mask == models) {
-            s->count++;
-            c->seen_total++;
-            if (c->seen_total - c->seen_at_prepare >= 1 + c->seen_at_prepare / REFRESH_DIV)
-                c->wdirty = 1;
-            return;
-        }
+            s->model_mask == models)
+            return i;
+    }
+    return -1;
+}
+
+void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
+{
+    int milli;
+    uint64_t models;
+    if (a->kind == CORE_REQ_MIG)
+        return; /* MIG instances never fragment shares */
+    int i = seen_find(c, a, &milli, &models);
+    if (i >= 0) {
+        c->seen[i].count++;
+        c->seen_total++;
+        if (c->seen_total - c->seen_at_prepare >= 1 + c->seen_at_prepare / REFRESH_DIV)
+            c->wdirty = 1;
+        return;
     }
     if (c->n_seen >= SEEN_MAX)
         return;
@@ -301,4 +316,19 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
     c->seen[c->n_seen++] = (struct core_learned){a->cpu_milli, a->n, milli, models, 1};
     c->seen_total++;
     c->wdirty = 1;
+}
+
+void core_workload_unseen(struct core_cluster *c, const struct core_alloc *a)
+{
+    int milli;
+    uint64_t models;
+    int i = a->kind == CORE_REQ_MIG ? -1 : seen_find(c, a, &milli, &models);
+    if (i < 0)
+        return;
+    c->seen_total--;
+    if (--c->seen[i].count > 0)
+        return;
+    memmove(&c->seen[i], &c->seen[i + 1], (size_t)(c->n_seen - i - 1) * sizeof *c->seen);
+    c->n_seen--;
+    c->wdirty = 1; /* M may hold the class */
 }

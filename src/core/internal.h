@@ -200,6 +200,8 @@ void core_workload_prepare(struct core_cluster *c);
 double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_t free_cpu,
                        const int *pos, const int *take, int k);
 void core_workload_seen(struct core_cluster *c, const struct core_alloc *a);
+/* Takes back one core_workload_seen(c, a) (a reservation undone). */
+void core_workload_unseen(struct core_cluster *c, const struct core_alloc *a);
 void core_workload_free(struct core_cluster *c);
 
 /* framework.c */

@@ -158,7 +158,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
          * release of this pod can only be logged after it */
         if (s->commit.log_bind &&
             (rc = s->commit.log_bind(s->commit.ud, ns, name, uid, &alloc, ann, &ticket, &e)) < 0) {
-            core_unreserve(s->c, uid, NULL);
+            core_unreserve_undo(s->c, uid, NULL);
             unlogged = 1;
         }
     }
@@ -201,7 +201,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         p->bound = rc == 0;
     }
     if (rc < 0 && ours) {
-        core_unreserve(s->c, uid, NULL);
+        core_unreserve_undo(s->c, uid, NULL);
         if (s->lock)
             ext_nodelock_clear(s->lock, uid);
     }

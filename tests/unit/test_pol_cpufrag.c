@@ -280,6 +280,40 @@ static void model_pressure_learned_tests(void)
     ASSERT_EQ(p100, 0);
 }
 
+/* What the learned M counts: a reservation put back after a what-if
+ * (core_reserve_back) is not counted again, and one undone because its bind
+ * failed (core_unreserve_undo) is forgotten, its class with it. */
+static void learned_count_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_pod p;
+    struct core_decision d;
+    int n;
+    add_node(c, "p100", 64000, 2, "P100");
+    add_node(c, "g2", 96000, 8, "G2");
+    make_pod(&p, "a", 4000, 1, CORE_MILLI);
+    p.req.n_types = 1;
+    snprintf(p.req.types[0], sizeof p.req.types[0], "P100");
+    ASSERT_STREQ(place(c, pol, &p, &d), "p100");
+    make_pod(&p, "b", 4000, 1, CORE_MILLI);
+    ASSERT_TRUE(strlen(place(c, pol, &p, &d)) > 0);
+    struct core_alloc b = *core_alloc_find(c, "b");
+    ASSERT_EQ(core_unreserve(c, "b", &e), 0);
+    ASSERT_EQ(core_reserve_back(c, &b, &e), 0);
+    const struct core_learned *l = core_cluster_learned(c, &n);
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(l[0].count + l[1].count, 2);
+    ASSERT_EQ(core_unreserve_undo(c, "a", &e), 0);
+    l = core_cluster_learned(c, &n);
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(l[0].model_mask, ~0ULL);
+    ASSERT_EQ(l[0].count, 1);
+    ASSERT_EQ(core_unreserve_undo(c, "a", &e), -GS_ENOENT);
+    core_cluster_free(c);
+}
+
 /* The per-model GPU counts the pressure is computed from follow node
  * additions, replacements and removals. */
 static void model_count_tests(void)
@@ -354,6 +388,7 @@ int test_pol_cpufrag(void)
     model_pressure_tests();
     model_pressure_rare_tests();
     model_pressure_learned_tests();
+    learned_count_tests();
     model_count_tests();
     score_tests();
     no_workload_tests();
