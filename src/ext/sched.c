@@ -650,7 +650,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
      * annotations: a list taken before the patch) */
     if ((p = sched_smap_get(&s->pods, uid)) && !p->binding && !p->bound &&
         core_alloc_find(s->c, uid))
-        freed = core_unreserve(s->c, uid, NULL) == 0;
+        freed = core_unreserve_undo(s->c, uid, NULL) == 0; /* it never ran: not learned */
     /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
@@ -713,8 +713,8 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         const struct core_alloc *a = core_cluster_alloc(s->c, k);
         if (keeps_through_relist(sched_smap_get(&s->pods, a->pod_uid)))
             k++;
-        else
-            core_unreserve(s->c, a->pod_uid, NULL);
+        else /* the list restores (and learns) it again if it still runs */
+            core_unreserve_undo(s->c, a->pod_uid, NULL);
     }
     SMAP_FOREACH(&s->pods, it)
     {

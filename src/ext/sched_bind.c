@@ -90,7 +90,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
          * again, so this bind replaces it */
         log_warn("extender", "pod %s/%s: replacing its assignment on %s, left without a Binding",
                  p->ns, p->name, held->node);
-        core_unreserve(s->c, p->uid, NULL);
+        core_unreserve_undo(s->c, p->uid, NULL);
         if (s->lock)
             ext_nodelock_clear(s->lock, p->uid);
         held = NULL;

@@ -54,6 +54,11 @@ def start(bin_, api, tmp_path, *extra, name="kubeconfig"):
     return e
 
 
+def learned_pods(e):
+    """Pods the learned target workload counts (GET /debug/workload)."""
+    return requests.get(e.url + "/debug/workload", timeout=5).json()["pods"]
+
+
 def schedule(e, api, name, nodes=("g1", "g2")):
     p = api.get("pods", name, "default")
     f = e.filter(p, list(nodes))
@@ -175,10 +180,14 @@ def test_dropped_watch_and_gone_lose_nothing(gpusched_bin, api, tmp_path):
                                  PREFIX + "gpu-indices": "0,1", PREFIX + "gpu-memory": "81920",
                                  PREFIX + "gpu-milli": "1000",
                                  PREFIX + "assigned-at": "2026-11-22T15:20:01.000000Z"})
+        wait_for(lambda: e.metric("gpusched_allocations") == 1, what="b seen by the watch")
         api.drop_watches(gone=True)
         wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") >= 2, what="relist")
         wait_for(lambda: e.metric("gpusched_allocations") == 1, what="rebuilt allocation")
         assert e.metric('gpusched_gpus_allocated{node="g2"') == 2
+        # the learned workload counts a (gone) and b once each: a relist does not
+        # count again the pods it rebuilds
+        assert learned_pods(e) == 2
     finally:
         e.stop()
 
@@ -199,6 +208,7 @@ def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
         wait_for(lambda: e.metric("gpusched_allocations") == 0, what="nothing held")
         node, r = schedule(e, api, "f", ["g1"])  # kube-scheduler retries
         assert r.status_code == 200
+        assert learned_pods(e) == 1  # the failed bind is not learned
     finally:
         e.stop()
 
