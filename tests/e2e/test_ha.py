@@ -91,6 +91,18 @@ def test_failover(ha):
         fwd = c.extender_metric(follower, "gpusched_extender_forwarded_total",
                                 {"verb": verb, "code": "200"})
         assert fwd > 0, f"the follower forwarded no /{verb}: the proxy sent it none?"
+    # the follower learned the same target workload (cpufrag's classes) from the pods'
+    # annotations as the leader did from its binds, so a failover does not change it
+    state = {}
+
+    def same_workload():
+        state["w"] = [requests.get(f"http://{addr}/debug/workload", timeout=5).json()
+                      for _ident, addr in c.proxy.backends]
+        return state["w"][0] == state["w"][1] and state["w"][0]["pods"] >= len(first)
+    try:
+        c.wait(same_workload, 20, "both replicas' learned workloads to agree")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {state.get('w')}")
 
     # 2. SIGKILL the leader while pods keep arriving
     names = []
