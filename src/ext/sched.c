@@ -421,9 +421,27 @@ static int32_t pod_priority(const json_t *pod)
     return json_is_integer(v) ? (int32_t)json_integer_value(v) : 0;
 }
 
-/* Reserves an allocation from annotations; called with the lock held. */
+/* Does an assignment fit the request of the pod it is on? One we made
+ * does (kind and count); another was written by hand, and reserving it
+ * would take GPUs that the pod's containers never ask for. */
+static int assignment_fits(const struct core_request *r, const struct core_alloc *a,
+                           struct gs_err *e)
+{
+    static const char *const kinds[] = {"no GPU", "whole", "shared", "MIG"};
+    int want = r->kind == CORE_REQ_MIG ? r->mig_count : r->num_gpu;
+    if (r->kind == a->kind && want == a->n)
+        return 0;
+    return gs_errf(e, GS_EINVAL, "its assignment annotations (%s, %d GPUs) do not match its "
+                   "request (%s, %d): not written by a bind, ignored", kinds[a->kind], a->n,
+                   kinds[r->kind], want);
+}
+
+/* Reserves an allocation from annotations; called with the lock held. req:
+ * the pod's request, checked against them (NULL: a journal record, which
+ * only binds write). */
 static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, const char *name,
-                          int32_t priority, int64_t cpu, int64_t mem, const json_t *annotations,
+                          int32_t priority, int64_t cpu, int64_t mem,
+                          const struct core_request *req, const json_t *annotations,
                           struct gs_err *e)
 {
     struct core_alloc a;
@@ -436,7 +454,8 @@ static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, 
     a.priority = priority;
     a.cpu_milli = cpu;
     a.mem_bytes = mem;
-    if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0)
+    if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0 ||
+        (req && (rc = assignment_fits(req, &a, e)) < 0))
         return rc;
     return core_reserve(s->c, &a, e);
 }
@@ -455,7 +474,7 @@ int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
         prio > INT32_MAX || !json_is_object(ann))
         return gs_errf(e, GS_EINVAL, "allocation record: bad ns, name, priority or annotations");
     pthread_mutex_lock(&s->mu);
-    int rc = restore_locked(s, uid, ns, name, (int32_t)prio, cpu, mem, ann, e);
+    int rc = restore_locked(s, uid, ns, name, (int32_t)prio, cpu, mem, NULL, ann, e);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -466,7 +485,6 @@ static void restore_pod(struct ext_sched *s, struct pod *p)
     struct gs_err e = GS_ERR_INIT;
     const json_t *ann = json_object_get(json_object_get(p->obj, "metadata"), "annotations");
     struct core_pod cp;
-    int64_t cpu = 0, mem = 0;
     int rc;
 
     if (p->need_restore) {
@@ -475,12 +493,11 @@ static void restore_pod(struct ext_sched *s, struct pod *p)
     }
     if (!ext_annot_node(ann, s->opts.names->annot_prefix) || core_alloc_find(s->c, p->uid))
         return;
-    if (core_pod_parse(p->obj, s->opts.names, &cp, &e) == 0) {
-        cpu = cp.req.cpu_milli;
-        mem = cp.req.mem_bytes;
+    if ((rc = core_pod_parse(p->obj, s->opts.names, &cp, &e)) == 0) {
+        rc = restore_locked(s, p->uid, p->ns, p->name, pod_priority(p->obj), cp.req.cpu_milli,
+                            cp.req.mem_bytes, &cp.req, ann, &e);
         core_pod_clear(&cp);
     }
-    rc = restore_locked(s, p->uid, p->ns, p->name, pod_priority(p->obj), cpu, mem, ann, &e);
     if (rc == -GS_ENOENT) {
         p->need_restore = 1; /* its node is not known yet */
         s->n_need_restore++;

@@ -161,6 +161,26 @@ def test_assignment_without_binding_is_nudged_and_replaced(gpusched_bin, api, tm
     assert "left without a Binding" in e.stop()
 
 
+def test_hand_written_assignment_holds_nothing(gpusched_bin, api, tmp_path):
+    """Assignment annotations that do not match the pod's own request were not
+    written by a bind (a CPU-only pod carrying them, a one-GPU pod claiming two):
+    they reserve nothing, so nobody can block GPUs by writing annotations."""
+    api.add_pod("default", "cpu-only", node="g1", phase="Running",
+                annotations=assignment("g1", ["GPU-g1-0", "GPU-g1-1"]))
+    add_gpu_pod(api, "one", "1", node="g2", phase="Running",
+                annotations=assignment("g2", ["GPU-g2-0", "GPU-g2-1"]))
+    add_gpu_pod(api, "real", "1", node="g2", phase="Running",
+                annotations=assignment("g2", ["GPU-g2-1"]))
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric("gpusched_allocations") == 1  # only "real"
+        assert e.metric('gpusched_gpus_allocated{node="g2"') == 1
+    finally:
+        err = e.stop()
+    # the warning names the pod and why
+    assert "default/cpu-only" in err and "do not match its request" in err, err
+
+
 def test_dropped_watch_and_gone_lose_nothing(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "a", "2")
     e = start(gpusched_bin, api, tmp_path)
