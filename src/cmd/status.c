@@ -131,12 +131,16 @@ static void add_usage(struct status *st, const char *node, const json_t *annotat
     json_decref(doc);
 }
 
-/* One allocation from a pod's (or journal record's) annotations. */
+/* One allocation from a pod's (or journal record's) annotations; pod: the
+ * pod object, whose request they must match as the extender checks (NULL
+ * for a journal record). */
 static void add_alloc(struct status *st, const char *uid, const char *ns, const char *name,
-                      const json_t *annotations)
+                      const json_t *annotations, const json_t *pod)
 {
     struct core_alloc a;
+    struct core_pod cp;
     struct gs_err e = GS_ERR_INIT;
+    int rc;
 
     if (!annotations || !ext_annot_node(annotations, st->names->annot_prefix))
         return;
@@ -144,8 +148,12 @@ static void add_alloc(struct status *st, const char *uid, const char *ns, const 
     snprintf(a.pod_uid, sizeof a.pod_uid, "%s", uid);
     snprintf(a.pod_name, sizeof a.pod_name, "%s/%s", ns, name);
     /* host CPU and memory are not shown; GPUs are all that is rebuilt */
-    if (ext_annot_parse(st->c, annotations, st->names->annot_prefix, &a, &e) < 0 ||
-        core_reserve(st->c, &a, &e) < 0)
+    rc = ext_annot_parse(st->c, annotations, st->names->annot_prefix, &a, &e);
+    if (rc == 0 && pod && (rc = core_pod_parse(pod, st->names, &cp, &e)) == 0) {
+        rc = ext_annot_fits(&cp.req, &a, &e);
+        core_pod_clear(&cp);
+    }
+    if (rc < 0 || core_reserve(st->c, &a, &e) < 0)
         warn(st, "pod %s/%s skipped: %s", ns, name, e.msg);
 }
 
@@ -162,7 +170,7 @@ static void add_pods(struct status *st, const json_t *items)
         const char *uid = kube_meta_str(pod, "uid"), *ns = kube_meta_str(pod, "namespace");
         const char *name = kube_meta_str(pod, "name");
         add_alloc(st, uid ? uid : "", ns ? ns : "default", name ? name : "",
-                  json_object_get(json_object_get(pod, "metadata"), "annotations"));
+                  json_object_get(json_object_get(pod, "metadata"), "annotations"), pod);
     }
 }
 
@@ -203,7 +211,7 @@ static int read_journal(struct status *st, const char *dir, struct gs_err *e)
         const char *ns = json_string_value(json_object_get(rec, "ns"));
         const char *name = json_string_value(json_object_get(rec, "name"));
         add_alloc(st, uid, ns ? ns : "default", name ? name : "",
-                  json_object_get(rec, "annotations"));
+                  json_object_get(rec, "annotations"), NULL);
     }
     json_decref(jf.live);
     return 0;

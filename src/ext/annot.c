@@ -151,3 +151,14 @@ int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, con
             }
     return 0;
 }
+
+int ext_annot_fits(const struct core_request *r, const struct core_alloc *a, struct gs_err *e)
+{
+    static const char *const what[] = {"no GPU", "whole", "shared", "MIG"};
+    int want = r->kind == CORE_REQ_MIG ? r->mig_count : r->num_gpu;
+    if (r->kind == a->kind && want == a->n)
+        return 0;
+    return gs_errf(e, GS_EINVAL, "its assignment annotations (%s, %d GPUs) do not match its "
+                   "request (%s, %d): not written by a bind, ignored", what[a->kind], a->n,
+                   what[r->kind], want);
+}

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "core/cluster.h"
+#include "core/request.h"
 #include "util/err.h"
 
 /* The annotation map for an allocation on node n of cluster c (prefix
@@ -35,5 +36,12 @@ const char *ext_annot_node(const json_t *annotations, const char *prefix);
  * -GS_EINVAL (field named) for anything that does not match the node. */
 int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, const char *prefix,
                     struct core_alloc *a, struct gs_err *e);
+
+/* Does an allocation rebuilt from a pod's annotations fit the request of
+ * that pod (kind, and number of GPUs or MIG instances)? One a bind wrote
+ * does; another was written by hand and must not be reserved (it would
+ * take GPUs the pod's containers never ask for). 0, or -GS_EINVAL saying
+ * what differs. */
+int ext_annot_fits(const struct core_request *r, const struct core_alloc *a, struct gs_err *e);
 
 #endif

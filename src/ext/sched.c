@@ -421,21 +421,6 @@ static int32_t pod_priority(const json_t *pod)
     return json_is_integer(v) ? (int32_t)json_integer_value(v) : 0;
 }
 
-/* Does an assignment fit the request of the pod it is on? One we made
- * does (kind and count); another was written by hand, and reserving it
- * would take GPUs that the pod's containers never ask for. */
-static int assignment_fits(const struct core_request *r, const struct core_alloc *a,
-                           struct gs_err *e)
-{
-    static const char *const kinds[] = {"no GPU", "whole", "shared", "MIG"};
-    int want = r->kind == CORE_REQ_MIG ? r->mig_count : r->num_gpu;
-    if (r->kind == a->kind && want == a->n)
-        return 0;
-    return gs_errf(e, GS_EINVAL, "its assignment annotations (%s, %d GPUs) do not match its "
-                   "request (%s, %d): not written by a bind, ignored", kinds[a->kind], a->n,
-                   kinds[r->kind], want);
-}
-
 /* Reserves an allocation from annotations; called with the lock held. req:
  * the pod's request, checked against them (NULL: a journal record, which
  * only binds write). */
@@ -455,7 +440,7 @@ static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, 
     a.cpu_milli = cpu;
     a.mem_bytes = mem;
     if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0 ||
-        (req && (rc = assignment_fits(req, &a, e)) < 0))
+        (req && (rc = ext_annot_fits(req, &a, e)) < 0))
         return rc;
     return core_reserve(s->c, &a, e);
 }

@@ -154,17 +154,24 @@ def test_cluster(gpusched_bin, tmp_path):
         old = gpu_node("old", n=1, updated_at="2020-01-01T00:00:00Z")
         api.add_node("old", labels={}, annotations=old["metadata"]["annotations"],
                      capacity=old["status"]["allocatable"])
+        whole = pod("w", {"nvidia.com/gpu": "1"})["spec"]["containers"]
+        shared = pod("s", {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "4Gi",
+                           "nvidia.com/gpu-cores": "30"})["spec"]["containers"]
         api.add_pod("ml", "a", annotations=assigned("g1", ["GPU-g1-0"]), node="g1",
-                    phase="Running")
+                    phase="Running", containers=whole)
         api.add_pod("ml", "b", annotations=assigned("g1", ["GPU-g1-1"], "shared", 4096, 300),
-                    node="g1", phase="Running")
+                    node="g1", phase="Running", containers=shared)
         api.add_pod("ml", "done", annotations=assigned("g1", ["GPU-g1-1"], "shared", 4096, 300),
-                    node="g1", phase="Succeeded")
+                    node="g1", phase="Succeeded", containers=shared)
+        # a hand-written assignment on a CPU-only pod holds nothing, as in the extender
+        api.add_pod("ml", "forged", annotations=assigned("g1", ["GPU-g1-1"]), node="g1",
+                    phase="Running")
         api.create("/apis/gpusched.io/v1/namespaces/ml/gpuquotas",
                    {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
                     "metadata": {"name": "q"}, "spec": {"total": {"compute": "2"}}})
         kc = api.write_kubeconfig(tmp_path / "kubeconfig")
         doc, err = status_json(gpusched_bin, "--kubeconfig", kc, "--quotas")
+        assert "ml/forged skipped" in err and "do not match its request" in err, err
         g = gpus_by_node(doc)["g1"]
         assert g[0]["pods"] == ["ml/a"] and g[0]["milli_used"] == 1000
         assert g[1]["pods"] == ["ml/b"] and g[1]["milli_used"] == 300  # finished pod ignored

@@ -190,6 +190,17 @@ static void test_annot(void)
     ASSERT_EQ(b.mem_mib[0], 300);
     ASSERT_EQ(b.milli[0], 250);
     ASSERT_EQ(b.model_mask, 2ULL);
+    /* it fits the request of the pod it is on only as a bind writes it */
+    struct core_request r = {.kind = CORE_REQ_SHARED, .num_gpu = 1};
+    ASSERT_EQ(ext_annot_fits(&r, &b, &e), 0);
+    r.num_gpu = 2;
+    ASSERT_EQ(ext_annot_fits(&r, &b, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "(shared, 1 GPUs) do not match its request (shared, 2)");
+    r = (struct core_request){.kind = CORE_REQ_WHOLE, .num_gpu = 1};
+    ASSERT_EQ(ext_annot_fits(&r, &b, &e), -GS_EINVAL);
+    r = (struct core_request){.kind = CORE_REQ_NONE};
+    ASSERT_EQ(ext_annot_fits(&r, &b, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "request (no GPU, 0)");
     /* names this cluster does not know are skipped; none known, or none
      * given, is any */
     static const struct {
