@@ -164,6 +164,7 @@ int cmd_webhook(int argc, char **argv)
     const char *listen = "0.0.0.0:8443", *cert = NULL, *key = NULL, *quotas = NULL;
     const char *nodes = NULL, *max_mem = NULL, *max_model = NULL, *sched = "gpu-scheduler";
     const char *defaults = NULL, *level = "info", *format = "text", *kubeconfig = NULL;
+    const char *assigners = NULL;
     long max_gpus = 0, max_body = 1 << 20;
     int in_cluster = 0;
     int npos;
@@ -182,6 +183,9 @@ int cmd_webhook(int argc, char **argv)
         OPT_STR("scheduler-name", &sched, "NAME",
                 "schedulerName for GPU pods (default gpu-scheduler; \"\" = leave alone)"),
         OPT_STR("default-policy", &defaults, "NS=POLICY,...", "policy for pods that name none"),
+        OPT_STR("assigners", &assigners, "USERS",
+                "the only users who may write GPU assignment annotations, comma-separated "
+                "(the extender's service account; default: anyone)"),
         OPT_INT("max-body", &max_body, "BYTES", "largest AdmissionReview accepted (default 1 MiB)",
                 4096, 64 << 20),
         OPT_STR("log-level", &level, "LEVEL", "debug, info, warn or error"),
@@ -225,6 +229,7 @@ int cmd_webhook(int argc, char **argv)
     o.max_body = (size_t)max_body;
     o.config.names = *core_names_default();
     o.config.scheduler_name = sched;
+    o.config.assigners = assigners;
     if (defaults && wh_parse_defaults(defaults, &o.config, &e) < 0) {
         fprintf(stderr, "gpusched webhook: %s\n", e.msg);
         return 2;

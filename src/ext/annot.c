@@ -66,6 +66,20 @@ json_t *ext_annot_build(const struct core_cluster *c, const struct core_node *n,
     return o;
 }
 
+int ext_annot_is_assignment(const char *key, const char *prefix)
+{
+    static const char *const keys[] = {"node",       "request-kind", "gpu-uuids",
+                                       "gpu-indices", "gpu-memory",   "gpu-milli",
+                                       "mig-profile", "gpu-models",   "assigned-at"};
+    size_t pl = strlen(prefix);
+    if (strncmp(key, prefix, pl) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key + pl, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
 const char *ext_annot_node(const json_t *annotations, const char *prefix)
 {
     const char *node = get(annotations, prefix, "node");

@@ -25,6 +25,10 @@
 json_t *ext_annot_build(const struct core_cluster *c, const struct core_node *n,
                         const struct core_alloc *a, const char *prefix, const char *assigned_at);
 
+/* Is this annotation key (with its prefix) one of the assignment's, which
+ * only a bind may write? */
+int ext_annot_is_assignment(const char *key, const char *prefix);
+
 /* Does this annotation map (a pod's metadata.annotations) carry an
  * assignment? Returns the node name or NULL. */
 const char *ext_annot_node(const json_t *annotations, const char *prefix);

@@ -23,7 +23,8 @@
     XX(CONFLICT, "conflict")                                                   \
     XX(UNAVAIL, "unavailable")                                                 \
     XX(TOOBIG, "too large")                                                    \
-    XX(PROTO, "protocol error")
+    XX(PROTO, "protocol error")                                                \
+    XX(PERM, "not permitted")
 
 enum gs_errcode {
     GS_OK = 0,

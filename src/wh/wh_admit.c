@@ -3,8 +3,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ext/annot.h"
 #include "ext/nodes.h"
 #include "wh/wh_admit.h"
+
+static int is_assigner(const char *list, const char *user)
+{
+    size_t ul = strlen(user);
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        if (len == ul && ul > 0 && memcmp(p, user, len) == 0)
+            return 1;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+static const char *annot_str(const json_t *annots, const char *key)
+{
+    const json_t *v = json_object_get(annots, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int wh_check_assignment(const struct wh_config *c, const json_t *old, const json_t *pod,
+                        const char *user, struct gs_err *e)
+{
+    if (!c->assigners || !c->assigners[0] || is_assigner(c->assigners, user))
+        return 0;
+    const char *prefix = c->names.annot_prefix;
+    const json_t *now = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    const json_t *was = json_object_get(json_object_get(old, "metadata"), "annotations");
+    const char *key, *how = NULL;
+    const json_t *v;
+    json_object_foreach((json_t *)now, key, v) {
+        if (!ext_annot_is_assignment(key, prefix))
+            continue;
+        const char *before = annot_str(was, key);
+        if (!before || !json_is_string(v) || strcmp(before, json_string_value(v)) != 0) {
+            how = before ? "change" : "set";
+            break;
+        }
+    }
+    if (!how)
+        json_object_foreach((json_t *)was, key, v) {
+            if (ext_annot_is_assignment(key, prefix) && !json_object_get(now, key)) {
+                how = "remove";
+                break;
+            }
+        }
+    if (!how)
+        return 0;
+    return gs_errf(e, GS_EPERM, "annotation %s: the GPU assignment is written by the extender "
+                   "at bind; user '%s' may not %s it (webhook --assigners)", key,
+                   user[0] ? user : "(unknown)", how);
+}
 
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e)
 {

@@ -1,7 +1,8 @@
 /*
  * wh/wh_admit.h - what the admission webhook decides about a pod.
  *
- * Validation refuses, with a message naming the container, the resource and
+ * Validation refuses assignment annotations written by anyone but the
+ * extender, and, with a message naming the container, the resource and
  * the reason: every request core_pod_parse() finds impossible, GPU resources
  * requested without limits, shared memory larger than the largest GPU model
  * of the cluster, more GPUs than the largest node has, a GPU share in an
@@ -51,7 +52,17 @@ struct wh_config {
     struct wh_cluster cluster;
     int n_defaults;
     struct wh_policy_default defaults[WH_MAX_DEFAULTS];
+    const char *assigners;           /* users who may write assignment annotations,
+                                        comma-separated; NULL or "" = anyone */
 };
+
+/* The assignment annotations (ext_annot_is_assignment) are the extender's
+ * to write: a pod created with one, or an update that sets, changes or
+ * removes one (old: the pod before; NULL on CREATE), by a user not in
+ * c->assigners is refused with -GS_EPERM naming the annotation. Without
+ * assigners configured, anyone may. */
+int wh_check_assignment(const struct wh_config *c, const json_t *old, const json_t *pod,
+                        const char *user, struct gs_err *e);
 
 /* Parses "ns=policy,ns2=policy" into c->defaults. */
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);

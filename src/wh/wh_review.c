@@ -80,6 +80,15 @@ int wh_review_parse(const char *body, size_t len, struct wh_review *r, struct gs
         }
     }
     r->object = json_is_object(v) ? v : NULL;
+    v = json_object_get(req, "oldObject");
+    r->old_object = json_is_object(v) ? v : NULL;
+    r->user = opt_str(json_object_get(req, "userInfo"), "username");
+    if (!r->user)
+        r->user = "";
+    if (strlen(r->user) > 512) {
+        gs_errf(e, GS_EINVAL, "request.userInfo.username: longer than 512 characters");
+        goto fail;
+    }
     if (!r->name[0] && r->object) { /* pods made by controllers have only generateName */
         json_t *meta = json_object_get(r->object, "metadata");
         const char *n = opt_str(meta, "name");

@@ -31,6 +31,8 @@ struct wh_review {
     const char *ns;        /* request.namespace, "" when absent */
     const char *name;      /* request.name, "" when absent */
     json_t *object;        /* request.object; NULL for DELETE */
+    json_t *old_object;    /* request.oldObject (UPDATE, DELETE), or NULL */
+    const char *user;      /* request.userInfo.username, "" when absent */
 };
 
 /* Parses and checks a body of `len` bytes. Errors name the field. */

@@ -93,10 +93,13 @@ static json_t *validate(struct wh_server *s, const struct wh_review *r, int *res
     struct gs_err e = GS_ERR_INIT;
     int rc = 0;
 
-    if (is_kind(r, "", "Pod") && is_op(r, "CREATE")) {
-        pthread_rwlock_rdlock(&s->lock);
-        rc = wh_validate_pod(&s->o.config, s->quotas, r->object, r->ns, &e);
-        pthread_rwlock_unlock(&s->lock);
+    if (is_kind(r, "", "Pod") && (is_op(r, "CREATE") || is_op(r, "UPDATE"))) {
+        rc = wh_check_assignment(&s->o.config, r->old_object, r->object, r->user, &e);
+        if (rc == 0 && is_op(r, "CREATE")) {
+            pthread_rwlock_rdlock(&s->lock);
+            rc = wh_validate_pod(&s->o.config, s->quotas, r->object, r->ns, &e);
+            pthread_rwlock_unlock(&s->lock);
+        }
     } else if (is_kind(r, "gpusched.io", "GPUQuota") && (is_op(r, "CREATE") || is_op(r, "UPDATE"))) {
         struct core_quota q;
         json_t *meta = json_object_get(r->object, "metadata");
@@ -107,7 +110,8 @@ static json_t *validate(struct wh_server *s, const struct wh_review *r, int *res
     if (rc < 0) {
         *res = RES_DENIED;
         log_info("webhook", "denied %s %s/%s: %s", r->kind, r->ns, r->name, e.msg);
-        return wh_review_response(r, 0, rc == -GS_ENOFIT ? 403 : 422, e.msg, NULL);
+        return wh_review_response(r, 0, rc == -GS_ENOFIT || rc == -GS_EPERM ? 403 : 422, e.msg,
+                                  NULL);
     }
     *res = RES_ALLOWED;
     return wh_review_response(r, 1, 200, NULL, NULL);

@@ -128,3 +128,20 @@ def test_v1beta1_loads_in_kube_scheduler_1_20(tmp_path):
     assert r.returncode != 0 and "strict decoder error" in r.stderr
     r, _ = load_in("scheduler-config-v1.yaml")
     assert r.returncode != 0 and "kubescheduler.config.k8s.io/v1" in r.stderr
+
+
+def test_webhook_lets_the_extender_write_assignments():
+    """The webhook refuses GPU assignment annotations from anyone but --assigners
+    (docs/annotations.md); it must name the extender's own service account, or every
+    bind's annotation patch would be refused. It must also see pod UPDATEs."""
+    ext = next(d for d in load("extender.yaml") if d and d["kind"] == "Deployment")
+    sa = f"system:serviceaccount:{ext['metadata']['namespace']}:" \
+         f"{ext['spec']['template']['spec']['serviceAccountName']}"
+    docs = [d for d in load("webhook.yaml") if d]
+    wh = next(d for d in docs if d["kind"] == "Deployment")
+    args = wh["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--assigners={sa}" in args, args
+    val = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+    ops = [r["operations"] for h in val["webhooks"] for r in h["rules"]
+           if r["resources"] == ["pods"]]
+    assert ops == [["CREATE", "UPDATE"]], ops

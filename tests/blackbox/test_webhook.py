@@ -110,12 +110,18 @@ def env(gpusched_bin, tmp_path_factory):
     assert wh.stop() == 0
 
 
-def review(obj, ns="default", op="CREATE", kind="Pod", group="", uid="uid-1"):
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": uid, "kind": {"group": group, "version": "v1", "kind": kind},
-                        "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
-                        "operation": op, "namespace": ns, "name": "",
-                        "object": obj}}
+def review(obj, ns="default", op="CREATE", kind="Pod", group="", uid="uid-1", user=None,
+           old=None):
+    r = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+         "request": {"uid": uid, "kind": {"group": group, "version": "v1", "kind": kind},
+                     "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
+                     "operation": op, "namespace": ns, "name": "",
+                     "object": obj}}
+    if user is not None:
+        r["request"]["userInfo"] = {"username": user, "groups": ["system:authenticated"]}
+    if old is not None:
+        r["request"]["oldObject"] = old
+    return r
 
 
 def pod(limits=None, requests_=None, name="p", annotations=None, scheduler=None, init=None):
@@ -260,6 +266,51 @@ def test_other_kinds_and_operations_pass(env):
     assert validate(env, {"metadata": {"name": "x"}}, kind="ConfigMap")["allowed"] is True
     assert validate(env, None, op="DELETE")["allowed"] is True
     assert validate(env, pod({"nvidia.com/gpu": "99"}), op="UPDATE")["allowed"] is True
+
+
+EXTENDER_SA = "system:serviceaccount:gpusched:gpusched-extender"
+ASSIGNMENT = {"gpusched.io/node": "a", "gpusched.io/request-kind": "whole",
+              "gpusched.io/gpu-uuids": "GPU-a-0", "gpusched.io/gpu-indices": "0",
+              "gpusched.io/gpu-memory": "40960", "gpusched.io/gpu-milli": "1000",
+              "gpusched.io/assigned-at": "2026-11-24T10:00:00.000000000Z"}
+
+
+def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
+    """With --assigners, a pod created with an assignment annotation, or an update that
+    sets, changes or removes one, is refused (403) unless the user is an assigner:
+    nobody else can claim GPUs by writing annotations (docs/annotations.md)."""
+    wh = Webhook(gpusched_bin, str(env["tmp"]), env["certs"], "--assigners",
+                 f"{EXTENDER_SA},admin")
+    try:
+        def check(obj, user, op="CREATE", old=None):
+            return answer(wh.post("/validate", review(obj, op=op, user=user, old=old)))
+        gpu = {"nvidia.com/gpu": "1"}
+        bare = pod(gpu, annotations={"gpusched.io/gpu-type": "A100"})
+        placed = pod(gpu, annotations=dict(ASSIGNMENT, **{"gpusched.io/gpu-type": "A100"}))
+        r = check(placed, "alice")
+        assert r["allowed"] is False and r["status"]["code"] == 403, r
+        msg = r["status"]["message"]
+        assert "user 'alice' may not set it" in msg and "gpusched.io/" in msg, msg
+        assert check(placed, "admin")["allowed"] is True
+        assert check(bare, "alice")["allowed"] is True
+        # updates: the extender's bind patch passes; anyone else's change does not
+        assert check(placed, EXTENDER_SA, "UPDATE", bare)["allowed"] is True
+        assert check(placed, "alice", "UPDATE", placed)["allowed"] is True  # unchanged
+        moved = copy.deepcopy(placed)
+        moved["metadata"]["annotations"]["gpusched.io/gpu-uuids"] = "GPU-a-1"
+        r = check(moved, "alice", "UPDATE", placed)
+        assert r["allowed"] is False and "gpusched.io/gpu-uuids" in r["status"]["message"]
+        assert "may not change it" in r["status"]["message"]
+        r = check(bare, "alice", "UPDATE", placed)
+        assert r["allowed"] is False and "may not remove it" in r["status"]["message"], r
+        tagged = copy.deepcopy(placed)
+        tagged["metadata"]["annotations"]["gpusched.io/retry-at"] = "x"
+        assert check(tagged, "alice", "UPDATE", placed)["allowed"] is True
+        assert check(placed, "", "UPDATE", bare)["allowed"] is False  # no user named
+    finally:
+        assert wh.stop() == 0
+    # without --assigners (the module's webhook) anyone may
+    assert validate(env, placed, user="alice")["allowed"] is True
 
 
 # ---- mutation ---------------------------------------------------------------------

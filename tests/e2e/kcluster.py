@@ -492,6 +492,9 @@ class MountNS:
 
 # ---- kubeconfig, REST ------------------------------------------------------------
 
+ASSIGNER = "admin"  # the token user of every component and test (tokens.csv)
+
+
 def write_kubeconfig(path, server, token):
     doc = {"apiVersion": "v1", "kind": "Config",
            "clusters": [{"name": "e2e", "cluster": {"server": server,
@@ -916,8 +919,9 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def api(self, method, path, body=None, params=None, timeout=30, content_type=None):
-        headers = {"Authorization": f"Bearer {self.token}"}
+    def api(self, method, path, body=None, params=None, timeout=30, content_type=None,
+            headers=None):
+        headers = dict(headers or {}, Authorization=f"Bearer {self.token}")
         data = None
         if body is not None:
             data = json.dumps(body)
@@ -1108,7 +1112,7 @@ class Cluster:
                         f"{pki}/sa.pub"], check=True, capture_output=True)
         self.token = secrets.token_hex(16)
         with open(f"{pki}/tokens.csv", "w") as f:
-            f.write(f'{self.token},admin,admin-uid,"system:masters"\n')
+            f.write(f'{self.token},{ASSIGNER},admin-uid,"system:masters"\n')
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         self.kubeconfig = os.path.join(w, "admin.kubeconfig")
@@ -1153,7 +1157,10 @@ class Cluster:
         wh = self.start_proc("webhook", [
             self.gpusched, "webhook", f"--listen=127.0.0.1:{port}",
             f"--tls-cert={d}/tls.crt", f"--tls-key={d}/tls.key",
-            f"--kubeconfig={self.kubeconfig}", "--scheduler-name=gpu-scheduler"])
+            f"--kubeconfig={self.kubeconfig}", "--scheduler-name=gpu-scheduler",
+            # every component here uses the admin token (deploy/ names the extender's
+            # service account); test_webhook.py acts as another user to be refused
+            f"--assigners={ASSIGNER}"])
 
         def up():
             requests.get(f"https://127.0.0.1:{port}/healthz", verify=f"{d}/ca.crt", timeout=1)

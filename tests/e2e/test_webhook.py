@@ -2,7 +2,8 @@
 caBundle from deploy/webhook.yaml's configurations): an impossible pod refused at
 create time naming container and field, a pod over a GPUQuota refused, a GPU pod
 without schedulerName given gpu-scheduler, and a GPU share in an init container
-refused because the nodes run kubelet 1.20 (learned from their nodeInfo)."""
+refused because the nodes run kubelet 1.20 (learned from their nodeInfo), and a GPU
+assignment written by anyone but the extender refused on create and on update."""
 import pytest
 
 from conftest import NS, gpu_pod
@@ -111,3 +112,40 @@ def test_init_container_share_refused_on_kubelet_1_20(cluster):
         assert r.status_code == 201, r.text
     finally:
         cluster.delete_pods(NS, created)
+
+
+def test_only_the_extender_writes_assignments(cluster):
+    """A user (impersonated: authorised for everything, but not an --assigners user)
+    cannot create a pod with a GPU assignment or change a placed pod's, while the
+    extender's bind patches pass the same webhook (docs/annotations.md)."""
+    alice = {"Impersonate-User": "alice", "Impersonate-Group": "system:masters"}
+    forged = gpu_pod("forged", {"nvidia.com/gpu": "1"},
+                     annotations={"gpusched.io/node": "e2e-node-a",
+                                  "gpusched.io/request-kind": "whole",
+                                  "gpusched.io/gpu-uuids": "GPU-0", "gpusched.io/gpu-indices": "0",
+                                  "gpusched.io/gpu-memory": "1", "gpusched.io/gpu-milli": "1000",
+                                  "gpusched.io/assigned-at": "2026-11-24T10:00:00.000000000Z"})
+    r = cluster.api("POST", f"/api/v1/namespaces/{NS}/pods", body=forged, headers=alice)
+    made = ["forged"] if r.status_code in (200, 201) else []
+    try:
+        assert r.status_code == 403, r.text
+        msg = r.json().get("message", "")
+        assert "validate.gpusched.io" in msg and "user 'alice' may not set it" in msg, msg
+        honest = gpu_pod("honest", {"nvidia.com/gpu": "1"})
+        made.append("honest")
+        cluster.apply(honest)
+        uuids = cluster.wait(lambda: cluster.pod(NS, "honest")["metadata"].get(
+            "annotations", {}).get("gpusched.io/gpu-uuids"), 60, "honest pod placed")
+        path = f"/api/v1/namespaces/{NS}/pods/honest"
+
+        def patch(annotations):
+            return cluster.api("PATCH", path, body={"metadata": {"annotations": annotations}},
+                               content_type="application/merge-patch+json", headers=alice)
+        r = patch({"gpusched.io/gpu-uuids": uuids + ",GPU-other"})
+        assert r.status_code == 403 and "may not change it" in r.json().get("message", ""), r.text
+        r = patch({"note": "mine"})  # other annotations stay the user's
+        assert r.status_code == 200, r.text
+        ann = cluster.pod(NS, "honest")["metadata"]["annotations"]
+        assert ann["gpusched.io/gpu-uuids"] == uuids and ann["note"] == "mine"
+    finally:
+        cluster.delete_pods(NS, made)
