@@ -1,6 +1,6 @@
 /* tests/fuzz/fuzz_admission.c - an AdmissionReview body of arbitrary bytes
- * through the webhook's decisions (parse, validate with quotas, mutate,
- * response) and the quota-file reader: no crash, no leak, and every denial
+ * through the webhook's decisions (parse, validate with quotas, who may
+ * write an assignment, mutate, response) and the quota-file reader: no crash, no leak, and every denial
  * carries a reason. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c.cluster.max_gpu_mem_mib = 81920;
         c.cluster.max_gpus_per_node = 8;
         wh_parse_defaults("ml=binpack", &c, &e);
+        c.assigners = "system:serviceaccount:gpusched:gpusched-extender,admin";
     }
 
     /* the same bytes as a quota file (YAML or JSON) */
@@ -55,6 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct gs_err ve = GS_ERR_INIT;
         json_t *patch = NULL;
         if (wh_validate_pod(&c, quotas, r.object, r.ns, &ve) < 0 && !ve.msg[0])
+            abort();
+        struct gs_err ae = GS_ERR_INIT;
+        if (wh_check_assignment(&c, r.old_object, r.object, r.user, &ae) < 0 && !ae.msg[0])
             abort();
         if (wh_mutate_pod(&c, r.object, r.ns, &patch, &e) == 0) {
             json_t *resp = wh_review_response(&r, 1, 200, NULL, patch);
