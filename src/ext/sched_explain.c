@@ -2,8 +2,7 @@
  * ext/sched_explain.c - what the extender says about its state outside the
  * verbs: a pod's explanation (every node's verdict and score), the one-line
  * summary of why it fits nowhere, the allocations, the learned workload,
- * and the GPU and quota
- * gauges collected for /metrics.
+ * and the GPU and quota gauges collected for /metrics.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -153,10 +152,23 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     return 0;
 }
 
-static int cmp_learned(const void *a, const void *b)
+/* One learned class as /debug/workload shows it: its models by name, in
+ * name order, so that every replica writes the same (model numbers follow
+ * the order a replica met the nodes in). */
+struct shown_class {
+    const struct core_learned *k;
+    char *models; /* "A|B", "" = any */
+};
+
+static int cmp_str(const void *a, const void *b)
 {
-    const struct core_learned *x = *(const struct core_learned *const *)a;
-    const struct core_learned *y = *(const struct core_learned *const *)b;
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_shown(const void *a, const void *b)
+{
+    const struct shown_class *sx = a, *sy = b;
+    const struct core_learned *x = sx->k, *y = sy->k;
     if (x->count != y->count)
         return x->count < y->count ? 1 : -1;
     if (x->num_gpu != y->num_gpu)
@@ -165,7 +177,7 @@ static int cmp_learned(const void *a, const void *b)
         return x->milli - y->milli;
     if (x->cpu_milli != y->cpu_milli)
         return x->cpu_milli < y->cpu_milli ? -1 : 1;
-    return (x->model_mask > y->model_mask) - (x->model_mask < y->model_mask);
+    return strcmp(sx->models, sy->models);
 }
 
 json_t *ext_sched_workload(struct ext_sched *s)
@@ -175,17 +187,32 @@ json_t *ext_sched_workload(struct ext_sched *s)
     int n;
     pthread_mutex_lock(&s->mu);
     const struct core_learned *l = core_cluster_learned(s->c, &n);
-    const struct core_learned **order = calloc((size_t)n + 1, sizeof *order);
-    for (int i = 0; order && i < n; i++)
-        order[i] = &l[i];
-    if (order)
-        qsort(order, (size_t)n, sizeof *order, cmp_learned);
-    for (int i = 0; order && i < n; i++) {
-        const struct core_learned *k = order[i];
+    struct shown_class *shown = calloc((size_t)n + 1, sizeof *shown);
+    int ok = shown != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const char *names[CORE_MAX_MODELS];
+        char buf[CORE_MAX_MODELS * CORE_MODEL_MAX] = "";
+        int nn = 0;
+        size_t len = 0;
+        shown[i].k = &l[i];
+        for (int t = 0; l[i].model_mask != ~0ULL && t < core_cluster_model_count(s->c); t++)
+            if ((l[i].model_mask >> t) & 1)
+                names[nn++] = core_cluster_model(s->c, t);
+        qsort(names, (size_t)nn, sizeof *names, cmp_str);
+        for (int j = 0; j < nn; j++)
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", j ? "|" : "", names[j]);
+        ok = (shown[i].models = strdup(buf)) != NULL;
+    }
+    if (ok)
+        qsort(shown, (size_t)n, sizeof *shown, cmp_shown);
+    for (int i = 0; ok && i < n; i++) {
+        const struct core_learned *k = shown[i].k;
         json_t *models = json_array();
-        for (int t = 0; k->model_mask != ~0ULL && t < core_cluster_model_count(s->c); t++)
-            if ((k->model_mask >> t) & 1)
-                json_array_append_new(models, json_string(core_cluster_model(s->c, t)));
+        for (const char *p = shown[i].models; *p;) {
+            size_t len = strcspn(p, "|");
+            json_array_append_new(models, json_stringn(p, len));
+            p += len + (p[len] == '|');
+        }
         json_array_append_new(classes, json_pack("{s:I, s:i, s:i, s:o, s:I}", "cpu_milli",
                                                  (json_int_t)k->cpu_milli, "num_gpu", k->num_gpu,
                                                  "milli", k->milli, "models", models, "pods",
@@ -193,7 +220,9 @@ json_t *ext_sched_workload(struct ext_sched *s)
         pods += k->count;
     }
     pthread_mutex_unlock(&s->mu);
-    free(order);
+    for (int i = 0; shown && i < n; i++)
+        free(shown[i].models);
+    free(shown);
     return json_pack("{s:I, s:o}", "pods", pods, "classes", classes);
 }
 
