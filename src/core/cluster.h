@@ -201,6 +201,11 @@ uint64_t core_models_norm(const struct core_cluster *c, uint64_t mask);
 /* "A|B|C" -> mask of the cluster's models named exactly so (names it does
  * not know add nothing); "" -> any (~0). */
 uint64_t core_spec_mask(const struct core_cluster *c, const char *spec);
+/* Its inverse: the names of the models in mask, in name order (the same on
+ * every replica, whatever order it met the nodes in), "|"-joined into buf
+ * (cap bytes, CORE_MAX_MODELS * CORE_MODEL_MAX holds any); "" for any.
+ * Returns buf. */
+char *core_models_spec(const struct core_cluster *c, uint64_t mask, char *buf, size_t cap);
 
 /* ---- reserve / unreserve ---- */
 

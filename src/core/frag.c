@@ -93,6 +93,27 @@ uint64_t core_spec_mask(const struct core_cluster *c, const char *spec)
     return m;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+char *core_models_spec(const struct core_cluster *c, uint64_t mask, char *buf, size_t cap)
+{
+    const char *names[CORE_MAX_MODELS];
+    int n = 0;
+    size_t len = 0;
+    for (int t = 0; mask != ~0ULL && t < c->n_models; t++)
+        if ((mask >> t) & 1)
+            names[n++] = c->models[t];
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (cap)
+        buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? "|" : "", names[i]);
+    return buf;
+}
+
 static int cmp_weight_desc(const void *a, const void *b, void *arg)
 {
     const struct core_class *src = arg;

@@ -51,12 +51,7 @@ json_t *ext_annot_build(const struct core_cluster *c, const struct core_node *n,
     uint64_t models = core_models_norm(c, a->model_mask);
     if (models != ~0ULL) { /* the pod was held to some models: the learned M's class */
         char list[CORE_MAX_MODELS * CORE_MODEL_MAX];
-        size_t ll = 0;
-        for (int t = 0; t < core_cluster_model_count(c); t++)
-            if ((models >> t) & 1)
-                ll += (size_t)snprintf(list + ll, sizeof list - ll, "%s%s", ll ? "|" : "",
-                                       core_cluster_model(c, t));
-        set(o, prefix, "gpu-models", list);
+        set(o, prefix, "gpu-models", core_models_spec(c, models, list, sizeof list));
     }
     if (!assigned_at) {
         kube_now_micro(now, sizeof now);

@@ -152,18 +152,12 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     return 0;
 }
 
-/* One learned class as /debug/workload shows it: its models by name, in
- * name order, so that every replica writes the same (model numbers follow
- * the order a replica met the nodes in). */
+/* One learned class as /debug/workload shows it, with its models by name
+ * (core_models_spec: the same on every replica). */
 struct shown_class {
     const struct core_learned *k;
     char *models; /* "A|B", "" = any */
 };
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
 
 static int cmp_shown(const void *a, const void *b)
 {
@@ -190,18 +184,10 @@ json_t *ext_sched_workload(struct ext_sched *s)
     struct shown_class *shown = calloc((size_t)n + 1, sizeof *shown);
     int ok = shown != NULL;
     for (int i = 0; ok && i < n; i++) {
-        const char *names[CORE_MAX_MODELS];
-        char buf[CORE_MAX_MODELS * CORE_MODEL_MAX] = "";
-        int nn = 0;
-        size_t len = 0;
+        char buf[CORE_MAX_MODELS * CORE_MODEL_MAX];
         shown[i].k = &l[i];
-        for (int t = 0; l[i].model_mask != ~0ULL && t < core_cluster_model_count(s->c); t++)
-            if ((l[i].model_mask >> t) & 1)
-                names[nn++] = core_cluster_model(s->c, t);
-        qsort(names, (size_t)nn, sizeof *names, cmp_str);
-        for (int j = 0; j < nn; j++)
-            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", j ? "|" : "", names[j]);
-        ok = (shown[i].models = strdup(buf)) != NULL;
+        ok = (shown[i].models = strdup(core_models_spec(s->c, l[i].model_mask, buf,
+                                                        sizeof buf))) != NULL;
     }
     if (ok)
         qsort(shown, (size_t)n, sizeof *shown, cmp_shown);

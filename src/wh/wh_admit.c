@@ -5,6 +5,7 @@
 
 #include "ext/annot.h"
 #include "ext/nodes.h"
+#include "kube/client.h"
 #include "wh/wh_admit.h"
 
 static int is_assigner(const char *list, const char *user)
@@ -22,12 +23,6 @@ static int is_assigner(const char *list, const char *user)
     return 0;
 }
 
-static const char *annot_str(const json_t *annots, const char *key)
-{
-    const json_t *v = json_object_get(annots, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 int wh_check_assignment(const struct wh_config *c, const json_t *old, const json_t *pod,
                         const char *user, struct gs_err *e)
 {
@@ -41,7 +36,7 @@ int wh_check_assignment(const struct wh_config *c, const json_t *old, const json
     json_object_foreach((json_t *)now, key, v) {
         if (!ext_annot_is_assignment(key, prefix))
             continue;
-        const char *before = annot_str(was, key);
+        const char *before = kube_annotation(old, key);
         if (!before || !json_is_string(v) || strcmp(before, json_string_value(v)) != 0) {
             how = before ? "change" : "set";
             break;
