@@ -271,6 +271,17 @@ struct core_learned {
 /* The learned classes (none while an explicit workload is set), in the
  * order they first appeared; valid until the next reserve. */
 const struct core_learned *core_cluster_learned(const struct core_cluster *c, int *n);
+/* The learned classes less the pods that hold an allocation now: what was
+ * learned from pods that have ended, which a replica started later cannot
+ * learn again from the live pods. Sets *out to a malloc'd array (the
+ * caller frees it) and returns its length, or -GS_ENOMEM. */
+int core_workload_ended(const struct core_cluster *c, struct core_learned **out);
+/* Adds l[0..n) (a core_workload_ended of another replica, models already
+ * mapped to this cluster's) to the learned counts. Checks every class
+ * first and adds nothing when one is bad; a no-op while an explicit
+ * workload is set. */
+int core_workload_seed(struct core_cluster *c, const struct core_learned *l, int n,
+                       struct gs_err *e);
 
 /* Expected fragmentation F_n(M) of one node, in milli-GPU: the free GPU
  * compute that the typical pod could not use. */

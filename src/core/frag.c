@@ -280,10 +280,9 @@ double core_frag_after(struct core_cluster *c, const struct core_node *n, int64_
     return f;
 }
 
-/* The learned class of an allocation: its share (the memory share when
- * larger) and models; returns its index in c->seen or -1. */
-static int seen_find(const struct core_cluster *c, const struct core_alloc *a, int *milli_out,
-                     uint64_t *models_out)
+/* The learned class of an allocation (count left 0): its CPU, GPU count,
+ * share (the memory share when larger) and models. */
+static struct core_learned alloc_class(const struct core_cluster *c, const struct core_alloc *a)
 {
     int milli = 0;
     if (a->n > 0) {
@@ -299,27 +298,32 @@ static int seen_find(const struct core_cluster *c, const struct core_alloc *a, i
             milli = 1;
     }
     uint64_t models = a->n > 0 ? core_models_norm(c, a->model_mask) : ~0ULL;
-    *milli_out = milli;
-    *models_out = models;
-    for (int i = 0; i < c->n_seen; i++) {
-        const struct core_learned *s = &c->seen[i];
-        if (s->cpu_milli == a->cpu_milli && s->num_gpu == a->n && s->milli == milli &&
-            s->model_mask == models)
+    return (struct core_learned){a->cpu_milli, a->n, milli, models, 0};
+}
+
+static int same_class(const struct core_learned *x, const struct core_learned *y)
+{
+    return x->cpu_milli == y->cpu_milli && x->num_gpu == y->num_gpu && x->milli == y->milli &&
+           x->model_mask == y->model_mask;
+}
+
+/* Index of class k in c->seen, or -1. */
+static int seen_find(const struct core_cluster *c, const struct core_learned *k)
+{
+    for (int i = 0; i < c->n_seen; i++)
+        if (same_class(&c->seen[i], k))
             return i;
-    }
     return -1;
 }
 
-void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
+/* Counts `count` more pods of class k (a new class is dropped when there is
+ * no room for it, as SEEN_MAX says). */
+static void seen_add(struct core_cluster *c, const struct core_learned *k, long count)
 {
-    int milli;
-    uint64_t models;
-    if (a->kind == CORE_REQ_MIG)
-        return; /* MIG instances never fragment shares */
-    int i = seen_find(c, a, &milli, &models);
+    int i = seen_find(c, k);
     if (i >= 0) {
-        c->seen[i].count++;
-        c->seen_total++;
+        c->seen[i].count += count;
+        c->seen_total += count;
         if (c->seen_total - c->seen_at_prepare >= 1 + c->seen_at_prepare / REFRESH_DIV)
             c->wdirty = 1;
         return;
@@ -334,16 +338,88 @@ void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
         c->seen = s;
         c->cap_seen = cap;
     }
-    c->seen[c->n_seen++] = (struct core_learned){a->cpu_milli, a->n, milli, models, 1};
-    c->seen_total++;
+    c->seen[c->n_seen] = *k;
+    c->seen[c->n_seen++].count = count;
+    c->seen_total += count;
     c->wdirty = 1;
+}
+
+void core_workload_seen(struct core_cluster *c, const struct core_alloc *a)
+{
+    if (a->kind == CORE_REQ_MIG)
+        return; /* MIG instances never fragment shares */
+    struct core_learned k = alloc_class(c, a);
+    seen_add(c, &k, 1);
+}
+
+static int cmp_class(const void *a, const void *b)
+{
+    const struct core_learned *x = a, *y = b;
+    if (x->cpu_milli != y->cpu_milli)
+        return x->cpu_milli < y->cpu_milli ? -1 : 1;
+    if (x->num_gpu != y->num_gpu)
+        return x->num_gpu - y->num_gpu;
+    if (x->milli != y->milli)
+        return x->milli - y->milli;
+    if (x->model_mask != y->model_mask)
+        return x->model_mask < y->model_mask ? -1 : 1;
+    return 0;
+}
+
+int core_workload_ended(const struct core_cluster *c, struct core_learned **out)
+{
+    int n = c->explicit_workload ? 0 : c->n_seen, k = 0;
+    struct core_learned *l = malloc(((size_t)n + 1) * sizeof *l);
+    *out = NULL;
+    if (!l)
+        return -GS_ENOMEM;
+    if (n)
+        memcpy(l, c->seen, (size_t)n * sizeof *l);
+    qsort(l, (size_t)n, sizeof *l, cmp_class);
+    for (int i = 0; n && i < c->n_allocs; i++) {
+        const struct core_alloc *a = c->allocs[i];
+        if (a->kind == CORE_REQ_MIG)
+            continue;
+        struct core_learned key = alloc_class(c, a);
+        struct core_learned *hit = bsearch(&key, l, (size_t)n, sizeof *l, cmp_class);
+        if (hit && hit->count > 0)
+            hit->count--;
+    }
+    for (int i = 0; i < n; i++)
+        if (l[i].count > 0)
+            l[k++] = l[i];
+    *out = l;
+    return k;
+}
+
+int core_workload_seed(struct core_cluster *c, const struct core_learned *l, int n,
+                       struct gs_err *e)
+{
+    for (int i = 0; i < n; i++) {
+        const struct core_learned *k = &l[i];
+        if (k->cpu_milli < 0 || k->num_gpu < 0 || k->num_gpu > CORE_MAX_GPUS ||
+            k->milli < 0 || k->milli > CORE_MILLI || (k->num_gpu > 0) != (k->milli > 0) ||
+            k->count < 1)
+            return gs_errf(e, GS_EINVAL, "learned class %d: bad cpu/num_gpu/milli/count", i);
+    }
+    if (c->explicit_workload)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        struct core_learned k = l[i];
+        k.model_mask = k.num_gpu > 0 ? core_models_norm(c, k.model_mask) : ~0ULL;
+        seen_add(c, &k, k.count);
+    }
+    return 0;
 }
 
 void core_workload_unseen(struct core_cluster *c, const struct core_alloc *a)
 {
-    int milli;
-    uint64_t models;
-    int i = a->kind == CORE_REQ_MIG ? -1 : seen_find(c, a, &milli, &models);
+    struct core_learned k;
+    int i = -1;
+    if (a->kind != CORE_REQ_MIG) {
+        k = alloc_class(c, a);
+        i = seen_find(c, &k);
+    }
     if (i < 0)
         return;
     c->seen_total--;

@@ -16,6 +16,8 @@
 #define MAX_NUDGE 64
 #define EVENT_EVERY_S 60.0
 #define MAX_EVENTED 1024
+#define WORKLOAD_KEY "workload.json"
+#define WORKLOAD_MAX_BYTES (768 * 1024) /* a ConfigMap holds 1 MiB */
 
 struct evented {
     char key[2 * CORE_NAME_MAX];
@@ -36,6 +38,9 @@ struct ext_cluster {
     int nev;
     struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges;
     atomic_ulong rebuilds;
+    int workload_loaded;       /* the saved workload was read (house thread) */
+    char *workload_saved;      /* what this replica last saved */
+    double workload_at;        /* when it last tried */
 };
 
 static double now_real(void)
@@ -69,6 +74,98 @@ static void nodes_event(void *ud, const char *type, const json_t *obj)
         ext_sched_remove_node(cl->s, name, &e);
     else if (ext_sched_upsert_node(cl->s, obj, &e) < 0)
         log_warn("extender", "node %s: %s", name, e.msg);
+}
+
+/* ---- the learned workload of pods that have ended --------------------------
+ * The learned target workload counts every pod placed, also after it ends; a
+ * replica that starts later (a restart, a rolling update) sees only the live
+ * pods. The leader saves the ended pods' classes in a ConfigMap and every
+ * replica adds them once, when it has listed the nodes and pods (model names
+ * map then). The live pods count themselves as they are restored, so no pod
+ * counts twice; pods that end between two saves are not carried. A replica
+ * saves only after it has read what was saved, so it never overwrites more
+ * history with less. */
+
+static void workload_path(const struct ext_cluster *cl, char *buf, size_t cap, int item)
+{
+    const char *ns = cl->cfg->lease_namespace ? cl->cfg->lease_namespace
+                                              : kube_client_namespace(cl->kc);
+    snprintf(buf, cap, "/api/v1/namespaces/%s/configmaps%s%s", ns ? ns : "default",
+             item ? "/" : "", item ? cl->cfg->workload_configmap : "");
+}
+
+/* 0 when done (read, absent, or unusable: warned), -1 to try again. */
+static int workload_load(struct ext_cluster *cl)
+{
+    char path[600];
+    json_t *cm = NULL, *saved = NULL;
+    json_error_t je;
+    struct gs_err e = GS_ERR_INIT;
+    workload_path(cl, path, sizeof path, 1);
+    int rc = kube_get(cl->kc, path, &cm, &e);
+    const char *text = json_string_value(
+        json_object_get(json_object_get(cm, "data"), WORKLOAD_KEY));
+    if (rc == -GS_ENOENT)
+        log_info("extender", "no saved workload (%s): learning from the live pods", path);
+    else if (rc < 0)
+        log_warn("extender", "reading the saved workload: %s; trying again", e.msg);
+    else if (!text)
+        log_warn("extender", "%s: no data.%s; learning from the live pods", path, WORKLOAD_KEY);
+    else if (strlen(text) > WORKLOAD_MAX_BYTES)
+        log_warn("extender", "%s: data.%s: %zu bytes, at most %d; not used", path, WORKLOAD_KEY,
+                 strlen(text), WORKLOAD_MAX_BYTES);
+    else if (!(saved = json_loads(text, JSON_REJECT_DUPLICATES, &je)))
+        log_warn("extender", "%s: data.%s: line %d: %s; not used", path, WORKLOAD_KEY, je.line,
+                 je.text);
+    else if (ext_sched_workload_seed(cl->s, saved, &e) < 0)
+        log_warn("extender", "%s: data.%s: %s; not used", path, WORKLOAD_KEY, e.msg);
+    else
+        log_info("extender", "learned workload: %lld pods that have ended, from %s",
+                 (long long)json_integer_value(json_object_get(saved, "pods")), path);
+    json_decref(saved);
+    json_decref(cm);
+    return rc < 0 && rc != -GS_ENOENT ? -1 : 0;
+}
+
+/* Saves the ended pods' classes when they changed since the last save. */
+static void workload_save(struct ext_cluster *cl)
+{
+    char path[600];
+    struct gs_err e = GS_ERR_INIT;
+    json_t *w = ext_sched_workload_ended(cl->s);
+    json_t *classes = json_object_get(w, "classes");
+    char *text = w ? json_dumps(w, JSON_COMPACT) : NULL;
+    /* over the size a ConfigMap holds: the rarest classes go */
+    while (text && strlen(text) > WORKLOAD_MAX_BYTES && json_array_size(classes) > 0) {
+        size_t n = json_array_size(classes), keep = n - (n + 7) / 8;
+        while (json_array_size(classes) > keep)
+            json_array_remove(classes, json_array_size(classes) - 1);
+        free(text);
+        text = json_dumps(w, JSON_COMPACT);
+    }
+    json_decref(w);
+    if (!text || (cl->workload_saved && strcmp(text, cl->workload_saved) == 0)) {
+        free(text);
+        return;
+    }
+    workload_path(cl, path, sizeof path, 1);
+    json_t *cm = json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind",
+                           "ConfigMap", "metadata", "name", cl->cfg->workload_configmap, "data",
+                           WORKLOAD_KEY, text);
+    int rc = kube_replace(cl->kc, path, cm, NULL, &e);
+    if (rc == -GS_ENOENT) {
+        e = (struct gs_err)GS_ERR_INIT;
+        workload_path(cl, path, sizeof path, 0);
+        rc = kube_create(cl->kc, path, cm, NULL, &e);
+    }
+    json_decref(cm);
+    if (rc < 0) {
+        log_warn("extender", "saving the learned workload: %s", e.msg);
+        free(text);
+        return;
+    }
+    free(cl->workload_saved);
+    cl->workload_saved = text;
 }
 
 static void pods_replace(void *ud, const json_t *items, const char *rv)
@@ -276,6 +373,17 @@ static void *house_main(void *arg)
         else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
             nudge(cl, 0);
         led = leading;
+        if (cl->cfg->workload_configmap && cl->cfg->workload_configmap[0] &&
+            ext_cluster_ready(cl)) {
+            if (!cl->workload_loaded && now_real() - cl->workload_at >= 5.0) {
+                cl->workload_at = now_real();
+                cl->workload_loaded = workload_load(cl) == 0;
+            } else if (cl->workload_loaded && leading &&
+                       now_real() - cl->workload_at >= cl->cfg->workload_save) {
+                cl->workload_at = now_real();
+                workload_save(cl);
+            }
+        }
         if (now_real() - last_inv >= 1.0) {
             last_inv = now_real();
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
@@ -352,6 +460,10 @@ void ext_cluster_stop(struct ext_cluster *cl)
     gs_worker_stop(&cl->wk);
     kube_watch_stop(cl->pods);
     kube_watch_stop(cl->nodes);
+    /* what ended since the last save, for the replica that leads next */
+    if (cl->workload_loaded && may_bind(cl))
+        workload_save(cl);
+    free(cl->workload_saved);
     kube_leader_stop(cl->leader);
     ext_sched_set_commit(cl->s, &(struct ext_commit){0});
     free(cl);

@@ -42,6 +42,11 @@ static const struct row rows[] = {
     {"lease_namespace", C_STR, F(lease_namespace), "NS", "Lease namespace (default: own)", 0, 0},
     {"identity", C_STR, F(identity), "ID", "this replica's name (default: hostname)", 0, 0},
     {"lease_duration", C_DBL, F(lease_duration), "SECONDS", "lease duration (default 15)", 0, 0},
+    {"workload_configmap", C_STR, F(workload_configmap), "NAME",
+     "cluster: ConfigMap (in the Lease's namespace) where the leader saves what it learned from "
+     "pods that have ended, read back at start (default gpusched-workload; \"\" = off)", 0, 0},
+    {"workload_save", C_DBL, F(workload_save), "SECONDS",
+     "cluster: how often the leader saves it, when it changed (default 60)", 0, 0},
     {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on)",
      0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
@@ -97,6 +102,8 @@ void ext_config_defaults(struct ext_config *c)
     c->inventory_ttl = 300;
     c->lease_name = strdup("gpusched-extender");
     c->lease_duration = 15;
+    c->workload_configmap = strdup("gpusched-workload");
+    c->workload_save = 60;
     c->nudge = 1;
     c->events = 1;
     c->node_lock_timeout = 300;
@@ -188,6 +195,15 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
         return gs_errf(e, GS_EINVAL, "tls_cert and tls_key go together");
     if (c->lease_duration < 1)
         return gs_errf(e, GS_EINVAL, "lease_duration: at least 1 second");
+    if (c->workload_configmap && c->workload_configmap[0] &&
+        (strlen(c->workload_configmap) > 253 ||
+         strspn(c->workload_configmap, "abcdefghijklmnopqrstuvwxyz0123456789.-") !=
+             strlen(c->workload_configmap)))
+        return gs_errf(e, GS_EINVAL, "workload_configmap: '%s' is not a ConfigMap name "
+                       "(lower-case letters, digits, '.' and '-', at most 253)",
+                       c->workload_configmap);
+    if (!(c->workload_save >= 1 && c->workload_save <= 86400))
+        return gs_errf(e, GS_EINVAL, "workload_save: 1..86400 seconds");
     if (!(c->node_lock_timeout >= 0 && c->node_lock_timeout <= 86400))
         return gs_errf(e, GS_EINVAL, "node_lock_timeout: 0..86400 seconds");
     /* kube-scheduler's extender httpTimeout is 10 s in deploy/: stay under it */

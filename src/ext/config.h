@@ -28,6 +28,8 @@ struct ext_config {
     long leader_elect;
     char *lease_name, *lease_namespace, *identity;
     double lease_duration;
+    char *workload_configmap;             /* cluster: saved learned workload; "" = off */
+    double workload_save;                 /* seconds between saves */
     long nudge;                           /* nudge unschedulable GPU pods when GPUs free up */
     long events;                          /* post Events on pods */
     double node_lock_timeout;             /* seconds a bound GPU pod holds its node; 0 = no lock */

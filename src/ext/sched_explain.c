@@ -174,13 +174,12 @@ static int cmp_shown(const void *a, const void *b)
     return strcmp(sx->models, sy->models);
 }
 
-json_t *ext_sched_workload(struct ext_sched *s)
+/* {"pods", "classes"} of the learned classes l[0..n), commonest first;
+ * called with the lock held (model names read the cluster). */
+static json_t *workload_json(struct ext_sched *s, const struct core_learned *l, int n)
 {
     json_t *classes = json_array();
     json_int_t pods = 0;
-    int n;
-    pthread_mutex_lock(&s->mu);
-    const struct core_learned *l = core_cluster_learned(s->c, &n);
     struct shown_class *shown = calloc((size_t)n + 1, sizeof *shown);
     int ok = shown != NULL;
     for (int i = 0; ok && i < n; i++) {
@@ -205,11 +204,106 @@ json_t *ext_sched_workload(struct ext_sched *s)
                                                  (json_int_t)k->count));
         pods += k->count;
     }
-    pthread_mutex_unlock(&s->mu);
     for (int i = 0; shown && i < n; i++)
         free(shown[i].models);
     free(shown);
     return json_pack("{s:I, s:o}", "pods", pods, "classes", classes);
+}
+
+json_t *ext_sched_workload(struct ext_sched *s)
+{
+    int n;
+    pthread_mutex_lock(&s->mu);
+    const struct core_learned *l = core_cluster_learned(s->c, &n);
+    json_t *out = workload_json(s, l, n);
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
+json_t *ext_sched_workload_ended(struct ext_sched *s)
+{
+    struct core_learned *l;
+    pthread_mutex_lock(&s->mu);
+    int n = core_workload_ended(s->c, &l);
+    json_t *out = n < 0 ? NULL : workload_json(s, l, n);
+    pthread_mutex_unlock(&s->mu);
+    free(l);
+    return out;
+}
+
+/* Reads classes[i] of a saved workload into *k (models by name, unknown
+ * names skipped, as the gpu-models annotation reads). */
+static int saved_class(struct ext_sched *s, const json_t *c, size_t i, struct core_learned *k,
+                       struct gs_err *e)
+{
+    static const char *const keys[] = {"cpu_milli", "num_gpu", "milli", "pods"};
+    json_int_t v[4];
+    for (int f = 0; f < 4; f++) {
+        const json_t *x = json_object_get(c, keys[f]);
+        if (!json_is_integer(x))
+            return gs_errf(e, GS_EINVAL, "classes[%zu].%s: %s", i, keys[f],
+                           x ? "not an integer" : "missing");
+        v[f] = json_integer_value(x);
+    }
+    if (v[0] < 0 || v[0] > WORKLOAD_CPU_MAX)
+        return gs_errf(e, GS_EINVAL, "classes[%zu].cpu_milli: %lld is outside 0..%lld", i,
+                       (long long)v[0], (long long)WORKLOAD_CPU_MAX);
+    if (v[1] < 0 || v[1] > CORE_MAX_GPUS)
+        return gs_errf(e, GS_EINVAL, "classes[%zu].num_gpu: %lld is outside 0..%d", i,
+                       (long long)v[1], CORE_MAX_GPUS);
+    if (v[1] > 0 ? v[2] < 1 || v[2] > CORE_MILLI : v[2] != 0)
+        return gs_errf(e, GS_EINVAL, "classes[%zu].milli: %lld is outside %s", i,
+                       (long long)v[2], v[1] > 0 ? "1..1000" : "0..0 (no GPU)");
+    if (v[3] < 1 || v[3] > WORKLOAD_PODS_MAX)
+        return gs_errf(e, GS_EINVAL, "classes[%zu].pods: %lld is outside 1..%lld", i,
+                       (long long)v[3], (long long)WORKLOAD_PODS_MAX);
+    const json_t *models = json_object_get(c, "models"), *m;
+    if (!json_is_array(models) || json_array_size(models) > CORE_MAX_MODELS)
+        return gs_errf(e, GS_EINVAL, "classes[%zu].models: %s", i,
+                       json_is_array(models) ? "too many names" : "not an array of names");
+    char spec[CORE_MAX_MODELS * CORE_MODEL_MAX] = "";
+    size_t len = 0, j;
+    json_array_foreach(models, j, m) {
+        const char *name = json_string_value(m);
+        if (!name || !*name || strlen(name) >= CORE_MODEL_MAX || strchr(name, '|'))
+            return gs_errf(e, GS_EINVAL, "classes[%zu].models[%zu]: not a GPU model name", i,
+                           j);
+        len += (size_t)snprintf(spec + len, sizeof spec - len, "%s%s", j ? "|" : "", name);
+    }
+    /* names this replica does not know are skipped; none known: any model */
+    uint64_t mask = spec[0] ? core_spec_mask(s->c, spec) : ~0ULL;
+    *k = (struct core_learned){v[0], (int)v[1], (int)v[2], mask ? mask : ~0ULL, (long)v[3]};
+    return 0;
+}
+
+int ext_sched_workload_seed(struct ext_sched *s, const json_t *saved, struct gs_err *e)
+{
+    const json_t *classes = json_object_get(saved, "classes");
+    size_t n = json_array_size(classes), i;
+    const json_t *c;
+    if (!json_is_object(saved) || !json_is_array(classes))
+        return gs_errf(e, GS_EINVAL, "classes: missing or not an array");
+    if (n > WORKLOAD_CLASSES_MAX)
+        return gs_errf(e, GS_EINVAL, "classes: %zu entries, at most %d", n,
+                       WORKLOAD_CLASSES_MAX);
+    struct core_learned *l = calloc(n + 1, sizeof *l);
+    if (!l)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    json_array_foreach(classes, i, c) {
+        if (!json_is_object(c))
+            rc = gs_errf(e, GS_EINVAL, "classes[%zu]: not an object", i);
+        else
+            rc = saved_class(s, c, i, &l[i], e);
+        if (rc < 0)
+            break;
+    }
+    if (rc == 0)
+        rc = core_workload_seed(s->c, l, (int)n, e);
+    pthread_mutex_unlock(&s->mu);
+    free(l);
+    return rc;
 }
 
 json_t *ext_sched_allocations(struct ext_sched *s)

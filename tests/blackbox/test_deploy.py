@@ -145,3 +145,20 @@ def test_webhook_lets_the_extender_write_assignments():
     ops = [r["operations"] for h in val["webhooks"] for r in h["rules"]
            if r["resources"] == ["pods"]]
     assert ops == [["CREATE", "UPDATE"]], ops
+
+
+def test_extender_may_use_its_lease_and_workload_configmap():
+    """The Role in rbac-extender.yaml names the Lease and the ConfigMap that
+    deploy/extender.yaml's config uses, in the extender's namespace: a rename on
+    one side only would make every save (or the election) fail with 403."""
+    ext = [d for d in load("extender.yaml") if d]
+    ns = next(d for d in ext if d["kind"] == "Deployment")["metadata"]["namespace"]
+    cm = next(d for d in ext if d["kind"] == "ConfigMap")
+    cfg = yaml.safe_load(cm["data"]["extender.yaml"])
+    role = next(d for d in load("rbac-extender.yaml") if d and d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == ns
+    named = {(res, tuple(r["verbs"])): r.get("resourceNames") for r in role["rules"]
+             for res in r["resources"]}
+    assert named[("leases", ("get", "update"))] == [cfg["lease_name"]]
+    assert named[("configmaps", ("get", "update"))] == [cfg["workload_configmap"]]
+    assert ("configmaps", ("create",)) in named

@@ -151,6 +151,7 @@ class Extender:
                 self.proc.kill()
                 self.proc.wait()
         out, err = self.proc.communicate()
+        self.proc_err = err
         for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
             assert bad not in err, err[-4000:]
         if sig == signal.SIGTERM:

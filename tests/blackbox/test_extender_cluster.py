@@ -6,6 +6,7 @@ lost; a failed Binding leaves no GPU held; two replicas elect one leader and
 the other answers /bind with 503; freed GPUs nudge pending pods; a stale
 inventory takes a node out; pods that fit nowhere get an Event.
 """
+import json
 import threading
 import time
 
@@ -114,6 +115,58 @@ def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
         assert e.metric("gpusched_allocations") == 2
     finally:
         e.stop()
+
+
+def saved_workload(api):
+    cm = api.get("configmaps", "gpusched-workload", "default")
+    return json.loads(cm["data"]["workload.json"]) if cm else None
+
+
+def test_learned_workload_survives_a_restart(gpusched_bin, api, tmp_path):
+    """The leader saves what it learned from pods that have ended; a replica
+    started later adds it to the live pods, each pod counted once, so a
+    restart or a rolling update does not change cpufrag's target workload."""
+    for i, gpus in enumerate(("1", "1", "2")):
+        add_gpu_pod(api, f"w{i}", gpus)
+    e = start(gpusched_bin, api, tmp_path, "--workload-save", "1")
+    try:
+        for i in range(3):
+            wait_for(lambda: e.filter(api.get("pods", f"w{i}", "default"), ["g1"])["NodeNames"]
+                     is not None, what="pod cached")
+            assert schedule(e, api, f"w{i}", ("g1", "g2"))[1].status_code == 200
+        api.delete("pods", "w0", "default")  # ends: still counted, no longer live
+        wait_for(lambda: e.metric("gpusched_allocations") == 2, what="w0 released")
+        assert learned_pods(e) == 3
+        before = requests.get(e.url + "/debug/workload", timeout=5).json()
+        # only the ended pod is saved: the live ones count themselves on restore
+        wait_for(lambda: (saved_workload(api) or {}).get("pods") == 1, what="workload saved")
+        w = saved_workload(api)
+        assert w["classes"] == [{"cpu_milli": 0, "num_gpu": 1, "milli": 1000, "models": [],
+                                 "pods": 1}], w
+    finally:
+        e.stop()
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: learned_pods(e) == 3, what="the saved pod learned again")
+        assert requests.get(e.url + "/debug/workload", timeout=5).json() == before
+        assert e.metric("gpusched_allocations") == 2
+    finally:
+        e.stop()
+    # a damaged save is refused whole, naming the field, and the replica learns
+    # from the live pods
+    w["classes"].append({"cpu_milli": 1000, "num_gpu": 1, "milli": 2000, "models": [],
+                         "pods": 5})
+    api.update("configmaps", "gpusched-workload", "default",
+               lambda cm: cm["data"].update({"workload.json": json.dumps(w)}))
+    e = start(gpusched_bin, api, tmp_path, "--workload-save", "1")
+    try:
+        time.sleep(1.5)
+        assert learned_pods(e) == 2
+    finally:
+        e.stop()
+    assert "classes[1].milli: 2000 is outside 1..1000; not used" in e.proc_err, e.proc_err[-2000:]
+    # ... and its next save, as leader, holds what it knows (nothing ended yet)
+    assert saved_workload(api)["pods"] == 0
 
 
 def assignment(node, uuids):

@@ -116,5 +116,11 @@ def test_crd_and_rbac_applied(cluster):
     assert can(cluster, ext, "update", "leases.coordination.k8s.io", "gpusched",
                "gpusched-extender")
     assert not can(cluster, ext, "update", "leases.coordination.k8s.io", "gpusched", "other")
+    # the saved learned workload: its own ConfigMap, no other
+    assert can(cluster, ext, "update", "configmaps", "gpusched", "gpusched-workload")
+    assert can(cluster, ext, "get", "configmaps", "gpusched", "gpusched-workload")
+    assert can(cluster, ext, "create", "configmaps", "gpusched")
+    assert not can(cluster, ext, "update", "configmaps", "gpusched", "other")
+    assert not can(cluster, ext, "get", "configmaps", "kube-system", "gpusched-workload")
     assert not can(cluster, ext, "delete", "pods")
     assert not can(cluster, ext, "patch", "nodes")

@@ -15,9 +15,12 @@ carrying its address as deploy/ sets it ($(POD_NAME)@$(POD_IP):8888).
    survivor takes the Lease within its duration.
 3. The killed replica comes back: its state is rebuilt from the API server (its
    /debug view of pods bound by the other replica equals their annotations), it
-   follows and forwards, and more pods are placed without oversubscription.
+   follows and forwards, and more pods are placed without oversubscription. Its
+   learned target workload equals the leader's, the pods that ended before it
+   came back included (read from the ConfigMap the leader saves them in).
 
 API-only nodes; one cluster for the module (~1 min, most of it the lease period)."""
+import json
 import threading
 import time
 
@@ -33,7 +36,9 @@ GPU_NODES, GPUS = 16, 8
 @pytest.fixture(scope="module")
 def ha(host_clean):
     # the harness's identities are NAME@127.0.0.1:PORT, as deploy/ sets them
-    with scale.api_only_cluster(host_clean, extender_replicas=2, proxy_mode="service") as c:
+    # the leader saves the learned workload of ended pods every second (deploy/: 60)
+    with scale.api_only_cluster(host_clean, extender_replicas=2, proxy_mode="service",
+                                extender_config={"workload_save": 1}) as c:
         c.add_api_nodes(30, gpus=0, prefix="cpu")
         c.add_api_nodes(GPU_NODES, gpus=GPUS, prefix="gpu")
         yield c
@@ -75,6 +80,27 @@ def check_once(c, names):
     return pods
 
 
+def same_workload(c, at_least, what):
+    """Both replicas' GET /debug/workload agree (and count at least at_least pods)."""
+    state = {}
+
+    def same():
+        state["w"] = [requests.get(f"http://{addr}/debug/workload", timeout=5).json()
+                      for _ident, addr in c.proxy.backends]
+        return state["w"][0] == state["w"][1] and state["w"][0]["pods"] >= at_least
+    try:
+        c.wait(same, 20, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {state.get('w')}")
+
+
+def saved_ended(c):
+    """Pods that have ended in the ConfigMap the leader saves (None: not saved)."""
+    r = c.api("GET", "/api/v1/namespaces/gpusched/configmaps/gpusched-workload")
+    return json.loads(r.json()["data"]["workload.json"])["pods"] if r.status_code == 200 \
+        else None
+
+
 def test_failover(ha):
     c = ha
     lead = leader_index(c)
@@ -93,16 +119,7 @@ def test_failover(ha):
         assert fwd > 0, f"the follower forwarded no /{verb}: the proxy sent it none?"
     # the follower learned the same target workload (cpufrag's classes) from the pods'
     # annotations as the leader did from its binds, so a failover does not change it
-    state = {}
-
-    def same_workload():
-        state["w"] = [requests.get(f"http://{addr}/debug/workload", timeout=5).json()
-                      for _ident, addr in c.proxy.backends]
-        return state["w"][0] == state["w"][1] and state["w"][0]["pods"] >= len(first)
-    try:
-        c.wait(same_workload, 20, "both replicas' learned workloads to agree")
-    except AssertionError as e:
-        raise AssertionError(f"{e}: {state.get('w')}")
+    same_workload(c, len(first), "both replicas' learned workloads to agree")
 
     # 2. SIGKILL the leader while pods keep arriving
     names = []
@@ -131,9 +148,17 @@ def test_failover(ha):
     print(f"HA: survivor led {took:.1f} s after the SIGKILL; {len(names)} pods across it "
           f"all bound {time.time() - t_kill:.1f} s after it")
     check_once(c, first + names)
+    # the first wave ends: the survivor still counts it and saves it for later replicas
+    c.delete_pods(NS, first)
+    c.wait(lambda: saved_ended(c) == len(first), 20, "the leader saves the ended pods",
+           interval=0.5)
 
     # 3. the killed replica comes back: rebuilt from the API server, follows, forwards
     c.restart_extender(lead)
+    # ... and learns what the survivor learned: the ended pods from the ConfigMap, the
+    # live ones from their annotations (without the save it would count only the live)
+    same_workload(c, len(first) + len(names), "the restarted replica's learned workload "
+                  "to equal the leader's")
     addr = c.extender_addr(lead)
     pods = scale.pods_by_name(c, NS)
     for n in (first[0], names[-1]):

@@ -314,6 +314,71 @@ static void learned_count_tests(void)
     core_cluster_free(c);
 }
 
+/* What a replica saves for the next one: the learned classes less the live
+ * pods (core_workload_ended); seeding a fresh replica with it, then
+ * restoring the live pods, gives the same counts, and a bad class adds
+ * nothing. */
+static void learned_ended_tests(void)
+{
+    const struct core_policy *pol = core_policy_find("cpufrag");
+    struct core_cluster *c = core_cluster_new(), *c2 = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_pod p;
+    struct core_decision d;
+    struct core_learned *ended;
+    char uid[16];
+    int n;
+    add_node(c, "p100", 64000, 2, "P100");
+    add_node(c, "g2", 96000, 8, "G2");
+    for (int i = 0; i < 5; i++) { /* 2 held to P100, 3 free; old0..old2 end */
+        snprintf(uid, sizeof uid, "old%d", i);
+        make_pod(&p, uid, 4000, 1, CORE_MILLI);
+        p.req.n_types = i < 2;
+        snprintf(p.req.types[0], sizeof p.req.types[0], "P100");
+        ASSERT_TRUE(strlen(place(c, pol, &p, &d)) > 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(uid, sizeof uid, "old%d", i);
+        ASSERT_EQ(core_unreserve(c, uid, &e), 0);
+    }
+    n = core_workload_ended(c, &ended);
+    ASSERT_EQ(n, 2); /* old0, old1 (P100) and old2 (any) ended */
+    for (int k = 0; k < n; k++)
+        ASSERT_EQ(ended[k].count, ended[k].model_mask == 1ULL ? 2 : 1);
+    /* the next replica: nodes, the saved classes, then the live pods */
+    add_node(c2, "g2", 96000, 8, "G2"); /* another model order: P100 is model 1 */
+    add_node(c2, "p100", 64000, 2, "P100");
+    for (int k = 0; k < n; k++)
+        if (ended[k].model_mask == 1ULL)
+            ended[k].model_mask = 2ULL;
+    ASSERT_EQ(core_workload_seed(c2, ended, n, &e), 0);
+    for (int i = 3; i < 5; i++) {
+        snprintf(uid, sizeof uid, "old%d", i);
+        ASSERT_EQ(core_reserve(c2, core_alloc_find(c, uid), &e), 0);
+    }
+    int n1, n2;
+    const struct core_learned *l1 = core_cluster_learned(c, &n1), *l2 = core_cluster_learned(c2, &n2);
+    ASSERT_EQ(n1, 2);
+    ASSERT_EQ(n2, 2);
+    for (int k = 0; k < 2; k++) { /* the same classes, P100 by its own number */
+        int j = (l1[k].model_mask == ~0ULL) == (l2[0].model_mask == ~0ULL) ? 0 : 1;
+        ASSERT_EQ(l1[k].count, l2[j].count);
+        ASSERT_EQ(l2[j].model_mask, l1[k].model_mask == ~0ULL ? ~0ULL : 2ULL);
+    }
+    /* nothing ended there yet beyond the seed */
+    free(ended);
+    ASSERT_EQ(core_workload_ended(c2, &ended), 2);
+    free(ended);
+    /* a bad class: nothing is added */
+    struct core_learned bad[2] = {{1000, 1, 500, ~0ULL, 4}, {1000, 1, 0, ~0ULL, 1}};
+    ASSERT_EQ(core_workload_seed(c2, bad, 2, &e), -GS_EINVAL);
+    ASSERT_TRUE(strstr(e.msg, "class 1") != NULL);
+    core_cluster_learned(c2, &n2);
+    ASSERT_EQ(n2, 2);
+    core_cluster_free(c);
+    core_cluster_free(c2);
+}
+
 /* The per-model GPU counts the pressure is computed from follow node
  * additions, replacements and removals. */
 static void model_count_tests(void)
@@ -389,6 +454,7 @@ int test_pol_cpufrag(void)
     model_pressure_rare_tests();
     model_pressure_learned_tests();
     learned_count_tests();
+    learned_ended_tests();
     model_count_tests();
     score_tests();
     no_workload_tests();
