@@ -161,7 +161,7 @@ def test_failover(ha):
                   "to equal the leader's")
     addr = c.extender_addr(lead)
     pods = scale.pods_by_name(c, NS)
-    for n in (first[0], names[-1]):
+    for n in (names[0], names[-1]):
         d = requests.get(f"http://{addr}/debug/pods/{NS}/{n}", timeout=5).json()
         ann = pods[n]["metadata"]["annotations"]
         assert d["allocation"][scale.PREFIX + "gpu-uuids"] == ann[scale.PREFIX + "gpu-uuids"], \
