@@ -132,17 +132,8 @@ static void workload_save(struct ext_cluster *cl)
 {
     char path[600];
     struct gs_err e = GS_ERR_INIT;
-    json_t *w = ext_sched_workload_ended(cl->s);
-    json_t *classes = json_object_get(w, "classes");
+    json_t *w = ext_sched_workload_ended(cl->s, WORKLOAD_MAX_BYTES);
     char *text = w ? json_dumps(w, JSON_COMPACT) : NULL;
-    /* over the size a ConfigMap holds: the rarest classes go */
-    while (text && strlen(text) > WORKLOAD_MAX_BYTES && json_array_size(classes) > 0) {
-        size_t n = json_array_size(classes), keep = n - (n + 7) / 8;
-        while (json_array_size(classes) > keep)
-            json_array_remove(classes, json_array_size(classes) - 1);
-        free(text);
-        text = json_dumps(w, JSON_COMPACT);
-    }
     json_decref(w);
     if (!text || (cl->workload_saved && strcmp(text, cl->workload_saved) == 0)) {
         free(text);

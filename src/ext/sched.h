@@ -173,8 +173,9 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
  * "num_gpu", "milli", "models" ([] = any), "pods"}]}, commonest first. */
 json_t *ext_sched_workload(struct ext_sched *s);
 /* The same for the pods that have ended only (core_workload_ended): what a
- * replica saves for replicas started later. NULL when out of memory. */
-json_t *ext_sched_workload_ended(struct ext_sched *s);
+ * replica saves for replicas started later. Its rarest classes are left out
+ * until it dumps (JSON_COMPACT) to at most max_bytes. NULL when out of memory. */
+json_t *ext_sched_workload_ended(struct ext_sched *s, size_t max_bytes);
 /* Adds a saved ext_sched_workload_ended document to the learned workload.
  * Call once the nodes are known (models are saved by name; names this
  * replica does not know are skipped). Every field is checked before anything

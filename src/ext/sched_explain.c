@@ -220,7 +220,7 @@ json_t *ext_sched_workload(struct ext_sched *s)
     return out;
 }
 
-json_t *ext_sched_workload_ended(struct ext_sched *s)
+json_t *ext_sched_workload_ended(struct ext_sched *s, size_t max_bytes)
 {
     struct core_learned *l;
     pthread_mutex_lock(&s->mu);
@@ -228,6 +228,23 @@ json_t *ext_sched_workload_ended(struct ext_sched *s)
     json_t *out = n < 0 ? NULL : workload_json(s, l, n);
     pthread_mutex_unlock(&s->mu);
     free(l);
+    /* over max_bytes: the rarest classes go, an eighth at a time */
+    json_t *classes = json_object_get(out, "classes");
+    size_t len;
+    while (out && (len = json_dumpb(out, NULL, 0, JSON_COMPACT)) > max_bytes) {
+        size_t k = json_array_size(classes), keep = k - (k + 7) / 8;
+        if (k == 0 || len == 0) {
+            json_decref(out);
+            return NULL;
+        }
+        json_int_t pods = json_integer_value(json_object_get(out, "pods"));
+        while (json_array_size(classes) > keep) {
+            size_t last = json_array_size(classes) - 1;
+            pods -= json_integer_value(json_object_get(json_array_get(classes, last), "pods"));
+            json_array_remove(classes, last);
+        }
+        json_object_set_new(out, "pods", json_integer(pods));
+    }
     return out;
 }
 

@@ -114,7 +114,13 @@ static int replay_one(void *ud, const json_t *rec, struct gs_err *e)
         json_object_del(r->live, json_string_value(uid));
         return 0;
     }
-    return gs_errf(e, GS_EINVAL, "record op: '%.32s' is not bind or release", o);
+    if (strcmp(o, "workload") == 0) { /* the ended pods' classes, from the last compaction */
+        int rc2 = ext_sched_workload_seed(s, json_object_get(rec, "ended"), e);
+        if (rc2 < 0)
+            gs_err_prefix(e, "workload record: ended");
+        return rc2;
+    }
+    return gs_errf(e, GS_EINVAL, "record op: '%.32s' is not bind, release or workload", o);
 }
 
 static int load_nodes(struct ext_sched *s, const char *path, struct gs_err *e)
@@ -170,14 +176,26 @@ int ext_standalone_open(struct ext_sched *s, const char *nodes_file, const char 
         if (torn)
             log_warn("extender", "journal in %s: the last record was torn (a crash while "
                      "writing); it was dropped", state_dir);
-        /* compaction: the live bind records, exactly as first written */
+        /* compaction: what the learned workload counts of pods that have
+         * ended (they leave no bind record), then the live bind records,
+         * exactly as first written */
         size_t n = json_object_size(r.live), i = 0;
-        json_t **arr = calloc(n + 1, sizeof *arr), *v;
+        json_t **arr = calloc(n + 2, sizeof *arr), *v;
+        json_t *ended = ext_sched_workload_ended(s, EXT_JOURNAL_MAX_RECORD / 2);
+        json_t *wrec = json_integer_value(json_object_get(ended, "pods")) > 0
+                           ? json_pack("{s:s, s:O}", "op", "workload", "ended", ended)
+                           : NULL;
         const char *k;
+        if (arr && wrec)
+            arr[i++] = wrec;
         json_object_foreach(r.live, k, v) if (arr) arr[i++] = v;
-        rc = arr ? ext_journal_rewrite(st->j, arr, (int)n, e)
+        rc = arr ? ext_journal_rewrite(st->j, arr, (int)i, e)
                  : gs_errf(e, GS_ENOMEM, "out of memory");
-        log_info("extender", "restored %zu allocations from %s", n, state_dir);
+        log_info("extender", "restored %zu allocations from %s (the learned workload: %lld "
+                 "pods that have ended)", n, state_dir,
+                 (long long)json_integer_value(json_object_get(ended, "pods")));
+        json_decref(wrec);
+        json_decref(ended);
         free(arr);
         json_decref(r.live);
         if (rc < 0)

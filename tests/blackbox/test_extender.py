@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import zlib
 
 import pytest
 import requests
@@ -494,6 +495,14 @@ def test_restart_restores_every_allocation(gpusched_bin, nodes_file, tmp_path):
     assert "torn" in err
 
 
+def write_journal(state, recs):
+    """DIR/journal holding recs, each "<crc32 hex> <json>" (ext/journal.h)."""
+    with open(os.path.join(state, "journal"), "w") as f:
+        for r in recs:
+            js = json.dumps(r, separators=(",", ":"))
+            f.write(f"{zlib.crc32(js.encode()):08x} {js}\n")
+
+
 def test_learned_workload_keeps_the_models_pods_were_held_to(gpusched_bin, nodes_file,
                                                               tmp_path):
     """cpufrag learns its target workload from the pods it reserves; a pod held to some
@@ -526,8 +535,32 @@ def test_learned_workload_keeps_the_models_pods_were_held_to(gpusched_bin, nodes
     e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
     try:
         assert classes() == before
+        # two pods end: still counted, and after the journal is compacted (the
+        # next start keeps only live binds) a workload record carries them
+        for name in ("t4", "any1"):
+            r = requests.delete(f"{e.url}/allocations/default/{name}", timeout=5)
+            assert r.status_code == 200, r.text
+        assert classes() == before
     finally:
         e.stop()
+    for _ in range(2):  # compacts; then replays the compacted journal
+        e = Extender(gpusched_bin, ["--nodes", nodes_file, "--state-dir", state])
+        try:
+            assert classes() == before
+            assert e.metric("gpusched_allocations") == 3
+        finally:
+            e.stop()
+    with open(os.path.join(state, "journal")) as f:
+        recs = [json.loads(line.split(" ", 1)[1]) for line in f]
+    assert [r["op"] for r in recs] == ["workload", "bind", "bind", "bind"], recs
+    assert recs[0]["ended"]["pods"] == 2, recs[0]
+    # a damaged workload record refuses the start, naming the record and field
+    recs[0]["ended"]["classes"][0]["milli"] = 0
+    write_journal(state, recs)
+    r = run(gpusched_bin, "extender", "--nodes", nodes_file, "--state-dir", state,
+            "--listen", f"127.0.0.1:{free_port()}", timeout=10)
+    assert r.returncode == 2 and "journal:1" in r.stderr and \
+        "workload record: ended: classes[0].milli: 0 is outside 1..1000" in r.stderr, r.stderr
 
 
 def test_damaged_journal_refuses_to_start(gpusched_bin, nodes_file, tmp_path):

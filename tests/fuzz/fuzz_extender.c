@@ -1,14 +1,67 @@
 /* tests/fuzz/fuzz_extender.c - the extender's request parsers (ExtenderArgs,
  * ExtenderBindingArgs, ExtenderPreemptionArgs), the node inventory
- * annotation and the watch event decoder on arbitrary bytes. The first byte
- * picks the parser. */
+ * annotation, the watch event decoder and the saved learned workload (the
+ * ConfigMap's and the journal's) on arbitrary bytes. The first byte picks
+ * the parser. A saved workload that is taken must come back the same: saved
+ * again (no pod is live) and read by a fresh replica, both show the same
+ * /debug/workload. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ext/nodes.h"
 #include "ext/proto.h"
+#include "ext/sched.h"
 #include "kube/watch.h"
+
+/* A replica with one node of two GPU models, A and B. */
+static struct ext_sched *replica(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    if (ext_sched_new(&(struct ext_sched_opts){.max_pods = 8}, &s, &e) < 0)
+        abort();
+    json_t *n = json_pack(
+        "{s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}}}", "metadata", "name", "n0", "annotations",
+        "gpusched.io/gpu-inventory",
+        "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
+        "\"memory_mib\":1000,\"healthy\":true},{\"index\":1,\"uuid\":\"G1\",\"model\":\"B\","
+        "\"memory_mib\":1000,\"healthy\":true}]}",
+        "status", "allocatable", "cpu", "4", "memory", "32Gi", "pods", "110");
+    if (ext_sched_upsert_node(s, n, &e) < 0)
+        abort();
+    json_decref(n);
+    return s;
+}
+
+static int same_json(json_t *a, json_t *b)
+{
+    int eq = a && b && json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    return eq;
+}
+
+static void saved_workload(const char *body, size_t len)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    struct ext_sched *s = replica();
+    if (doc && ext_sched_workload_seed(s, doc, &e) == 0) {
+        json_t *saved = ext_sched_workload_ended(s, (size_t)1 << 30);
+        struct ext_sched *next = replica();
+        if (!saved || ext_sched_workload_seed(next, saved, &e) < 0 ||
+            !same_json(ext_sched_workload(s), ext_sched_workload(next)) ||
+            !same_json(ext_sched_workload(s), json_deep_copy(saved)))
+            abort();
+        json_decref(saved);
+        ext_sched_free(next);
+    } else if (doc && ext_sched_workload_seed(s, doc, &e) == 0) {
+        abort(); /* refused once, taken the second time */
+    }
+    json_decref(doc);
+    ext_sched_free(s);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -17,6 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
+    if (data[0] >= 250) {
+        saved_workload(body, len);
+        return 0;
+    }
     switch (data[0] % 5) {
     case 0: {
         struct ext_args a;
