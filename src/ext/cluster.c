@@ -36,7 +36,7 @@ struct ext_cluster {
     atomic_int pods_synced, nodes_synced;
     struct evented ev[MAX_EVENTED];
     int nev;
-    struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges;
+    struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges, *m_saves;
     atomic_ulong rebuilds;
     int workload_loaded;       /* the saved workload was read (house thread) */
     char *workload_saved;      /* what this replica last saved */
@@ -150,6 +150,7 @@ static void workload_save(struct ext_cluster *cl)
         rc = kube_create(cl->kc, path, cm, NULL, &e);
     }
     json_decref(cm);
+    metric_inc(cl->m_saves, (const char *[]){rc < 0 ? "error" : "ok"});
     if (rc < 0) {
         log_warn("extender", "saving the learned workload: %s", e.msg);
         free(text);
@@ -412,7 +413,11 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                                NULL, 0, e);
     cl->m_nudges = metrics_add(m, METRIC_COUNTER, "gpusched_extender_nudges_total",
                                "Pending GPU pods touched after GPUs freed up.", NULL, NULL, 0, e);
-    if (!cl->m_restarts || !cl->m_relists || !cl->m_rebuilds || !cl->m_leader || !cl->m_nudges) {
+    cl->m_saves = metrics_add(m, METRIC_COUNTER, "gpusched_extender_workload_saves_total",
+                              "Saves of the workload learned from ended pods (the leader, when "
+                              "it changed), by result (ok, error).", "result", NULL, 0, e);
+    if (!cl->m_restarts || !cl->m_relists || !cl->m_rebuilds || !cl->m_leader || !cl->m_nudges ||
+        !cl->m_saves) {
         free(cl);
         return -GS_EINVAL;
     }
