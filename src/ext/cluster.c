@@ -94,7 +94,8 @@ static void workload_path(const struct ext_cluster *cl, char *buf, size_t cap, i
              item ? "/" : "", item ? cl->cfg->workload_configmap : "");
 }
 
-/* 0 when done (read, absent, or unusable: warned), -1 to try again. */
+/* 0 when done (read, absent, refused or unusable: warned), -1 to try again
+ * (the API server did not answer). */
 static int workload_load(struct ext_cluster *cl)
 {
     char path[600];
@@ -107,8 +108,11 @@ static int workload_load(struct ext_cluster *cl)
         json_object_get(json_object_get(cm, "data"), WORKLOAD_KEY));
     if (rc == -GS_ENOENT)
         log_info("extender", "no saved workload (%s): learning from the live pods", path);
-    else if (rc < 0)
+    else if (rc == -GS_EUNAVAIL)
         log_warn("extender", "reading the saved workload: %s; trying again", e.msg);
+    else if (rc < 0) /* refused (RBAC): saying it every 5 s would help no one */
+        log_warn("extender", "reading the saved workload: %s; learning from the live pods",
+                 e.msg);
     else if (!text)
         log_warn("extender", "%s: no data.%s; learning from the live pods", path, WORKLOAD_KEY);
     else if (strlen(text) > WORKLOAD_MAX_BYTES)
@@ -124,7 +128,7 @@ static int workload_load(struct ext_cluster *cl)
                  (long long)json_integer_value(json_object_get(saved, "pods")), path);
     json_decref(saved);
     json_decref(cm);
-    return rc < 0 && rc != -GS_ENOENT ? -1 : 0;
+    return rc == -GS_EUNAVAIL ? -1 : 0;
 }
 
 /* Saves the ended pods' classes when they changed since the last save. */

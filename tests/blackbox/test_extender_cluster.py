@@ -153,6 +153,8 @@ def test_learned_workload_survives_a_restart(gpusched_bin, api, tmp_path):
         before = requests.get(e.url + "/debug/workload", timeout=5).json()
     finally:
         e.stop()
+    # the API server does not answer the first read: the replica tries again
+    api.fail("GET", r"/configmaps/gpusched-workload", 503)
     e = start(gpusched_bin, api, tmp_path)
     try:
         wait_for(lambda: learned_pods(e) == 3, what="the saved pod learned again")
