@@ -855,9 +855,15 @@ int core_unreserve_undo(struct core_cluster *c, const char *pod_uid, struct gs_e
         return core_unreserve(c, pod_uid, e);
     struct core_alloc a = *held;
     int rc = core_unreserve(c, pod_uid, e);
-    if (rc == 0 && !c->explicit_workload)
-        core_workload_unseen(c, &a);
+    if (rc == 0)
+        core_workload_forget(c, &a);
     return rc;
+}
+
+void core_workload_forget(struct core_cluster *c, const struct core_alloc *a)
+{
+    if (!c->explicit_workload)
+        core_workload_unseen(c, a);
 }
 
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e)

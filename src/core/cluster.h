@@ -228,6 +228,10 @@ int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e
 /* core_unreserve for a reservation whose placement did not happen (its
  * bind failed): the learned workload forgets the pod too. */
 int core_unreserve_undo(struct core_cluster *c, const char *pod_uid, struct gs_err *e);
+/* Takes back the learned workload's count of allocation a (reserved with
+ * core_reserve, now or before), leaving any reservation alone: for a pod
+ * about to be counted again. */
+void core_workload_forget(struct core_cluster *c, const struct core_alloc *a);
 
 /* The allocation held by a pod UID, or NULL. */
 const struct core_alloc *core_alloc_find(const struct core_cluster *c, const char *pod_uid);

@@ -711,12 +711,20 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     size_t i;
     const json_t *pod;
     pthread_mutex_lock(&s->mu);
+    /* the allocations the list rebuilds; each stays counted in the learned
+     * workload, as an ended pod when the list no longer has it */
+    int n_gone = 0, cap = core_cluster_alloc_count(s->c);
+    struct core_alloc *gone = malloc(((size_t)cap + 1) * sizeof *gone);
     for (int k = 0; k < core_cluster_alloc_count(s->c);) {
         const struct core_alloc *a = core_cluster_alloc(s->c, k);
-        if (keeps_through_relist(sched_smap_get(&s->pods, a->pod_uid)))
+        if (keeps_through_relist(sched_smap_get(&s->pods, a->pod_uid))) {
             k++;
-        else /* the list restores (and learns) it again if it still runs */
+        } else if (gone) {
+            gone[n_gone++] = *a;
+            core_unreserve(s->c, a->pod_uid, NULL);
+        } else { /* out of memory: the list counts it again if it still runs */
             core_unreserve_undo(s->c, a->pod_uid, NULL);
+        }
     }
     SMAP_FOREACH(&s->pods, it)
     {
@@ -725,6 +733,12 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     }
     unsigned long before = s->seq;
     json_array_foreach(items, i, pod) observe_locked(s, pod, 0);
+    for (int k = 0; k < n_gone; k++) { /* restored, or to be: counted again */
+        const struct pod *p = sched_smap_get(&s->pods, gone[k].pod_uid);
+        if (core_alloc_find(s->c, gone[k].pod_uid) || (p && p->need_restore))
+            core_workload_forget(s->c, &gone[k]);
+    }
+    free(gone);
     /* a kept pod the list does not have was deleted while we were away,
      * unless its bind is still committing (that commit then fails and
      * undoes itself) */

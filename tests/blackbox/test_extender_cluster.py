@@ -271,6 +271,15 @@ def test_dropped_watch_and_gone_lose_nothing(gpusched_bin, api, tmp_path):
         # the learned workload counts a (gone) and b once each: a relist does not
         # count again the pods it rebuilds
         assert learned_pods(e) == 2
+        # b ends while the pod watch is away and the history is gone: the relist
+        # does not find it, and it still counts, as an ended pod (it was placed)
+        api.delay("GET", r"/api/v1/pods\?.*watch=1", 2.0)
+        api.drop_watches()
+        api.delete("pods", "b", "default")
+        api.compact()
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") >= 3, what="relist")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="b gone after the relist")
+        assert learned_pods(e) == 2
     finally:
         e.stop()
 
