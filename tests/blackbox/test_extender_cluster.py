@@ -179,6 +179,27 @@ def test_learned_workload_survives_a_restart(gpusched_bin, api, tmp_path):
     assert saved_workload(api)["pods"] == 0
 
 
+def test_leader_saves_the_learned_workload_when_it_stops(gpusched_bin, api, tmp_path):
+    """A rolling update stops the leader between two saves: what ended since the
+    last one is saved at the clean stop, for the replica that leads next."""
+    add_gpu_pod(api, "s0", "1")
+    e = start(gpusched_bin, api, tmp_path, "--workload-save", "3600")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "s0", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        assert schedule(e, api, "s0", ("g1",))[1].status_code == 200
+        api.delete("pods", "s0", "default")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="s0 released")
+        # it read what was saved (nothing), and no save is due for an hour
+        wait_for(lambda: any(m == "GET" and "/configmaps/gpusched-workload" in path
+                             for m, path, _ in api.requests), what="the saved workload read")
+        time.sleep(0.5)
+        assert saved_workload(api) is None
+    finally:
+        e.stop()
+    assert saved_workload(api)["pods"] == 1
+
+
 def assignment(node, uuids):
     return {PREFIX + "node": node, PREFIX + "request-kind": "whole",
             PREFIX + "gpu-uuids": ",".join(uuids),
