@@ -180,9 +180,6 @@ json_t *ext_sched_workload_ended(struct ext_sched *s, size_t max_bytes);
  * Call once the nodes are known (models are saved by name; names this
  * replica does not know are skipped). Every field is checked before anything
  * is added; -GS_EINVAL names the first bad one ("classes[3].milli: ..."). */
-#define WORKLOAD_CLASSES_MAX 4096
-#define WORKLOAD_CPU_MAX 1000000000000LL /* milli-CPU: a billion cores */
-#define WORKLOAD_PODS_MAX 1000000000000LL
 int ext_sched_workload_seed(struct ext_sched *s, const json_t *saved, struct gs_err *e);
 /* One-line summary of why the remembered pod NS/NAME fits nowhere ("0/8
  * nodes fit the GPU request; 5 rejected by gpu-fit (e.g. ...)"), for

@@ -248,6 +248,11 @@ json_t *ext_sched_workload_ended(struct ext_sched *s, size_t max_bytes)
     return out;
 }
 
+/* Bounds on a saved workload (ext_sched_workload_seed) */
+#define WORKLOAD_CLASSES_MAX 4096            /* as many as the core learns */
+#define WORKLOAD_CPU_MAX 1000000000000LL     /* milli-CPU: a billion cores */
+#define WORKLOAD_PODS_MAX 1000000000000LL
+
 /* Reads classes[i] of a saved workload into *k (models by name, unknown
  * names skipped, as the gpu-models annotation reads). */
 static int saved_class(struct ext_sched *s, const json_t *c, size_t i, struct core_learned *k,
@@ -287,9 +292,10 @@ static int saved_class(struct ext_sched *s, const json_t *c, size_t i, struct co
                            j);
         len += (size_t)snprintf(spec + len, sizeof spec - len, "%s%s", j ? "|" : "", name);
     }
-    /* names this replica does not know are skipped; none known: any model */
-    uint64_t mask = spec[0] ? core_spec_mask(s->c, spec) : ~0ULL;
-    *k = (struct core_learned){v[0], (int)v[1], (int)v[2], mask ? mask : ~0ULL, (long)v[3]};
+    /* names this replica does not know are skipped; none known (mask 0) is
+     * any model once core_workload_seed normalises it */
+    *k = (struct core_learned){v[0], (int)v[1], (int)v[2], core_spec_mask(s->c, spec),
+                               (long)v[3]};
     return 0;
 }
 
