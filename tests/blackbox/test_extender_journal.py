@@ -116,7 +116,7 @@ def test_kill9_during_concurrent_binds_keeps_every_answered_bind(gpusched_bin, t
 
 
 def slow_disk():
-    """The environment that preloads tests/blackbox/slowsync.c (2 ms more per
+    """The environment that preloads tests/blackbox/slowsync.c (10 ms more per
     fdatasync), built beside the binary."""
     build = os.environ.get("GPUSCHED_BUILD_DIR", os.path.join(ROOT, "build"))
     lib = os.path.join(build, "libslowsync.so")
