@@ -127,22 +127,25 @@ static enum core_code f_mig(const struct core_cycle *cy, const struct core_node 
                             struct core_status *st)
 {
     const struct core_request *r = cy->req;
-    int total = 0, free_ = 0;
+    int present = 0, total = 0, free_ = 0;
     for (int i = 0; i < n->n_gpus; i++) {
         const struct core_gpu *g = &n->gpus[i];
         if (!g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
             continue;
         for (int m = 0; m < g->n_mig; m++)
             if (strcmp(g->mig[m].profile, r->mig_profile) == 0) {
+                present++;
                 total += g->healthy;
                 free_ += g->healthy && !g->mig[m].used;
             }
     }
     if (free_ >= r->mig_count)
         return CORE_FIT;
+    if (!present)
+        return reject(st, CORE_UNRESOLVABLE, "node has no MIG instance of %s", r->mig_profile);
     if (total < r->mig_count)
-        return reject(st, CORE_UNRESOLVABLE, "node has %d healthy MIG instances of %s, pod "
-                      "needs %d", total, r->mig_profile, r->mig_count);
+        return reject(st, CORE_UNRESOLVABLE, "node has %d healthy MIG instances of %s (of %d), "
+                      "pod needs %d", total, r->mig_profile, present, r->mig_count);
     return reject(st, CORE_UNSCHEDULABLE, "node has %d free MIG instances of %s, pod needs %d",
                   free_, r->mig_profile, r->mig_count);
 }

@@ -108,7 +108,8 @@ def split_uuids(pod):
     out, i = {}, 0
     for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
         lim = c.get("resources", {}).get("limits", {})
-        n = int(lim.get("nvidia.com/gpu", 0) or 0)
+        n = sum(int(v or 0) for k, v in lim.items()
+                if k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-"))
         if n:
             out[c["name"]] = [uuids[(i + k) % len(uuids)] for k in range(n)]
             i += n
@@ -127,7 +128,8 @@ def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
     assert ann.get(kcluster.PREFIX + "node") == node, f"{where}: gpusched.io/node vs nodeName"
     uuids = [u for u in ann.get(kcluster.PREFIX + "gpu-uuids", "").split(",") if u]
     assert uuids, f"{where}: no gpusched.io/gpu-uuids: {ann}"
-    on_node = {g["uuid"] for g in json.load(open(cluster.node(node).fake_gpus_path))["gpus"]}
+    gpus = json.load(open(cluster.node(node).fake_gpus_path))["gpus"]
+    on_node = {g["uuid"] for g in gpus} | {m["uuid"] for g in gpus for m in g.get("mig", [])}
     assert set(uuids) <= on_node, f"{where}: {uuids} not all GPUs of {node}"
     kind = ann.get(kcluster.PREFIX + "request-kind")
     mem = ann.get(kcluster.PREFIX + "gpu-memory")
@@ -152,6 +154,6 @@ def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
             elif mil == "0":          # a memory-only share: no compute limit
                 assert "GPUSCHED_GPU_MILLI" not in env and "CUDA_DEVICE_SM_LIMIT" not in env, ctx
         else:
-            assert kind == "whole", f"{where}: request-kind {kind}"
+            assert kind in ("whole", "mig"), f"{where}: request-kind {kind}"
             assert "GPUSCHED_GPU_MEMORY_MIB" not in env and "GPUSCHED_GPU_MILLI" not in env, ctx
     return uuids

@@ -1,6 +1,7 @@
 """The device plugin against the real kubelet: registration (allocatable), the
 inventory annotation, re-registration after a kubelet restart (kubelet wipes its
-device-plugin directory), and a GPU going unhealthy shrinking allocatable fast."""
+device-plugin directory), and a GPU going unhealthy shrinking allocatable fast,
+after which pods are placed on the healthy GPU only."""
 import json
 import os
 import time
@@ -57,13 +58,14 @@ def test_reregisters_after_kubelet_restart(cluster):
         cluster.delete_pods(NS, ["after-restart"])
 
 
-def test_unhealthy_gpu_shrinks_allocatable(cluster):
+def test_unhealthy_gpu_leaves_allocatable_and_placement(cluster):
     node = cluster.node(NODE_B)
     r = node.dp_replicas
     doc = json.load(open(node.fake_gpus_path))
     assert node.allocatable().get("nvidia.com/gpu") == str(2 * r)
     bad = json.loads(json.dumps(doc))
     bad["gpus"][1]["xids"] = [48]          # double-bit ECC: fatal
+    made = []
     try:
         t0 = time.time()
         node.write_fake_gpus(bad)
@@ -78,6 +80,25 @@ def test_unhealthy_gpu_shrinks_allocatable(cluster):
                              ["annotations"]["gpusched.io/gpu-inventory"])
             return [g["healthy"] for g in inv["gpus"]] == [True, False]
         cluster.wait(inventory_health, 5, "the inventory annotation to mark GPU 1 unhealthy")
+
+        # kubelet still has r devices (all GPU 0's replicas): its count would admit a
+        # 2-GPU pod, on two replicas of one GPU. The extender, which reads health
+        # from the inventory, must keep it off the node, and put a 1-GPU pod on GPU 0.
+        made.append("needs-two")
+        cluster.apply(gpu_pod("needs-two", {"nvidia.com/gpu": "2"}, node=NODE_B))
+
+        def failed_event():
+            evs = [e for e in cluster.events(NS, "needs-two")
+                   if e.get("reason") == "FailedScheduling"]
+            return evs[-1] if evs else None
+        msg = cluster.wait(failed_event, 30, "a FailedScheduling event for needs-two")["message"]
+        assert "node has 1 healthy GPUs, pod needs 2" in msg, msg
+        assert not cluster.pod(NS, "needs-two")["spec"].get("nodeName")
+        made.append("on-healthy")
+        cluster.apply(gpu_pod("on-healthy", {"nvidia.com/gpu": "1"}, node=NODE_B))
+        p = cluster.wait_pods(NS, ["on-healthy"], ready_log=READY)["on-healthy"]
+        assert check_pod_gpus(cluster, p) == [doc["gpus"][0]["uuid"]]
     finally:
+        cluster.delete_pods(NS, made)
         node.write_fake_gpus(doc)
         node.restart_device_plugin()       # a fatal XID is re-probed only after 300 s

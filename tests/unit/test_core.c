@@ -366,6 +366,12 @@ static void test_mig(void)
     q.req.mig_count = 3;
     ASSERT_EQ(core_filter(c, n, &q, &st), 0);
     ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_STREQ(st.reason, "node has 2 healthy MIG instances of 1g.5gb (of 2), pod needs 3");
+    snprintf(q.req.mig_profile, sizeof q.req.mig_profile, "3g.20gb");
+    q.req.mig_count = 1;
+    ASSERT_EQ(core_filter(c, n, &q, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_STREQ(st.reason, "node has no MIG instance of 3g.20gb");
     /* a whole GPU never lands on the MIG GPU */
     struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 100);
     ASSERT_EQ(tc_place(c, "mig", &w, "binpack"), 0);
