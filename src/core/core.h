@@ -100,8 +100,8 @@ int core_score_fit_at(struct core_cluster *c, const struct core_policy *pol,
 
 /* The policy's GPU-level choice on one node: fills *out (pod identity, node,
  * kind, GPUs, per-GPU memory and compute, MIG instances) without reserving.
- * WHOLE: the topology policy picks linked GPUs (core_topology_pick), the
- * others the lowest-index free GPUs. SHARED: the policy's GPU selector
+ * WHOLE: one free GPU, the lowest-index; several, the best-linked free set
+ * (core_topology_pick), whatever the policy. SHARED: the policy's GPU selector
  * (bestfit: least free share that fits). MIG: free instances of the profile,
  * fewest GPUs first. -GS_ENOFIT (reason in *e) if the pod does not fit. */
 int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,

@@ -206,8 +206,21 @@ int core_pick_order(const struct core_cycle *cy, const struct core_node *n, stru
     int k = fitting(cy, n, pos);
     if (k < cy->req->num_gpu)
         return -GS_ENOFIT;
-    if (dir)
+    if (!dir && cy->req->num_gpu > 1) {
+        /* whole GPUs: any free set leaves the node the same free shares, so
+         * the set is chosen by its links alone (the lowest positions when
+         * the node has none, as before) */
+        uint32_t mask = 0, set;
+        for (int i = 0; i < k; i++)
+            mask |= 1u << pos[i];
+        if (core_topology_pick(n, mask, 0, cy->req->num_gpu, &set) < 0)
+            return -GS_ENOFIT;
+        for (int i = 0, j = 0; i < n->n_gpus; i++)
+            if (set & (1u << i))
+                pos[j++] = i;
+    } else if (dir) {
         sort_by_share(n, pos, k, dir);
+    }
     core_alloc_init(cy, n, a);
     for (int i = 0; i < cy->req->num_gpu; i++)
         core_alloc_add_gpu(cy, n, a, pos[i]);

@@ -89,7 +89,7 @@ static int topology_pick(const struct core_cycle *cy, const struct core_node *n,
                          struct core_alloc *a)
 {
     const struct core_request *r = cy->req;
-    if (r->num_gpu < 2)
+    if (r->num_gpu < 2 || r->kind == CORE_REQ_WHOLE) /* whole: linked already */
         return core_pick_order(cy, n, a, r->kind == CORE_REQ_WHOLE ? 0 : 1);
     uint32_t set;
     if (core_topology_pick(n, fitting_mask(cy, n), 0, r->num_gpu, &set) < 0)

@@ -476,6 +476,20 @@ static void test_topology(void)
     ASSERT_EQ(tc_place(c, "dgx", &two, "topology"), 0);
     ASSERT_EQ(core_alloc_find(c, "two")->gpu[0], 2);
     ASSERT_EQ(core_alloc_find(c, "two")->gpu[1], 3);
+    /* and so does every policy for whole GPUs: any free set leaves the same
+     * free shares. GPUs 0, 2, 3 busy: four GPUs go to {4..7}, one NUMA node
+     * of two NVLink pairs, not to {1,4,5,6} (lowest index) */
+    const char *pols[] = {"cpufrag", "fgd", "bestfit", "binpack", "spread", "random", "packing"};
+    for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+        struct gs_err e = GS_ERR_INIT;
+        struct core_pod four = tc_pod("four", CORE_REQ_WHOLE, 4, 0, 0, 100);
+        ASSERT_EQ(tc_place(c, "dgx", &four, pols[i]), 0);
+        const struct core_alloc *a = core_alloc_find(c, "four");
+        ASSERT_EQ(a->n, 4);
+        for (int k = 0; k < 4; k++)
+            ASSERT_EQ(a->gpu[k], 4 + k);
+        ASSERT_EQ(core_unreserve(c, "four", &e), 0);
+    }
     core_cluster_free(c);
 }
 

@@ -1,0 +1,62 @@
+"""NVLink topology from the device plugin to the placement, through the real API
+server, kube-scheduler and kubelet.
+
+node-a's four H100s are given NVLinks across their NUMA nodes for this module
+(GPU 0 with 2, 1 with 3; GPUs 0-1 share NUMA node 0, 2-3 NUMA node 1) and its
+device plugin is restarted to discover them. The links reach the extender only
+as the plugin's gpusched.io/gpu-inventory annotation; a 2-GPU pod must get an
+NVLinked pair, not the two GPUs of one NUMA node that a topology-blind packing
+takes first, and its container exactly that pair. The file is put back at the
+end.
+"""
+import copy
+import json
+
+import pytest
+
+from conftest import NODE_A, NS, READY, check_pod_gpus, gpu_pod
+
+
+def inventory_links(cluster):
+    node = cluster.api("GET", f"/api/v1/nodes/{NODE_A}").json()
+    inv = json.loads(node["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
+    return {(g["index"], link["gpu"]) for g in inv["gpus"] for link in g.get("links") or []
+            if link.get("type") == "nvlink"}
+
+
+@pytest.fixture(scope="module")
+def linked(cluster):
+    node = cluster.node(NODE_A)
+    with open(node.fake_gpus_path) as f:
+        before = json.load(f)
+    doc = copy.deepcopy(before)
+    assert [g["numa_node"] for g in doc["gpus"]] == [0, 0, 1, 1]
+    doc["gpus"][0]["links"] = [{"gpu": 2, "type": "nvlink", "nvlinks": 18}]
+    doc["gpus"][1]["links"] = [{"gpu": 3, "type": "nvlink", "nvlinks": 18}]
+    node.write_fake_gpus(doc)
+    try:
+        node.restart_device_plugin()
+        cluster.wait(lambda: {(0, 2), (1, 3)} <= inventory_links(cluster), 30,
+                     "node-a's inventory to list the NVLinks", proc=node.dp)
+        uuids = [g["uuid"] for g in doc["gpus"]]
+        yield [{uuids[0], uuids[2]}, {uuids[1], uuids[3]}]
+    finally:
+        node.write_fake_gpus(before)
+        node.restart_device_plugin()
+        cluster.wait(lambda: not inventory_links(cluster), 30,
+                     "node-a's inventory without NVLinks again", proc=node.dp)
+
+
+def test_two_gpu_pods_get_nvlinked_pairs(cluster, linked):
+    names = ["nvl-first", "nvl-second"]
+    try:
+        got = {}
+        for name in names:          # one after another: the second sees the first's pair taken
+            cluster.apply(gpu_pod(name, {"nvidia.com/gpu": "2"}, node=NODE_A))
+            got.update(cluster.wait_pods(NS, [name], ready_log=READY))
+        pairs = [set(check_pod_gpus(cluster, got[n])) for n in names]
+        for n, pair in zip(names, pairs):
+            assert pair in linked, f"{n} got {sorted(pair)}, not an NVLinked pair {linked}"
+        assert pairs[0] != pairs[1]
+    finally:
+        cluster.delete_pods(NS, names)
