@@ -7,7 +7,6 @@ directories, cgroups, sysctls): a leftover fails the session. Everything skips
 with the reason when the cluster cannot run here (no ../shared/k8s, not root,
 missing packages). Helpers for scenarios: gpu_pod(), env_of(), split_uuids().
 """
-import json
 import os
 import sys
 
@@ -128,7 +127,7 @@ def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
     assert ann.get(kcluster.PREFIX + "node") == node, f"{where}: gpusched.io/node vs nodeName"
     uuids = [u for u in ann.get(kcluster.PREFIX + "gpu-uuids", "").split(",") if u]
     assert uuids, f"{where}: no gpusched.io/gpu-uuids: {ann}"
-    gpus = json.load(open(cluster.node(node).fake_gpus_path))["gpus"]
+    gpus = cluster.node(node).read_fake_gpus()["gpus"]
     on_node = {g["uuid"] for g in gpus} | {m["uuid"] for g in gpus for m in g.get("mig", [])}
     assert set(uuids) <= on_node, f"{where}: {uuids} not all GPUs of {node}"
     kind = ann.get(kcluster.PREFIX + "request-kind")

@@ -35,7 +35,7 @@ API (other scenarios build on it):
       .add_api_nodes(count, gpus, model, memory_mib, prefix)  API-only Nodes with a
                                fresh gpusched.io/gpu-inventory annotation (scale)
       .node(name) -> KubeletNode
-  KubeletNode (one per NodeSpec): .name, .fake_gpus_path, .write_fake_gpus(doc),
+  KubeletNode (one per NodeSpec): .name, .fake_gpus_path, .read_fake_gpus(), .write_fake_gpus(doc),
       .restart_device_plugin(extra_args), .restart_kubelet(), .allocatable()
   NodeSpec(name, gpus=fake-GPU JSON doc, dp_args=[...])
   HostSnapshot.take(); snap.leftovers(after) -> [str]   processes, mounts, links,
@@ -793,6 +793,11 @@ state = "{d}/containerd/state"
             return any(x["type"] == "Ready" and x["status"] == "True" for x in conds)
         c.wait(ready, 60, f"node {self.name} Ready", proc=self.kubelet)
 
+    def read_fake_gpus(self):
+        """The node's fake-GPU document as it is now (a fresh object each call)."""
+        with open(self.fake_gpus_path) as f:
+            return json.load(f)
+
     def write_fake_gpus(self, doc):
         tmp = self.fake_gpus_path + ".tmp"
         with open(tmp, "w") as f:
@@ -806,7 +811,7 @@ state = "{d}/containerd/state"
             "--kubelet-dir", "/var/lib/kubelet/device-plugins",
             "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.dp_args),
             self.c.logdir)
-        ngpus = sum(1 for g in json.load(open(self.fake_gpus_path))["gpus"])
+        ngpus = len(self.read_fake_gpus()["gpus"])
         self.dp_replicas = self.c.wait(lambda: logged_replicas(self.dp), 30,
                                        f"{self.name}: the device plugin's 'devices per GPU' line",
                                        proc=self.dp)

@@ -19,7 +19,7 @@ def test_registered_on_both_nodes(cluster):
         assert node.allocatable().get("nvidia.com/gpu") == str(gpus * node.dp_replicas)
         obj = cluster.api("GET", f"/api/v1/nodes/{name}").json()
         inv = json.loads(obj["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
-        want = [g["uuid"] for g in json.load(open(node.fake_gpus_path))["gpus"]]
+        want = [g["uuid"] for g in node.read_fake_gpus()["gpus"]]
         assert [g["uuid"] for g in inv["gpus"]] == want
         assert all(g["healthy"] for g in inv["gpus"])
         assert obj["metadata"]["labels"].get("nvidia.com/gpu.count") == str(gpus)
@@ -61,7 +61,7 @@ def test_reregisters_after_kubelet_restart(cluster):
 def test_unhealthy_gpu_leaves_allocatable_and_placement(cluster):
     node = cluster.node(NODE_B)
     r = node.dp_replicas
-    doc = json.load(open(node.fake_gpus_path))
+    doc = node.read_fake_gpus()
     assert node.allocatable().get("nvidia.com/gpu") == str(2 * r)
     bad = json.loads(json.dumps(doc))
     bad["gpus"][1]["xids"] = [48]          # double-bit ECC: fatal

@@ -16,7 +16,6 @@ here as the extender binds them (nodeName and its gpusched.io/ assignment
 annotations), so what is tested is kubelet, containerd, the plugin and the
 limiter, not placement (test_placement.py does that).
 """
-import json
 import os
 import shutil
 import subprocess
@@ -82,7 +81,7 @@ def probe_image(cluster, out):
 
 
 def limited_pod(cluster, name, annotations=None):
-    gpu = json.load(open(cluster.node(NODE_A).fake_gpus_path))["gpus"][0]["uuid"]
+    gpu = cluster.node(NODE_A).read_fake_gpus()["gpus"][0]["uuid"]
     ann = {kcluster.PREFIX + "node": NODE_A, kcluster.PREFIX + "gpu-uuids": gpu,
            kcluster.PREFIX + "request-kind": "shared", kcluster.PREFIX + "gpu-memory": "256",
            kcluster.PREFIX + "gpu-milli": "1000",

@@ -11,7 +11,6 @@ shared pods never land on the GPU in MIG mode, a MIG pod past the node's
 instances waits, and gets the instance a deleted pod frees. The file is put back
 at the end and the node is checked to be whole again.
 """
-import copy
 import json
 
 import pytest
@@ -43,9 +42,7 @@ def inventory_migs(cluster, name):
 @pytest.fixture(scope="module")
 def mig_node(cluster):
     node = cluster.node(NODE_B)
-    with open(node.fake_gpus_path) as f:
-        before = json.load(f)
-    doc = copy.deepcopy(before)
+    before, doc = node.read_fake_gpus(), node.read_fake_gpus()
     whole, migged = doc["gpus"][0], doc["gpus"][1]
     migged["mig"] = [
         {"uuid": mig_uuid(0xb1, 0), "profile": "1g.5gb", "memory_mib": A100_1G},

@@ -31,7 +31,7 @@ def run(cluster, pods, *objs, timeout=60):
 
 
 def uuids_of(cluster, node):
-    return [g["uuid"] for g in json.load(open(cluster.node(node).fake_gpus_path))["gpus"]]
+    return [g["uuid"] for g in cluster.node(node).read_fake_gpus()["gpus"]]
 
 
 def test_whole_gpu(cluster, pods):

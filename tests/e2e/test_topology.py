@@ -9,7 +9,6 @@ NVLinked pair, not the two GPUs of one NUMA node that a topology-blind packing
 takes first, and its container exactly that pair. The file is put back at the
 end.
 """
-import copy
 import json
 
 import pytest
@@ -27,9 +26,7 @@ def inventory_links(cluster):
 @pytest.fixture(scope="module")
 def linked(cluster):
     node = cluster.node(NODE_A)
-    with open(node.fake_gpus_path) as f:
-        before = json.load(f)
-    doc = copy.deepcopy(before)
+    before, doc = node.read_fake_gpus(), node.read_fake_gpus()
     assert [g["numa_node"] for g in doc["gpus"]] == [0, 0, 1, 1]
     doc["gpus"][0]["links"] = [{"gpu": 2, "type": "nvlink", "nvlinks": 18}]
     doc["gpus"][1]["links"] = [{"gpu": 3, "type": "nvlink", "nvlinks": 18}]
