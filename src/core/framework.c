@@ -206,10 +206,10 @@ int core_pick_order(const struct core_cycle *cy, const struct core_node *n, stru
     int k = fitting(cy, n, pos);
     if (k < cy->req->num_gpu)
         return -GS_ENOFIT;
-    if (!dir && cy->req->num_gpu > 1) {
+    if (!dir) {
         /* whole GPUs: any free set leaves the node the same free shares, so
-         * the set is chosen by its links alone (the lowest positions when
-         * the node has none, as before) */
+         * the set is chosen by its links and those it leaves (the lowest
+         * positions when the node has none) */
         uint32_t mask = 0, set;
         for (int i = 0; i < k; i++)
             mask |= 1u << pos[i];

@@ -209,9 +209,9 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
                     const struct core_pod *pod, struct gs_err *e);
 int core_filter_cycle(const struct core_cycle *cy, const struct core_node *n,
                       struct core_status *st);
-/* Picks the fitting GPUs: whole GPUs (dir 0) in index order, several of them
- * as core_topology_pick's best-linked set; least free share first (dir 1,
- * best fit) or most free first (dir -1, worst fit). */
+/* Picks the fitting GPUs: whole GPUs (dir 0) as core_topology_pick's
+ * best-linked set (index order on a node without links); least free share
+ * first (dir 1, best fit) or most free first (dir -1, worst fit). */
 int core_pick_order(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a,
                     int dir);
 /* Takes (sign +1) or gives back (-1) an allocation's resources on a node;

@@ -4,8 +4,10 @@
  * GetPreferredAllocation share.
  *
  * A set is judged by its weakest internal link first (a 4-GPU job is as slow
- * as its slowest pair), then by the sum of its links, then by the lowest
- * positions. Sets are enumerated exhaustively: at most C(16, 8) = 12,870
+ * as its slowest pair), then by the sum of its links, then by the sum of
+ * the links left among the candidates it does not take (a GPU cut off from
+ * its NVLink partner goes before one that would break a pair), then by the
+ * lowest positions. Sets are enumerated exhaustively: at most C(16, 8) = 12,870
  * subsets, each scored in O(k^2).
  */
 #include <string.h>
@@ -84,20 +86,23 @@ int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t 
         return 0;
     }
     uint32_t best = 0;
-    int best_w = -1, best_s = -1;
+    int best_w = -1, best_s = -1, best_r = -1;
     /* Gosper's hack over k-bit combinations of the free candidates */
     for (uint32_t comb = (1u << need) - 1; comb < (1u << k);) {
         uint32_t set = must;
         for (int i = 0; i < k; i++)
             if (comb & (1u << i))
                 set |= 1u << pos[i];
-        int w, s;
+        int w, s, rw, rs;
         set_quality(n, set, &w, &s);
+        set_quality(n, candidates & ~set, &rw, &rs);
         if (w > best_w || (w == best_w && s > best_s) ||
-            (w == best_w && s == best_s && lower_positions(set, best))) {
+            (w == best_w && s == best_s && rs > best_r) ||
+            (w == best_w && s == best_s && rs == best_r && lower_positions(set, best))) {
             best = set;
             best_w = w;
             best_s = s;
+            best_r = rs;
         }
         uint32_t c = comb & -comb, r = comb + c;
         comb = (((r ^ comb) >> 2) / c) | r;

@@ -6,8 +6,9 @@ node-a's four H100s are given NVLinks across their NUMA nodes for this module
 device plugin is restarted to discover them. The links reach the extender only
 as the plugin's gpusched.io/gpu-inventory annotation; a 2-GPU pod must get an
 NVLinked pair, not the two GPUs of one NUMA node that a topology-blind packing
-takes first, and its container exactly that pair. The file is put back at the
-end.
+takes first, and its container exactly that pair. Single-GPU pods take the GPU
+cut off from its partner before one that would break a pair, so a 2-GPU pod
+that comes after them still finds one. The file is put back at the end.
 """
 import json
 
@@ -44,16 +45,38 @@ def linked(cluster):
                      "node-a's inventory without NVLinks again", proc=node.dp)
 
 
+def one_after_another(cluster, pods):
+    """Runs (name, GPUs) pods on node-a in turn, each placed after the last one's bind;
+    returns {name: set of its GPUs}."""
+    got = {}
+    for name, gpus in pods:
+        cluster.apply(gpu_pod(name, {"nvidia.com/gpu": str(gpus)}, node=NODE_A))
+        p = cluster.wait_pods(NS, [name], ready_log=READY)[name]
+        got[name] = set(check_pod_gpus(cluster, p))
+    return got
+
+
 def test_two_gpu_pods_get_nvlinked_pairs(cluster, linked):
     names = ["nvl-first", "nvl-second"]
     try:
-        got = {}
-        for name in names:          # one after another: the second sees the first's pair taken
-            cluster.apply(gpu_pod(name, {"nvidia.com/gpu": "2"}, node=NODE_A))
-            got.update(cluster.wait_pods(NS, [name], ready_log=READY))
-        pairs = [set(check_pod_gpus(cluster, got[n])) for n in names]
+        got = one_after_another(cluster, [(n, 2) for n in names])
+        pairs = [got[n] for n in names]
         for n, pair in zip(names, pairs):
             assert pair in linked, f"{n} got {sorted(pair)}, not an NVLinked pair {linked}"
         assert pairs[0] != pairs[1]
+    finally:
+        cluster.delete_pods(NS, names)
+
+
+def test_single_gpu_pods_leave_a_pair_whole(cluster, linked):
+    """GPU 0 to the first 1-GPU pod; the second takes 2, 0's partner, not 1 (lowest
+    index, which would leave 2 and 3: one NUMA node, no NVLink); the 2-GPU pod then
+    gets the 1-3 pair."""
+    names = ["nvl-a", "nvl-b", "nvl-c"]
+    try:
+        got = one_after_another(cluster, [("nvl-a", 1), ("nvl-b", 1), ("nvl-c", 2)])
+        uuid = {i: u for i, u in enumerate(sorted(set.union(*linked)))}
+        assert got["nvl-a"] | got["nvl-b"] == {uuid[0], uuid[2]}, got
+        assert got["nvl-c"] == {uuid[1], uuid[3]}, got
     finally:
         cluster.delete_pods(NS, names)

@@ -461,6 +461,14 @@ static void test_topology(void)
     ASSERT_EQ(set, 0x03);
     ASSERT_EQ(core_topology_pick(n, 0x15, 0, 2, &set), 0);
     ASSERT_EQ(set, 0x05); /* {0,2}: PIX beats {0,4}/{2,4} across NUMA */
+    /* GPU 3 busy: one GPU is 2, cut off from its NVLink partner, not 0,
+     * which would break the 0-1 pair (then the lowest positions) */
+    ASSERT_EQ(core_topology_pick(n, 0xf7, 0, 1, &set), 0);
+    ASSERT_EQ(set, 0x04);
+    ASSERT_EQ(core_topology_pick(n, 0xf7, 0, 3, &set), 0);
+    ASSERT_EQ(set, 0x07); /* {0,1,2}: one NUMA node, leaves the 4-7 quad whole */
+    ASSERT_EQ(core_topology_pick(n, 0xff, 0, 1, &set), 0);
+    ASSERT_EQ(set, 0x01);
     ASSERT_EQ(core_topology_pick(n, 0x03, 0, 3, &set), -GS_ENOFIT);
     ASSERT_EQ(core_topology_pick(n, 0x03, 0x04, 1, &set), -GS_ENOFIT);
     ASSERT_EQ(core_link_parse("NVLink"), CORE_LINK_NVLINK);
