@@ -71,12 +71,15 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
                                                    st.plugin ? st.plugin : "", "reason",
                                                    st.reason, "gpus", gpu_detail(n)));
     }
-    if (nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0)
-        for (int i = 0; i < nf; i++)
-            json_array_insert_new(nodes, (size_t)i,
-                                  json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name,
-                                            "fits", 1, "score", sc[i], "extender_score",
-                                            (sc[i] * 10 + 50) / 100, "gpus", gpu_detail(fit[i])));
+    int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = 0;
+    for (int i = 0; i < nf && scored; i++)
+        best = sc[i] > best ? sc[i] : best;
+    for (int i = 0; i < nf && scored; i++)
+        json_array_insert_new(nodes, (size_t)i,
+                              json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",
+                                        1, "score", sc[i], "extender_score",
+                                        sched_extender_score(sc[i], best), "gpus",
+                                        gpu_detail(fit[i])));
     const struct core_alloc *al = core_alloc_find(s->c, p->uid);
     json_t *alloc = json_null();
     if (al) {

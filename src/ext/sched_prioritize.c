@@ -92,8 +92,11 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
                 fit[j] = col->fit[p];
         }
         scored = !k || core_score_fit_at(s->c, v.pol, pod, at, k, fit, sc, &e) == 0;
+        int best = 0;
+        for (int j = 0; j < k && scored; j++)
+            best = sc[j] > best ? sc[j] : best;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
-            out_scores[pos[j]] = (sc[j] * 10 + 50) / 100;
+            out_scores[pos[j]] = sched_extender_score(sc[j], best);
         for (int j = 0; j < k && keep; j++) {
             int p = at[j];
             col->fit[p] = scored ? fit[j] : 0;

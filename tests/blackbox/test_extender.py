@@ -361,6 +361,28 @@ def test_prioritize_range_and_policy_annotation(ext):
     assert scores["a100-2"] > scores["a100-1"]
 
 
+def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path):
+    """Two 1-GPU nodes holding 300 and 250 thousandths: binpack scores a 100-thousandth
+    pod 40 and 35 there, both 4 on kube-scheduler's 0..10 scale once rounded. A tie
+    would hand the choice to kube-scheduler's in-tree scores, which favour the emptier
+    node: the node below the best gets 3."""
+    nodes = write_nodes(tmp_path / "nodes.json", [gpu_node("n1", n=1), gpu_node("n2", n=1)])
+    e = Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(tmp_path / "state"),
+                                "--policy", "binpack"])
+    try:
+        share = {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "30"}
+        e.place(pod("on-n1", share), ["n1"])
+        e.place(pod("on-n2", dict(share, **{"nvidia.com/gpu-cores": "25"})), ["n2"])
+        p = pod("next", dict(share, **{"nvidia.com/gpu-cores": "10"}))
+        r = e.post("prioritize", {"Pod": p, "NodeNames": ["n1", "n2"]})
+        assert {h["Host"]: h["Score"] for h in r.json()} == {"n1": 4, "n2": 3}, r.json()
+        trace = {n["node"]: n for n in e.debug(p).json()["nodes"]}
+        assert (trace["n1"]["score"], trace["n2"]["score"]) == (40, 35), trace
+        assert (trace["n1"]["extender_score"], trace["n2"]["extender_score"]) == (4, 3)
+    finally:
+        e.stop()
+
+
 def test_default_policy_is_cpufrag(ext):
     # docs/benchmark.md: cpufrag beats fgd on every openb trace, so it is the default
     p = pod("dflt", {"nvidia.com/gpu": "1"})
