@@ -149,6 +149,12 @@ int core_preempt(struct core_cluster *c, const struct core_node *n, const struct
  * replaces. */
 int core_node_pos(const struct core_node *n);
 
+/* The seeded tie-break rank of the node at position pos (core_node_pos;
+ * core_cluster_set_seed): of equally scored nodes, core_schedule_one takes
+ * the one with the smallest, and the extender tells kube-scheduler the same
+ * choice. Read from the dense per-position array the filters use. */
+uint32_t core_rank_at(const struct core_cluster *c, int pos);
+
 /* Every node's state stamp, by position (core_node_pos): renewed on every
  * change of the node (its allocations, inventory, availability, labels,
  * taints) and never given twice over the cluster's life, so an equal stamp

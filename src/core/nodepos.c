@@ -6,6 +6,8 @@
 
 int core_node_pos(const struct core_node *n) { return n->priv->pos; }
 
+uint32_t core_rank_at(const struct core_cluster *c, int pos) { return c->hot[pos].rank; }
+
 const uint64_t *core_cluster_stamps(const struct core_cluster *c) { return c->stamps; }
 
 /* Every counter here only grows, except wdirty, which drops to 0 exactly

@@ -72,13 +72,17 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
                                                    st.reason, "gpus", gpu_detail(n)));
     }
     int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = 0;
-    for (int i = 0; i < nf && scored; i++)
-        best = sc[i] > best ? sc[i] : best;
+    for (int i = 1; i < nf && scored; i++) /* the policy's choice, as /prioritize's */
+        if (sc[i] > sc[best] ||
+            (sc[i] == sc[best] && core_rank_at(s->c, core_node_pos(fit[i])) <
+                                      core_rank_at(s->c, core_node_pos(fit[best]))))
+            best = i;
     for (int i = 0; i < nf && scored; i++)
         json_array_insert_new(nodes, (size_t)i,
                               json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",
                                         1, "score", sc[i], "extender_score",
-                                        sched_extender_score(sc[i], best), "gpus",
+                                        sched_extender_score(sc[i], sc[best], i == best),
+                                        "gpus",
                                         gpu_detail(fit[i])));
     const struct core_alloc *al = core_alloc_find(s->c, p->uid);
     json_t *alloc = json_null();

@@ -40,12 +40,17 @@ static void add_kept_reason(struct gs_buf *b, const struct ext_args *a, int i, c
 
 struct scored {
     int idx, score;
+    uint32_t rank;
 };
 
+/* The policy's order: best score first, ties to the smallest rank, as
+ * core_schedule_one decides. */
 static int by_score(const void *a, const void *b)
 {
     const struct scored *x = a, *y = b;
-    return x->score != y->score ? y->score - x->score : x->idx - y->idx;
+    if (x->score != y->score)
+        return y->score - x->score;
+    return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
 /* The /filter reply: the fitting nodes (as full objects when the request
@@ -348,7 +353,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         int k = 0;
         for (int i = 0; i < a->n; i++)
             if (fit[i])
-                order[k].idx = i, fn[k++] = nodes[i];
+                order[k].idx = i, order[k].rank = core_rank_at(s->c, core_node_pos(nodes[i])), fn[k++] = nodes[i];
         if (fn && sc && order && core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0) {
             for (k = 0; k < nfit; k++)
                 order[k].score = sc[k];

@@ -45,12 +45,12 @@ def test_check_notices_a_hand_edit(tmp_path):
     shutil.copytree(os.path.join(ROOT, "scripts"), root / "scripts")
     shutil.copytree(DEPLOY, root / "deploy")
     f = root / "deploy" / "scheduler-config-v1beta2.yaml"
-    f.write_text(f.read_text().replace("weight: 5", "weight: 6"))
+    f.write_text(f.read_text().replace("weight: 100", "weight: 6"))
     gen = str(root / "scripts" / "gen-scheduler-config")
     r = subprocess.run(["/usr/bin/python3", gen, "--check"], capture_output=True, text=True)
     assert r.returncode == 1 and "scheduler-config-v1beta2.yaml" in r.stderr
     r = subprocess.run(["/usr/bin/python3", gen], capture_output=True, text=True)
-    assert r.returncode == 0 and "weight: 5" in f.read_text()
+    assert r.returncode == 0 and "weight: 100" in f.read_text()
 
 
 def test_one_config_per_api_version_saying_the_same():

@@ -365,10 +365,11 @@ def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path)
     """Two 1-GPU nodes holding 300 and 250 thousandths: binpack scores a 100-thousandth
     pod 40 and 35 there, both 4 on kube-scheduler's 0..10 scale once rounded. A tie
     would hand the choice to kube-scheduler's in-tree scores, which favour the emptier
-    node: the node below the best gets 3."""
-    nodes = write_nodes(tmp_path / "nodes.json", [gpu_node("n1", n=1), gpu_node("n2", n=1)])
+    node: the node below the best gets 3. Between equal nodes, the top goes to the one
+    the policy takes (the seeded rank), the node --top-k 1 keeps too."""
+    nodes = write_nodes(tmp_path / "nodes.json", [gpu_node(f"n{i}", n=1) for i in range(1, 7)])
     e = Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(tmp_path / "state"),
-                                "--policy", "binpack"])
+                                "--policy", "binpack", "--top-k", "1"])
     try:
         share = {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "30"}
         e.place(pod("on-n1", share), ["n1"])
@@ -379,6 +380,11 @@ def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path)
         trace = {n["node"]: n for n in e.debug(p).json()["nodes"]}
         assert (trace["n1"]["score"], trace["n2"]["score"]) == (40, 35), trace
         assert (trace["n1"]["extender_score"], trace["n2"]["extender_score"]) == (4, 3)
+        empty = ["n3", "n4", "n5", "n6"]
+        r = e.post("prioritize", {"Pod": p, "NodeNames": empty}).json()
+        top = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
+        assert len(top) == 1, r
+        assert e.filter(p, empty)["NodeNames"] == top
     finally:
         e.stop()
 
