@@ -102,8 +102,9 @@ int core_score_fit_at(struct core_cluster *c, const struct core_policy *pol,
  * kind, GPUs, per-GPU memory and compute, MIG instances) without reserving.
  * WHOLE: the best-linked free set (core_topology_pick), whatever the
  * policy (the lowest-index GPUs on a node without links). SHARED: the
- * policy's GPU selector (bestfit: least free share that fits). MIG: free instances of the profile,
- * fewest GPUs first. -GS_ENOFIT (reason in *e) if the pod does not fit. */
+ * policy's GPU selector (bestfit: least free share that fits). MIG: free
+ * instances of the profile, fewest GPUs first. -GS_ENOFIT (reason in *e) if
+ * the pod does not fit. */
 int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
                    const struct core_node *n, const struct core_pod *pod, struct core_alloc *out,
                    struct gs_err *e);
@@ -113,9 +114,9 @@ int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
  * that include `must`, maximising first the weakest link inside the set
  * (NVLink > one PCIe switch > several switches > host bridge > same NUMA >
  * across NUMA), then the sum of links, then the sum of links left among the
- * candidates not chosen, then the lowest positions. Returns 0
- * with *chosen set, or -GS_ENOFIT if candidates hold fewer than count GPUs
- * or do not contain must. */
+ * candidates not chosen, then the lowest positions. Returns 0 with *chosen
+ * set, or -GS_ENOFIT if candidates hold fewer than count GPUs or do not
+ * contain must. */
 int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
                        uint32_t *chosen);
 

@@ -218,7 +218,7 @@ int core_pick_order(const struct core_cycle *cy, const struct core_node *n, stru
         for (int i = 0, j = 0; i < n->n_gpus; i++)
             if (set & (1u << i))
                 pos[j++] = i;
-    } else if (dir) {
+    } else {
         sort_by_share(n, pos, k, dir);
     }
     core_alloc_init(cy, n, a);

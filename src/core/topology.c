@@ -7,8 +7,8 @@
  * as its slowest pair), then by the sum of its links, then by the sum of
  * the links left among the candidates it does not take (a GPU cut off from
  * its NVLink partner goes before one that would break a pair), then by the
- * lowest positions. Sets are enumerated exhaustively: at most C(16, 8) = 12,870
- * subsets, each scored in O(k^2).
+ * lowest positions. Sets are enumerated exhaustively: at most C(16, 8) =
+ * 12,870 subsets, each scored in O(k^2).
  */
 #include <string.h>
 

@@ -82,8 +82,7 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
                               json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",
                                         1, "score", sc[i], "extender_score",
                                         sched_extender_score(sc[i], sc[best], i == best),
-                                        "gpus",
-                                        gpu_detail(fit[i])));
+                                        "gpus", gpu_detail(fit[i])));
     const struct core_alloc *al = core_alloc_find(s->c, p->uid);
     json_t *alloc = json_null();
     if (al) {

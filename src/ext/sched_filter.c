@@ -352,8 +352,11 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         struct scored *order = calloc((size_t)nfit, sizeof *order);
         int k = 0;
         for (int i = 0; i < a->n; i++)
-            if (fit[i])
-                order[k].idx = i, order[k].rank = core_rank_at(s->c, core_node_pos(nodes[i])), fn[k++] = nodes[i];
+            if (fit[i]) {
+                order[k].idx = i;
+                order[k].rank = core_rank_at(s->c, core_node_pos(nodes[i]));
+                fn[k++] = nodes[i];
+            }
         if (fn && sc && order && core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0) {
             for (k = 0; k < nfit; k++)
                 order[k].score = sc[k];
