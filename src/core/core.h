@@ -152,9 +152,15 @@ int core_node_pos(const struct core_node *n);
 
 /* The seeded tie-break rank of the node at position pos (core_node_pos;
  * core_cluster_set_seed): of equally scored nodes, core_schedule_one takes
- * the one with the smallest, and the extender tells kube-scheduler the same
- * choice. Read from the dense per-position array the filters use. */
+ * the one with the smallest. Read from the dense per-position array the
+ * filters use. */
 uint32_t core_rank_at(const struct core_cluster *c, int pos);
+/* Of n scored nodes at positions pos[] (scores[]; fit[] as core_score_fit_at
+ * leaves it, NULL when all fit), the index core_schedule_one would take: the
+ * highest score among those that fit, ties to the smallest rank. -1 when
+ * none fits. Reads the ranks of the tied nodes only. */
+int core_choice_at(const struct core_cluster *c, const int *pos, const int *scores,
+                   const unsigned char *fit, int n);
 
 /* Every node's state stamp, by position (core_node_pos): renewed on every
  * change of the node (its allocations, inventory, availability, labels,

@@ -85,6 +85,23 @@ int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t 
         *chosen = must;
         return 0;
     }
+    /* every candidate linked alike (no topology, or all NVLink): every set
+     * ties on the links, so the lowest positions, without enumerating */
+    int ref = -1, alike = 1;
+    for (int a = 0; a < n->n_gpus && alike; a++)
+        for (int b = a + 1; b < n->n_gpus && alike; b++)
+            if ((candidates >> a & 1) && (candidates >> b & 1)) {
+                int l = n->gpus[a].link[b];
+                alike = ref < 0 || l == ref;
+                ref = l;
+            }
+    if (alike) {
+        uint32_t set = must;
+        for (int i = 0; i < need; i++)
+            set |= 1u << pos[i];
+        *chosen = set;
+        return 0;
+    }
     uint32_t best = 0;
     int best_w = -1, best_s = -1, best_r = -1;
     /* Gosper's hack over k-bit combinations of the free candidates */

@@ -58,6 +58,12 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     int nn = core_cluster_node_count(s->c), nf = 0;
     struct core_node **fit = calloc((size_t)nn + 1, sizeof *fit);
     int *sc = calloc((size_t)nn + 1, sizeof *sc);
+    int *at = calloc((size_t)nn + 1, sizeof *at);
+    json_t *r = NULL;
+    if (!fit || !sc || !at) {
+        r = ext_error("out of memory");
+        goto done;
+    }
     json_t *nodes = json_array();
     for (int i = 0; i < nn; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
@@ -71,12 +77,11 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
                                                    st.plugin ? st.plugin : "", "reason",
                                                    st.reason, "gpus", gpu_detail(n)));
     }
-    int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = 0;
-    for (int i = 1; i < nf && scored; i++) /* the policy's choice, as /prioritize's */
-        if (sc[i] > sc[best] ||
-            (sc[i] == sc[best] && core_rank_at(s->c, core_node_pos(fit[i])) <
-                                      core_rank_at(s->c, core_node_pos(fit[best]))))
-            best = i;
+    int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = -1;
+    for (int i = 0; i < nf && scored; i++) /* positions, for the policy's choice */
+        at[i] = core_node_pos(fit[i]);
+    if (scored)
+        best = core_choice_at(s->c, at, sc, NULL, nf);
     for (int i = 0; i < nf && scored; i++)
         json_array_insert_new(nodes, (size_t)i,
                               json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",
@@ -89,18 +94,20 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
         const struct core_node *an = core_cluster_find(s->c, al->node);
         alloc = an ? ext_annot_build(s->c, an, al, s->opts.names->annot_prefix, "") : json_null();
     }
-    json_t *r = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:I, s:i, s:s, s:i}, s:o, s:i, s:o}",
-                          "pod", name, "namespace", ns, "policy", pol->name, "request", "num_gpu",
-                          pod.req.num_gpu, "kind", (int)pod.req.kind, "memory_mib",
-                          (json_int_t)pod.req.mem_mib, "milli", pod.req.milli, "mig_profile",
-                          pod.req.mig_profile, "mig_count", pod.req.mig_count, "allocation",
-                          alloc, "feasible", nf, "nodes", nodes);
+    r = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:I, s:i, s:s, s:i}, s:o, s:i, s:o}", "pod",
+                  name, "namespace", ns, "policy", pol->name, "request", "num_gpu",
+                  pod.req.num_gpu, "kind", (int)pod.req.kind, "memory_mib",
+                  (json_int_t)pod.req.mem_mib, "milli", pod.req.milli, "mig_profile",
+                  pod.req.mig_profile, "mig_count", pod.req.mig_count, "allocation", alloc,
+                  "feasible", nf, "nodes", nodes);
+done:
     pthread_mutex_unlock(&s->mu);
     free(fit);
     free(sc);
+    free(at);
     core_pod_clear(&pod);
     *reply = r;
-    return 200;
+    return fit && sc && at ? 200 : 500;
 }
 
 int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, char *uid,

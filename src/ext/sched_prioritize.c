@@ -92,21 +92,9 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
                 fit[j] = col->fit[p];
         }
         scored = !k || core_score_fit_at(s->c, v.pol, pod, at, k, fit, sc, &e) == 0;
-        /* the policy's choice: the best score, ties to the smallest rank
-         * (only the tied nodes are read) */
-        int top = -1, best = -1;
-        uint32_t best_rank = UINT32_MAX;
-        for (int j = 0; j < k && scored; j++)
-            if (fit[j] == CORE_FIT_YES && sc[j] > top)
-                top = sc[j];
-        for (int j = 0; j < k && scored; j++)
-            if (fit[j] == CORE_FIT_YES && sc[j] == top) {
-                uint32_t r = core_rank_at(s->c, at[j]);
-                if (best < 0 || r < best_rank)
-                    best = j, best_rank = r;
-            }
+        int best = scored ? core_choice_at(s->c, at, sc, fit, k) : -1;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
-            out_scores[pos[j]] = sched_extender_score(sc[j], top < 0 ? 0 : top, j == best);
+            out_scores[pos[j]] = sched_extender_score(sc[j], best < 0 ? 0 : sc[best], j == best);
         for (int j = 0; j < k && keep; j++) {
             int p = at[j];
             col->fit[p] = scored ? fit[j] : 0;

@@ -476,6 +476,20 @@ static void test_topology(void)
     ASSERT_EQ(core_link_parse("bogus"), -1);
     ASSERT_STREQ(core_link_name(CORE_LINK_SYS), "sys");
 
+    /* links all alike (an NVSwitch box): the lowest positions, with must */
+    struct core_node_spec sw = s;
+    sw.name = "nvswitch";
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++)
+            sw.gpus[i].link[j] = CORE_LINK_NVLINK;
+    ASSERT_EQ(core_cluster_upsert_node(c, &sw, NULL), 0);
+    const struct core_node *nv = core_cluster_find(c, "nvswitch");
+    ASSERT_EQ(core_topology_pick(nv, 0xf6, 0x40, 3, &set), 0);
+    ASSERT_EQ(set, 0x46); /* {1,2,6} */
+    ASSERT_EQ(core_topology_pick(nv, 0xf6, 0x40, 6, &set), 0);
+    ASSERT_EQ(set, 0xf6);
+    ASSERT_EQ(core_topology_pick(nv, 0xf6, 0x01, 2, &set), -GS_ENOFIT);
+
     /* the topology policy uses it: GPU 0 busy, a 2-GPU pod gets {2,3} */
     struct core_pod one = tc_pod("one", CORE_REQ_WHOLE, 1, 0, 0, 100);
     ASSERT_EQ(tc_place(c, "dgx", &one, "topology"), 0);
