@@ -41,10 +41,10 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
     b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b")
     try:
         p = api.get("pods", "f1", "default")
-        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
+        # b's /filter is the leader's answer once b has read the Lease
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"] and
+                 b.metric(FWD % ("filter", "200")) >= 1, what="b forwards to a")
         assert b.metric("gpusched_extender_leader") == 0
-        # b's /filter and /prioritize were the leader's answers
-        assert b.metric(FWD % ("filter", "200")) >= 1
         prio = {"Pod": p, "NodeNames": ["g1"]}
         assert b.post("prioritize", prio).json() == a.post("prioritize", prio).json()
         assert b.metric(FWD % ("prioritize", "200")) == 1
@@ -128,7 +128,9 @@ def test_forwarded_bind_holds_no_http_worker(gpusched_bin, api, tmp_path):
     try:
         b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", "--threads", "1")
         p, q = api.get("pods", "s1", "default"), api.get("pods", "s2", "default")
-        wait_for(lambda: b.filter(q, ["g1"])["NodeNames"], what="b answers /filter")
+        # b has read the Lease (else its /bind is its own 503 "not the leader")
+        wait_for(lambda: b.filter(q, ["g1"])["NodeNames"] and
+                 b.metric(FWD % ("filter", "200")) >= 1, what="b forwards to a")
         api.delay("POST", r"/pods/s1/binding$", 3)
         out = {}
 
