@@ -23,10 +23,16 @@ static int is_assigner(const char *list, const char *user)
     return 0;
 }
 
+/* Without assigners configured, anyone may. */
+static int may_assign(const struct wh_config *c, const char *user)
+{
+    return !c->assigners || !c->assigners[0] || is_assigner(c->assigners, user ? user : "");
+}
+
 int wh_check_assignment(const struct wh_config *c, const json_t *old, const json_t *pod,
                         const char *user, struct gs_err *e)
 {
-    if (!c->assigners || !c->assigners[0] || is_assigner(c->assigners, user))
+    if (may_assign(c, user))
         return 0;
     const char *prefix = c->names.annot_prefix;
     const json_t *now = json_object_get(json_object_get(pod, "metadata"), "annotations");
@@ -378,8 +384,41 @@ static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t
     }
 }
 
-int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, json_t **patch,
-                  struct gs_err *e)
+/* Removes the assignment annotations of a pod created without a node by a
+ * user who may not write them (one op each) and names them in warn; the
+ * number removed. */
+static int strip_stale(const struct wh_config *c, const json_t *pod, const char *user,
+                       json_t *ops, char *warn, size_t cap)
+{
+    const json_t *spec_node = json_object_get(json_object_get(pod, "spec"), "nodeName");
+    const json_t *have = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    const char *key;
+    json_t *v;
+    size_t used = 0;
+    int n = 0;
+    if (may_assign(c, user) || json_string_length(spec_node) > 0 || !json_is_object(have))
+        return 0;
+    json_object_foreach((json_t *)have, key, v) {
+        if (!ext_annot_is_assignment(key, c->names.annot_prefix))
+            continue;
+        char esc[400], path[440];
+        pointer_escape(key, esc, sizeof esc);
+        snprintf(path, sizeof path, "/metadata/annotations/%s", esc);
+        json_array_append_new(ops, json_pack("{s:s, s:s}", "op", "remove", "path", path));
+        if (warn && used < cap) {
+            int w = snprintf(warn + used, cap - used, "%s%s", n ? ", " : "", key);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        n++;
+    }
+    if (n && warn && used < cap)
+        snprintf(warn + used, cap - used, ": removed, a GPU assignment is written by the "
+                 "extender at bind (copied from another pod?)");
+    return n;
+}
+
+int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, const char *user,
+                  json_t **patch, char *warn, size_t warn_cap, struct gs_err *e)
 {
     struct core_pod p;
     json_t *ops = json_array(), *annots = json_object();
@@ -393,11 +432,14 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         json_decref(annots);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
+    if (warn && warn_cap)
+        warn[0] = '\0';
     if (core_pod_parse(pod, &c->names, &p, e) < 0) {
         json_decref(ops);
         json_decref(annots);
         return -GS_EINVAL; /* validation will deny it with this message */
     }
+    strip_stale(c, pod, user, ops, warn, warn_cap);
     if (ns && ns[0])
         snprintf(p.ns, sizeof p.ns, "%s", ns);
     if (p.req.kind != CORE_REQ_NONE) {

@@ -13,7 +13,9 @@
  * Mutation returns a JSONPatch: GPU pods get the configured schedulerName
  * unless they chose one, the canonical `gpusched.io/request` annotation
  * (whatever form the pod used, tkestack's included) and the namespace's
- * default policy when they have none.
+ * default policy when they have none; assignment annotations copied onto a
+ * pod created without a node are removed (with a warning) where validation
+ * would refuse them.
  *
  * No I/O and no locks: the caller passes a config that does not change
  * during the call (the server holds its lock around quota reads).
@@ -87,9 +89,15 @@ int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names
 int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
                     const json_t *pod, const char *ns, struct gs_err *e);
 
-/* The JSONPatch (a JSON array, possibly empty) for a pod being created. */
-int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, json_t **patch,
-                  struct gs_err *e);
+/* The JSONPatch (a JSON array, possibly empty) for a pod being created by
+ * `user`. warn (warn_cap bytes, may be NULL) gets a warning for the user,
+ * "" when none: the assignment annotations of a pod created without
+ * spec.nodeName by a user not in c->assigners are removed, since the
+ * extender writes them only on an existing pod, just before its Binding
+ * (they were copied from another pod: `kubectl get -o yaml` replayed, a
+ * backup restored), and wh_check_assignment would refuse the pod. */
+int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, const char *user,
+                  json_t **patch, char *warn, size_t warn_cap, struct gs_err *e);
 
 /* The canonical one-line form of a request: "kind=whole,gpus=2",
  * "kind=shared,gpus=1,memory-mib=2048,milli=500", "kind=mig,profile=1g.10gb,count=2". */

@@ -107,11 +107,13 @@ void wh_review_clear(struct wh_review *r)
 }
 
 json_t *wh_review_response(const struct wh_review *r, int allowed, int code, const char *msg,
-                           const json_t *patch)
+                           const json_t *patch, const char *warning)
 {
     json_t *resp = json_pack("{s:s, s:b}", "uid", r->uid, "allowed", allowed);
     if (!resp)
         return NULL;
+    if (warning && warning[0])
+        json_object_set_new(resp, "warnings", json_pack("[s]", warning));
     if (!allowed || msg)
         json_object_set_new(resp, "status",
                             json_pack("{s:i, s:s, s:s}", "code", code ? code : 403, "message",

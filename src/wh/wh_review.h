@@ -40,8 +40,10 @@ int wh_review_parse(const char *body, size_t len, struct wh_review *r, struct gs
 void wh_review_clear(struct wh_review *r);
 
 /* The answer to `r`: allowed or denied (with `code`, e.g. 403, and `msg`),
- * with an optional JSONPatch array (not stolen) for mutations. */
+ * with an optional JSONPatch array (not stolen) for mutations and an
+ * optional warning (NULL or "": none), which kubectl prints as
+ * "Warning: ..." (response.warnings, Kubernetes 1.19+). */
 json_t *wh_review_response(const struct wh_review *r, int allowed, int code, const char *msg,
-                           const json_t *patch);
+                           const json_t *patch, const char *warning);
 
 #endif

@@ -111,28 +111,32 @@ static json_t *validate(struct wh_server *s, const struct wh_review *r, int *res
         *res = RES_DENIED;
         log_info("webhook", "denied %s %s/%s: %s", r->kind, r->ns, r->name, e.msg);
         return wh_review_response(r, 0, rc == -GS_ENOFIT || rc == -GS_EPERM ? 403 : 422, e.msg,
-                                  NULL);
+                                  NULL, NULL);
     }
     *res = RES_ALLOWED;
-    return wh_review_response(r, 1, 200, NULL, NULL);
+    return wh_review_response(r, 1, 200, NULL, NULL, NULL);
 }
 
 static json_t *mutate(struct wh_server *s, const struct wh_review *r, int *res)
 {
     struct gs_err e = GS_ERR_INIT;
     json_t *patch = NULL, *out;
+    char warn[512];
 
     *res = RES_ALLOWED;
     if (!is_kind(r, "", "Pod") || !is_op(r, "CREATE"))
-        return wh_review_response(r, 1, 200, NULL, NULL);
-    if (wh_mutate_pod(&s->o.config, r->object, r->ns, &patch, &e) < 0) {
+        return wh_review_response(r, 1, 200, NULL, NULL, NULL);
+    if (wh_mutate_pod(&s->o.config, r->object, r->ns, r->user, &patch, warn, sizeof warn,
+                      &e) < 0) {
         /* nothing to patch on a broken request: /validate refuses it */
         log_debug("webhook", "not mutating %s/%s: %s", r->ns, r->name, e.msg);
-        return wh_review_response(r, 1, 200, NULL, NULL);
+        return wh_review_response(r, 1, 200, NULL, NULL, NULL);
     }
     if (json_array_size(patch) > 0)
         *res = RES_PATCHED;
-    out = wh_review_response(r, 1, 200, NULL, patch);
+    if (warn[0])
+        log_info("webhook", "patched %s/%s: %s", r->ns, r->name, warn);
+    out = wh_review_response(r, 1, 200, NULL, patch, warn);
     json_decref(patch);
     return out;
 }

@@ -154,15 +154,17 @@ def validate(env, obj, **kw):
 
 
 def apply_patch(doc, patch):
-    """A small RFC 6902 'add' applier: enough for the webhook's patches."""
+    """A small RFC 6902 'add' and 'remove' applier: enough for the webhook's patches."""
     doc = copy.deepcopy(doc)
     for op in patch:
-        assert op["op"] == "add", op
+        assert op["op"] in ("add", "remove"), op
         parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
         target = doc
         for p in parts[:-1]:
             target = target[int(p)] if isinstance(target, list) else target[p]
-        if isinstance(target, list):
+        if op["op"] == "remove":
+            del target[parts[-1]]  # a missing member fails the patch, as in the API server
+        elif isinstance(target, list):
             target[int(parts[-1])] = op["value"]  # the webhook only replaces list items
         else:
             target[parts[-1]] = op["value"]
@@ -311,6 +313,50 @@ def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
         assert wh.stop() == 0
     # without --assigners (the module's webhook) anyone may
     assert validate(env, placed, user="alice")["allowed"] is True
+
+
+def test_copied_assignment_removed_on_create(env, gpusched_bin):
+    """A pod created without a node but with assignment annotations (copied from a
+    placed pod: `kubectl get -o yaml` replayed, a backup restored) gets them removed
+    by /mutate, with a warning naming them, so /validate then admits it and the
+    extender places it afresh; a pod created with spec.nodeName keeps them and is
+    refused, an assigner's pod keeps them, and without --assigners nothing is removed."""
+    wh = Webhook(gpusched_bin, str(env["tmp"]), env["certs"], "--assigners",
+                 f"{EXTENDER_SA},admin", "--scheduler-name", "gpu-scheduler")
+    try:
+        def call(path, obj, user):
+            return answer(wh.post(path, review(obj, user=user)))
+        copied = pod({"nvidia.com/gpu": "1"},
+                     annotations=dict(ASSIGNMENT, **{"gpusched.io/gpu-type": "A100", "x": "y"}))
+        r = call("/mutate", copied, "system:serviceaccount:velero:velero")
+        patch = json.loads(base64.b64decode(r["patch"]))
+        removed = sorted(op["path"] for op in patch if op["op"] == "remove")
+        assert removed == sorted("/metadata/annotations/" + k.replace("/", "~1")
+                                 for k in ASSIGNMENT), patch
+        out = apply_patch(copied, patch)
+        assert out["metadata"]["annotations"] == {
+            "gpusched.io/gpu-type": "A100", "x": "y",
+            "gpusched.io/request": "kind=whole,gpus=1"}, out
+        assert out["spec"]["schedulerName"] == "gpu-scheduler"
+        (warning,) = r["warnings"]
+        assert "gpusched.io/gpu-uuids" in warning and "written by the extender" in warning
+        assert call("/validate", out, "system:serviceaccount:velero:velero")["allowed"] is True
+        assert "removed" in wh.logs()
+
+        pinned = copy.deepcopy(copied)
+        pinned["spec"]["nodeName"] = "a"
+        r = call("/mutate", pinned, "alice")
+        assert not any(op["op"] == "remove"
+                       for op in json.loads(base64.b64decode(r["patch"]))), r
+        assert "warnings" not in r
+        assert call("/validate", pinned, "alice")["allowed"] is False
+        r = call("/mutate", copied, "admin")
+        assert not any(op["op"] == "remove" for op in json.loads(base64.b64decode(r["patch"])))
+    finally:
+        assert wh.stop() == 0
+    out, patch = mutate(env, copied)  # no --assigners: anyone may write them
+    assert all(op["op"] == "add" for op in patch) and ASSIGNMENT.items() <= \
+        out["metadata"]["annotations"].items()
 
 
 # ---- mutation ---------------------------------------------------------------------

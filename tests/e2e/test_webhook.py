@@ -2,8 +2,9 @@
 caBundle from deploy/webhook.yaml's configurations): an impossible pod refused at
 create time naming container and field, a pod over a GPUQuota refused, a GPU pod
 without schedulerName given gpu-scheduler, and a GPU share in an init container
-refused because the nodes run kubelet 1.20 (learned from their nodeInfo), and a GPU
-assignment written by anyone but the extender refused on create and on update."""
+refused because the nodes run kubelet 1.20 (learned from their nodeInfo), a GPU
+assignment written by anyone but the extender refused on create and on update, and
+one copied onto a pod created without a node removed with a warning."""
 import pytest
 
 from conftest import NS, gpu_pod
@@ -116,21 +117,38 @@ def test_init_container_share_refused_on_kubelet_1_20(cluster):
 
 def test_only_the_extender_writes_assignments(cluster):
     """A user (impersonated: authorised for everything, but not an --assigners user)
-    cannot create a pod with a GPU assignment or change a placed pod's, while the
-    extender's bind patches pass the same webhook (docs/annotations.md)."""
+    cannot create a pod on a node with a GPU assignment or change a placed pod's,
+    while the extender's bind patches pass the same webhook (docs/annotations.md).
+    The same assignment copied onto a pod created without a node (a pod's YAML
+    replayed, a backup restored) is removed by the mutating webhook, with a warning
+    kubectl would print, and the pod is placed afresh."""
     alice = {"Impersonate-User": "alice", "Impersonate-Group": "system:masters"}
-    forged = gpu_pod("forged", {"nvidia.com/gpu": "1"},
-                     annotations={"gpusched.io/node": "e2e-node-a",
-                                  "gpusched.io/request-kind": "whole",
-                                  "gpusched.io/gpu-uuids": "GPU-0", "gpusched.io/gpu-indices": "0",
-                                  "gpusched.io/gpu-memory": "1", "gpusched.io/gpu-milli": "1000",
-                                  "gpusched.io/assigned-at": "2026-11-24T10:00:00.000000000Z"})
+    copied = {"gpusched.io/node": "e2e-node-a", "gpusched.io/request-kind": "whole",
+              "gpusched.io/gpu-uuids": "GPU-0", "gpusched.io/gpu-indices": "0",
+              "gpusched.io/gpu-memory": "1", "gpusched.io/gpu-milli": "1000",
+              "gpusched.io/assigned-at": "2026-11-24T10:00:00.000000000Z"}
+    forged = gpu_pod("forged", {"nvidia.com/gpu": "1"}, annotations=copied)
+    forged["spec"]["nodeName"] = "e2e-node-a"
     r = cluster.api("POST", f"/api/v1/namespaces/{NS}/pods", body=forged, headers=alice)
     made = ["forged"] if r.status_code in (200, 201) else []
     try:
         assert r.status_code == 403, r.text
         msg = r.json().get("message", "")
         assert "validate.gpusched.io" in msg and "user 'alice' may not set it" in msg, msg
+        replayed = gpu_pod("replayed", {"nvidia.com/gpu": "1"},
+                           annotations=dict(copied, note="kept"))
+        r = cluster.api("POST", f"/api/v1/namespaces/{NS}/pods", body=replayed, headers=alice)
+        if r.status_code in (200, 201):
+            made.append("replayed")
+        assert r.status_code == 201, r.text
+        warning = r.headers.get("Warning", "")
+        assert "gpusched.io/gpu-uuids" in warning and "written by the extender" in warning, \
+            r.headers
+        ann = r.json()["metadata"]["annotations"]
+        assert ann["note"] == "kept" and not set(copied) & set(ann), ann
+        got = cluster.wait(lambda: cluster.pod(NS, "replayed")["metadata"].get(
+            "annotations", {}).get("gpusched.io/gpu-uuids"), 60, "replayed pod placed")
+        assert got.startswith("GPU-") and got != "GPU-0", got
         honest = gpu_pod("honest", {"nvidia.com/gpu": "1"})
         made.append("honest")
         cluster.apply(honest)

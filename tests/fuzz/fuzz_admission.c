@@ -55,13 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.object) {
         struct gs_err ve = GS_ERR_INIT;
         json_t *patch = NULL;
+        char warn[512];
         if (wh_validate_pod(&c, quotas, r.object, r.ns, &ve) < 0 && !ve.msg[0])
             abort();
         struct gs_err ae = GS_ERR_INIT;
         if (wh_check_assignment(&c, r.old_object, r.object, r.user, &ae) < 0 && !ae.msg[0])
             abort();
-        if (wh_mutate_pod(&c, r.object, r.ns, &patch, &e) == 0) {
-            json_t *resp = wh_review_response(&r, 1, 200, NULL, patch);
+        if (wh_mutate_pod(&c, r.object, r.ns, r.user, &patch, warn, sizeof warn, &e) == 0) {
+            json_t *resp = wh_review_response(&r, 1, 200, NULL, patch, warn);
             if (!resp)
                 abort();
             json_decref(resp);
@@ -70,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct core_quota q;
         (void)core_quota_parse(r.object, &q, &e);
     }
-    json_t *resp = wh_review_response(&r, 0, 403, "denied", NULL);
+    json_t *resp = wh_review_response(&r, 0, 403, "denied", NULL, NULL);
     json_decref(resp);
     wh_review_clear(&r);
     return 0;

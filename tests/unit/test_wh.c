@@ -40,7 +40,7 @@ static void review_tests(void)
     ASSERT_TRUE(r.object != NULL);
 
     json_t *patch = json_pack("[{s:s, s:s, s:s}]", "op", "add", "path", "/a", "value", "b");
-    json_t *resp = wh_review_response(&r, 1, 200, NULL, patch);
+    json_t *resp = wh_review_response(&r, 1, 200, NULL, patch, "w1");
     json_t *in = json_object_get(resp, "response");
     ASSERT_STREQ(json_string_value(json_object_get(resp, "apiVersion")), "admission.k8s.io/v1");
     ASSERT_STREQ(json_string_value(json_object_get(in, "uid")), "abc");
@@ -48,15 +48,17 @@ static void review_tests(void)
     ASSERT_STREQ(json_string_value(json_object_get(in, "patchType")), "JSONPatch");
     ASSERT_STREQ(json_string_value(json_object_get(in, "patch")),
                  "W3sib3AiOiJhZGQiLCJwYXRoIjoiL2EiLCJ2YWx1ZSI6ImIifV0=");
+    ASSERT_STREQ(json_string_value(json_array_get(json_object_get(in, "warnings"), 0)), "w1");
     json_decref(resp);
     json_decref(patch);
-    resp = wh_review_response(&r, 0, 403, "over quota", NULL);
+    resp = wh_review_response(&r, 0, 403, "over quota", NULL, NULL);
     in = json_object_get(resp, "response");
     ASSERT_TRUE(json_is_false(json_object_get(in, "allowed")));
     ASSERT_EQ(json_integer_value(json_object_get(json_object_get(in, "status"), "code")), 403);
     ASSERT_STREQ(json_string_value(json_object_get(json_object_get(in, "status"), "message")),
                  "over quota");
     ASSERT_TRUE(json_object_get(in, "patch") == NULL);
+    ASSERT_TRUE(json_object_get(in, "warnings") == NULL);
     json_decref(resp);
     wh_review_clear(&r);
 
@@ -95,6 +97,7 @@ static void admit_tests(void)
     struct wh_config c;
     struct gs_err e = GS_ERR_INIT;
     json_t *p, *patch;
+    char warn[512];
 
     memset(&c, 0, sizeof c);
     c.names = *core_names_default();
@@ -160,7 +163,7 @@ static void admit_tests(void)
                  "\"containers\":[{\"name\":\"a\"}]}}");
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "initContainers[0].limits[nvidia.com/vcuda-memory]");
-    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", &patch, &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
     char *ptext = json_dumps(patch, 0); /* left in the form the user wrote, for the message */
     ASSERT_TRUE(ptext && !strstr(ptext, "/spec/initContainers/0/resources"));
     free(ptext);
@@ -194,7 +197,7 @@ static void admit_tests(void)
     p = pod_json("{\"metadata\":{\"annotations\":{\"x\":\"y\"}},\"spec\":{\"schedulerName\":"
                  "\"default-scheduler\",\"containers\":[{\"name\":\"a\",\"resources\":"
                  "{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"2\"}}}]}}");
-    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", &patch, &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
     char *s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
     ASSERT_STREQ(s, "[{\"op\":\"add\",\"path\":\"/spec/schedulerName\",\"value\":\"gpu-scheduler\"},"
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1request\","
@@ -208,7 +211,7 @@ static void admit_tests(void)
     p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
                  "{\"nvidia.com/gpu\":\"1\"}}}]}}");
     c.scheduler_name = "";
-    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", &patch, &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), 0);
     s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
     ASSERT_STREQ(s, "[{\"op\":\"add\",\"path\":\"/metadata\",\"value\":{}},"
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations\",\"value\":"
@@ -216,9 +219,52 @@ static void admit_tests(void)
     free(s);
     json_decref(patch);
     json_decref(p);
+    /* assignment annotations on a pod created without a node by a user who may
+     * not write them: removed, with a warning; kept with a node, for an
+     * assigner, and without --assigners */
+    static const char copied[] =
+        "{\"metadata\":{\"annotations\":{\"gpusched.io/node\":\"a\",\"gpusched.io/gpu-uuids\":"
+        "\"GPU-0\",\"keep\":\"me\"}},\"spec\":{%s\"containers\":[{\"name\":\"a\","
+        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}";
+    char doc[512];
+    snprintf(doc, sizeof doc, copied, "");
+    p = pod_json(doc);
+    c.assigners = "extender,admin";
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), 0);
+    s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
+    ASSERT_STREQ(s, "[{\"op\":\"remove\",\"path\":\"/metadata/annotations/gpusched.io~1node\"},"
+                    "{\"op\":\"remove\",\"path\":\"/metadata/annotations/gpusched.io~1gpu-uuids\"},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1request\","
+                    "\"value\":\"kind=whole,gpus=1\"}]");
+    free(s);
+    json_decref(patch);
+    ASSERT_CONTAINS(warn, "gpusched.io/node, gpusched.io/gpu-uuids: removed");
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "admin", &patch, warn, sizeof warn, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 1);
+    ASSERT_STREQ(warn, "");
+    json_decref(patch);
+    /* a warning buffer too small is cut, not overrun */
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, 10, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 3);
+    ASSERT_EQ(strlen(warn), 9);
+    json_decref(patch);
+    c.assigners = NULL;
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, NULL, 0, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 1);
+    json_decref(patch);
+    json_decref(p);
+    c.assigners = "extender,admin";
+    snprintf(doc, sizeof doc, copied, "\"nodeName\":\"a\",");
+    p = pod_json(doc);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 1);
+    ASSERT_STREQ(warn, "");
+    json_decref(patch);
+    json_decref(p);
+    c.assigners = NULL;
     /* a broken pod gets no patch and an error */
     p = pod_json("{\"spec\":{\"containers\":[]}}");
-    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", &patch, &e), -GS_EINVAL);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), -GS_EINVAL);
     ASSERT_TRUE(patch == NULL);
     json_decref(p);
 }
