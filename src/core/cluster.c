@@ -185,6 +185,7 @@ void core_cluster_free(struct core_cluster *c)
         free(c->cols[i].e);
     free(c->cols);
     free(c->stamps);
+    free(c->link_memo);
     free(c);
 }
 
@@ -239,6 +240,7 @@ static void count_models(struct core_cluster *c, const struct core_node *n, int 
 {
     for (int i = 0; i < n->n_gpus; i++)
         c->model_gpus[n->gpus[i].model_id] += sign;
+    c->link_nodes[n->priv->link_best] += sign;
     if (n->n_gpus)
         c->cap_ver++;
 }
@@ -310,6 +312,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
     memset(k, 0, sizeof *k);
     p->free_share = 0;
     p->n_usable = p->n_whole = p->max_free_milli = 0;
+    p->whole_mask = 0;
     p->model_mask = 0;
     p->homogeneous = 1;
     int first_model = -1;
@@ -325,6 +328,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
         p->free_share += p->share[i];
         p->n_usable++;
         p->n_whole += p->gwhole[i];
+        p->whole_mask |= (uint32_t)p->gwhole[i] << i;
         if (g->free_milli > p->max_free_milli)
             p->max_free_milli = g->free_milli;
         p->model_mask |= 1ULL << g->model_id;
@@ -518,6 +522,17 @@ static struct core_node *node_build(struct core_cluster *c, const struct core_no
                 l = order[a]->numa == order[b]->numa ? CORE_LINK_NODE : CORE_LINK_SYS;
             n->gpus[a].link[b] = (uint8_t)(a == b ? CORE_LINK_NVLINK : l);
         }
+    n->priv->link_alike = n->n_gpus > 1 ? n->gpus[0].link[1] : CORE_LINK_NVLINK;
+    n->priv->link_hash = core_mix64((uint64_t)n->n_gpus);
+    for (int a = 0; a < n->n_gpus; a++)
+        for (int b = a + 1; b < n->n_gpus; b++) {
+            if (n->gpus[a].link[b] != n->priv->link_alike)
+                n->priv->link_alike = -1;
+            if (n->gpus[a].link[b] > n->priv->link_best)
+                n->priv->link_best = n->gpus[a].link[b];
+            n->priv->link_hash = core_mix64(n->priv->link_hash ^ n->gpus[a].link[b]);
+        }
+    n->priv->link_hash |= 1; /* 0 marks an empty memo slot */
     n->priv->rank = node_rank(c->seed, n->name);
     return n;
 fail:

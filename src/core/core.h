@@ -119,10 +119,15 @@ int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
  * contain must. */
 int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
                        uint32_t *chosen);
+/* A set's links as core_topology_pick ranks them, higher better: its
+ * weakest link times CORE_LINK_SUM_MAX plus the sum of its links (a sum
+ * over at most C(CORE_MAX_GPUS, 2) pairs stays below CORE_LINK_SUM_MAX). */
+#define CORE_LINK_SUM_MAX 1024
+int core_topology_quality(const struct core_node *n, uint32_t set);
 
 /* One full decision: filter every node, score the feasible ones, choose the
- * node (highest score, seeded tie-break; `random` picks uniformly), choose
- * the GPUs. Does not reserve: call core_reserve(c, &d->alloc, e) to commit.
+ * node (highest score; ties to the best-linked GPUs for a pod of 2+ whole
+ * GPUs, then the seeded rank; `random` picks uniformly), choose the GPUs. Does not reserve: call core_reserve(c, &d->alloc, e) to commit.
  * Returns 0, or -GS_ENOFIT when no node fits (d->n_feasible = 0). */
 struct core_decision {
     struct core_node *node;    /* borrowed */
@@ -150,17 +155,22 @@ int core_preempt(struct core_cluster *c, const struct core_node *n, const struct
  * replaces. */
 int core_node_pos(const struct core_node *n);
 
-/* The seeded tie-break rank of the node at position pos (core_node_pos;
- * core_cluster_set_seed): of equally scored nodes, core_schedule_one takes
- * the one with the smallest. Read from the dense per-position array the
- * filters use. */
-uint32_t core_rank_at(const struct core_cluster *c, int pos);
-/* Of n scored nodes at positions pos[] (scores[]; fit[] as core_score_fit_at
- * leaves it, NULL when all fit), the index core_schedule_one would take: the
- * highest score among those that fit, ties to the smallest rank. -1 when
- * none fits. Reads the ranks of the tied nodes only. */
-int core_choice_at(const struct core_cluster *c, const int *pos, const int *scores,
-                   const unsigned char *fit, int n);
+/* The order core_schedule_one gives nodes it scores equal for pod, lower
+ * first, for the nodes at positions pos[] (core_node_pos) into keys[]: for
+ * a pod of 2+ whole GPUs, how well linked the GPUs it would get there are
+ * (weakest link, then their sum, as core_topology_pick judges a set), then
+ * the node's seeded rank (core_cluster_set_seed). 0, or -GS_EINVAL for a
+ * request core_schedule_one would refuse. */
+int core_tie_keys_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,
+                     uint64_t *keys, struct gs_err *e);
+/* Of n scored nodes at positions pos[] (scores[]; fit[] as
+ * core_score_fit_at leaves it, NULL when all fit), the index
+ * core_schedule_one would take for pod: the highest score among those that
+ * fit, ties to the smallest core_tie_keys_at key. -1 when none fits (or
+ * the request is one core_schedule_one refuses). Reads the keys of the
+ * tied nodes only. */
+int core_choice_at(struct core_cluster *c, const struct core_pod *pod, const int *pos,
+                   const int *scores, const unsigned char *fit, int n);
 
 /* Every node's state stamp, by position (core_node_pos): renewed on every
  * change of the node (its allocations, inventory, availability, labels,

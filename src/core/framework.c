@@ -199,6 +199,94 @@ static int fitting(const struct core_cycle *cy, const struct core_node *n, int *
     return k;
 }
 
+uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
+{
+    /* above every quality: weakest link <= NVLink, sum < CORE_LINK_SUM_MAX */
+    const int count = cy->req->num_gpu, above = (CORE_LINK_NVLINK + 1) * CORE_LINK_SUM_MAX;
+    if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
+        return 0;
+    const struct core_node_priv *p = n->priv;
+    int l = p->link_alike;
+    if (l >= 0) /* every set alike */
+        return (uint32_t)(above - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
+    uint32_t mask = p->whole_mask, set, cost;
+    if (p->model_mask & ~cy->model_mask) { /* usable GPUs of a model the pod refuses */
+        int pos[CORE_MAX_GPUS], k = fitting(cy, n, pos);
+        mask = 0;
+        for (int i = 0; i < k; i++)
+            mask |= 1u << pos[i];
+    }
+    /* enumerating sets is the costly part: nodes of one design share it */
+    struct core_cluster *c = cy->cluster;
+    if (!c->link_memo)
+        c->link_memo = calloc(CORE_LINK_MEMO, sizeof *c->link_memo);
+    uint64_t h = p->link_hash;
+    struct core_link_memo *m =
+        c->link_memo ? &c->link_memo[core_mix64(h ^ ((uint64_t)mask << 8) ^ (uint64_t)count) &
+                                     (CORE_LINK_MEMO - 1)]
+                     : NULL;
+    if (m && m->link_hash == h && m->mask == mask && m->count == count)
+        return m->cost;
+    if (core_topology_pick(n, mask, 0, count, &set) < 0)
+        cost = UINT32_MAX;
+    else
+        cost = (uint32_t)(above - core_topology_quality(n, set));
+    if (m)
+        *m = (struct core_link_memo){.link_hash = h, .mask = mask, .cost = cost, .count = count};
+    return cost;
+}
+
+uint32_t core_link_floor(const struct core_cycle *cy)
+{
+    const int count = cy->req->num_gpu, above = (CORE_LINK_NVLINK + 1) * CORE_LINK_SUM_MAX;
+    if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
+        return 0;
+    int l = CORE_LINK_NVLINK;
+    while (l > 0 && !cy->cluster->link_nodes[l])
+        l--;
+    /* no set has a weakest link above l, nor a sum above l per pair */
+    return (uint32_t)(above - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
+}
+
+uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, uint32_t rank)
+{
+    return (uint64_t)core_link_cost(cy, n) << 32 | rank;
+}
+
+int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+                const int *scores, const uint32_t *ranks, const unsigned char *fit, int n)
+{
+    struct core_cluster *c = cy->cluster;
+#define NODE(j) (nodes ? nodes[j] : c->nodes[pos[j]])
+#define RANK(j) (ranks ? ranks[j] : c->hot[pos[j]].rank)
+#define FITS(j) (!fit || fit[j] == CORE_FIT_YES)
+    int best = -1;
+    for (int j = 0; j < n; j++)
+        if (FITS(j) && (best < 0 || scores[j] > scores[best] ||
+                        (scores[j] == scores[best] && RANK(j) < RANK(best))))
+            best = j;
+    if (best < 0)
+        return -1;
+    /* pods of 2+ whole GPUs: of the nodes scored equal, the best-linked
+     * GPUs (every other pod costs 0 everywhere, the floor) */
+    uint64_t key = core_tie_key(cy, NODE(best), RANK(best));
+    if ((key >> 32) <= core_link_floor(cy))
+        return best;
+    int first = best;
+    for (int j = 0; j < n; j++)
+        if (FITS(j) && scores[j] == scores[first] && j != first) {
+            uint64_t kj = core_tie_key(cy, NODE(j), RANK(j));
+            if (kj < key || (kj == key && j < best)) {
+                best = j;
+                key = kj;
+            }
+        }
+#undef NODE
+#undef RANK
+#undef FITS
+    return best;
+}
+
 int core_pick_order(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a,
                     int dir)
 {
@@ -560,10 +648,7 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
     if (pol->flags & CORE_POLICY_RANDOM_NODE) {
         best = (int)core_rand(&cy, (uint64_t)k);
     } else {
-        for (int i = 1; i < k; i++)
-            if (c->scores[i] > c->scores[best] ||
-                (c->scores[i] == c->scores[best] && c->ranks[i] < c->ranks[best]))
-                best = i;
+        best = core_choose(&cy, c->feasible, NULL, c->scores, c->ranks, NULL, k);
     }
     d->node = c->feasible[best];
     d->score = c->scores[best];

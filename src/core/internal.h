@@ -42,6 +42,10 @@ struct core_node_priv {
     int n_usable;              /* healthy GPUs not in MIG mode */
     int homogeneous;           /* every usable GPU has the same model */
     uint32_t rank;             /* seeded tie-break order, lower wins */
+    int link_alike;            /* the link between every two GPUs, or -1 (mixed) */
+    uint64_t link_hash;        /* of the GPU count and link matrix; never 0 */
+    uint32_t whole_mask;       /* usable GPUs entirely free, by position */
+    int link_best;             /* the strongest link between two GPUs (0: < 2 GPUs) */
     uint64_t key_hash;
     uint64_t model_mask;
     int n_whole;               /* usable GPUs entirely free (no pod at all) */
@@ -186,6 +190,17 @@ struct core_cluster {
     uint64_t key_seq;            /* last key serial given */
     struct core_score_col *cols; /* CORE_COLS, allocated on first use */
     uint64_t col_tick;
+    struct core_link_memo *link_memo; /* CORE_LINK_MEMO, allocated on first use */
+    int link_nodes[CORE_LINK_NVLINK + 1]; /* nodes by link_best */
+};
+
+/* core_link_cost's answers by (link matrix, free GPUs, count): nodes of one
+ * design share them. Direct-mapped; a slot is overwritten on collision. */
+#define CORE_LINK_MEMO 4096
+struct core_link_memo {
+    uint64_t link_hash;        /* 0: empty */
+    uint32_t mask, cost;
+    int count;
 };
 
 /* cluster.c */
@@ -209,6 +224,25 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
                     const struct core_pod *pod, struct gs_err *e);
 int core_filter_cycle(const struct core_cycle *cy, const struct core_node *n,
                       struct core_status *st);
+/* How badly linked the GPUs a pod of 2+ whole GPUs would get on n are,
+ * lower better, judged as core_topology_pick judges the set it takes
+ * (weakest link, then link sum); UINT32_MAX if they do not fit; 0 for
+ * every other pod. The first key between nodes the policy scores equal,
+ * before the seeded rank. */
+uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n);
+/* A cost no node of the cluster goes below for this pod (from the
+ * strongest link any node has): a node that has it needs no rival tried. */
+uint32_t core_link_floor(const struct core_cycle *cy);
+/* The order between nodes the policy scores equal, lower first: the link
+ * cost, then the node's seeded rank. */
+uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, uint32_t rank);
+/* The node the policy takes of n scored candidates (nodes[j], or the node
+ * at position pos[j]; scores[]; ranks[j], or NULL: the rank at pos[j];
+ * fit[] as core_score_fit_at leaves it, NULL when all fit): the highest
+ * score, ties to the lowest core_tie_key (the first of equal keys). -1
+ * when none fits. */
+int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+                const int *scores, const uint32_t *ranks, const unsigned char *fit, int n);
 /* Picks the fitting GPUs: whole GPUs (dir 0) as core_topology_pick's
  * best-linked set (index order on a node without links); least free share
  * first (dir 1, best fit) or most free first (dir -1, worst fit). */

@@ -6,20 +6,26 @@
 
 int core_node_pos(const struct core_node *n) { return n->priv->pos; }
 
-uint32_t core_rank_at(const struct core_cluster *c, int pos) { return c->hot[pos].rank; }
-
-int core_choice_at(const struct core_cluster *c, const int *pos, const int *scores,
-                   const unsigned char *fit, int n)
+int core_tie_keys_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,
+                     uint64_t *keys, struct gs_err *e)
 {
-    int top = -1, best = -1;
+    struct core_cycle cy;
+    int rc = core_cycle_init(&cy, c, NULL, pod, e);
+    if (rc < 0)
+        return rc;
     for (int j = 0; j < n; j++)
-        if ((!fit || fit[j] == CORE_FIT_YES) && scores[j] > top)
-            top = scores[j];
-    for (int j = 0; j < n; j++)
-        if ((!fit || fit[j] == CORE_FIT_YES) && scores[j] == top &&
-            (best < 0 || c->hot[pos[j]].rank < c->hot[pos[best]].rank))
-            best = j;
-    return best;
+        keys[j] = core_tie_key(&cy, c->nodes[pos[j]], c->hot[pos[j]].rank);
+    return 0;
+}
+
+int core_choice_at(struct core_cluster *c, const struct core_pod *pod, const int *pos,
+                   const int *scores, const unsigned char *fit, int n)
+{
+    struct core_cycle cy;
+    struct gs_err e = GS_ERR_INIT;
+    if (core_cycle_init(&cy, c, NULL, pod, &e) < 0)
+        return -1;
+    return core_choose(&cy, NULL, pos, scores, NULL, fit, n);
 }
 
 const uint64_t *core_cluster_stamps(const struct core_cluster *c) { return c->stamps; }

@@ -54,6 +54,16 @@ static void set_quality(const struct core_node *n, uint32_t set, int *weakest, i
     *sum = s;
 }
 
+_Static_assert(CORE_MAX_GPUS * (CORE_MAX_GPUS - 1) / 2 * CORE_LINK_NVLINK < CORE_LINK_SUM_MAX,
+               "a set's link sum must stay below CORE_LINK_SUM_MAX");
+
+int core_topology_quality(const struct core_node *n, uint32_t set)
+{
+    int w, s;
+    set_quality(n, set, &w, &s);
+    return w * CORE_LINK_SUM_MAX + s;
+}
+
 /* Is subset x (over the positions listed in pos[]) lower-positioned than y?
  * Compares the sorted position lists lexicographically. */
 static int lower_positions(uint32_t x, uint32_t y)

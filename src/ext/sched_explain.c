@@ -81,7 +81,7 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     for (int i = 0; i < nf && scored; i++) /* positions, for the policy's choice */
         at[i] = core_node_pos(fit[i]);
     if (scored)
-        best = core_choice_at(s->c, at, sc, NULL, nf);
+        best = core_choice_at(s->c, &pod, at, sc, NULL, nf);
     for (int i = 0; i < nf && scored; i++)
         json_array_insert_new(nodes, (size_t)i,
                               json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",

@@ -40,17 +40,17 @@ static void add_kept_reason(struct gs_buf *b, const struct ext_args *a, int i, c
 
 struct scored {
     int idx, score;
-    uint32_t rank;
+    uint64_t tie;
 };
 
-/* The policy's order: best score first, ties to the smallest rank, as
- * core_schedule_one decides. */
+/* The policy's order: best score first, ties to the smallest key
+ * (core_tie_keys_at), as core_schedule_one decides. */
 static int by_score(const void *a, const void *b)
 {
     const struct scored *x = a, *y = b;
     if (x->score != y->score)
         return y->score - x->score;
-    return (x->rank > y->rank) - (x->rank < y->rank);
+    return (x->tie > y->tie) - (x->tie < y->tie);
 }
 
 /* The /filter reply: the fitting nodes (as full objects when the request
@@ -348,18 +348,23 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     /* top-k: keep the policy's best k feasible nodes */
     if (ok && !kept && !written && s->opts.top_k > 0 && nfit > s->opts.top_k && gpu) {
         struct core_node **fn = calloc((size_t)nfit, sizeof *fn);
-        int *sc = calloc((size_t)nfit, sizeof *sc);
+        int *sc = calloc((size_t)nfit, sizeof *sc), *at = calloc((size_t)nfit, sizeof *at);
+        uint64_t *tie = calloc((size_t)nfit, sizeof *tie);
         struct scored *order = calloc((size_t)nfit, sizeof *order);
         int k = 0;
-        for (int i = 0; i < a->n; i++)
+        for (int i = 0; fn && at && order && i < a->n; i++)
             if (fit[i]) {
                 order[k].idx = i;
-                order[k].rank = core_rank_at(s->c, core_node_pos(nodes[i]));
+                at[k] = core_node_pos(nodes[i]);
                 fn[k++] = nodes[i];
             }
-        if (fn && sc && order && core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0) {
-            for (k = 0; k < nfit; k++)
+        if (fn && sc && at && tie && order &&
+            core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0 &&
+            core_tie_keys_at(s->c, pod, at, nfit, tie, &e) == 0) {
+            for (k = 0; k < nfit; k++) {
                 order[k].score = sc[k];
+                order[k].tie = tie[k];
+            }
             qsort(order, (size_t)nfit, sizeof *order, by_score);
             for (k = s->opts.top_k; k < nfit; k++) {
                 char why[160];
@@ -373,6 +378,8 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         }
         free(fn);
         free(sc);
+        free(at);
+        free(tie);
         free(order);
     }
     if (ok && !kept && !modified && memo && en->reply)

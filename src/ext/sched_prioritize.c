@@ -92,7 +92,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
                 fit[j] = col->fit[p];
         }
         scored = !k || core_score_fit_at(s->c, v.pol, pod, at, k, fit, sc, &e) == 0;
-        int best = scored ? core_choice_at(s->c, at, sc, fit, k) : -1;
+        int best = scored ? core_choice_at(s->c, pod, at, sc, fit, k) : -1;
         for (int j = 0; j < k && scored; j++) /* 0..100 -> kube-scheduler's 0..10 */
             out_scores[pos[j]] = sched_extender_score(sc[j], best < 0 ? 0 : sc[best], j == best);
         for (int j = 0; j < k && keep; j++) {

@@ -515,6 +515,135 @@ static void test_topology(void)
     core_cluster_free(c);
 }
 
+/* Two 4-GPU nodes with NVLinks 0-2 and 1-3 (NUMA 0: GPUs 0-1, NUMA 1: 2-3);
+ * on `linked` GPUs 1 and 3 are busy (free: the 0-2 NVLink pair), on the
+ * other 1 and 2 (free: 0 and 3, across NUMA nodes). */
+static struct core_cluster *two_linked_nodes(const char *linked)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    const char *names[] = {"x", "y"};
+    for (int k = 0; k < 2; k++) {
+        struct core_node_spec s;
+        memset(&s, 0, sizeof s);
+        s.name = names[k];
+        s.cpu_milli = 64000;
+        s.mem_bytes = (int64_t)256 << 30;
+        s.n_gpus = 4;
+        for (int i = 0; i < 4; i++) {
+            struct core_gpu_spec *g = &s.gpus[i];
+            g->index = i;
+            snprintf(g->model, CORE_MODEL_MAX, "H100");
+            g->mem_mib = 81920;
+            g->healthy = 1;
+            g->numa = i / 2;
+            g->link[(i + 2) % 4] = CORE_LINK_NVLINK;
+        }
+        ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+        const struct core_node *n = core_cluster_find(c, names[k]);
+        int busy[2] = {1, strcmp(names[k], linked) == 0 ? 3 : 2};
+        for (int b = 0; b < 2; b++) {
+            char uid[16];
+            snprintf(uid, sizeof uid, "%s-busy%d", names[k], busy[b]);
+            struct core_pod p = tc_pod(uid, CORE_REQ_WHOLE, 1, 0, 0, 1000);
+            struct core_alloc a;
+            ASSERT_EQ(core_pick_gpus(c, core_policy_find("bestfit"), n, &p, &a, &e), 0);
+            a.gpu[0] = busy[b];
+            ASSERT_EQ(core_reserve(c, &a, &e), 0);
+        }
+    }
+    return c;
+}
+
+/* Nodes the policy scores equal: a pod of 2+ whole GPUs goes where its GPUs
+ * are best linked, whichever node the seeded rank puts first; the extender's
+ * choice (core_choice_at) and top-k order (core_tie_keys_at) agree; other
+ * pods keep the rank alone. */
+static void test_link_tiebreak(void)
+{
+    const char *pols[] = {"cpufrag", "fgd", "bestfit", "binpack", "spread", "packing", "topology"};
+    for (int side = 0; side < 2; side++) {
+        const char *linked = side ? "y" : "x";
+        struct core_cluster *c = two_linked_nodes(linked);
+        struct gs_err e = GS_ERR_INIT;
+        struct core_node *nodes[2] = {core_cluster_find(c, "x"), core_cluster_find(c, "y")};
+        int pos[2] = {core_node_pos(nodes[0]), core_node_pos(nodes[1])};
+        struct core_pod two = tc_pod("two", CORE_REQ_WHOLE, 2, 0, 0, 1000);
+        struct core_pod one = tc_pod("one", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+        for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+            const struct core_policy *pol = core_policy_find(pols[i]);
+            struct core_decision d;
+            int sc[2];
+            ASSERT_EQ(core_schedule_one(c, pol, &two, &d, &e), 0);
+            ASSERT_STREQ(d.node->name, linked);
+            ASSERT_EQ(d.alloc.gpu[0], 0);
+            ASSERT_EQ(d.alloc.gpu[1], 2);
+            ASSERT_EQ(core_score(c, pol, &two, nodes, 2, sc, &e), 0);
+            if (strcmp(pols[i], "topology") != 0) /* which scores the links */
+                ASSERT_EQ(sc[0], sc[1]);          /* a tie the links break */
+            ASSERT_EQ(core_choice_at(c, &two, pos, sc, NULL, 2), side);
+        }
+        uint64_t keys[2];
+        ASSERT_EQ(core_tie_keys_at(c, &two, pos, 2, keys, &e), 0);
+        ASSERT_TRUE(keys[side] < keys[!side]);
+        ASSERT_TRUE(keys[!side] >> 32 > keys[side] >> 32);
+        ASSERT_EQ(core_tie_keys_at(c, &one, pos, 2, keys, &e), 0);
+        ASSERT_EQ(keys[0] >> 32, 0); /* the rank alone */
+        ASSERT_EQ(keys[1] >> 32, 0);
+        struct core_decision d;
+        ASSERT_EQ(core_schedule_one(c, core_policy_find("cpufrag"), &one, &d, &e), 0);
+        ASSERT_STREQ(d.node->name, keys[0] < keys[1] ? "x" : "y");
+        core_cluster_free(c);
+    }
+
+    /* four GPUs: an NVSwitch node (every pair NVLink) before a quad of two
+     * NVLink pairs joined by PIX, whatever the seeded ranks say */
+    int dgx_first = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct core_cluster *c = core_cluster_new();
+        struct gs_err e = GS_ERR_INIT;
+        core_cluster_set_seed(c, seed);
+        const char *names[] = {"dgx", "sw"};
+        for (int k = 0; k < 2; k++) {
+            struct core_node_spec s;
+            memset(&s, 0, sizeof s);
+            s.name = names[k];
+            s.cpu_milli = 64000;
+            s.mem_bytes = (int64_t)256 << 30;
+            s.n_gpus = 8;
+            for (int i = 0; i < 8; i++) {
+                struct core_gpu_spec *g = &s.gpus[i];
+                g->index = i;
+                snprintf(g->model, CORE_MODEL_MAX, "H100");
+                g->mem_mib = 81920;
+                g->healthy = 1;
+                g->numa = i / 4;
+                for (int j = 0; j < 8; j++)
+                    g->link[j] = k == 1 || i / 2 == j / 2 ? CORE_LINK_NVLINK
+                                 : i / 4 == j / 4         ? CORE_LINK_PIX
+                                                          : CORE_LINK_UNKNOWN;
+            }
+            ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+            struct core_pod busy = tc_pod(names[k], CORE_REQ_WHOLE, 4, 0, 0, 1000);
+            ASSERT_EQ(tc_place(c, names[k], &busy, "bestfit"), 0); /* GPUs 0-3 on both */
+        }
+        struct core_node *nodes[2] = {core_cluster_find(c, "dgx"), core_cluster_find(c, "sw")};
+        int pos[2] = {core_node_pos(nodes[0]), core_node_pos(nodes[1])};
+        uint64_t keys[2];
+        struct core_pod one = tc_pod("one", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+        ASSERT_EQ(core_tie_keys_at(c, &one, pos, 2, keys, &e), 0);
+        dgx_first += keys[0] < keys[1];
+        struct core_pod four = tc_pod("four", CORE_REQ_WHOLE, 4, 0, 0, 1000);
+        struct core_decision d;
+        ASSERT_EQ(core_schedule_one(c, core_policy_find("cpufrag"), &four, &d, &e), 0);
+        ASSERT_STREQ(d.node->name, "sw");
+        ASSERT_EQ(core_tie_keys_at(c, &four, pos, 2, keys, &e), 0);
+        ASSERT_TRUE(keys[1] < keys[0]);
+        core_cluster_free(c);
+    }
+    ASSERT_TRUE(dgx_first > 0 && dgx_first < 8); /* the ranks alone would not do */
+}
+
 static void test_preempt(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -714,6 +843,7 @@ int test_core(void)
     test_mig();
     test_churn();
     test_topology();
+    test_link_tiebreak();
     test_preempt();
     test_registry();
     test_score_cache();
