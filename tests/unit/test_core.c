@@ -515,6 +515,47 @@ static void test_topology(void)
     core_cluster_free(c);
 }
 
+/* An H100 node of n GPUs, GPU i on NUMA node i / per_numa, with the links
+ * link(i, j) gives (CORE_LINK_UNKNOWN: derived from NUMA). */
+static void linked_node(struct core_cluster *c, const char *name, int n, int per_numa,
+                        enum core_link (*link)(int i, int j))
+{
+    struct core_node_spec s;
+    memset(&s, 0, sizeof s);
+    s.name = name;
+    s.cpu_milli = 64000;
+    s.mem_bytes = (int64_t)256 << 30;
+    s.n_gpus = n;
+    for (int i = 0; i < n; i++) {
+        struct core_gpu_spec *g = &s.gpus[i];
+        g->index = i;
+        snprintf(g->model, CORE_MODEL_MAX, "H100");
+        g->mem_mib = 81920;
+        g->healthy = 1;
+        g->numa = i / per_numa;
+        for (int j = 0; j < n; j++)
+            g->link[j] = i == j ? CORE_LINK_UNKNOWN : link(i, j);
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+}
+
+static enum core_link pairs_across_numa(int i, int j) /* 0-2, 1-3 */
+{
+    return (i + 2) % 4 == j ? CORE_LINK_NVLINK : CORE_LINK_UNKNOWN;
+}
+
+static enum core_link quads_of_pairs(int i, int j) /* NVLink pairs, PIX within a quad */
+{
+    return i / 2 == j / 2 ? CORE_LINK_NVLINK : i / 4 == j / 4 ? CORE_LINK_PIX : CORE_LINK_UNKNOWN;
+}
+
+static enum core_link nvswitch(int i, int j)
+{
+    (void)i;
+    (void)j;
+    return CORE_LINK_NVLINK;
+}
+
 /* Two 4-GPU nodes with NVLinks 0-2 and 1-3 (NUMA 0: GPUs 0-1, NUMA 1: 2-3);
  * on `linked` GPUs 1 and 3 are busy (free: the 0-2 NVLink pair), on the
  * other 1 and 2 (free: 0 and 3, across NUMA nodes). */
@@ -524,22 +565,7 @@ static struct core_cluster *two_linked_nodes(const char *linked)
     struct gs_err e = GS_ERR_INIT;
     const char *names[] = {"x", "y"};
     for (int k = 0; k < 2; k++) {
-        struct core_node_spec s;
-        memset(&s, 0, sizeof s);
-        s.name = names[k];
-        s.cpu_milli = 64000;
-        s.mem_bytes = (int64_t)256 << 30;
-        s.n_gpus = 4;
-        for (int i = 0; i < 4; i++) {
-            struct core_gpu_spec *g = &s.gpus[i];
-            g->index = i;
-            snprintf(g->model, CORE_MODEL_MAX, "H100");
-            g->mem_mib = 81920;
-            g->healthy = 1;
-            g->numa = i / 2;
-            g->link[(i + 2) % 4] = CORE_LINK_NVLINK;
-        }
-        ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+        linked_node(c, names[k], 4, 2, pairs_across_numa);
         const struct core_node *n = core_cluster_find(c, names[k]);
         int busy[2] = {1, strcmp(names[k], linked) == 0 ? 3 : 2};
         for (int b = 0; b < 2; b++) {
@@ -605,25 +631,7 @@ static void test_link_tiebreak(void)
         core_cluster_set_seed(c, seed);
         const char *names[] = {"dgx", "sw"};
         for (int k = 0; k < 2; k++) {
-            struct core_node_spec s;
-            memset(&s, 0, sizeof s);
-            s.name = names[k];
-            s.cpu_milli = 64000;
-            s.mem_bytes = (int64_t)256 << 30;
-            s.n_gpus = 8;
-            for (int i = 0; i < 8; i++) {
-                struct core_gpu_spec *g = &s.gpus[i];
-                g->index = i;
-                snprintf(g->model, CORE_MODEL_MAX, "H100");
-                g->mem_mib = 81920;
-                g->healthy = 1;
-                g->numa = i / 4;
-                for (int j = 0; j < 8; j++)
-                    g->link[j] = k == 1 || i / 2 == j / 2 ? CORE_LINK_NVLINK
-                                 : i / 4 == j / 4         ? CORE_LINK_PIX
-                                                          : CORE_LINK_UNKNOWN;
-            }
-            ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+            linked_node(c, names[k], 8, 4, k ? nvswitch : quads_of_pairs);
             struct core_pod busy = tc_pod(names[k], CORE_REQ_WHOLE, 4, 0, 0, 1000);
             ASSERT_EQ(tc_place(c, names[k], &busy, "bestfit"), 0); /* GPUs 0-3 on both */
         }
