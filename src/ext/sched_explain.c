@@ -36,6 +36,29 @@ static json_t *gpu_detail(const struct core_node *n)
     return gpus;
 }
 
+/* The GPUs the policy would give the pod on n ("would_get": indices) and,
+ * for two or more, the weakest link between them ("weakest_link"): what
+ * decides between nodes scored equal (docs/design.md, "Topology"). */
+static void would_get(struct core_cluster *c, const struct core_policy *pol,
+                      const struct core_node *n, const struct core_pod *pod, json_t *entry)
+{
+    struct core_alloc a;
+    struct gs_err e = GS_ERR_INIT;
+    if (!entry || core_pick_gpus(c, pol, n, pod, &a, &e) < 0)
+        return;
+    json_t *idx = json_array();
+    int weakest = CORE_LINK_NVLINK;
+    for (int i = 0; i < a.n; i++) {
+        json_array_append_new(idx, json_integer(n->gpus[a.gpu[i]].index));
+        for (int j = i + 1; j < a.n; j++)
+            if (n->gpus[a.gpu[i]].link[a.gpu[j]] < weakest)
+                weakest = n->gpus[a.gpu[i]].link[a.gpu[j]];
+    }
+    json_object_set_new(entry, "would_get", idx);
+    if (a.n > 1 && a.mig[0] < 0)
+        json_object_set_new(entry, "weakest_link", json_string(core_link_name(weakest)));
+}
+
 int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -82,12 +105,14 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
         at[i] = core_node_pos(fit[i]);
     if (scored)
         best = core_choice_at(s->c, &pod, at, sc, NULL, nf);
-    for (int i = 0; i < nf && scored; i++)
-        json_array_insert_new(nodes, (size_t)i,
-                              json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits",
-                                        1, "score", sc[i], "extender_score",
-                                        sched_extender_score(sc[i], sc[best], i == best),
-                                        "gpus", gpu_detail(fit[i])));
+    for (int i = 0; i < nf && scored; i++) {
+        json_t *entry = json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits", 1,
+                                  "score", sc[i], "extender_score",
+                                  sched_extender_score(sc[i], sc[best], i == best), "gpus",
+                                  gpu_detail(fit[i]));
+        would_get(s->c, pol, fit[i], &pod, entry);
+        json_array_insert_new(nodes, (size_t)i, entry);
+    }
     const struct core_alloc *al = core_alloc_find(s->c, p->uid);
     json_t *alloc = json_null();
     if (al) {

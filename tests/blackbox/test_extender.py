@@ -389,6 +389,50 @@ def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path)
         e.stop()
 
 
+def linked_node(name, down):
+    """4 GPUs with NVLinks 0-2 and 1-3 (NUMA 0: GPUs 0-1, NUMA 1: 2-3), GPUs in
+    `down` unhealthy."""
+    n = gpu_node(name, n=4)
+    inv = json.loads(n["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
+    for g in inv["gpus"]:
+        i = g["index"]
+        g["numa_node"] = i // 2
+        g["links"] = [{"gpu": (i + 2) % 4, "type": "nvlink"}]
+        g["healthy"] = i not in down
+    n["metadata"]["annotations"]["gpusched.io/gpu-inventory"] = json.dumps(inv)
+    return n
+
+
+@pytest.mark.parametrize("pair_on", ["l1", "l2"])
+def test_equal_nodes_go_to_the_linked_gpus(gpusched_bin, tmp_path, pair_on):
+    """Two nodes cpufrag scores alike (two whole GPUs free on each): on one the free
+    GPUs are an NVLinked pair, on the other 0 and 3, across NUMA nodes. A 2-GPU pod's
+    top score, --top-k 1 and the decision trace all name the node with the pair,
+    whichever node's seeded rank comes first (both ways round); a 1-GPU pod keeps the
+    rank alone."""
+    other = "l2" if pair_on == "l1" else "l1"
+    nodes = write_nodes(tmp_path / "nodes.json",
+                        [linked_node(pair_on, (1, 3)), linked_node(other, (1, 2))])
+    e = Extender(gpusched_bin, ["--nodes", nodes, "--top-k", "1"])
+    try:
+        p = pod("pair", {"nvidia.com/gpu": "2"})
+        r = e.post("prioritize", {"Pod": p, "NodeNames": ["l1", "l2"]}).json()
+        assert {h["Host"]: h["Score"] for h in r}[pair_on] == 10, r
+        assert e.filter(p, ["l1", "l2"])["NodeNames"] == [pair_on]
+        trace = {n["node"]: n for n in e.debug(p).json()["nodes"]}
+        assert trace[pair_on]["score"] == trace[other]["score"], trace
+        assert (trace[pair_on]["would_get"], trace[pair_on]["weakest_link"]) == ([0, 2], "nvlink")
+        assert (trace[other]["would_get"], trace[other]["weakest_link"]) == ([0, 3], "sys")
+        assert (trace[pair_on]["extender_score"], trace[other]["extender_score"]) == (10, 9)
+        one = pod("one", {"nvidia.com/gpu": "1"})
+        e.filter(one, ["l1", "l2"])
+        trace = {n["node"]: n for n in e.debug(one).json()["nodes"]}
+        assert "weakest_link" not in trace["l1"] and len(trace["l1"]["would_get"]) == 1
+        assert e.place(p, ["l1", "l2"]) == pair_on
+    finally:
+        e.stop()
+
+
 def test_default_policy_is_cpufrag(ext):
     # docs/benchmark.md: cpufrag beats fgd on every openb trace, so it is the default
     p = pod("dflt", {"nvidia.com/gpu": "1"})
