@@ -37,8 +37,9 @@ static json_t *gpu_detail(const struct core_node *n)
 }
 
 /* The GPUs the policy would give the pod on n ("would_get": indices) and,
- * for two or more, the weakest link between them ("weakest_link"): what
- * decides between nodes scored equal (docs/design.md, "Topology"). */
+ * for two or more whole GPUs, the weakest link between them
+ * ("weakest_link"): what decides between nodes scored equal
+ * (docs/design.md, "Topology"). */
 static void would_get(struct core_cluster *c, const struct core_policy *pol,
                       const struct core_node *n, const struct core_pod *pod, json_t *entry)
 {
@@ -55,7 +56,7 @@ static void would_get(struct core_cluster *c, const struct core_policy *pol,
                 weakest = n->gpus[a.gpu[i]].link[a.gpu[j]];
     }
     json_object_set_new(entry, "would_get", idx);
-    if (a.n > 1 && a.mig[0] < 0)
+    if (a.n > 1 && pod->req.kind == CORE_REQ_WHOLE)
         json_object_set_new(entry, "weakest_link", json_string(core_link_name(weakest)));
 }
 
