@@ -127,8 +127,9 @@ int core_topology_quality(const struct core_node *n, uint32_t set);
 
 /* One full decision: filter every node, score the feasible ones, choose the
  * node (highest score; ties to the best-linked GPUs for a pod of 2+ whole
- * GPUs, then the seeded rank; `random` picks uniformly), choose the GPUs. Does not reserve: call core_reserve(c, &d->alloc, e) to commit.
- * Returns 0, or -GS_ENOFIT when no node fits (d->n_feasible = 0). */
+ * GPUs, then the seeded rank; `random` picks uniformly), choose the GPUs.
+ * Does not reserve: call core_reserve(c, &d->alloc, e) to commit. Returns
+ * 0, or -GS_ENOFIT when no node fits (d->n_feasible = 0). */
 struct core_decision {
     struct core_node *node;    /* borrowed */
     int score;
