@@ -20,6 +20,8 @@ struct ext_server {
     struct ext_bindq *bq; /* or NULL: binds run on the HTTP worker */
     struct ext_bindq *fq; /* a non-leader's /binds handed to the leader, or NULL */
     struct ext_bindq *ffq; /* and its /filters (the leader may hold one, filter_wait) */
+    struct ext_bindq *fpq; /* and its /prioritizes */
+    struct ext_bindq *fxq; /* and its /preempts */
     struct ext_bindq *wq; /* /filters waiting for the /bind before them */
 };
 
@@ -106,10 +108,10 @@ static int run_bind(void *sched, const char *body, size_t len, struct ext_reply 
 }
 
 /* The off-worker queues, NULL where not made. */
-enum { N_QUEUES = 4 };
+enum { N_QUEUES = 6 };
 static struct ext_bindq **queue(struct ext_server *s, int i)
 {
-    struct ext_bindq **q[N_QUEUES] = {&s->bq, &s->fq, &s->ffq, &s->wq};
+    struct ext_bindq **q[N_QUEUES] = {&s->bq, &s->fq, &s->ffq, &s->fpq, &s->fxq, &s->wq};
     return q[i];
 }
 
@@ -176,13 +178,37 @@ static int run_forward_filter(void *ud, const char *body, size_t len, struct ext
     return ext_sched_filter_after_bind(s->opts.sched, body, len, 1, r);
 }
 
-/* A non-leader's /bind or /filter off the HTTP worker (q: s->fq or s->ffq):
- * the leader may take seconds over a /bind (a node held for kubelet) and
- * up to filter_wait over a /filter, and a worker answers its connections
- * one request at a time: waiting there would hold the next requests on the
- * worker's connections, among them the very /bind a /filter waits for.
- * 1 parked; 0 answered (*reply, *status); -1 not forwarded (this replica
- * leads: answer here). */
+/* The leader's answer to a forwarded verb, or this replica's own when the
+ * leader did not answer (or it leads now). */
+static int forward_or_here(struct ext_server *s, const char *verb, verb_fn here,
+                           const char *body, size_t len, struct ext_reply *r)
+{
+    int status;
+    if (leader_answer(s, verb, body, len, r, &status))
+        return status;
+    return here(s->opts.sched, body, len, r);
+}
+
+/* A forwarded /prioritize, run by a thread of s->fpq. */
+static int run_forward_prioritize(void *ud, const char *body, size_t len, struct ext_reply *r)
+{
+    return forward_or_here(ud, "prioritize", ext_sched_prioritize, body, len, r);
+}
+
+/* A forwarded /preempt, run by a thread of s->fxq. */
+static int run_forward_preempt(void *ud, const char *body, size_t len, struct ext_reply *r)
+{
+    return forward_or_here(ud, "preempt", ext_sched_preempt, body, len, r);
+}
+
+/* A non-leader's requests off the HTTP worker (q: s->fq, s->ffq, s->fpq or
+ * s->fxq): the leader may take seconds over a /bind (a node held for
+ * kubelet) and up to filter_wait over a /filter, a busy or dying leader
+ * long over any verb, and a worker answers its connections one request at
+ * a time: waiting there would hold the next requests on the worker's
+ * connections, among them the very /bind a /filter waits for. 1 parked; 0
+ * answered (*reply, *status); -1 not forwarded (this replica leads: answer
+ * here). */
 static int forward_queued(struct ext_server *s, struct ext_bindq *q,
                           const struct http_request *req, struct ext_reply *reply, int *status,
                           double *before_s)
@@ -254,16 +280,11 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         }
         int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER);
-        struct ext_bindq *fq = !fwd                            ? NULL
-                               : verbs[i].fn == ext_sched_bind   ? s->fq
-                               : verbs[i].fn == ext_sched_filter ? s->ffq
-                                                                 : NULL;
-        if (fwd && !fq &&
-            ext_forward(s->opts.forward, verbs[i].name, req->body, req->body_len, &resp->status,
-                        &resp->body, &resp->body_len) == 1) {
-            resp->content_type = "application/json";
-            return verbs[i].name;
-        }
+        struct ext_bindq *fq = !fwd                                ? NULL
+                               : verbs[i].fn == ext_sched_bind       ? s->fq
+                               : verbs[i].fn == ext_sched_filter     ? s->ffq
+                               : verbs[i].fn == ext_sched_prioritize ? s->fpq
+                                                                     : s->fxq;
         struct ext_reply reply;
         int f = fq ? forward_queued(s, fq, req, &reply, &resp->status, before_s) : -1;
         if (f == 1) {
@@ -399,6 +420,10 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
         (opts->forward &&
          ((rc = ext_bindq_new(run_forward_bind, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0 ||
           (rc = ext_bindq_new(run_forward_filter, s, http_wake, FORWARD_THREADS, &s->ffq, e)) <
+              0 ||
+          (rc = ext_bindq_new(run_forward_prioritize, s, http_wake, FORWARD_THREADS, &s->fpq,
+                              e)) < 0 ||
+          (rc = ext_bindq_new(run_forward_preempt, s, http_wake, FORWARD_THREADS, &s->fxq, e)) <
               0)) ||
         (rc = ext_bindq_new(run_filter_wait, opts->sched, http_wake, FILTER_WAIT_THREADS, &s->wq,
                             e)) < 0) {

@@ -6,7 +6,10 @@ whichever replica a Service picked, on a node chosen from the leader's view; a
 request already forwarded is never forwarded again; a leader that died leaves
 the follower answering /bind 503 (and /filter from its own view) until the
 lease expires, then the follower binds itself and nudges the pods left
-waiting; identities without an address keep the plain 503."""
+waiting; identities without an address keep the plain 503; every forwarded
+verb waits for the leader off the follower's HTTP workers."""
+import http.server
+import json
 import signal
 import threading
 import time
@@ -154,3 +157,94 @@ def test_forwarded_bind_holds_no_http_worker(gpusched_bin, api, tmp_path):
         a.stop()
         if b:
             b.stop()
+
+
+class SlowLeader:
+    """A stand-in leader at 127.0.0.1:port: answers /filter at once (every node it was
+    asked about) and /prioritize and /preempt after `hold` seconds, with answers of its
+    own that a follower can only have relayed."""
+
+    def __init__(self, hold):
+        leader = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                verb = self.path.rsplit("/", 1)[-1]
+                with leader.lock:
+                    leader.asked[verb] = leader.asked.get(verb, 0) + 1
+                if verb == "filter":
+                    out = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+                elif verb == "prioritize":
+                    time.sleep(hold)
+                    out = [{"Host": n, "Score": 7} for n in body["NodeNames"]]
+                else:
+                    time.sleep(hold)
+                    out = {"NodeNameToMetaVictims": {"from-the-leader": {"Pods": []}}}
+                data = json.dumps(out).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.lock = threading.Lock()
+        self.asked = {}
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_forwarded_prioritize_and_preempt_hold_no_http_worker(gpusched_bin, api, tmp_path):
+    """A busy leader may take long over /prioritize or /preempt. A follower with one
+    HTTP worker still answers /filter while one it forwarded waits: they run off the
+    worker too (parked), so a /bind or /filter on another of the worker's connections
+    is not held behind them. The leader here is a stand-in holding a live Lease."""
+    add_gpu_pod(api, "h1", "1")
+    leader = SlowLeader(hold=3)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    api.create("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "gpusched-extender"},
+        "spec": {"holderIdentity": f"slow@127.0.0.1:{leader.port}", "leaseDurationSeconds": 60,
+                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0}})
+    b = None
+    try:
+        b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", "--threads", "1")
+        p = api.get("pods", "h1", "default")
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"] and leader.asked.get("filter"),
+                 what="b forwards to the stand-in leader")
+        for verb, body, want in (
+                ("prioritize", {"Pod": p, "NodeNames": ["g1", "g2"]},
+                 [{"Host": "g1", "Score": 7}, {"Host": "g2", "Score": 7}]),
+                ("preempt", {"Pod": p, "NodeNameToMetaVictims": {}, "NodeNameToVictims": {}},
+                 {"NodeNameToMetaVictims": {"from-the-leader": {"Pods": []}}})):
+            out = {}
+
+            def ask():
+                t0 = time.time()
+                out["r"] = b.post(verb, body)
+                out["took"] = time.time() - t0
+            t = threading.Thread(target=ask)
+            t.start()
+            time.sleep(0.5)  # at the leader, held
+            t0 = time.time()
+            f = b.filter(p, ["g1", "g2"])
+            took = time.time() - t0
+            t.join()
+            assert f["NodeNames"] == ["g1", "g2"], f
+            assert took < 1.5, f"/filter waited {took:.1f} s behind a forwarded /{verb}"
+            assert out["r"].status_code == 200 and out["r"].json() == want, out["r"].text
+            assert out["took"] >= 2.5, out
+            assert b.metric(FWD % (verb, "200")) == 1
+    finally:
+        if b:
+            b.stop()
+        leader.stop()
