@@ -32,6 +32,10 @@ struct ext_server {
  * hold one up to bind_wait (a node still held for kubelet). */
 #define FORWARD_THREADS 8
 
+/* And on a forwarded /prioritize or /preempt: kube-scheduler asks them from
+ * its scheduling cycle, one pod at a time (more wait their turn). */
+#define FORWARD_CYCLE_THREADS 2
+
 typedef int (*verb_fn)(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r);
 
 static const struct {
@@ -421,10 +425,10 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
          ((rc = ext_bindq_new(run_forward_bind, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0 ||
           (rc = ext_bindq_new(run_forward_filter, s, http_wake, FORWARD_THREADS, &s->ffq, e)) <
               0 ||
-          (rc = ext_bindq_new(run_forward_prioritize, s, http_wake, FORWARD_THREADS, &s->fpq,
-                              e)) < 0 ||
-          (rc = ext_bindq_new(run_forward_preempt, s, http_wake, FORWARD_THREADS, &s->fxq, e)) <
-              0)) ||
+          (rc = ext_bindq_new(run_forward_prioritize, s, http_wake, FORWARD_CYCLE_THREADS,
+                              &s->fpq, e)) < 0 ||
+          (rc = ext_bindq_new(run_forward_preempt, s, http_wake, FORWARD_CYCLE_THREADS, &s->fxq,
+                              e)) < 0)) ||
         (rc = ext_bindq_new(run_filter_wait, opts->sched, http_wake, FILTER_WAIT_THREADS, &s->wq,
                             e)) < 0) {
         queues_free(s);
