@@ -385,16 +385,16 @@ static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t
 }
 
 /* Removes the assignment annotations of a pod created without a node by a
- * user who may not write them (one op each) and names them in warn; the
- * number removed. */
+ * user who may not write them (one op each) and says so in warn, meaning
+ * first: API servers may cut a warning past 256 characters. The number
+ * removed. */
 static int strip_stale(const struct wh_config *c, const json_t *pod, const char *user,
                        json_t *ops, char *warn, size_t cap)
 {
     const json_t *spec_node = json_object_get(json_object_get(pod, "spec"), "nodeName");
     const json_t *have = json_object_get(json_object_get(pod, "metadata"), "annotations");
-    const char *key;
+    const char *key, *first = NULL;
     json_t *v;
-    size_t used = 0;
     int n = 0;
     if (may_assign(c, user) || json_string_length(spec_node) > 0 || !json_is_object(have))
         return 0;
@@ -405,15 +405,16 @@ static int strip_stale(const struct wh_config *c, const json_t *pod, const char 
         pointer_escape(key, esc, sizeof esc);
         snprintf(path, sizeof path, "/metadata/annotations/%s", esc);
         json_array_append_new(ops, json_pack("{s:s, s:s}", "op", "remove", "path", path));
-        if (warn && used < cap) {
-            int w = snprintf(warn + used, cap - used, "%s%s", n ? ", " : "", key);
-            used += w > 0 ? (size_t)w : 0;
-        }
-        n++;
+        if (!n++)
+            first = key;
     }
-    if (n && warn && used < cap)
-        snprintf(warn + used, cap - used, ": removed, a GPU assignment is written by the "
-                 "extender at bind (copied from another pod?)");
+    if (n && warn && cap) {
+        char others[48] = "";
+        if (n > 1)
+            snprintf(others, sizeof others, " and %d more", n - 1);
+        snprintf(warn, cap, "GPU assignment removed (%s%s): the extender writes it at bind; "
+                 "copied from another pod?", first, others);
+    }
     return n;
 }
 

@@ -142,8 +142,8 @@ def test_only_the_extender_writes_assignments(cluster):
             made.append("replayed")
         assert r.status_code == 201, r.text
         warning = r.headers.get("Warning", "")
-        assert "gpusched.io/gpu-uuids" in warning and "written by the extender" in warning, \
-            r.headers
+        assert "GPU assignment removed (gpusched.io/" in warning and "and 6 more)" in warning \
+            and "the extender writes it at bind" in warning, r.headers
         ann = r.json()["metadata"]["annotations"]
         assert ann["note"] == "kept" and not set(copied) & set(ann), ann
         got = cluster.wait(lambda: cluster.pod(NS, "replayed")["metadata"].get(

@@ -238,7 +238,8 @@ static void admit_tests(void)
                     "\"value\":\"kind=whole,gpus=1\"}]");
     free(s);
     json_decref(patch);
-    ASSERT_CONTAINS(warn, "gpusched.io/node, gpusched.io/gpu-uuids: removed");
+    ASSERT_STREQ(warn, "GPU assignment removed (gpusched.io/node and 1 more): the extender "
+                       "writes it at bind; copied from another pod?");
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "admin", &patch, warn, sizeof warn, &e), 0);
     ASSERT_EQ(json_array_size(patch), 1);
     ASSERT_STREQ(warn, "");
