@@ -199,16 +199,24 @@ static int fitting(const struct core_cycle *cy, const struct core_node *n, int *
     return k;
 }
 
+/* Above every core_topology_quality: weakest link <= NVLink, sum below
+ * CORE_LINK_SUM_MAX; a cost is this minus a quality. */
+#define LINK_ABOVE ((CORE_LINK_NVLINK + 1) * CORE_LINK_SUM_MAX)
+
+/* The cost of `count` GPUs every two of which are joined by link l. */
+static uint32_t alike_cost(int l, int count)
+{
+    return (uint32_t)(LINK_ABOVE - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
+}
+
 uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
 {
-    /* above every quality: weakest link <= NVLink, sum < CORE_LINK_SUM_MAX */
-    const int count = cy->req->num_gpu, above = (CORE_LINK_NVLINK + 1) * CORE_LINK_SUM_MAX;
+    const int count = cy->req->num_gpu;
     if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
         return 0;
     const struct core_node_priv *p = n->priv;
-    int l = p->link_alike;
-    if (l >= 0) /* every set alike */
-        return (uint32_t)(above - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
+    if (p->link_alike >= 0) /* every set alike */
+        return alike_cost(p->link_alike, count);
     uint32_t mask = p->whole_mask, set, cost;
     if (p->model_mask & ~cy->model_mask) { /* usable GPUs of a model the pod refuses */
         int pos[CORE_MAX_GPUS], k = fitting(cy, n, pos);
@@ -230,7 +238,7 @@ uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
     if (core_topology_pick(n, mask, 0, count, &set) < 0)
         cost = UINT32_MAX;
     else
-        cost = (uint32_t)(above - core_topology_quality(n, set));
+        cost = (uint32_t)(LINK_ABOVE - core_topology_quality(n, set));
     if (m)
         *m = (struct core_link_memo){.link_hash = h, .mask = mask, .cost = cost, .count = count};
     return cost;
@@ -238,14 +246,14 @@ uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
 
 uint32_t core_link_floor(const struct core_cycle *cy)
 {
-    const int count = cy->req->num_gpu, above = (CORE_LINK_NVLINK + 1) * CORE_LINK_SUM_MAX;
+    const int count = cy->req->num_gpu;
     if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
         return 0;
     int l = CORE_LINK_NVLINK;
     while (l > 0 && !cy->cluster->link_nodes[l])
         l--;
     /* no set has a weakest link above l, nor a sum above l per pair */
-    return (uint32_t)(above - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
+    return alike_cost(l, count);
 }
 
 uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, uint32_t rank)

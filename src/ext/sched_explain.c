@@ -48,16 +48,16 @@ static void would_get(struct core_cluster *c, const struct core_policy *pol,
     if (!entry || core_pick_gpus(c, pol, n, pod, &a, &e) < 0)
         return;
     json_t *idx = json_array();
-    int weakest = CORE_LINK_NVLINK;
+    uint32_t set = 0;
     for (int i = 0; i < a.n; i++) {
         json_array_append_new(idx, json_integer(n->gpus[a.gpu[i]].index));
-        for (int j = i + 1; j < a.n; j++)
-            if (n->gpus[a.gpu[i]].link[a.gpu[j]] < weakest)
-                weakest = n->gpus[a.gpu[i]].link[a.gpu[j]];
+        set |= 1u << a.gpu[i];
     }
     json_object_set_new(entry, "would_get", idx);
     if (a.n > 1 && pod->req.kind == CORE_REQ_WHOLE)
-        json_object_set_new(entry, "weakest_link", json_string(core_link_name(weakest)));
+        json_object_set_new(entry, "weakest_link",
+                            json_string(core_link_name(core_topology_quality(n, set) /
+                                                       CORE_LINK_SUM_MAX)));
 }
 
 int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, json_t **reply)
@@ -109,7 +109,8 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     for (int i = 0; i < nf && scored; i++) {
         json_t *entry = json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits", 1,
                                   "score", sc[i], "extender_score",
-                                  sched_extender_score(sc[i], sc[best], i == best), "gpus",
+                                  sched_extender_score(sc[i], best < 0 ? 0 : sc[best],
+                                                       i == best), "gpus",
                                   gpu_detail(fit[i]));
         would_get(s->c, pol, fit[i], &pod, entry);
         json_array_insert_new(nodes, (size_t)i, entry);

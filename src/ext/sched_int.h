@@ -154,9 +154,10 @@ int sched_node_fits(struct ext_sched *s, const struct core_node *n, const struct
 
 /* A policy score (0..100) on kube-scheduler's 0..10 scale, rounded, except
  * that only the node the policy would choose (`chosen`: core_choice_at, as
- * core_schedule_one decides) gets the top one: kube-scheduler adds its in-tree scores, which favour emptier
- * nodes, and rounding must not turn the policy's choice into a tie that they
- * settle. best: the chosen node's score. */
+ * core_schedule_one decides) gets the top one: kube-scheduler adds its
+ * in-tree scores, which favour emptier nodes, and rounding must not turn
+ * the policy's choice into a tie that they settle. best: the chosen node's
+ * score. */
 static inline int sched_extender_score(int score, int best, int chosen)
 {
     int v = (score * 10 + 50) / 100, top = (best * 10 + 50) / 100;

@@ -171,17 +171,6 @@ static int run_forward_bind(void *ud, const char *body, size_t len, struct ext_r
     return 503;
 }
 
-/* A forwarded /filter, run by a thread of s->ffq: the leader's answer, or
- * this replica's own when the leader did not answer (or it leads now). */
-static int run_forward_filter(void *ud, const char *body, size_t len, struct ext_reply *r)
-{
-    struct ext_server *s = ud;
-    int status;
-    if (leader_answer(s, "filter", body, len, r, &status))
-        return status;
-    return ext_sched_filter_after_bind(s->opts.sched, body, len, 1, r);
-}
-
 /* The leader's answer to a forwarded verb, or this replica's own when the
  * leader did not answer (or it leads now). */
 static int forward_or_here(struct ext_server *s, const char *verb, verb_fn here,
@@ -191,6 +180,19 @@ static int forward_or_here(struct ext_server *s, const char *verb, verb_fn here,
     if (leader_answer(s, verb, body, len, r, &status))
         return status;
     return here(s->opts.sched, body, len, r);
+}
+
+/* /filter as kube-scheduler calls it, waiting for the /bind before it
+ * (ext_sched_filter_after_bind). */
+static int filter_waiting(struct ext_sched *s, const char *body, size_t len, struct ext_reply *r)
+{
+    return ext_sched_filter_after_bind(s, body, len, 1, r);
+}
+
+/* A forwarded /filter, run by a thread of s->ffq. */
+static int run_forward_filter(void *ud, const char *body, size_t len, struct ext_reply *r)
+{
+    return forward_or_here(ud, "filter", filter_waiting, body, len, r);
 }
 
 /* A forwarded /prioritize, run by a thread of s->fpq. */
@@ -225,7 +227,7 @@ static int forward_queued(struct ext_server *s, struct ext_bindq *q,
 
 static int run_filter_wait(void *sched, const char *body, size_t len, struct ext_reply *r)
 {
-    return ext_sched_filter_after_bind(sched, body, len, 1, r);
+    return filter_waiting(sched, body, len, r);
 }
 
 /* /filter, waiting off the HTTP worker for the /bind before it when it has
