@@ -784,6 +784,12 @@ void sched_expect_bind(struct ext_sched *s, const char *uid)
     s->expect_until = gs_mono_s() + s->opts.filter_wait;
 }
 
+void sched_expect_bind_again(struct ext_sched *s, const char *uid)
+{
+    if (s->expect_until > 0 && strcmp(s->expect_uid, uid) == 0)
+        s->expect_until = gs_mono_s() + s->opts.filter_wait;
+}
+
 void sched_bind_arrived(struct ext_sched *s, const char *uid)
 {
     s->last_bind = gs_mono_s();

@@ -125,6 +125,11 @@ void sched_bind_arrived(struct ext_sched *s, const char *uid);
 int sched_await_bind(struct ext_sched *s, const char *uid, int wait);
 /* /filter of GPU pod uid found nodes: its /bind is expected next. Lock held. */
 void sched_expect_bind(struct ext_sched *s, const char *uid);
+/* /prioritize of GPU pod uid: when its /bind is the one expected, the wait
+ * for it runs filter_wait from now (the bind comes after the scores, and a
+ * slow /prioritize, forwarded by another replica or on a busy machine, must
+ * not use up the wait). Lock held. */
+void sched_expect_bind_again(struct ext_sched *s, const char *uid);
 /* Does p hold an allocation read from assignment annotations whose Binding
  * never came (no node name, no bind of this replica committing or committed
  * it)? In cluster mode only. Lock held. */

@@ -38,8 +38,10 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     uint64_t ver = 0;
 
     pthread_mutex_lock(&s->mu);
-    if (gpu)
+    if (gpu) {
         sched_remember(s, a->pod);
+        sched_expect_bind_again(s, pod->uid);
+    }
     if (memo && (col = ext_memo_col_get(s->memo, v.key, v.klen, core_cluster_node_count(s->c))))
         col_epoch = col->epoch;
     if (memo && (en = sched_verb_memo(s, &v, EXT_MEMO_PRIORITIZE))) {

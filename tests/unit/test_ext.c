@@ -496,6 +496,55 @@ static void test_filter_waits_for_bind(void)
     ext_sched_free(s);
 }
 
+static void sleep_ms(long ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
+/* The wait for p's /bind runs filter_wait from p's /prioritize, not from
+ * its /filter: a slow /prioritize (forwarded by another replica, a busy
+ * machine) used the whole wait up, and q's /filter offered the GPU p's
+ * bind took (409 in tests/e2e/test_ha.py, one CI run). */
+static void test_filter_wait_counts_from_prioritize(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    struct ext_reply reply;
+    size_t rlen;
+    char got[200];
+    double took;
+    pthread_t t;
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G%d\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+    char buf[200];
+
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_wait = 0.2}, &s, &e), 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(buf, sizeof buf, inv, i);
+        json_t *n = node_json(i ? "n2" : "n", buf);
+        ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+        json_decref(n);
+    }
+    ASSERT_EQ(filter_names(s, "w", "[\"n2\"]", 0, got, sizeof got, &took), 200);
+    bind_to(s, "w", "n2"); /* binds come: they are waited for */
+    ASSERT_EQ(filter_names(s, "p", "[\"n\"]", 0, got, sizeof got, &took), 200);
+    ASSERT_STREQ(got, "n");
+    sleep_ms(150);
+    const char *prio = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
+                       "\"uid\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+                       "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
+                       "\"NodeNames\":[\"n\"]}";
+    ASSERT_EQ(ext_sched_prioritize(s, prio, strlen(prio), &reply), 200);
+    free(ext_reply_take(&reply, &rlen));
+    sleep_ms(100); /* 250 ms after p's /filter: past filter_wait from there */
+    ASSERT_EQ(pthread_create(&t, NULL, late_bind, s), 0); /* p's bind, 80 ms on */
+    ASSERT_EQ(filter_names(s, "q", "[\"n\"]", 1, got, sizeof got, &took), 200);
+    pthread_join(t, NULL);
+    ASSERT_STREQ(got, ""); /* it waited: n's one GPU is p's */
+    ASSERT_TRUE(took >= 0.05);
+    ext_sched_free(s);
+}
+
 int test_ext(void)
 {
     char dir[] = "/tmp/gs_ext_XXXXXX";
@@ -508,6 +557,7 @@ int test_ext(void)
     test_config(dir);
     test_sched();
     test_filter_waits_for_bind();
+    test_filter_wait_counts_from_prioritize();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
