@@ -119,6 +119,14 @@ int core_pick_gpus(struct core_cluster *c, const struct core_policy *pol,
  * contain must. */
 int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
                        uint32_t *chosen);
+/* The GPUs of a pod of `count` shared GPUs: pos[0..k) are the fitting GPU
+ * positions in the policy's order of preference (best fit first, ...);
+ * reorders them so that the chosen `count` come first, still in that order:
+ * the set whose weakest internal link is best, then the one earliest in the
+ * order (compared rank by rank). On a node whose candidates are all linked
+ * alike (no topology, NVSwitch), the first `count`, untouched. 0, or
+ * -GS_ENOFIT when k < count. */
+int core_topology_pick_ranked(const struct core_node *n, int *pos, int k, int count);
 /* A set's links as core_topology_pick ranks them, higher better: its
  * weakest link times CORE_LINK_SUM_MAX plus the sum of its links (a sum
  * over at most C(CORE_MAX_GPUS, 2) pairs stays below CORE_LINK_SUM_MAX). */
@@ -127,7 +135,7 @@ int core_topology_quality(const struct core_node *n, uint32_t set);
 
 /* One full decision: filter every node, score the feasible ones, choose the
  * node (highest score; ties to the best-linked GPUs for a pod of 2+ whole
- * GPUs, then the seeded rank; `random` picks uniformly), choose the GPUs.
+ * or shared GPUs, then the seeded rank; `random` picks uniformly), choose the GPUs.
  * Does not reserve: call core_reserve(c, &d->alloc, e) to commit. Returns
  * 0, or -GS_ENOFIT when no node fits (d->n_feasible = 0). */
 struct core_decision {
@@ -158,8 +166,9 @@ int core_node_pos(const struct core_node *n);
 
 /* The order core_schedule_one gives nodes it scores equal for pod, lower
  * first, for the nodes at positions pos[] (core_node_pos) into keys[]: for
- * a pod of 2+ whole GPUs, how well linked the GPUs it would get there are
- * (weakest link, then their sum, as core_topology_pick judges a set), then
+ * a pod of 2+ whole or shared GPUs, how well linked the GPUs it would get
+ * there are (weakest link, then their sum, as core_topology_pick judges a
+ * set), then
  * the node's seeded rank (core_cluster_set_seed). 0, or -GS_EINVAL for a
  * request core_schedule_one would refuse. */
 int core_tie_keys_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,

@@ -209,14 +209,31 @@ static uint32_t alike_cost(int l, int count)
     return (uint32_t)(LINK_ABOVE - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
 }
 
+static int pick(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a);
+
+/* Pods of 2+ whole or shared GPUs: their GPUs' links count. */
+static int linked_pod(const struct core_request *r)
+{
+    return (r->kind == CORE_REQ_WHOLE || r->kind == CORE_REQ_SHARED) && r->num_gpu >= 2;
+}
+
 uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
 {
     const int count = cy->req->num_gpu;
-    if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
+    if (!linked_pod(cy->req))
         return 0;
     const struct core_node_priv *p = n->priv;
     if (p->link_alike >= 0) /* every set alike */
         return alike_cost(p->link_alike, count);
+    if (cy->req->kind == CORE_REQ_SHARED) { /* the set the policy takes: shares count too */
+        struct core_alloc a;
+        uint32_t set = 0;
+        if (pick(cy, n, &a) < 0)
+            return UINT32_MAX;
+        for (int i = 0; i < a.n; i++)
+            set |= 1u << a.gpu[i];
+        return (uint32_t)(LINK_ABOVE - core_topology_quality(n, set));
+    }
     uint32_t mask = p->whole_mask, set, cost;
     if (p->model_mask & ~cy->model_mask) { /* usable GPUs of a model the pod refuses */
         int pos[CORE_MAX_GPUS], k = fitting(cy, n, pos);
@@ -247,7 +264,7 @@ uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
 uint32_t core_link_floor(const struct core_cycle *cy)
 {
     const int count = cy->req->num_gpu;
-    if (cy->req->kind != CORE_REQ_WHOLE || count < 2)
+    if (!linked_pod(cy->req))
         return 0;
     int l = CORE_LINK_NVLINK;
     while (l > 0 && !cy->cluster->link_nodes[l])
@@ -275,8 +292,8 @@ int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, con
             best = j;
     if (best < 0)
         return -1;
-    /* pods of 2+ whole GPUs: of the nodes scored equal, the best-linked
-     * GPUs (every other pod costs 0 everywhere, the floor) */
+    /* pods of 2+ whole or shared GPUs: of the nodes scored equal, the
+     * best-linked GPUs (every other pod costs 0 everywhere, the floor) */
     uint64_t key = core_tie_key(cy, NODE(best), RANK(best));
     if ((key >> 32) <= core_link_floor(cy))
         return best;
@@ -316,6 +333,7 @@ int core_pick_order(const struct core_cycle *cy, const struct core_node *n, stru
                 pos[j++] = i;
     } else {
         sort_by_share(n, pos, k, dir);
+        core_topology_pick_ranked(n, pos, k, cy->req->num_gpu); /* shares, after the links */
     }
     core_alloc_init(cy, n, a);
     for (int i = 0; i < cy->req->num_gpu; i++)

@@ -224,10 +224,10 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
                     const struct core_pod *pod, struct gs_err *e);
 int core_filter_cycle(const struct core_cycle *cy, const struct core_node *n,
                       struct core_status *st);
-/* How badly linked the GPUs a pod of 2+ whole GPUs would get on n are,
- * lower better, judged as core_topology_pick judges the set it takes
- * (weakest link, then link sum); UINT32_MAX if they do not fit; 0 for
- * every other pod. The first key between nodes the policy scores equal,
+/* How badly linked the GPUs a pod of 2+ whole or shared GPUs would get on
+ * n are (shared: the set its policy picks), lower better, judged as
+ * core_topology_pick judges a set (weakest link, then link sum);
+ * UINT32_MAX if they do not fit; 0 for every other pod. The first key between nodes the policy scores equal,
  * before the seeded rank. */
 uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n);
 /* A cost no node of the cluster goes below for this pod (from the
@@ -280,8 +280,9 @@ static inline int core_fits_pos(const struct core_cycle *cy, const struct core_n
 }
 
 /* The fragmentation policies' GPU choice for a non-sharing pod: the
- * num_gpu fitting GPUs with the least free share (lowest position on ties),
- * written to pos[]; returns how many (fewer when fewer fit). */
+ * num_gpu fitting GPUs with the least free share (lowest position on ties;
+ * several shared GPUs: the best-linked of them first, as core_pick_order
+ * takes them), written to pos[]; returns how many (fewer when fewer fit). */
 static inline int core_least_free_fitting(const struct core_cycle *cy, const struct core_node *n,
                                           int *pos)
 {
@@ -296,6 +297,8 @@ static inline int core_least_free_fitting(const struct core_cycle *cy, const str
             pos[j] = pos[j - 1];
             pos[j - 1] = t;
         }
+    if (cy->req->kind == CORE_REQ_SHARED)
+        core_topology_pick_ranked(n, pos, k, cy->req->num_gpu);
     return k > cy->req->num_gpu ? cy->req->num_gpu : k;
 }
 

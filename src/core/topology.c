@@ -8,7 +8,9 @@
  * the links left among the candidates it does not take (a GPU cut off from
  * its NVLink partner goes before one that would break a pair), then by the
  * lowest positions. Sets are enumerated exhaustively: at most C(16, 8) =
- * 12,870 subsets, each scored in O(k^2).
+ * 12,870 subsets, each scored in O(k^2). A pod of several shared GPUs gets
+ * the best weakest link too, then the GPUs its policy ranks first
+ * (core_topology_pick_ranked): its shares, not the links, decide the rest.
  */
 #include <string.h>
 
@@ -78,6 +80,59 @@ static int lower_positions(uint32_t x, uint32_t y)
     return 0;
 }
 
+/* Is every pair of GPUs in mask joined by the same link? */
+static int links_alike(const struct core_node *n, uint32_t mask)
+{
+    int ref = -1;
+    for (int a = 0; a < n->n_gpus; a++)
+        for (int b = a + 1; b < n->n_gpus; b++)
+            if ((mask >> a & 1) && (mask >> b & 1)) {
+                int l = n->gpus[a].link[b];
+                if (ref >= 0 && l != ref)
+                    return 0;
+                ref = l;
+            }
+    return 1;
+}
+
+int core_topology_pick_ranked(const struct core_node *n, int *pos, int k, int count)
+{
+    if (count > k || count < 0)
+        return -GS_ENOFIT;
+    uint32_t mask = 0;
+    for (int i = 0; i < k; i++)
+        mask |= 1u << pos[i];
+    if (count < 2 || count == k || links_alike(n, mask))
+        return 0;
+    /* sets as bitmasks over ranks (bit i: pos[i]); Gosper's hack */
+    uint32_t best = 0;
+    int best_w = -1;
+    for (uint32_t comb = (1u << count) - 1; comb < (1u << k);) {
+        uint32_t set = 0;
+        for (int i = 0; i < k; i++)
+            if (comb & (1u << i))
+                set |= 1u << pos[i];
+        int w, s;
+        set_quality(n, set, &w, &s);
+        if (w > best_w || (w == best_w && lower_positions(comb, best))) {
+            best = comb;
+            best_w = w;
+        }
+        uint32_t c = comb & -comb, r = comb + c;
+        comb = (((r ^ comb) >> 2) / c) | r;
+    }
+    /* the chosen first, each part in rank order */
+    int out[CORE_MAX_GPUS], j = 0;
+    for (int i = 0; i < k; i++)
+        if (best & (1u << i))
+            out[j++] = pos[i];
+    for (int i = 0; i < k; i++)
+        if (!(best & (1u << i)))
+            out[j++] = pos[i];
+    memcpy(pos, out, (size_t)k * sizeof *pos);
+    return 0;
+}
+
 int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t must, int count,
                        uint32_t *chosen)
 {
@@ -97,15 +152,7 @@ int core_topology_pick(const struct core_node *n, uint32_t candidates, uint32_t 
     }
     /* every candidate linked alike (no topology, or all NVLink): every set
      * ties on the links, so the lowest positions, without enumerating */
-    int ref = -1, alike = 1;
-    for (int a = 0; a < n->n_gpus && alike; a++)
-        for (int b = a + 1; b < n->n_gpus && alike; b++)
-            if ((candidates >> a & 1) && (candidates >> b & 1)) {
-                int l = n->gpus[a].link[b];
-                alike = ref < 0 || l == ref;
-                ref = l;
-            }
-    if (alike) {
+    if (links_alike(n, candidates)) {
         uint32_t set = must;
         for (int i = 0; i < need; i++)
             set |= 1u << pos[i];

@@ -37,7 +37,7 @@ static json_t *gpu_detail(const struct core_node *n)
 }
 
 /* The GPUs the policy would give the pod on n ("would_get": indices) and,
- * for two or more whole GPUs, the weakest link between them
+ * for two or more whole or shared GPUs, the weakest link between them
  * ("weakest_link"): what decides between nodes scored equal
  * (docs/design.md, "Topology"). */
 static void would_get(struct core_cluster *c, const struct core_policy *pol,
@@ -54,7 +54,7 @@ static void would_get(struct core_cluster *c, const struct core_policy *pol,
         set |= 1u << a.gpu[i];
     }
     json_object_set_new(entry, "would_get", idx);
-    if (a.n > 1 && pod->req.kind == CORE_REQ_WHOLE)
+    if (a.n > 1 && (pod->req.kind == CORE_REQ_WHOLE || pod->req.kind == CORE_REQ_SHARED))
         json_object_set_new(entry, "weakest_link",
                             json_string(core_link_name(core_topology_quality(n, set) /
                                                        CORE_LINK_SUM_MAX)));

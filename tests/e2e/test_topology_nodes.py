@@ -10,6 +10,11 @@ GPUs of one model, so cpufrag (the default) scores them alike. A 2-GPU pod must 
 bound to the node with the pair, with GPUs 0 and 2, whichever node that is: the test
 runs both ways round, and a choice by rank alone fails one of them.
 
+A pod of two *shared* GPUs is placed by its links too: with GPUs 0 and 1 of a node
+partly used (held there by steering two shared pods with the inventory's health), a
+pod of 2 x 30 % gets 0 and 2 (NVLinked), not the best-fitting 0 and 1 (across NUMA
+nodes).
+
 Pods on API-only nodes never start: asserted on bindings and annotations."""
 import json
 import time
@@ -80,5 +85,38 @@ def test_two_gpu_pod_goes_where_its_gpus_are_linked(linked, pair_on):
         assert ann[scale.PREFIX + "gpu-indices"] == "0,2", ann
         assert set(ann[scale.PREFIX + "gpu-uuids"].split(",")) == {
             uuids[pair_on][0], uuids[pair_on][2]}, ann
+    finally:
+        c.force_delete_all(NS, "e2e=1")
+
+
+SHARED60 = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "40Gi", "nvidia.com/gpu-cores": "60"}
+SHARED2X30 = {"nvidia.com/gpu": "2", "nvidia.com/gpu-memory": "20Gi", "nvidia.com/gpu-cores": "30"}
+
+
+def bound(c, name):
+    return c.wait(lambda: (lambda q: q if q and q["spec"].get("nodeName") else None)(
+        c.pod(NS, name)), 60, f"{name} bound")["metadata"]["annotations"]
+
+
+def test_two_shared_gpus_go_to_a_linked_pair(linked):
+    c = linked
+    other = NODES[1]
+    set_inventory(c, other, (0, 1, 2, 3))  # the pods all go to lk-0
+    try:
+        # a 60 % pod on GPU 0, then one on GPU 1: each placed while only its GPU is
+        # healthy on lk-0
+        for gpu, name in ((0, "held-0"), (1, "held-1")):
+            set_inventory(c, NODES[0], tuple(i for i in range(4) if i != gpu))
+            c.wait(lambda: free_gpus(c, NODES[0]) == 1, 30, f"only GPU {gpu} healthy")
+            scale.create_pods(c, [scale.pod(name, SHARED60)])
+            assert bound(c, name)[scale.PREFIX + "gpu-indices"] == str(gpu)
+        uuids = set_inventory(c, NODES[0], ())
+        c.wait(lambda: free_gpus(c, NODES[0]) == 2, 30, "all GPUs of lk-0 healthy")
+        scale.create_pods(c, [scale.pod("tp", SHARED2X30)])
+        ann = bound(c, "tp")
+        got = ann[scale.PREFIX + "gpu-indices"]
+        assert set(got.split(",")) == {"0", "2"}, (
+            f"2 x 30 % got GPUs {got}: 0 and 2 are NVLinked and fit ({ann})")
+        assert set(ann[scale.PREFIX + "gpu-uuids"].split(",")) == {uuids[0], uuids[2]}, ann
     finally:
         c.force_delete_all(NS, "e2e=1")
