@@ -209,8 +209,6 @@ static uint32_t alike_cost(int l, int count)
     return (uint32_t)(LINK_ABOVE - (l * CORE_LINK_SUM_MAX + l * (count * (count - 1) / 2)));
 }
 
-static int pick(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a);
-
 /* Pods of 2+ whole or shared GPUs: their GPUs' links count. */
 static int linked_pod(const struct core_request *r)
 {
@@ -225,13 +223,16 @@ uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
     const struct core_node_priv *p = n->priv;
     if (p->link_alike >= 0) /* every set alike */
         return alike_cost(p->link_alike, count);
-    if (cy->req->kind == CORE_REQ_SHARED) { /* the set the policy takes: shares count too */
-        struct core_alloc a;
+    if (cy->req->kind == CORE_REQ_SHARED) {
+        /* the set best fit takes (core_pick_order), as every fragmentation
+         * policy does; any order gives the same weakest link */
+        int pos[CORE_MAX_GPUS], k = fitting(cy, n, pos);
         uint32_t set = 0;
-        if (pick(cy, n, &a) < 0)
+        sort_by_share(n, pos, k, 1);
+        if (core_topology_pick_ranked(n, pos, k, count) < 0)
             return UINT32_MAX;
-        for (int i = 0; i < a.n; i++)
-            set |= 1u << a.gpu[i];
+        for (int i = 0; i < count; i++)
+            set |= 1u << pos[i];
         return (uint32_t)(LINK_ABOVE - core_topology_quality(n, set));
     }
     uint32_t mask = p->whole_mask, set, cost;

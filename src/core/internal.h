@@ -225,7 +225,7 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
 int core_filter_cycle(const struct core_cycle *cy, const struct core_node *n,
                       struct core_status *st);
 /* How badly linked the GPUs a pod of 2+ whole or shared GPUs would get on
- * n are (shared: the set its policy picks), lower better, judged as
+ * n are (shared: the set best fit picks), lower better, judged as
  * core_topology_pick judges a set (weakest link, then link sum);
  * UINT32_MAX if they do not fit; 0 for every other pod. The first key between nodes the policy scores equal,
  * before the seeded rank. */

@@ -408,8 +408,8 @@ def test_equal_nodes_go_to_the_linked_gpus(gpusched_bin, tmp_path, pair_on):
     """Two nodes cpufrag scores alike (two whole GPUs free on each): on one the free
     GPUs are an NVLinked pair, on the other 0 and 3, across NUMA nodes. A 2-GPU pod's
     top score, --top-k 1 and the decision trace all name the node with the pair,
-    whichever node's seeded rank comes first (both ways round); a 1-GPU pod keeps the
-    rank alone."""
+    whichever node's seeded rank comes first (both ways round), and so for a pod of two
+    shared GPUs; a 1-GPU pod keeps the rank alone."""
     other = "l2" if pair_on == "l1" else "l1"
     nodes = write_nodes(tmp_path / "nodes.json",
                         [linked_node(pair_on, (1, 3)), linked_node(other, (1, 2))])
@@ -428,6 +428,14 @@ def test_equal_nodes_go_to_the_linked_gpus(gpusched_bin, tmp_path, pair_on):
         e.filter(one, ["l1", "l2"])
         trace = {n["node"]: n for n in e.debug(one).json()["nodes"]}
         assert "weakest_link" not in trace["l1"] and len(trace["l1"]["would_get"]) == 1
+        # two shared GPUs: the same pair decides
+        tp = pod("tp", {"nvidia.com/gpu": "2", "nvidia.com/gpu-memory": "10Gi",
+                        "nvidia.com/gpu-cores": "30"})
+        assert e.filter(tp, ["l1", "l2"])["NodeNames"] == [pair_on]
+        trace = {n["node"]: n for n in e.debug(tp).json()["nodes"]}
+        assert trace[pair_on]["score"] == trace[other]["score"], trace
+        assert (trace[pair_on]["would_get"], trace[pair_on]["weakest_link"]) == ([0, 2], "nvlink")
+        assert trace[other]["weakest_link"] == "sys", trace
         assert e.place(p, ["l1", "l2"]) == pair_on
     finally:
         e.stop()

@@ -618,6 +618,12 @@ static void test_link_tiebreak(void)
         ASSERT_EQ(core_tie_keys_at(c, &two, pos, 2, keys, &e), 0);
         ASSERT_TRUE(keys[side] < keys[!side]);
         ASSERT_TRUE(keys[!side] >> 32 > keys[side] >> 32);
+        int sc[2];
+        ASSERT_EQ(core_score(c, core_policy_find("cpufrag"), &twos, nodes, 2, sc, &e), 0);
+        ASSERT_EQ(sc[0], sc[1]);
+        ASSERT_EQ(core_choice_at(c, &twos, pos, sc, NULL, 2), side);
+        ASSERT_EQ(core_tie_keys_at(c, &twos, pos, 2, keys, &e), 0);
+        ASSERT_TRUE(keys[!side] >> 32 > keys[side] >> 32);
         ASSERT_EQ(core_tie_keys_at(c, &one, pos, 2, keys, &e), 0);
         ASSERT_EQ(keys[0] >> 32, 0); /* the rank alone */
         ASSERT_EQ(keys[1] >> 32, 0);
