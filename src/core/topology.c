@@ -99,10 +99,12 @@ int core_topology_pick_ranked(const struct core_node *n, int *pos, int k, int co
 {
     if (count > k || count < 0)
         return -GS_ENOFIT;
+    if (count < 2 || count == k)
+        return 0;
     uint32_t mask = 0;
     for (int i = 0; i < k; i++)
         mask |= 1u << pos[i];
-    if (count < 2 || count == k || links_alike(n, mask))
+    if (links_alike(n, mask))
         return 0;
     /* sets as bitmasks over ranks (bit i: pos[i]); Gosper's hack */
     uint32_t best = 0;
