@@ -95,41 +95,60 @@ static int links_alike(const struct core_node *n, uint32_t mask)
     return 1;
 }
 
+/* The ranked search: sets in lexicographic order of their ranks, depth
+ * first; a prefix whose weakest link is no better than the best set's
+ * cannot win (every completion is weaker or equal, and comes later), so it
+ * is cut, and the search ends once a set reaches the best link present. */
+struct ranked {
+    const struct core_node *n;
+    const int *pos;
+    int k, count, top;
+    int take[CORE_MAX_GPUS], best[CORE_MAX_GPUS], best_w;
+};
+
+static void ranked_from(struct ranked *r, int depth, int from, int w)
+{
+    if (depth == r->count) {
+        r->best_w = w; /* better than the best so far: the cut saw to it */
+        memcpy(r->best, r->take, (size_t)r->count * sizeof *r->take);
+        return;
+    }
+    for (int i = from; i <= r->k - (r->count - depth) && r->best_w < r->top; i++) {
+        int wi = w;
+        for (int j = 0; j < depth; j++) {
+            int l = r->n->gpus[r->pos[i]].link[r->pos[r->take[j]]];
+            if (l < wi)
+                wi = l;
+        }
+        if (wi <= r->best_w)
+            continue;
+        r->take[depth] = i;
+        ranked_from(r, depth + 1, i + 1, wi);
+    }
+}
+
 int core_topology_pick_ranked(const struct core_node *n, int *pos, int k, int count)
 {
     if (count > k || count < 0)
         return -GS_ENOFIT;
     if (count < 2 || count == k)
         return 0;
-    uint32_t mask = 0;
-    for (int i = 0; i < k; i++)
-        mask |= 1u << pos[i];
-    if (links_alike(n, mask))
-        return 0;
-    /* sets as bitmasks over ranks (bit i: pos[i]); Gosper's hack */
-    uint32_t best = 0;
-    int best_w = -1;
-    for (uint32_t comb = (1u << count) - 1; comb < (1u << k);) {
-        uint32_t set = 0;
-        for (int i = 0; i < k; i++)
-            if (comb & (1u << i))
-                set |= 1u << pos[i];
-        int w, s;
-        set_quality(n, set, &w, &s);
-        if (w > best_w || (w == best_w && lower_positions(comb, best))) {
-            best = comb;
-            best_w = w;
-        }
-        uint32_t c = comb & -comb, r = comb + c;
-        comb = (((r ^ comb) >> 2) / c) | r;
-    }
+    struct ranked r = {.n = n, .pos = pos, .k = k, .count = count, .best_w = -1, .top = -1};
+    for (int a = 0; a < k; a++)
+        for (int b = a + 1; b < k; b++)
+            if (n->gpus[pos[a]].link[pos[b]] > r.top)
+                r.top = n->gpus[pos[a]].link[pos[b]];
+    ranked_from(&r, 0, 0, CORE_LINK_NVLINK);
     /* the chosen first, each part in rank order */
     int out[CORE_MAX_GPUS], j = 0;
+    uint32_t chosen = 0;
+    for (int i = 0; i < count; i++)
+        chosen |= 1u << r.best[i];
     for (int i = 0; i < k; i++)
-        if (best & (1u << i))
+        if (chosen & (1u << i))
             out[j++] = pos[i];
     for (int i = 0; i < k; i++)
-        if (!(best & (1u << i)))
+        if (!(chosen & (1u << i)))
             out[j++] = pos[i];
     memcpy(pos, out, (size_t)k * sizeof *pos);
     return 0;

@@ -729,6 +729,77 @@ static void test_shared_links(void)
     core_cluster_free(c);
 }
 
+/* core_topology_pick_ranked against every set: on random link matrices of
+ * 8 and 12 GPUs and random orders, it takes the set of the best weakest
+ * link that comes first rank by rank. */
+static void test_ranked_pick_is_exhaustive(void)
+{
+    uint64_t x = 88172645463325252ULL;
+    static const enum core_link kinds[] = {CORE_LINK_SYS, CORE_LINK_NODE, CORE_LINK_PIX,
+                                          CORE_LINK_NVLINK};
+    for (int round = 0; round < 300; round++) {
+        int ng = round % 2 ? 12 : 8;
+        struct core_cluster *c = core_cluster_new();
+        struct core_node_spec sp;
+        memset(&sp, 0, sizeof sp);
+        sp.name = "r";
+        sp.cpu_milli = 64000;
+        sp.mem_bytes = (int64_t)256 << 30;
+        sp.n_gpus = ng;
+        for (int i = 0; i < ng; i++) {
+            sp.gpus[i].index = i;
+            snprintf(sp.gpus[i].model, CORE_MODEL_MAX, "H100");
+            sp.gpus[i].mem_mib = 81920;
+            sp.gpus[i].healthy = 1;
+        }
+        for (int i = 0; i < ng; i++)
+            for (int j = i + 1; j < ng; j++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                sp.gpus[i].link[j] = sp.gpus[j].link[i] = kinds[x % 4];
+            }
+        ASSERT_EQ(core_cluster_upsert_node(c, &sp, NULL), 0);
+        const struct core_node *n = core_cluster_find(c, "r");
+        int pos[CORE_MAX_GPUS], k = 0;
+        for (int i = 0; i < ng; i++) { /* a random subset, in a random order */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            if (x % 4)
+                pos[k++] = i;
+        }
+        for (int i = k - 1; i > 0; i--) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int j = (int)(x % (uint64_t)(i + 1)), t = pos[i];
+            pos[i] = pos[j], pos[j] = t;
+        }
+        int count = k < 2 ? k : 2 + (int)(x % (uint64_t)(k - 1));
+        /* brute force: sets over ranks, the best weakest link, then rank by rank */
+        uint32_t best = 0;
+        int best_w = -1;
+        for (uint32_t comb = 0; comb < (1u << k); comb++) {
+            if (__builtin_popcount(comb) != count)
+                continue;
+            int w = CORE_LINK_NVLINK;
+            for (int a = 0; a < k; a++)
+                for (int b = a + 1; b < k; b++)
+                    if ((comb >> a & 1) && (comb >> b & 1) &&
+                        n->gpus[pos[a]].link[pos[b]] < w)
+                        w = n->gpus[pos[a]].link[pos[b]];
+            uint32_t d = comb ^ best;
+            if (w > best_w || (w == best_w && (d & comb & -d))) {
+                best = comb;
+                best_w = w;
+            }
+        }
+        int want[CORE_MAX_GPUS], m = 0;
+        for (int i = 0; i < k; i++)
+            if (best >> i & 1)
+                want[m++] = pos[i];
+        ASSERT_EQ(core_topology_pick_ranked(n, pos, k, count), 0);
+        for (int i = 0; i < count; i++)
+            ASSERT_EQ(pos[i], want[i]);
+        core_cluster_free(c);
+    }
+}
+
 static void test_preempt(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -930,6 +1001,7 @@ int test_core(void)
     test_topology();
     test_link_tiebreak();
     test_shared_links();
+    test_ranked_pick_is_exhaustive();
     test_preempt();
     test_registry();
     test_score_cache();
