@@ -732,6 +732,10 @@ static void test_shared_links(void)
 /* core_topology_pick_ranked against every set: on random link matrices of
  * 8 and 12 GPUs and random orders, it takes the set of the best weakest
  * link that comes first rank by rank. */
+static enum core_link g_links[CORE_MAX_GPUS][CORE_MAX_GPUS];
+
+static enum core_link table_link(int i, int j) { return g_links[i][j]; }
+
 static void test_ranked_pick_is_exhaustive(void)
 {
     uint64_t x = 88172645463325252ULL;
@@ -740,24 +744,12 @@ static void test_ranked_pick_is_exhaustive(void)
     for (int round = 0; round < 300; round++) {
         int ng = round % 2 ? 12 : 8;
         struct core_cluster *c = core_cluster_new();
-        struct core_node_spec sp;
-        memset(&sp, 0, sizeof sp);
-        sp.name = "r";
-        sp.cpu_milli = 64000;
-        sp.mem_bytes = (int64_t)256 << 30;
-        sp.n_gpus = ng;
-        for (int i = 0; i < ng; i++) {
-            sp.gpus[i].index = i;
-            snprintf(sp.gpus[i].model, CORE_MODEL_MAX, "H100");
-            sp.gpus[i].mem_mib = 81920;
-            sp.gpus[i].healthy = 1;
-        }
         for (int i = 0; i < ng; i++)
             for (int j = i + 1; j < ng; j++) {
                 x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                sp.gpus[i].link[j] = sp.gpus[j].link[i] = kinds[x % 4];
+                g_links[i][j] = g_links[j][i] = kinds[x % 4];
             }
-        ASSERT_EQ(core_cluster_upsert_node(c, &sp, NULL), 0);
+        linked_node(c, "r", ng, ng, table_link);
         const struct core_node *n = core_cluster_find(c, "r");
         int pos[CORE_MAX_GPUS], k = 0;
         for (int i = 0; i < ng; i++) { /* a random subset, in a random order */
