@@ -8,7 +8,10 @@ as the plugin's gpusched.io/gpu-inventory annotation; a 2-GPU pod must get an
 NVLinked pair, not the two GPUs of one NUMA node that a topology-blind packing
 takes first, and its container exactly that pair. Single-GPU pods take the GPU
 cut off from its partner before one that would break a pair, so a 2-GPU pod
-that comes after them still finds one. The file is put back at the end.
+that comes after them still finds one. A pod of two shared GPUs, after a shared pod
+holds part of one GPU, gets that GPU and its NVLink partner (not the next GPU by
+index, across NUMA nodes, which best fit alone took), and its container exactly
+those two. The file is put back at the end.
 """
 import json
 
@@ -78,5 +81,24 @@ def test_single_gpu_pods_leave_a_pair_whole(cluster, linked):
         uuid = {i: u for i, u in enumerate(sorted(set.union(*linked)))}
         assert got["nvl-a"] | got["nvl-b"] == {uuid[0], uuid[2]}, got
         assert got["nvl-c"] == {uuid[1], uuid[3]}, got
+    finally:
+        cluster.delete_pods(NS, names)
+
+
+def test_two_shared_gpus_get_an_nvlinked_pair(cluster, linked):
+    names = ["nvl-held", "nvl-tp"]
+    held = {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "20Gi", "nvidia.com/gpu-cores": "60"}
+    tp = {"nvidia.com/gpu": "2", "nvidia.com/gpu-memory": "20Gi", "nvidia.com/gpu-cores": "30"}
+    got = {}
+    try:
+        for name, limits in zip(names, (held, tp)):
+            cluster.apply(gpu_pod(name, limits, node=NODE_A))
+            p = cluster.wait_pods(NS, [name], ready_log=READY)[name]
+            got[name] = set(check_pod_gpus(cluster, p))
+        assert got["nvl-tp"] in linked, (
+            f"2 x 30 % got {sorted(got['nvl-tp'])}, not an NVLinked pair {linked}")
+        assert got["nvl-held"] <= got["nvl-tp"], (
+            f"2 x 30 % got {sorted(got['nvl-tp'])}: not the partly used GPU "
+            f"{sorted(got['nvl-held'])} and its partner")
     finally:
         cluster.delete_pods(NS, names)
