@@ -400,7 +400,7 @@ static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp
     if (!o->limiter_dir || a->limiter_off || !shares || strcmp(a->kind, "shared") || !a->uid[0])
         return 0;
     int rc = dp_limiter_container(o->limiter_dir, a->uid, a->ns, a->pod, a->container, a->n,
-                                  k->lm, e);
+                                  a->uuids, k->lm, e);
     if (rc)
         return rc;
     for (int i = 0; i < DP_LIM_MOUNTS; i++) {

@@ -71,6 +71,13 @@ struct dp_event {
     uint64_t xid;            /* XID number (999 = unknown) */
 };
 
+/* One process's utilisation sample of a GPU. */
+struct dp_proc_sample {
+    int pid;  /* in the node's (the host's) pid namespace */
+    int sm;   /* percent of the GPU's SM time, 0..100 */
+};
+#define DP_PROC_SAMPLES_MAX 256
+
 struct dp_backend {
     const char *name; /* "nvml", "fake" */
     /* Fills *inv with the current GPUs, all marked healthy. */
@@ -81,6 +88,11 @@ struct dp_backend {
     int (*wait_event)(struct dp_backend *b, int timeout_ms, struct dp_event *ev, struct gs_err *e);
     /* Checks that a GPU answers normally again: 0 = passes. */
     int (*probe)(struct dp_backend *b, const char *uuid, struct gs_err *e);
+    /* Per-process utilisation samples of a GPU taken after *last_us (the
+     * backend's clock, microseconds; moved to the newest returned): how
+     * many (0: none new), or negative. NULL: the backend has none. */
+    int (*proc_util)(struct dp_backend *b, const char *uuid, uint64_t *last_us,
+                     struct dp_proc_sample *out, int max, struct gs_err *e);
     void (*close)(struct dp_backend *b);
 };
 

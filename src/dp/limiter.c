@@ -91,7 +91,7 @@ static int safe_name(const char *s)
 }
 
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
-                         const char *container, int n_gpus,
+                         const char *container, int n_gpus, const char (*uuids)[DP_UUID_MAX],
                          struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e)
 {
     char cdir[700], owner[800];
@@ -105,8 +105,11 @@ int dp_limiter_container(const char *dir, const char *uid, const char *ns, const
     if (chmod(cdir, 01777) < 0)
         return gs_errf(e, GS_EIO, "%s: %s", cdir, strerror(errno));
     snprintf(owner, sizeof owner, "%s/owner", cdir);
-    char who[800];
-    snprintf(who, sizeof who, "%s/%s/%s\n%d\n", ns, pod, container, n_gpus);
+    char who[800 + DP_MAX_GPUS * DP_UUID_MAX];
+    int w = snprintf(who, sizeof who, "%s/%s/%s\n%d\n", ns, pod, container, n_gpus);
+    for (int i = 0; uuids && i < n_gpus && i < DP_MAX_GPUS && w < (int)sizeof who; i++)
+        w += snprintf(who + w, sizeof who - (size_t)w, "%s%s%s", i ? "," : "", uuids[i],
+                      i == n_gpus - 1 || i == DP_MAX_GPUS - 1 ? "\n" : "");
     int rc = put_file(owner, -1, who, 0644, e);
     if (rc)
         return rc;

@@ -7,9 +7,12 @@
  *   <dir>/libgpusched-cuda.so     installed by the plugin at start
  *   <dir>/ld.so.preload           one line naming the library's container path
  *   <dir>/containers/<uid>_<ctr>/ the container's ledger directory, plus an
- *                                 "owner" file: namespace/pod/container and,
- *                                 on a second line, its number of GPUs;
- *                                 removed once the pod has left the node
+ *                                 "owner" file: namespace/pod/container, on
+ *                                 a second line its number of GPUs, on a
+ *                                 third their UUIDs in CUDA device order
+ *                                 (comma-separated); and the "util" file
+ *                                 (dp/busy.h); removed once the pod has
+ *                                 left the node
  * Allocate mounts the first two read-only at /usr/local/gpusched/ and
  * /etc/ld.so.preload, and the third read-write at /usr/local/gpusched/ledger
  * (GPUSCHED_LIMITER_DIR), so every process of the container loads the
@@ -21,6 +24,7 @@
 
 #include <stdint.h>
 
+#include "dp/gpu.h"
 #include "util/err.h"
 
 #define DP_LIM_LIB "libgpusched-cuda.so"
@@ -41,9 +45,10 @@ int dp_limiter_install(const char *dir, const char *lib_src, struct gs_err *e);
 /* Creates the container's ledger directory and owner file and fills the
  * three mounts. uid and container must be non-empty names of letters,
  * digits, '-', '.', '_'; n_gpus is how many GPUs (CUDA devices) the
- * container gets. 0 or -GS_E*. */
+ * container gets, uuids (NULL: not known) which, in CUDA device order.
+ * 0 or -GS_E*. */
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
-                         const char *container, int n_gpus,
+                         const char *container, int n_gpus, const char (*uuids)[DP_UUID_MAX],
                          struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e);
 
 /* One device of one container, from its ledger. */

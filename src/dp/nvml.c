@@ -61,7 +61,15 @@ typedef struct {
     unsigned long long memorySizeMB;
 } nvmlDeviceAttributes_t;
 
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* microseconds */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t is 24 bytes");
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32,
+               "nvmlProcessUtilizationSample_t is 32 bytes");
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t (v2/v3) is 68 bytes");
 _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t is 32 bytes");
 _Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "nvmlDeviceAttributes_t is 40 bytes");
@@ -93,7 +101,9 @@ _Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "nvmlDeviceAttributes_t is 
     X(nvmlDeviceGetAttributes_v2, 0, (nvmlDevice_t, nvmlDeviceAttributes_t *))                   \
     X(nvmlDeviceGetTopologyCommonAncestor, 0, (nvmlDevice_t, nvmlDevice_t, int *))               \
     X(nvmlDeviceGetNvLinkState, 0, (nvmlDevice_t, unsigned, int *))                              \
-    X(nvmlDeviceGetNvLinkRemotePciInfo_v2, 0, (nvmlDevice_t, unsigned, nvmlPciInfo_t *))
+    X(nvmlDeviceGetNvLinkRemotePciInfo_v2, 0, (nvmlDevice_t, unsigned, nvmlPciInfo_t *))      \
+    X(nvmlDeviceGetProcessUtilization, 0,                                                        \
+      (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *, unsigned long long))
 
 struct nvml {
     struct dp_backend b;
@@ -375,6 +385,37 @@ static int nvml_probe(struct dp_backend *b, const char *uuid, struct gs_err *e)
     return 0;
 }
 
+static int nvml_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last_us,
+                          struct dp_proc_sample *out, int max, struct gs_err *e)
+{
+    struct nvml *v = (struct nvml *)b;
+    nvmlProcessUtilizationSample_t s[DP_PROC_SAMPLES_MAX];
+    unsigned n = (unsigned)(max < DP_PROC_SAMPLES_MAX ? max : DP_PROC_SAMPLES_MAX);
+    nvmlDevice_t d;
+    nvmlReturn_t r;
+
+    if (!v->nvmlDeviceGetProcessUtilization)
+        return gs_errf(e, GS_EUNAVAIL, "nvmlDeviceGetProcessUtilization: missing (driver too old?)");
+    if ((r = v->nvmlDeviceGetHandleByUUID(uuid, &d)) != NVML_SUCCESS)
+        return gs_errf(e, GS_EIO, "%s: nvmlDeviceGetHandleByUUID: %s", uuid, errstr(v, r));
+    r = v->nvmlDeviceGetProcessUtilization(d, s, &n, *last_us);
+    if (r == NVML_ERROR_NOT_FOUND)
+        return 0; /* no sample since *last_us */
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        return gs_errf(e, GS_EUNAVAIL, "%s: per-process utilisation not supported", uuid);
+    if (r != NVML_SUCCESS)
+        return gs_errf(e, GS_EIO, "%s: nvmlDeviceGetProcessUtilization: %s", uuid, errstr(v, r));
+    int k = 0;
+    for (unsigned i = 0; i < n && k < max; i++) {
+        if (s[i].timeStamp > *last_us)
+            *last_us = s[i].timeStamp;
+        out[k].pid = (int)s[i].pid;
+        out[k].sm = s[i].smUtil > 100 ? 100 : (int)s[i].smUtil;
+        k++;
+    }
+    return k;
+}
+
 static void nvml_close(struct dp_backend *b)
 {
     struct nvml *v = (struct nvml *)b;
@@ -426,6 +467,7 @@ int dp_backend_open_nvml(const char *lib, struct dp_backend **out, struct gs_err
     v->b.discover = nvml_discover;
     v->b.wait_event = nvml_wait;
     v->b.probe = nvml_probe;
+    v->b.proc_util = nvml_proc_util;
     v->b.close = nvml_close;
     *out = &v->b;
     return 0;

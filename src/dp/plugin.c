@@ -14,6 +14,7 @@
 
 #include "deviceplugin.pb-c.h"
 #include "dp/inventory.h"
+#include "dp/busy.h"
 #include "dp/limiter.h"
 #include "dp/plugin_internal.h"
 #include "util/clock.h"
@@ -206,6 +207,22 @@ out:
     free(res);
 }
 
+/* Every DP_BUSY_PERIOD_MS, each shared container's own GPU utilisation to
+ * its util file (dp/busy.h), for its limiter's compute throttle. */
+#define DP_BUSY_PERIOD_MS 200
+static void *busy_thread(void *arg)
+{
+    struct dp_plugin *p = arg;
+    struct dp_busy st;
+    memset(&st, 0, sizeof st);
+    while (!p->stopping) {
+        struct timespec ts = {0, DP_BUSY_PERIOD_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        dp_busy_pass(&st, p->cfg.alloc.limiter_dir, p->b, "/proc");
+    }
+    return NULL;
+}
+
 static void *health_thread(void *arg)
 {
     struct dp_plugin *p = arg;
@@ -392,6 +409,8 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         close(ino);
         return gs_errf(e, GS_ENOMEM, "cannot start the health thread");
     }
+    p->busy_on = p->cfg.alloc.limiter_dir && p->b->proc_util &&
+                 pthread_create(&p->busy, NULL, busy_thread, p) == 0;
     start_servers(p);
 
     while (!*stop) {
@@ -445,6 +464,8 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
     log_info("dp", "stopping");
     p->stopping = 1;
     pthread_join(p->health, NULL);
+    if (p->busy_on)
+        pthread_join(p->busy, NULL);
     stop_servers(p);
     close(ino);
     return 0;

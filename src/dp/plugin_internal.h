@@ -57,6 +57,8 @@ struct dp_plugin {
 
     int wake_fd;
     pthread_t health;
+    pthread_t busy;             /* dp/busy.h's passes, when busy_on */
+    int busy_on;
     volatile int stopping;
 };
 

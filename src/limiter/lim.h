@@ -98,6 +98,9 @@ int lim_mem_reserve(int dev, uint64_t bytes);
 void lim_mem_undo(int dev, uint64_t bytes);
 uint64_t lim_mem_used(int dev);
 uint64_t lim_mem_limit(int dev); /* 0 = none */
+/* Puts this process in the container's ledger (lim_ledger_claim) so that
+ * the device plugin can find its GPU work; once per process. */
+void lim_proc_register(void);
 
 /* Live allocations: kind tells address spaces apart. */
 enum lim_kind { LIM_K_PTR = 1, LIM_K_HANDLE, LIM_K_ARRAY, LIM_K_MIPMAP };

@@ -125,6 +125,13 @@ void lim_mem_undo(int dev, uint64_t bytes)
         lim_ledger_release(l, dev, bytes);
 }
 
+void lim_proc_register(void)
+{
+    struct lim_ledger *l = ledger();
+    if (l && !l->priv)
+        lim_ledger_claim(l);
+}
+
 uint64_t lim_mem_used(int dev)
 {
     struct lim_ledger *l;

@@ -294,6 +294,7 @@ static struct lim_slot *mine(struct lim_ledger *l)
     struct lim_slot *s = &l->slots[l->my];
     memset(s, 0, sizeof *s);
     s->pid = (int32_t)pid;
+    s->pidns = lim_pidns_self();
     s->in_use = 1;
     l->my_pid = pid;
     return s;
@@ -361,4 +362,38 @@ int lim_ledger_procs(struct lim_ledger *l)
         n += l->slots[i].in_use && ((int)i == l->my || slot_alive(l->fd, (int)i));
     unlock(l);
     return n;
+}
+
+int lim_ledger_claim(struct lim_ledger *l)
+{
+    if (!l->writable)
+        return -1;
+    lock(l);
+    reclaim(l);
+    int rc = mine(l) ? 0 : -1;
+    unlock(l);
+    return rc;
+}
+
+void lim_ledger_foreach_proc(struct lim_ledger *l, void (*fn)(void *ud, uint64_t pidns, int pid),
+                             void *ud)
+{
+    lock(l);
+    for (uint32_t i = 0; i < l->h->n_slots; i++) {
+        const struct lim_slot *s = &l->slots[i];
+        if (s->in_use && s->pidns && ((int)i == l->my || slot_alive(l->fd, (int)i)))
+            fn(ud, s->pidns, s->pid);
+    }
+    unlock(l);
+}
+
+uint64_t lim_pidns_self(void)
+{
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0'; /* "pid:[4026531836]" */
+    const char *p = strchr(buf, '[');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
 }

@@ -38,7 +38,7 @@
 
 #define LIM_LEDGER_MAGIC "GSLEDGER"
 #define LIM_LEDGER_MAJOR 1
-#define LIM_LEDGER_MINOR 0
+#define LIM_LEDGER_MINOR 1 /* 1: slots carry their pid namespace */
 #define LIM_LEDGER_SLOTS 128
 #define LIM_LEDGER_FILE "ledger"
 
@@ -54,7 +54,9 @@ struct lim_slot {
     int32_t pid;                 /* as seen in the owner's pid namespace */
     uint32_t in_use;
     uint64_t used[LIM_MAX_DEV];  /* bytes allocated per device */
-    uint64_t reserved[4];
+    uint64_t pidns;              /* that namespace's inode (minor 1; 0 unknown): with
+                                  * pid, what the device plugin finds the process by */
+    uint64_t reserved[3];
 };
 
 struct lim_ledger {
@@ -105,6 +107,20 @@ uint64_t lim_ledger_used(struct lim_ledger *l, int dev);
 
 /* Number of live processes holding a slot. */
 int lim_ledger_procs(struct lim_ledger *l);
+
+/* Claims this process's slot now (as its first allocation would), so that
+ * a process that only launches kernels is known by pid too. 0 or -1. */
+int lim_ledger_claim(struct lim_ledger *l);
+
+/* Calls fn with the pid namespace inode and pid of every live process
+ * holding a slot (slots without a namespace, written before minor 1, are
+ * skipped). */
+void lim_ledger_foreach_proc(struct lim_ledger *l, void (*fn)(void *ud, uint64_t pidns, int pid),
+                             void *ud);
+
+/* The inode of the calling process's pid namespace (/proc/self/ns/pid), 0
+ * when it cannot be read. */
+uint64_t lim_pidns_self(void);
 
 /* Checks a mapped header against the file size: 0 or -1 with err. */
 int lim_ledger_check(const struct lim_ledger_hdr *h, size_t file_size, char *err, size_t errlen);

@@ -13,17 +13,23 @@
  * launch wrappers call straight through.
  *
  * CUDA device d is NVML's device named by entry d of CUDA_VISIBLE_DEVICES.
- * The utilisation is the whole GPU's (nvmlDeviceGetUtilizationRates):
- * other tenants' work counts against this container, so with busy
- * neighbours it gets less than its share, never more.
+ * The utilisation is the container's own when the device plugin measures
+ * it (<ledger dir>/util, lim_util.h: NVML's per-process samples of the
+ * container's processes, fresh for UTIL_FRESH_S; the rate is then set once
+ * per new sample, from what was launched since the one before). Otherwise
+ * it is the whole GPU's (nvmlDeviceGetUtilizationRates): other tenants'
+ * work counts against this container, so with busy neighbours it gets
+ * less than its share, never more.
  */
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "limiter/lim.h"
+#include "limiter/lim_util.h"
 
 #define WINDOW_S 0.1
+#define UTIL_FRESH_S 1.0 /* the plugin's sample of the container is used this long */
 
 struct bucket {
     pthread_mutex_t mu;
@@ -58,39 +64,68 @@ static void buckets_init(void)
         pthread_mutex_init(&g_b[i].mu, NULL);
 }
 
+/* The busy percent to steer by on device d, and the seconds it covers, in
+ * *u and *dt: the container's own (the plugin's util file, while fresh and
+ * new since *seen) or else the whole GPU's over the last window. 1 when
+ * there is one; 0 to wait (the file is fresh but has nothing new). */
+static int busy_pct(int d, const struct lim_util *uf, int have_uf, double now, uint64_t *seen,
+                    nvmlDevice_t h, nv_util_fn util, double *u, double *dt)
+{
+    const struct lim_util_dev *ud = have_uf ? &uf->dev[d] : NULL;
+    if (ud && ud->stamp_ns && now - (double)ud->stamp_ns / 1e9 < UTIL_FRESH_S) {
+        if (ud->stamp_ns == *seen)
+            return 0;
+        *dt = *seen && ud->stamp_ns > *seen ? (double)(ud->stamp_ns - *seen) / 1e9 : WINDOW_S;
+        *seen = ud->stamp_ns;
+        *u = ud->permille / 10.0;
+        return 1;
+    }
+    nvmlUtilization_t nu;
+    if (!h || util(h, &nu) != 0)
+        return 0;
+    *u = nu.gpu;
+    *dt = WINDOW_S;
+    return 1;
+}
+
 static void *watch(void *arg)
 {
     (void)arg;
     nv_init_fn init = (nv_init_fn)lim_sym("nvmlInit_v2", 1);
     nv_util_fn util = (nv_util_fn)lim_sym("nvmlDeviceGetUtilizationRates", 1);
     nvmlDevice_t h[LIM_MAX_DEV] = {0};
-    double share = lim_state()->cfg.milli / 10.0;
+    uint64_t seen[LIM_MAX_DEV] = {0};
+    const struct lim_cfg *cfg = &lim_state()->cfg;
+    double share = cfg->milli / 10.0;
+    struct lim_util uf;
 
     if (!init || !util || init() != 0) {
         lim_warn_once(LIM_W_NVML, "NVML (libnvidia-ml.so.1) unusable: the compute share is "
                       "not enforced");
         return NULL;
     }
+    lim_proc_register();
     for (;;) {
         struct timespec ts = {0, (long)(WINDOW_S * 1e9)};
         nanosleep(&ts, NULL);
+        int have_uf = lim_util_read(cfg->dir, &uf) == 0;
         for (int d = 0; d < LIM_MAX_DEV; d++) {
             struct bucket *b = &g_b[d];
-            nvmlUtilization_t u;
+            double u, dt;
             if (!__atomic_load_n(&b->used, __ATOMIC_ACQUIRE))
                 continue;
             if (!h[d] && lim_nvml_handle(d, &h[d]) != 0)
-                continue;
-            if (util(h[d], &u) != 0)
+                h[d] = NULL;
+            if (!busy_pct(d, &uf, have_uf, now_s(), &seen[d], h[d], util, &u, &dt))
                 continue;
             pthread_mutex_lock(&b->mu);
             double c = b->window_cost;
             b->window_cost = 0;
-            if (u.gpu >= 1 && c > 0) {
-                double est = c / WINDOW_S * share / (double)u.gpu;
+            if (u >= 1 && c > 0) {
+                double est = c / dt * share / u;
                 b->rate = b->measured ? 0.5 * b->rate + 0.5 * est : est;
                 b->measured = 1;
-            } else if (b->throttled && u.gpu < share) {
+            } else if (b->throttled && u < share) {
                 b->rate *= 1.5;
             }
             b->throttled = 0;

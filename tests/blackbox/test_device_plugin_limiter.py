@@ -71,7 +71,7 @@ def test_shared_container_gets_the_limiter(world, limdir, gpusched_bin,
         assert f.read() == "/usr/local/gpusched/libgpusched-cuda.so\n"
     assert stat.S_IMODE(os.stat(cdir).st_mode) == 0o1777
     with open(os.path.join(cdir, "owner")) as f:
-        assert f.read() == "default/shared/main\n1\n"
+        assert f.read() == f"default/shared/main\n1\n{GPU[0]}\n"
 
     # a CUDA process of that container, with its environment and ledger
     env = env_for(cdir, **{k: v for k, v in r.envs.items() if k.startswith("CUDA_DEVICE")})

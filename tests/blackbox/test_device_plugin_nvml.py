@@ -130,3 +130,64 @@ def test_nvml_event_wait_failing_marks_every_gpu_until_reprobed(gpusched_bin, en
         code = pl.stop()
         shutil.rmtree(ctl)
     assert code == 0
+
+
+def read_util(path):
+    """(stamp_ns, permille) of each device of a util file (src/limiter/lim_util.h)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, n, _ = struct.unpack_from("=8sII", data)
+    assert (magic, n, len(data)) == (b"GSUTIL01", 16, 16 + 16 * 16)
+    return [struct.unpack_from("=QII", data, 16 + 16 * i)[:2] for i in range(16)]
+
+
+def test_container_utilisation_reaches_its_limiter(gpusched_bin, env, fake_nvml):
+    """NVML's per-process samples, each process found by its pid namespace and pid in a
+    container's ledger, become that container's util file (the compute throttle's
+    input, src/limiter/lim_util.h) by its CUDA device order: a process of the
+    container that holds GPU 1 then GPU 0 is sampled at 45 % on GPU 0, so device 1 of
+    the container reads 450; GPU 1 has no sample and stays without one; a sample of a
+    process of no container counts for none."""
+    from test_limiter import TDIR, env_for
+    import subprocess as sp
+    kdir, k = env
+    lim = tempfile.mkdtemp(prefix="dplimu", dir="/tmp")
+    procs = os.path.join(lim, "procs")
+    os.environ["FAKE_NVML_PROCS"] = procs
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--limiter-dir", lim)
+    cdir = os.path.join(lim, "containers", "uid1_main")
+    proc = None
+    try:
+        k.wait_plugin("nvidia.com/gpu")
+        os.makedirs(cdir)
+        os.chmod(cdir, 0o1777)
+        put(os.path.join(cdir, "owner"), f"default/p/main\n2\n{G[1]},{G[0]}\n")
+        proc = sp.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", "alloc:10",
+                         "ready"], env=env_for(cdir, CUDA_DEVICE_MEMORY_LIMIT="256m"),
+                        stdin=sp.PIPE, stdout=sp.PIPE, text=True)
+        assert [proc.stdout.readline() for _ in range(3)] == ["ctx 0\n", "alloc 0\n",
+                                                              "ready\n"]
+        util = os.path.join(cdir, "util")
+        put(procs, f"0 {proc.pid} 45\n0 1 30\n")
+        deadline = time.time() + 10
+        while time.time() < deadline and not (
+                os.path.exists(util) and read_util(util)[1][1] == 450):
+            time.sleep(0.1)
+        u = read_util(util)
+        assert u[1][1] == 450 and u[1][0] > 0, (u[:2], pl.output()[-1500:])
+        assert u[0] == (0, 0)  # GPU 1: no sample
+        assert abs(u[1][0] - time.monotonic_ns()) < 5 * 10**9  # the limiter's clock
+        put(procs, "0 1 30\n")  # only a process of no container
+        deadline = time.time() + 10
+        while time.time() < deadline and read_util(util)[1][1] != 0:
+            time.sleep(0.1)
+        assert read_util(util)[1][1] == 0
+    finally:
+        if proc:
+            proc.kill()
+            proc.wait()
+        pl.stop()
+        del os.environ["FAKE_NVML_PROCS"]
+        shutil.rmtree(ctl, ignore_errors=True)
+        shutil.rmtree(lim, ignore_errors=True)

@@ -372,6 +372,55 @@ def test_throttle_watches_the_containers_gpu(ledger_dir):
     assert limited / full <= 0.45, f"30 % share ran at {limited / full:.2f} of unlimited"
 
 
+def write_util(ledger_dir, permille, stamp_ns):
+    """The device plugin's util file (src/limiter/lim_util.h): device 0's own
+    utilisation, the rest without a sample; replaced whole, as the plugin does."""
+    devs = [(stamp_ns, permille, 0)] + [(0, 0, 0)] * 15
+    data = struct.pack("=8sII", b"GSUTIL01", 16, 0) + b"".join(
+        struct.pack("=QII", *d) for d in devs)
+    tmp = os.path.join(ledger_dir, ".util.test")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(ledger_dir, "util"))
+
+
+def test_throttle_steers_by_the_containers_own_utilisation(ledger_dir):
+    """A busy neighbour adds 40 % to the GPU's utilisation. Steering by the whole GPU,
+    a 30 % share is held far below 30 % (it can never bring the GPU under 30 %). With
+    the device plugin's util file (here written by the test every 100 ms from the
+    stand-in GPU's busy counter: this process's own work, as NVML's per-process
+    samples give it) the throttle steers by the container's own part and runs at
+    about its share."""
+    import threading
+    full = bench(ledger_dir, 2)
+    extra = {"FAKE_NVML_EXTRA_BUSY": 40, "CUDA_DEVICE_SM_LIMIT": 30}
+    crowded = bench(ledger_dir, 3, **extra) / full
+    busy = os.path.join(os.path.dirname(ledger_dir), "busy")
+    stop = threading.Event()
+
+    def plugin():
+        prev_b, prev_t = gpu_busy_s(busy), time.monotonic()
+        while not stop.wait(0.1):
+            b, t = gpu_busy_s(busy), time.monotonic()
+            write_util(ledger_dir, min(1000, int((b - prev_b) / (t - prev_t) * 1000)),
+                       time.monotonic_ns())
+            prev_b, prev_t = b, t
+    th = threading.Thread(target=plugin)
+    th.start()
+    try:
+        own = bench(ledger_dir, 4, **extra) / full
+    finally:
+        stop.set()
+        th.join()
+    print(f"30 % share beside a 40 % neighbour: {crowded:.2f} of unlimited by the whole "
+          f"GPU, {own:.2f} by its own utilisation", file=sys.stderr)
+    assert crowded <= 0.15, f"steered by the whole GPU, it ran at {crowded:.2f}"
+    assert 0.20 <= own <= 0.40, f"steered by its own utilisation, it ran at {own:.2f}"
+    # a stale file (the plugin gone) is not used: the whole GPU again
+    write_util(ledger_dir, 100, time.monotonic_ns() - 5 * 10**9)
+    assert bench(ledger_dir, 3, **extra) / full <= 0.15
+
+
 def gpu_busy_s(path):
     """Seconds of work the stand-in GPU has done: fake_cuda.c's busy counter
     (8 bytes, native-endian nanoseconds), 0 before the first launch."""

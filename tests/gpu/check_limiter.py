@@ -4,7 +4,7 @@ For a machine with an NVIDIA GPU, its driver and a Python with torch (not
 part of CI, which has no GPU). Started by tests/gpu/run-real-gpu.sh after
 check_real_gpu.py, or alone:
 
-    python3 tests/gpu/check_limiter.py build/libgpusched-cuda.so
+    python3 tests/gpu/check_limiter.py build/libgpusched-cuda.so [build/gpusched]
 
 Every check runs PyTorch in a fresh process with the limiter preloaded, as
 the device plugin's /etc/ld.so.preload does, and the environment Allocate
@@ -20,7 +20,11 @@ GPUSCHED_LIMITER_DIR):
   take 12 GiB, and can once the first is killed;
 - a compute-bound loop (fp16 matmuls) with a 30 % share runs at 25-40 % of
   its unlimited throughput;
-- with no limit, the preloaded limiter costs at most 2 % of throughput.
+- with no limit, the preloaded limiter costs at most 2 % of throughput;
+- given the gpusched binary too (second argument), two such loops of 30 %
+  each at once, with the device plugin measuring each one's own
+  utilisation (src/dp/busy.h), each run at 20-40 % of unlimited: steered by
+  the whole GPU's utilisation they held each other to about 15 %.
 
 Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
 """
@@ -177,6 +181,52 @@ def compute(lib, ledger):
           "30 %% compute share runs at %.0f %% of unlimited (25-40 %%)" % (100 * share / bare))
 
 
+def rate_proc(lib, ledger, secs, **limits):
+    return subprocess.Popen([sys.executable, "-c", BENCH % {"secs": secs}],
+                            env=env_for(lib, ledger, **limits), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def neighbours(lib, gpusched, d):
+    """Two 30 % containers on GPU 0 at once, the device plugin writing each one's own
+    utilisation into its ledger directory (no kubelet needed for that part)."""
+    uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    limdir, kdir = os.path.join(d, "lim"), os.path.join(d, "kubelet")
+    os.makedirs(kdir)
+    plugin = subprocess.Popen([gpusched, "device-plugin", "--kubelet-dir", kdir, "--no-api",
+                               "--limiter-dir", limdir, "--limiter-lib", lib],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)
+        ledgers = []
+        for name in ("a", "b"):
+            c = os.path.join(limdir, "containers", "uid%s_main" % name)
+            os.makedirs(c)
+            os.chmod(c, 0o1777)
+            with open(os.path.join(c, "owner"), "w") as f:
+                f.write("default/%s/main\n1\n%s\n" % (name, uuid))
+            ledgers.append(c)
+        bare = rate(None, ledgers[0])
+        procs = [rate_proc(lib, c, 30, CUDA_DEVICE_SM_LIMIT=30, CUDA_VISIBLE_DEVICES=uuid)
+                 for c in ledgers]
+        got = []
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            print("    " + out.strip().replace("\n", "\n    ")[-800:])
+            got += [float(l.split()[1]) for l in out.splitlines()
+                    if l.startswith("matmuls_per_s ")]
+        util = [os.path.exists(os.path.join(c, "util")) for c in ledgers]
+        print("  matmuls/s: unlimited %.2f, two 30 %% neighbours %s, util files %s" % (
+            bare, got, util))
+        check(all(util), "the plugin wrote both containers' own utilisation")
+        check(bare > 0 and len(got) == 2 and all(0.20 <= g / bare <= 0.40 for g in got),
+              "two 30 %% neighbours each run at 20-40 %% of unlimited")
+    finally:
+        plugin.terminate()
+        plugin.wait()
+
+
 def main():
     lib = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/libgpusched-cuda.so")
     if not os.path.exists(lib):
@@ -198,6 +248,9 @@ def main():
         shared_budget(lib, os.path.join(d, "c"))
         print("== compute")
         compute(lib, os.path.join(d, "d"))
+        if len(sys.argv) > 2:
+            print("== two 30 % containers on one GPU, the plugin measuring each")
+            neighbours(lib, os.path.abspath(sys.argv[2]), d)
     print("check_limiter: %s" % ("all checks passed" if not failures else "%d FAILED" % failures))
     return 1 if failures else 0
 

@@ -20,6 +20,11 @@
  *                   FAKE_NVML_BUSY_GPU (default 0) is the share of wall
  *                   time it grew by since the previous query in this
  *                   process (the limiter's tests); other GPUs are idle.
+ *   FAKE_NVML_EXTRA_BUSY  a percent added to that utilisation (a busy
+ *                   neighbour on the GPU);
+ *   FAKE_NVML_PROCS lines "<gpu index> <pid> <sm %>": each
+ *                   nvmlDeviceGetProcessUtilization answers one sample per
+ *                   line of its GPU, stamped now (none: NOT_FOUND).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +163,8 @@ ret_t nvmlDeviceGetUtilizationRates(handle_t h, util_t *u)
     double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     if (prev_t > 0 && t > prev_t && b >= prev_busy) {
         double pct = (double)(b - prev_busy) / 1e9 / (t - prev_t) * 100.0;
+        if (getenv("FAKE_NVML_EXTRA_BUSY"))
+            pct += atof(getenv("FAKE_NVML_EXTRA_BUSY"));
         u->gpu = pct > 100 ? 100 : (unsigned)(pct + 0.5);
     }
     prev_busy = b;
@@ -265,4 +272,36 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
     struct timespec ts = {0, (long)(timeout_ms < 100 ? timeout_ms : 100) * 1000000L};
     nanosleep(&ts, NULL);
     return TIMEOUT;
+}
+
+typedef struct {
+    unsigned pid;
+    unsigned long long ts;
+    unsigned sm, mem, enc, dec;
+} proc_util_t;
+ret_t nvmlDeviceGetProcessUtilization(handle_t h, proc_util_t *out, unsigned *n,
+                                      unsigned long long last)
+{
+    const char *f = getenv("FAKE_NVML_PROCS");
+    FILE *fp = f ? fopen(f, "r") : NULL;
+    struct timespec ts;
+    unsigned k = 0;
+    int gpu, pid, sm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000000ULL +
+                             (unsigned long long)ts.tv_nsec / 1000;
+    if (!n)
+        return INVALID_ARG;
+    while (fp && k < *n && fscanf(fp, "%d %d %d", &gpu, &pid, &sm) == 3)
+        if (gpu == h->idx && !h->is_mig && now > last) {
+            memset(&out[k], 0, sizeof out[k]);
+            out[k].pid = (unsigned)pid;
+            out[k].ts = now;
+            out[k].sm = (unsigned)sm;
+            k++;
+        }
+    if (fp)
+        fclose(fp);
+    *n = k;
+    return k ? OK : NOT_FOUND;
 }

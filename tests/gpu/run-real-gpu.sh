@@ -7,7 +7,9 @@
 # real NVML discovery and health through the fake kubelet, compared with
 # nvidia-smi, and an Allocate that must return the GPU's UUID. Then, where
 # the Python has torch, check_limiter.py holds PyTorch to a 20 GiB and a
-# 30 % share with the in-container limiter (BUILD_DIR/libgpusched-cuda.so).
+# 30 % share with the in-container limiter (BUILD_DIR/libgpusched-cuda.so),
+# and two 30 % processes at once to about 30 % each, the device plugin
+# measuring each one's own utilisation.
 # Not part of CI, which has no GPU. Exit status 0 when every check passed.
 #
 # On a GPU machine without the Debian packages, BUILD_DIR may be a bundle
@@ -30,7 +32,7 @@ nvidia-smi -L
 rc=0
 "${PYTHON:-/usr/bin/python3}" tests/gpu/check_real_gpu.py "$build/gpusched" || rc=$?
 lrc=0
-"${PYTHON:-/usr/bin/python3}" tests/gpu/check_limiter.py "$build/libgpusched-cuda.so" || lrc=$?
+"${PYTHON:-/usr/bin/python3}" tests/gpu/check_limiter.py "$build/libgpusched-cuda.so" "$build/gpusched" || lrc=$?
 # 2 = the limiter checks could not run here (no torch): not a failure
 [ "$lrc" -eq 1 ] && rc=1
 exit "$rc"

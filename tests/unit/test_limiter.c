@@ -6,14 +6,17 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dp/busy.h"
 #include "dp/limiter.h"
 #include "limiter/lim_env.h"
 #include "limiter/lim_ledger.h"
+#include "limiter/lim_util.h"
 #include "test.h"
 
 struct kv {
@@ -207,7 +210,7 @@ static void make_ctr(const char *root, const char *name, int old)
     char uid[64], ctr[64];
     snprintf(uid, sizeof uid, "%.*s", (int)(strchr(name, '_') - name), name);
     snprintf(ctr, sizeof ctr, "%s", strchr(name, '_') + 1);
-    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, NULL, m, &e), 0);
     ASSERT_EQ(m[2].read_only, 0);
     snprintf(p, sizeof p, "%s/containers/%s", root, name);
     ASSERT_STREQ(m[2].host, p);
@@ -243,8 +246,8 @@ static void test_prune(void)
     ASSERT_EQ(dp_limiter_install(root, lib, &e), 0);
     ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
     ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
-    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, m, &e), -GS_EINVAL);
-    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, NULL, m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, NULL, m, &e), -GS_EINVAL);
 
     make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
     make_ctr(root, "here_main", 1);   /* pod still here */
@@ -273,10 +276,139 @@ static void test_prune(void)
     ASSERT_EQ(system(cmd), 0);
 }
 
+/* A stand-in backend: GPU-b has one sample of pid busy_pid at 37 %, and
+ * one of pid 1 (no container's) at 50 %; GPU-a has a sample of pid 1 only
+ * when busy_a is set. */
+static int busy_pid, busy_a;
+
+static int stub_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last_us,
+                          struct dp_proc_sample *out, int max, struct gs_err *e)
+{
+    (void)b;
+    (void)e;
+    (void)max;
+    *last_us += 1;
+    if (strcmp(uuid, "GPU-b") == 0) {
+        out[0] = (struct dp_proc_sample){busy_pid, 30};
+        out[1] = (struct dp_proc_sample){1, 50};
+        out[2] = (struct dp_proc_sample){busy_pid, 44}; /* two of it: their mean */
+        return 3;
+    }
+    if (strcmp(uuid, "GPU-a") == 0 && busy_a) {
+        out[0] = (struct dp_proc_sample){1, 50};
+        return 1;
+    }
+    return strcmp(uuid, "GPU-x") == 0 ? -GS_EIO : 0;
+}
+
+/* The plugin's pass finds this process by its pid namespace and pid in a
+ * container's ledger and writes its samples to that container's util file,
+ * by the container's device order; a GPU without a new sample keeps its
+ * entry, one whose samples name none of its processes is 0. */
+static void test_busy(void)
+{
+    char root[] = "/tmp/gs-busy-XXXXXX", cdir[300], err[300];
+    struct gs_err e = GS_ERR_INIT;
+    struct dp_limiter_mount m[DP_LIM_MOUNTS];
+    const char uuids[3][DP_UUID_MAX] = {"GPU-a", "GPU-b", "GPU-x"};
+    struct dp_backend stub = {.name = "stub", .proc_util = stub_proc_util};
+    struct dp_busy st;
+    struct lim_util u;
+    struct lim_ledger l;
+    uint64_t ns;
+    int nspid;
+
+    char pod[64];
+    memset(&st, 0, sizeof st);
+    busy_pid = getpid();
+    ASSERT_EQ(dp_busy_proc("/proc", getpid(), &ns, &nspid, pod), 0);
+    ASSERT_EQ(ns, lim_pidns_self());
+    ASSERT_TRUE(ns != 0);
+    ASSERT_EQ(nspid, getpid());
+    ASSERT_EQ(dp_busy_proc("/proc", 0, &ns, &nspid, pod), -1);
+
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(cdir, sizeof cdir, "%s/containers", root);
+    ASSERT_EQ(mkdir(cdir, 0755), 0);
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "main", 3, uuids, m, &e), 0);
+    snprintf(cdir, sizeof cdir, "%s/containers/u1_main", root);
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 0); /* no ledger yet */
+    ASSERT_EQ(lim_ledger_open(&l, cdir, NULL, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_claim(&l), 0);
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 1);
+    ASSERT_EQ(lim_util_read(cdir, &u), 0);
+    ASSERT_EQ(u.dev[0].stamp_ns, 0);  /* GPU-a: nothing new */
+    ASSERT_TRUE(u.dev[1].stamp_ns > 0);
+    ASSERT_EQ(u.dev[1].permille, 370); /* (30 + 44) / 2, pid 1 not ours */
+    ASSERT_EQ(u.dev[2].stamp_ns, 0);  /* GPU-x: unreadable */
+    uint64_t first = u.dev[1].stamp_ns;
+    busy_a = 1;
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 1);
+    ASSERT_EQ(lim_util_read(cdir, &u), 0);
+    ASSERT_TRUE(u.dev[0].stamp_ns > 0);
+    ASSERT_EQ(u.dev[0].permille, 0);   /* samples, none of ours */
+    ASSERT_TRUE(u.dev[1].stamp_ns > first);
+    ASSERT_EQ(st.n, 3); /* each GPU asked once a pass */
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(st.last_us[i], 2);
+    busy_a = 0;
+
+    /* a /proc whose namespace links cannot be read (a plugin without
+     * CAP_SYS_PTRACE): the process is found by its pod's UID (cgroup) and its
+     * pid in its namespace; sampled as host pid 4242 */
+    const char *uid = "6a1f3c2e-1b2c-4d5e-8f90-0123456789ab";
+    char proc[300], f[400], cmd[1400];
+    snprintf(proc, sizeof proc, "%s/proc", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/4242' && printf 'Name:\\tpy\\nNSpid:\\t4242\\t%d\\n'"
+             " > '%s/4242/status' && printf '0::/kubepods.slice/kubepods-burstable.slice/"
+             "kubepods-burstable-pod6a1f3c2e_1b2c_4d5e_8f90_0123456789ab.slice/cri-x.scope\\n'"
+             " > '%s/4242/cgroup'", proc, getpid(), proc, proc);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT_EQ(dp_busy_proc(proc, 4242, &ns, &nspid, pod), 0);
+    ASSERT_EQ(ns, 0);
+    ASSERT_EQ(nspid, getpid());
+    ASSERT_STREQ(pod, uid);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "main", 3, uuids, m, &e), 0);
+    snprintf(f, sizeof f, "%s/containers/%s_main", root, uid);
+    struct lim_ledger l2;
+    ASSERT_EQ(lim_ledger_open(&l2, f, NULL, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_claim(&l2), 0);
+    busy_pid = 4242;
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, proc), 2);
+    ASSERT_EQ(lim_util_read(f, &u), 0);
+    ASSERT_EQ(u.dev[1].permille, 370); /* the pod's container */
+    ASSERT_EQ(lim_util_read(cdir, &u), 0);
+    ASSERT_EQ(u.dev[1].permille, 0);   /* not u1's: another pod */
+    /* two containers of that pod with the same pid: neither */
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "side", 3, uuids, m, &e), 0);
+    snprintf(f, sizeof f, "%s/containers/%s_side", root, uid);
+    struct lim_ledger l3;
+    ASSERT_EQ(lim_ledger_open(&l3, f, NULL, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_claim(&l3), 0);
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, proc), 3);
+    ASSERT_EQ(lim_util_read(f, &u), 0);
+    ASSERT_EQ(u.dev[1].permille, 0);
+    snprintf(f, sizeof f, "%s/containers/%s_main", root, uid);
+    ASSERT_EQ(lim_util_read(f, &u), 0);
+    ASSERT_EQ(u.dev[1].permille, 0);
+    lim_ledger_close(&l3);
+    lim_ledger_close(&l2);
+
+    lim_ledger_close(&l);
+    /* the processes gone: nothing to write */
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 0);
+    struct dp_backend none = {.name = "none"};
+    ASSERT_EQ(dp_busy_pass(&st, root, &none, "/proc"), -1);
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
 int test_limiter(void)
 {
     test_env();
     test_ledger();
     test_prune();
+    test_busy();
     return test_failures;
 }
