@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "limiter/lim_ledger.h"
+#include "limiter/lim_util.h"
 
 static int write_all(int fd, const void *buf, size_t n)
 {
@@ -164,10 +165,20 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
             fclose(f);
         u.owner[strcspn(u.owner, "\n")] = '\0';
         u.procs = lim_ledger_procs(&l);
+        struct lim_util ut;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        snprintf(path, sizeof path, "%s/containers/%.300s", dir, de->d_name);
+        int have_ut = lim_util_read(path, &ut) == 0;
         for (int i = 0; i < LIM_MAX_DEV; i++) {
             u.dev = i;
             u.limit = l.h->limit[i];
             u.used = lim_ledger_used(&l, i);
+            u.util = have_ut && ut.dev[i].stamp_ns &&
+                             (double)now.tv_sec + now.tv_nsec / 1e9 -
+                                     (double)ut.dev[i].stamp_ns / 1e9 < DP_UTIL_FRESH_S
+                         ? (int)ut.dev[i].permille
+                         : -1;
             if ((i < devs && u.limit) || u.used)
                 fn(ud, &u);
         }

@@ -57,7 +57,10 @@ struct dp_limiter_usage {
     int dev;
     uint64_t used, limit;
     int procs;
+    int util; /* the container's own utilisation of it (dp/busy.h), permille; -1 none fresh */
 };
+
+#define DP_UTIL_FRESH_S 2.0 /* a util file entry older than this is shown as none */
 
 /* Calls fn for each of the container's GPUs (and any other device with
  * usage) of every container ledger under <dir>/containers. Unreadable or corrupt ledgers are skipped

@@ -555,7 +555,7 @@ static void esc(const char *in, char *out, size_t cap)
 
 struct lim_out {
     FILE *f;
-    int pass; /* 0: used, 1: limit */
+    int pass; /* 0: used, 1: limit, 2: utilisation */
 };
 
 static void limiter_row(void *ud, const struct dp_limiter_usage *u)
@@ -563,6 +563,12 @@ static void limiter_row(void *ud, const struct dp_limiter_usage *u)
     struct lim_out *o = ud;
     char owner[2 * sizeof u->owner];
     esc(u->owner, owner, sizeof owner);
+    if (o->pass == 2) {
+        if (u->util >= 0)
+            fprintf(o->f, "gpusched_dp_container_gpu_utilization{container=\"%s\",device=\"%d\"} "
+                    "%.3f\n", owner, u->dev, u->util / 1000.0);
+        return;
+    }
     fprintf(o->f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
             "%llu\n", o->pass ? "limit" : "used", owner, u->dev,
             (unsigned long long)(o->pass ? u->limit : u->used));
@@ -581,6 +587,11 @@ static void limiter_metrics(FILE *f, const char *dir)
     fprintf(f, "# HELP gpusched_dp_container_gpu_memory_limit_bytes The container's limit per "
                "CUDA device.\n# TYPE gpusched_dp_container_gpu_memory_limit_bytes gauge\n");
     int n = dp_limiter_scan(dir, limiter_row, &o, &bad);
+    o.pass = 2;
+    fprintf(f, "# HELP gpusched_dp_container_gpu_utilization The container's own share of the "
+               "GPU's SM time per CUDA device (0..1), as its limiter steers by it.\n"
+               "# TYPE gpusched_dp_container_gpu_utilization gauge\n");
+    dp_limiter_scan(dir, limiter_row, &o, &bad);
     fprintf(f, "# TYPE gpusched_dp_limiter_ledgers gauge\ngpusched_dp_limiter_ledgers %d\n"
                "# TYPE gpusched_dp_limiter_ledger_errors gauge\ngpusched_dp_limiter_ledger_errors %d\n",
             n, bad);

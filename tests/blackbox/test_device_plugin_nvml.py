@@ -178,6 +178,10 @@ def test_container_utilisation_reaches_its_limiter(gpusched_bin, env, fake_nvml)
         assert u[1][1] == 450 and u[1][0] > 0, (u[:2], pl.output()[-1500:])
         assert u[0] == (0, 0)  # GPU 1: no sample
         assert abs(u[1][0] - time.monotonic_ns()) < 5 * 10**9  # the limiter's clock
+        text = pl.get("/metrics").text
+        lbl = '{container="default/p/main",device="%d"}'
+        assert f"gpusched_dp_container_gpu_utilization{lbl % 1} 0.450\n" in text, text
+        assert f"gpusched_dp_container_gpu_utilization{lbl % 0}" not in text
         put(procs, "0 1 30\n")  # only a process of no container
         deadline = time.time() + 10
         while time.time() < deadline and read_util(util)[1][1] != 0:
