@@ -191,12 +191,20 @@ int dp_busy_pass(struct dp_busy *st, const char *dir, struct dp_backend *b,
     DIR *d = opendir(path);
     if (!d)
         return 0;
-    struct ctr *c = malloc(MAX_CTRS * sizeof *c);
-    int nc = 0, written = 0;
+    struct ctr *c = NULL, one;
+    int nc = 0, cap = 0, written = 0;
     struct dirent *de;
-    while (c && nc < MAX_CTRS && (de = readdir(d)))
-        if (de->d_name[0] != '.' && read_ctr(dir, de->d_name, &c[nc]) == 0)
-            nc++;
+    while (nc < MAX_CTRS && (de = readdir(d))) {
+        if (de->d_name[0] == '.' || read_ctr(dir, de->d_name, &one) < 0)
+            continue;
+        if (nc == cap) { /* most nodes hold a few shared containers */
+            struct ctr *m = realloc(c, (size_t)(cap = cap ? 2 * cap : 4) * sizeof *c);
+            if (!m)
+                break;
+            c = m;
+        }
+        c[nc++] = one;
+    }
     closedir(d);
     /* each GPU once, in the order the containers name them */
     for (int k = 0; k < nc; k++)
