@@ -518,7 +518,9 @@ static void test_filter_wait_counts_from_prioritize(void)
                       "\"memory_mib\":1000}]}";
     char buf[200];
 
-    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_wait = 0.2}, &s, &e), 0);
+    /* wide margins: ASan on a loaded machine stretches every sleep (0.2 s and
+     * 100 ms steps failed once there) */
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_wait = 0.8}, &s, &e), 0);
     for (int i = 0; i < 2; i++) {
         snprintf(buf, sizeof buf, inv, i);
         json_t *n = node_json(i ? "n2" : "n", buf);
@@ -529,14 +531,14 @@ static void test_filter_wait_counts_from_prioritize(void)
     bind_to(s, "w", "n2"); /* binds come: they are waited for */
     ASSERT_EQ(filter_names(s, "p", "[\"n\"]", 0, got, sizeof got, &took), 200);
     ASSERT_STREQ(got, "n");
-    sleep_ms(150);
+    sleep_ms(600);
     const char *prio = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
                        "\"uid\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"c\","
                        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
                        "\"NodeNames\":[\"n\"]}";
     ASSERT_EQ(ext_sched_prioritize(s, prio, strlen(prio), &reply), 200);
     free(ext_reply_take(&reply, &rlen));
-    sleep_ms(100); /* 250 ms after p's /filter: past filter_wait from there */
+    sleep_ms(300); /* 900 ms after p's /filter: past filter_wait from there */
     ASSERT_EQ(pthread_create(&t, NULL, late_bind, s), 0); /* p's bind, 80 ms on */
     ASSERT_EQ(filter_names(s, "q", "[\"n\"]", 1, got, sizeof got, &took), 200);
     pthread_join(t, NULL);
