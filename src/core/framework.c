@@ -226,13 +226,12 @@ uint32_t core_link_cost(const struct core_cycle *cy, const struct core_node *n)
     if (cy->req->kind == CORE_REQ_SHARED) {
         /* the set best fit takes (core_pick_order), as every fragmentation
          * policy does; any order gives the same weakest link */
-        int pos[CORE_MAX_GPUS], k = fitting(cy, n, pos);
+        struct core_alloc a;
         uint32_t set = 0;
-        sort_by_share(n, pos, k, 1);
-        if (core_topology_pick_ranked(n, pos, k, count) < 0)
+        if (core_pick_order(cy, n, &a, 1) < 0)
             return UINT32_MAX;
-        for (int i = 0; i < count; i++)
-            set |= 1u << pos[i];
+        for (int i = 0; i < a.n; i++)
+            set |= 1u << a.gpu[i];
         return (uint32_t)(LINK_ABOVE - core_topology_quality(n, set));
     }
     uint32_t mask = p->whole_mask, set, cost;

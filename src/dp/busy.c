@@ -51,15 +51,9 @@ static void pod_of(const char *line, char *uid)
 int dp_busy_proc(const char *proc_root, int pid, uint64_t *ns, int *nspid, char *pod_uid)
 {
     char path[300], buf[1024];
-    *ns = 0;
     pod_uid[0] = '\0';
     snprintf(path, sizeof path, "%s/%d/ns/pid", proc_root, pid);
-    ssize_t n = readlink(path, buf, sizeof buf - 1);
-    if (n > 0) {
-        buf[n] = '\0'; /* "pid:[4026531836]" */
-        const char *p = strchr(buf, '[');
-        *ns = p ? strtoull(p + 1, NULL, 10) : 0;
-    }
+    *ns = lim_pidns(path);
     snprintf(path, sizeof path, "%s/%d/status", proc_root, pid);
     FILE *f = fopen(path, "r");
     if (!f)

@@ -387,10 +387,12 @@ void lim_ledger_foreach_proc(struct lim_ledger *l, void (*fn)(void *ud, uint64_t
     unlock(l);
 }
 
-uint64_t lim_pidns_self(void)
+uint64_t lim_pidns_self(void) { return lim_pidns("/proc/self/ns/pid"); }
+
+uint64_t lim_pidns(const char *path)
 {
     char buf[64];
-    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
     if (n <= 0)
         return 0;
     buf[n] = '\0'; /* "pid:[4026531836]" */

@@ -118,8 +118,10 @@ int lim_ledger_claim(struct lim_ledger *l);
 void lim_ledger_foreach_proc(struct lim_ledger *l, void (*fn)(void *ud, uint64_t pidns, int pid),
                              void *ud);
 
-/* The inode of the calling process's pid namespace (/proc/self/ns/pid), 0
- * when it cannot be read. */
+/* The inode a pid namespace link names ("pid:[4026531836]" at path, as
+ * /proc/PID/ns/pid), 0 when it cannot be read. lim_pidns_self: the
+ * calling process's. */
+uint64_t lim_pidns(const char *path);
 uint64_t lim_pidns_self(void);
 
 /* Checks a mapped header against the file size: 0 or -1 with err. */
