@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct fake {
     struct dp_backend b;
     char *path;
     struct stat last;           /* size + mtime of the last read */
+    pthread_mutex_t mu;         /* st: proc_util runs on another thread */
     struct dp_fake_state st;    /* last good parse */
     struct dp_event pending[FAKE_MAX_PENDING];
     int n_pending;
@@ -217,6 +219,27 @@ static int parse_gpu(json_t *o, struct dp_fake_state *st, int i, int n, struct g
         }
         st->nxid[i] = (int)json_array_size(v);
     }
+    if ((v = json_object_get(o, "procs"))) {
+        size_t k;
+        json_t *pv;
+        long long pid, sm;
+        char pw[48];
+        if (!json_is_array(v) || json_array_size(v) > 16)
+            return gs_errf(e, GS_EINVAL, "%s.procs: must be an array of at most 16 objects", w);
+        json_array_foreach(v, k, pv) {
+            snprintf(pw, sizeof pw, "%s.procs[%zu]", w, k);
+            if (!json_is_object(pv))
+                return gs_errf(e, GS_EINVAL, "%s: must be an object", pw);
+            if (!json_object_get(pv, "pid"))
+                return gs_errf(e, GS_EINVAL, "%s.pid: missing", pw);
+            if (get_int(pv, "pid", 1, 4194304, 0, &pid, pw, e) ||
+                get_int(pv, "sm", 0, 100, 0, &sm, pw, e))
+                return -GS_EINVAL;
+            st->procs[i][k].pid = (int)pid;
+            st->procs[i][k].sm = (int)sm;
+        }
+        st->nproc[i] = (int)json_array_size(v);
+    }
     if (get_bool(o, "lost", &st->lost[i], w, e) ||
         get_bool(o, "probe_fails", &st->probe_fails[i], w, e))
         return -GS_EINVAL;
@@ -368,7 +391,9 @@ static int refresh(struct fake *f)
         if (memcmp(&nst->inv.gpu[i], &f->st.inv.gpu[old], sizeof nst->inv.gpu[i]) != 0)
             changed = 1;
     }
+    pthread_mutex_lock(&f->mu);
     f->st = *nst;
+    pthread_mutex_unlock(&f->mu);
     free(nst);
     return changed;
 }
@@ -408,10 +433,35 @@ static int fake_probe(struct dp_backend *b, const char *uuid, struct gs_err *e)
     return 0;
 }
 
+/* Every call is a new sample of the processes the file lists for the GPU,
+ * stamped now. */
+static int fake_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last_us,
+                          struct dp_proc_sample *out, int max, struct gs_err *e)
+{
+    struct fake *f = (struct fake *)b;
+    struct timespec ts;
+    int n = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    pthread_mutex_lock(&f->mu);
+    int i = find_uuid(&f->st, uuid);
+    if (i < 0)
+        n = gs_errf(e, GS_ENOENT, "%s: not found", uuid);
+    else if (now > *last_us)
+        for (; n < f->st.nproc[i] && n < max; n++)
+            out[n] = f->st.procs[i][n];
+    pthread_mutex_unlock(&f->mu);
+    if (n >= 0 && now > *last_us)
+        *last_us = now;
+    return n;
+}
+
 static void fake_close(struct dp_backend *b)
 {
     struct fake *f = (struct fake *)b;
 
+    pthread_mutex_destroy(&f->mu);
     free(f->path);
     free(f);
 }
@@ -425,6 +475,7 @@ int dp_backend_open_fake(const char *path, struct dp_backend **out, struct gs_er
         free(f);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
+    pthread_mutex_init(&f->mu, NULL);
     int rc = read_file(path, &f->st, &f->last, e);
     if (rc) {
         fake_close(&f->b);
@@ -438,6 +489,7 @@ int dp_backend_open_fake(const char *path, struct dp_backend **out, struct gs_er
     f->b.name = "fake";
     f->b.discover = fake_discover;
     f->b.wait_event = fake_wait;
+    f->b.proc_util = fake_proc_util;
     f->b.probe = fake_probe;
     f->b.close = fake_close;
     *out = &f->b;

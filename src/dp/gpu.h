@@ -108,14 +108,17 @@ int dp_backend_open_none(struct dp_backend **out, struct gs_err *e);
 int dp_backend_open_fake(const char *path, struct dp_backend **out, struct gs_err *e);
 
 /* Parses the fake-GPU JSON (exposed for unit tests and the fuzzer). Also
- * returns, per GPU, the XIDs listed in the file (xids[i][...], nxid[i]) and
- * whether the file marks it lost or failing probes. */
+ * returns, per GPU, the XIDs listed in the file (xids[i][...], nxid[i]),
+ * whether the file marks it lost or failing probes, and the processes
+ * whose utilisation its every per-process sample reports. */
 struct dp_fake_state {
     struct dp_inventory inv;
     int nxid[DP_MAX_GPUS];
     uint64_t xids[DP_MAX_GPUS][16];
     int lost[DP_MAX_GPUS];
     int probe_fails[DP_MAX_GPUS];
+    struct dp_proc_sample procs[DP_MAX_GPUS][16]; /* "procs": what proc_util samples */
+    int nproc[DP_MAX_GPUS];
 };
 int dp_fake_parse(const char *text, size_t len, struct dp_fake_state *out, struct gs_err *e);
 

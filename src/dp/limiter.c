@@ -179,7 +179,7 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
                                      (double)ut.dev[i].stamp_ns / 1e9 < DP_UTIL_FRESH_S
                          ? (int)ut.dev[i].permille
                          : -1;
-            if ((i < devs && u.limit) || u.used)
+            if (i < devs || u.used)
                 fn(ud, &u);
         }
         lim_ledger_close(&l);
@@ -236,7 +236,7 @@ struct usage_rows {
 static void add_row(void *ud, const struct dp_limiter_usage *u)
 {
     struct usage_rows *ur = ud;
-    if (ur->n < DP_LIM_USAGE_MAX)
+    if (ur->n < DP_LIM_USAGE_MAX && (u->limit || u->used)) /* memory rows */
         ur->r[ur->n++] = *u;
 }
 

@@ -63,7 +63,8 @@ struct dp_limiter_usage {
 #define DP_UTIL_FRESH_S 2.0 /* a util file entry older than this is shown as none */
 
 /* Calls fn for each of the container's GPUs (and any other device with
- * usage) of every container ledger under <dir>/containers. Unreadable or corrupt ledgers are skipped
+ * usage) of every container ledger under <dir>/containers; limit is 0 on
+ * the GPUs of a container with a compute share alone. Unreadable or corrupt ledgers are skipped
  * (counted in *bad when bad is not NULL). Returns the number of ledgers. */
 int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limiter_usage *u),
                     void *ud, int *bad);

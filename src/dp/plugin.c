@@ -553,45 +553,58 @@ static void esc(const char *in, char *out, size_t cap)
     out[n] = '\0';
 }
 
-struct lim_out {
-    FILE *f;
-    int pass; /* 0: used, 1: limit, 2: utilisation */
+struct lim_rows {
+    struct dp_limiter_usage *r;
+    size_t n, cap;
 };
 
 static void limiter_row(void *ud, const struct dp_limiter_usage *u)
 {
-    struct lim_out *o = ud;
-    char owner[2 * sizeof u->owner];
-    esc(u->owner, owner, sizeof owner);
-    if (o->pass == 2) {
-        if (u->util >= 0)
-            fprintf(o->f, "gpusched_dp_container_gpu_utilization{container=\"%s\",device=\"%d\"} "
-                    "%.3f\n", owner, u->dev, u->util / 1000.0);
-        return;
+    struct lim_rows *rs = ud;
+    if (rs->n == rs->cap) {
+        size_t cap = rs->cap ? 2 * rs->cap : 64;
+        struct dp_limiter_usage *r = realloc(rs->r, cap * sizeof *r);
+        if (!r)
+            return; /* out of memory: the scrape shows fewer rows */
+        rs->r = r;
+        rs->cap = cap;
     }
-    fprintf(o->f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
-            "%llu\n", o->pass ? "limit" : "used", owner, u->dev,
-            (unsigned long long)(o->pass ? u->limit : u->used));
+    rs->r[rs->n++] = *u;
 }
 
-/* Per-container memory from the in-container limiter's ledgers. */
+/* Per-container memory and utilisation from the in-container limiter's
+ * ledgers, read once per scrape. */
 static void limiter_metrics(FILE *f, const char *dir)
 {
-    struct lim_out o = {f, 0};
+    static const char *const help[3] = {
+        "# HELP gpusched_dp_container_gpu_memory_used_bytes GPU memory a container's "
+        "processes hold, per CUDA device, from its limiter ledger.\n"
+        "# TYPE gpusched_dp_container_gpu_memory_used_bytes gauge\n",
+        "# HELP gpusched_dp_container_gpu_memory_limit_bytes The container's limit per "
+        "CUDA device.\n# TYPE gpusched_dp_container_gpu_memory_limit_bytes gauge\n",
+        "# HELP gpusched_dp_container_gpu_utilization The container's own share of the "
+        "GPU's SM time per CUDA device (0..1), as its limiter steers by it.\n"
+        "# TYPE gpusched_dp_container_gpu_utilization gauge\n",
+    };
+    struct lim_rows rs = {0};
     int bad = 0;
-    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_used_bytes GPU memory a container's "
-               "processes hold, per CUDA device, from its limiter ledger.\n"
-               "# TYPE gpusched_dp_container_gpu_memory_used_bytes gauge\n");
-    dp_limiter_scan(dir, limiter_row, &o, &bad);
-    o.pass = 1;
-    fprintf(f, "# HELP gpusched_dp_container_gpu_memory_limit_bytes The container's limit per "
-               "CUDA device.\n# TYPE gpusched_dp_container_gpu_memory_limit_bytes gauge\n");
-    int n = dp_limiter_scan(dir, limiter_row, &o, &bad);
-    o.pass = 2;
-    fprintf(f, "# HELP gpusched_dp_container_gpu_utilization The container's own share of the "
-               "GPU's SM time per CUDA device (0..1), as its limiter steers by it.\n"
-               "# TYPE gpusched_dp_container_gpu_utilization gauge\n");
-    dp_limiter_scan(dir, limiter_row, &o, &bad);
+    int n = dp_limiter_scan(dir, limiter_row, &rs, &bad);
+    for (int pass = 0; pass < 3; pass++) {
+        fputs(help[pass], f);
+        for (size_t i = 0; i < rs.n; i++) {
+            const struct dp_limiter_usage *u = &rs.r[i];
+            char owner[2 * sizeof u->owner];
+            esc(u->owner, owner, sizeof owner);
+            if (pass == 2 && u->util >= 0)
+                fprintf(f, "gpusched_dp_container_gpu_utilization{container=\"%s\",device=\"%d\"} "
+                        "%.3f\n", owner, u->dev, u->util / 1000.0);
+            else if (pass < 2 && (u->limit || u->used)) /* a compute share alone: no memory rows */
+                fprintf(f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
+                        "%llu\n", pass ? "limit" : "used", owner, u->dev,
+                        (unsigned long long)(pass ? u->limit : u->used));
+        }
+    }
+    free(rs.r);
     fprintf(f, "# TYPE gpusched_dp_limiter_ledgers gauge\ngpusched_dp_limiter_ledgers %d\n"
                "# TYPE gpusched_dp_limiter_ledger_errors gauge\ngpusched_dp_limiter_ledger_errors %d\n",
             n, bad);

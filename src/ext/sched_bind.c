@@ -76,6 +76,8 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         return 404;
     }
     const struct core_node *node = core_cluster_find(s->c, b.node);
+    if (node) /* kube-scheduler asks again: this bind replaces it */
+        sched_drop_orphan(s, p, "bind");
     const struct core_alloc *held = core_alloc_find(s->c, p->uid);
     if (!node) {
         pthread_mutex_unlock(&s->mu);
@@ -83,17 +85,6 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         ext_bind_clear(&b);
         sched_decision(s, "bind", "unknown_node");
         return 404;
-    }
-    if (held && sched_pod_orphaned(s, p)) {
-        /* an assignment whose Binding never came: the replica that wrote it
-         * died between the two (or could not undo it); kube-scheduler asks
-         * again, so this bind replaces it */
-        log_warn("extender", "pod %s/%s: replacing its assignment on %s, left without a Binding",
-                 p->ns, p->name, held->node);
-        core_unreserve_undo(s->c, p->uid, NULL);
-        if (s->lock)
-            ext_nodelock_clear(s->lock, p->uid);
-        held = NULL;
     }
     if (held) {
         int same = strcmp(held->node, b.node) == 0;

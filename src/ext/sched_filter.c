@@ -286,6 +286,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         goto done;
     }
     struct pod *p = gpu ? sched_remember(s, a->pod) : NULL;
+    sched_drop_orphan(s, p, "filter"); /* its GPUs are the pod's to take again */
     int quota = sched_quota_prepare(s, pod);
     if (!gpu) {
         memset(fit, 1, (size_t)a->n);

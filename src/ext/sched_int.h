@@ -134,6 +134,10 @@ void sched_expect_bind_again(struct ext_sched *s, const char *uid);
  * never came (no node name, no bind of this replica committing or committed
  * it)? In cluster mode only. Lock held. */
 int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p);
+/* Drops p's orphaned assignment (sched_pod_orphaned): kube-scheduler places
+ * the pod afresh (verb: "filter" or "bind"), so its GPUs are free again, for
+ * it as for any other pod. 1 when it held one. Lock held. */
+int sched_drop_orphan(struct ext_sched *s, struct pod *p, const char *verb);
 /* The remembered pod ns/name, or NULL. Lock held. */
 struct pod *sched_find_by_name(struct ext_sched *s, const char *ns, const char *name);
 /* Remembers (or refreshes) a pod; NULL when it cannot. Lock held. */

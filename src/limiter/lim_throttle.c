@@ -77,7 +77,7 @@ static int busy_pct(int d, const struct lim_util *uf, int have_uf, double now, u
             return 0;
         *dt = *seen && ud->stamp_ns > *seen ? (double)(ud->stamp_ns - *seen) / 1e9 : WINDOW_S;
         *seen = ud->stamp_ns;
-        *u = ud->permille / 10.0;
+        *u = (ud->permille > 1000 ? 1000 : ud->permille) / 10.0; /* a torn or bad file */
         return 1;
     }
     nvmlUtilization_t nu;

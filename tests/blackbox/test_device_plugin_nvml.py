@@ -142,55 +142,77 @@ def read_util(path):
     return [struct.unpack_from("=QII", data, 16 + 16 * i)[:2] for i in range(16)]
 
 
+def limited_proc(cdir, owner, op, **env):
+    """A container's ledger directory with its owner file, and a limited process in
+    it (lim_probe: a context on device 0, then op, then waiting for stdin)."""
+    from test_limiter import TDIR, env_for
+    import subprocess as sp
+    os.makedirs(cdir)
+    os.chmod(cdir, 0o1777)
+    put(os.path.join(cdir, "owner"), owner)
+    p = sp.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", op, "ready"],
+                 env=env_for(cdir, **env), stdin=sp.PIPE, stdout=sp.PIPE, text=True)
+    assert p.stdout.readline() == "ctx 0\n"
+    return p
+
+
 def test_container_utilisation_reaches_its_limiter(gpusched_bin, env, fake_nvml):
     """NVML's per-process samples, each process found by its pid namespace and pid in a
     container's ledger, become that container's util file (the compute throttle's
     input, src/limiter/lim_util.h) by its CUDA device order: a process of the
     container that holds GPU 1 then GPU 0 is sampled at 45 % on GPU 0, so device 1 of
     the container reads 450; GPU 1 has no sample and stays without one; a sample of a
-    process of no container counts for none."""
-    from test_limiter import TDIR, env_for
-    import subprocess as sp
+    process of no container counts for none. A container with a compute share alone
+    (no memory limit) gets its util file and its utilisation rows too, and no memory
+    rows."""
     kdir, k = env
     lim = tempfile.mkdtemp(prefix="dplimu", dir="/tmp")
     procs = os.path.join(lim, "procs")
     os.environ["FAKE_NVML_PROCS"] = procs
     pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--limiter-dir", lim)
     cdir = os.path.join(lim, "containers", "uid1_main")
-    proc = None
+    sdir = os.path.join(lim, "containers", "uid1_side")
+    proc = side = None
     try:
         k.wait_plugin("nvidia.com/gpu")
-        os.makedirs(cdir)
-        os.chmod(cdir, 0o1777)
-        put(os.path.join(cdir, "owner"), f"default/p/main\n2\n{G[1]},{G[0]}\n")
-        proc = sp.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", "alloc:10",
-                         "ready"], env=env_for(cdir, CUDA_DEVICE_MEMORY_LIMIT="256m"),
-                        stdin=sp.PIPE, stdout=sp.PIPE, text=True)
-        assert [proc.stdout.readline() for _ in range(3)] == ["ctx 0\n", "alloc 0\n",
-                                                              "ready\n"]
-        util = os.path.join(cdir, "util")
-        put(procs, f"0 {proc.pid} 45\n0 1 30\n")
+        proc = limited_proc(cdir, f"default/p/main\n2\n{G[1]},{G[0]}\n", "alloc:10",
+                            CUDA_DEVICE_MEMORY_LIMIT="256m")
+        assert proc.stdout.readline() == "alloc 0\n"
+        side = limited_proc(sdir, f"default/p/side\n1\n{G[0]}\n", "launch:1:1",
+                            GPUSCHED_GPU_MILLI="300")
+        assert side.stdout.readline().startswith("launch 0 ")
+        for p in (proc, side):
+            assert p.stdout.readline() == "ready\n"
+        util, sutil = os.path.join(cdir, "util"), os.path.join(sdir, "util")
+        put(procs, f"0 {proc.pid} 45\n0 1 30\n0 {side.pid} 20\n")
         deadline = time.time() + 10
         while time.time() < deadline and not (
-                os.path.exists(util) and read_util(util)[1][1] == 450):
+                os.path.exists(util) and read_util(util)[1][1] == 450 and
+                os.path.exists(sutil) and read_util(sutil)[0][1] == 200):
             time.sleep(0.1)
         u = read_util(util)
         assert u[1][1] == 450 and u[1][0] > 0, (u[:2], pl.output()[-1500:])
+        assert read_util(sutil)[0][1] == 200, (read_util(sutil)[:1], pl.output()[-1500:])
         assert u[0] == (0, 0)  # GPU 1: no sample
         assert abs(u[1][0] - time.monotonic_ns()) < 5 * 10**9  # the limiter's clock
         text = pl.get("/metrics").text
         lbl = '{container="default/p/main",device="%d"}'
         assert f"gpusched_dp_container_gpu_utilization{lbl % 1} 0.450\n" in text, text
         assert f"gpusched_dp_container_gpu_utilization{lbl % 0}" not in text
+        slbl = '{container="default/p/side",device="0"}'
+        assert f"gpusched_dp_container_gpu_utilization{slbl} 0.200\n" in text, text
+        assert "gpusched_dp_container_gpu_memory_limit_bytes{container=\"default/p/side\"" \
+            not in text
         put(procs, "0 1 30\n")  # only a process of no container
         deadline = time.time() + 10
         while time.time() < deadline and read_util(util)[1][1] != 0:
             time.sleep(0.1)
         assert read_util(util)[1][1] == 0
     finally:
-        if proc:
-            proc.kill()
-            proc.wait()
+        for p in (proc, side):
+            if p:
+                p.kill()
+                p.wait()
         pl.stop()
         del os.environ["FAKE_NVML_PROCS"]
         shutil.rmtree(ctl, ignore_errors=True)

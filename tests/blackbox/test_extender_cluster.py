@@ -245,6 +245,33 @@ def test_assignment_without_binding_is_nudged_and_replaced(gpusched_bin, api, tm
     assert "left without a Binding" in e.stop()
 
 
+def test_assignment_without_binding_is_free_for_its_own_pod(gpusched_bin, api, tmp_path):
+    """A pod left with an assignment and no Binding, on a node whose other GPUs are
+    taken since, still fits that node: its /filter drops the assignment (kube-scheduler
+    is placing it afresh), so its own GPU counts as free. Before, the node read "0 free
+    GPUs" to the pod itself, and a pod held there by a nodeSelector never ran (seen in
+    e2e test_ha.py)."""
+    add_gpu_pod(api, "bound", "1", node="g1", annotations=assignment("g1", ["GPU-g1-0"]))
+    add_gpu_pod(api, "orphan", "1", annotations=assignment("g1", ["GPU-g1-1"]))
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric("gpusched_allocations") == 2
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+        p = api.get("pods", "orphan", "default")
+        f = e.filter(p, ["g1"])
+        assert f["Error"] == "" and f["NodeNames"] == ["g1"], f
+        r = e.bind(p, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        got = api.get("pods", "orphan", "default")
+        assert got["spec"].get("nodeName") == "g1", got["spec"]
+        assert got["metadata"]["annotations"][PREFIX + "gpu-uuids"] == "GPU-g1-1"
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+    except BaseException:
+        e.stop()
+        raise
+    assert "filter drops its assignment on g1, left without a Binding" in e.stop()
+
+
 def test_hand_written_assignment_holds_nothing(gpusched_bin, api, tmp_path):
     """Assignment annotations that do not match the pod's own request were not
     written by a bind (a CPU-only pod carrying them, a one-GPU pod claiming two):

@@ -8,7 +8,11 @@ dynamically linked CUDA program in the container (lim_probe on the stand-in
 libcuda.so.1, tests/limiter/), which is then held to the pod's GPU memory
 share: the allocation past it fails with CUDA_ERROR_OUT_OF_MEMORY (2), and
 the plugin's /metrics reports the container's usage from its ledger. A pod
-annotated gpusched.io/limiter: "off" gets no limiter.
+annotated gpusched.io/limiter: "off" gets no limiter. A pod with a compute
+share gets its own utilisation: the plugin finds the container's process,
+started by containerd in its own pid namespace, from the node pid that the
+GPU's per-process samples name (the fake backend's "procs"), and writes the
+container's util file, which its limiter steers by.
 
 Part of the e2e suite (kcluster.py, conftest.py); the image is built here:
 busybox-static plus the probe with its shared libraries. The pods are bound
@@ -16,6 +20,7 @@ here as the extender binds them (nodeName and its gpusched.io/ assignment
 annotations), so what is tested is kubelet, containerd, the plugin and the
 limiter, not placement (test_placement.py does that).
 """
+import json
 import os
 import shutil
 import subprocess
@@ -80,11 +85,11 @@ def probe_image(cluster, out):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def limited_pod(cluster, name, annotations=None):
+def limited_pod(cluster, name, annotations=None, script=SCRIPT, milli="1000"):
     gpu = cluster.node(NODE_A).read_fake_gpus()["gpus"][0]["uuid"]
     ann = {kcluster.PREFIX + "node": NODE_A, kcluster.PREFIX + "gpu-uuids": gpu,
            kcluster.PREFIX + "request-kind": "shared", kcluster.PREFIX + "gpu-memory": "256",
-           kcluster.PREFIX + "gpu-milli": "1000",
+           kcluster.PREFIX + "gpu-milli": milli,
            kcluster.PREFIX + "assigned-at": "2026-11-23T20:00:00.000000000Z"}
     ann.update(annotations or {})
     pod = gpu_pod(name, {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "256Mi"},
@@ -92,7 +97,7 @@ def limited_pod(cluster, name, annotations=None):
     pod["spec"]["nodeName"] = NODE_A
     c = pod["spec"]["containers"][0]
     c["image"] = IMAGE
-    c["command"] = ["/bin/sh", "-c", SCRIPT]
+    c["command"] = ["/bin/sh", "-c", script]
     c["env"] = [{"name": "LD_LIBRARY_PATH", "value": "/probe"},
                 {"name": "FAKE_CUDA_MEM_MIB", "value": "1024"}]
     return pod
@@ -120,7 +125,7 @@ def limiter_node(cluster):
     try:
         yield node
     finally:
-        cluster.delete_pods(NS, ["limited", "unlimited"])
+        cluster.delete_pods(NS, ["limited", "unlimited", "busy"])
         node.restart_device_plugin(old)
 
 
@@ -146,3 +151,69 @@ def test_opted_out_pod_gets_no_limiter(cluster, limiter_node):
     out = log_lines(cluster, "unlimited")
     assert out[:5] == ["no-preload", "ctx 0", "who alloc libcuda.so.1", "alloc 0", "alloc 0"], out
     assert out[-1] == "no-ledger", out
+
+
+def host_pid(pod, comm):
+    """The node pid of the container process named comm of pod NS/NAME (by the
+    GPUSCHED_POD that Allocate put in its environment: kubelet here runs with
+    --cgroups-per-qos=false, so no cgroup path names the pod)."""
+    want = f"GPUSCHED_POD={pod}".encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/comm") as f:
+                if f.read().strip() != comm:
+                    continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    return int(d)
+        except OSError:
+            continue
+    return None
+
+
+def util_permille(path, dev):
+    """Device dev's permille in a util file (src/limiter/lim_util.h), None without one."""
+    import struct
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) != 16 + 16 * 16 or data[:8] != b"GSUTIL01":
+        return None
+    stamp, permille, _ = struct.unpack_from("=QII", data, 16 + 16 * dev)
+    return permille if stamp else None
+
+
+def test_container_utilisation_found_through_containerd(cluster, limiter_node):
+    busy = ("/probe/lim_probe runtime ctx:0 alloc:10 launch:1:1 sleep:3600; "
+            f"echo {DONE}; trap 'exit 0' TERM; sleep 3600 & wait")
+    cluster.apply(limited_pod(cluster, "busy", script=busy, milli="300"))
+    p = cluster.wait_pods(NS, ["busy"], ready_log="sleep", timeout=90)["busy"]
+    out = log_lines(cluster, "busy")
+    assert out[:2] == ["ctx 0", "alloc 0"] and out[2].startswith("launch 0 "), out
+    uid = p["metadata"]["uid"]
+    pid = host_pid(f"{NS}/busy", "lim_probe")
+    assert pid, f"no lim_probe process of pod {NS}/busy on the node"
+    with open(f"/proc/{pid}/status") as f:
+        nspid = [ln.split()[1:] for ln in f if ln.startswith("NSpid:")][0]
+    assert len(nspid) == 2 and nspid[0] != nspid[1], nspid  # containerd's own pid namespace
+    doc = limiter_node.read_fake_gpus()
+    saved = json.loads(json.dumps(doc))
+    util = limiter_node.host(f"/var/lib/gpusched/limiter/containers/{uid}_main/util")
+    try:
+        doc["gpus"][0]["procs"] = [{"pid": pid, "sm": 37}, {"pid": 1, "sm": 50}]
+        limiter_node.write_fake_gpus(doc)
+        cluster.wait(lambda: util_permille(util, 0) == 370, 15,
+                     "the container's util file to read 370", proc=limiter_node.dp)
+        m = requests.get(f"http://127.0.0.1:{limiter_node.dp_metrics_port}/metrics",
+                         timeout=5).text
+        assert 'gpusched_dp_container_gpu_utilization{container="default/busy/main",' \
+               'device="0"} 0.370\n' in m, m
+        # its memory share is reported beside it
+        assert 'gpusched_dp_container_gpu_memory_limit_bytes{container="default/busy/main",' \
+               f'device="0"}} {256 << 20}\n' in m, m
+    finally:
+        limiter_node.write_fake_gpus(saved)

@@ -309,6 +309,10 @@ static int op(char *o, char **rest, char **argv)
             : !strcmp(a, "info") ? (void *)api.cuMemGetInfo_v2 : (void *)api.cuInit;
         const char *f = p && dladdr(p, &di) && di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
         printf("who %s %s\n", a, f ? f + 1 : di.dli_fname ? di.dli_fname : "?");
+    } else if (!strcmp(o, "sleep")) { /* stay alive (a container has no stdin for ready) */
+        printf("sleep\n");
+        fflush(stdout);
+        sleep((unsigned)atoi(a ? a : "1"));
     } else if (!strcmp(o, "ready")) {
         char line[16];
         printf("ready\n");
@@ -417,7 +421,7 @@ int main(int argc, char **argv)
                         "ops: ctx:D init alloc:M managed:M async:M pool:M pitch:W:H "
                         "create:M:devD|host|hostnuma tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
-                        "who:alloc|launch|info ready fork:M exec launch:N:B launchex:N:B "
+                        "who:alloc|launch|info ready sleep:S fork:M exec launch:N:B launchex:N:B "
                         "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
         return 2;
     }

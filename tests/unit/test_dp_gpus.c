@@ -1,5 +1,7 @@
 /* Unit tests for dp/fake.c (the fake-GPU file), dp/health.c and dp/none.c. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "dp/gpu.h"
 #include "dp/health.h"
@@ -11,7 +13,8 @@ static const char good[] =
     " \"numa_node\": 0, \"links\": [{\"gpu\": 1, \"type\": \"nvlink\", \"nvlinks\": 18}],"
     " \"xids\": [13, 48]},"
     "{\"uuid\": \"GPU-b\", \"name\": \"NVIDIA H100 80GB HBM3\", \"memory_mib\": 81559,"
-    " \"numa_node\": 0, \"index\": 5, \"minor\": 9, \"pci_bus_id\": \"00000000:3B:00.0\"},"
+    " \"numa_node\": 0, \"index\": 5, \"minor\": 9, \"pci_bus_id\": \"00000000:3B:00.0\","
+    " \"procs\": [{\"pid\": 42, \"sm\": 37}, {\"pid\": 7}]},"
     "{\"uuid\": \"GPU-c\", \"name\": \"NVIDIA A100\", \"memory_mib\": 40960, \"numa_node\": 1,"
     " \"lost\": true,"
     " \"mig\": [{\"uuid\": \"MIG-x\", \"profile\": \"1g.5gb\", \"memory_mib\": 4864}]}]}";
@@ -44,6 +47,12 @@ static void test_parse(void)
     ASSERT_EQ(st->nxid[0], 2);
     ASSERT_EQ(st->xids[0][1], 48);
     ASSERT_EQ(st->lost[2], 1);
+    ASSERT_EQ(st->nproc[0], 0);
+    ASSERT_EQ(st->nproc[1], 2);
+    ASSERT_EQ(st->procs[1][0].pid, 42);
+    ASSERT_EQ(st->procs[1][0].sm, 37);
+    ASSERT_EQ(st->procs[1][1].pid, 7);
+    ASSERT_EQ(st->procs[1][1].sm, 0);
     ASSERT_TRUE(dp_inventory_find(&st->inv, "MIG-x") == c);
     ASSERT_TRUE(dp_inventory_find(&st->inv, "GPU-z") == NULL);
 
@@ -64,6 +73,16 @@ static void test_parse(void)
          "gpus[0].lost: must be true or false"},
         {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"xids\": [-1]}]}",
          "gpus[0].xids[0]: must be an integer"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"procs\": {}}]}",
+         "gpus[0].procs: must be an array of at most 16 objects"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"procs\": [3]}]}",
+         "gpus[0].procs[0]: must be an object"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"procs\": [{\"pid\": 1}, {\"sm\": 5}]}]}",
+         "gpus[0].procs[1].pid: missing"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"procs\": [{\"pid\": 1, \"sm\": 101}]}]}",
+         "gpus[0].procs[0].sm: 101 is out of range 0..100"},
         {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
          " \"links\": [{\"gpu\": 0, \"type\": \"nvlink\"}]}]}",
          "gpus[0].links[0].gpu: a GPU has no link to itself"},
@@ -205,10 +224,57 @@ static void test_none_backend(void)
     ASSERT_TRUE(b == NULL);
 }
 
+/* The fake backend's per-process samples: the file's "procs", new on every
+ * call (stamped now), none for a GPU that lists none, an error for a GPU
+ * that is not there; an edit of the file is seen once the health loop
+ * re-reads it. */
+static void test_fake_proc_util(void)
+{
+    char path[] = "/tmp/gs-fake-procs-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(write(fd, good, sizeof good - 1), (ssize_t)(sizeof good - 1));
+    close(fd);
+    struct dp_backend *b;
+    struct dp_proc_sample s[4];
+    struct dp_event ev;
+    struct gs_err e = GS_ERR_INIT;
+    uint64_t last = 0, first;
+    ASSERT_EQ(dp_backend_open_fake(path, &b, &e), 0);
+    ASSERT_TRUE(b->proc_util != NULL);
+    ASSERT_EQ(b->proc_util(b, "GPU-b", &last, s, 4, &e), 2);
+    ASSERT_EQ(s[0].pid, 42);
+    ASSERT_EQ(s[0].sm, 37);
+    ASSERT_EQ(s[1].pid, 7);
+    ASSERT_TRUE(last > 0);
+    first = last;
+    usleep(1000); /* a new sample: the clock has moved on */
+    ASSERT_EQ(b->proc_util(b, "GPU-b", &last, s, 1, &e), 1); /* at most max */
+    ASSERT_TRUE(last > first);
+    uint64_t ahead = last + 60000000; /* a minute ahead: nothing newer */
+    ASSERT_EQ(b->proc_util(b, "GPU-b", &ahead, s, 4, &e), 0);
+    ASSERT_EQ(b->proc_util(b, "GPU-a", &last, s, 4, &e), 0);
+    ASSERT_EQ(b->proc_util(b, "GPU-z", &last, s, 4, &e), -GS_ENOENT);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("{\"gpus\": [{\"uuid\": \"GPU-b\", \"name\": \"X\", \"memory_mib\": 1,"
+          " \"procs\": [{\"pid\": 9, \"sm\": 100}]}]}", f);
+    fclose(f);
+    while (b->wait_event(b, 0, &ev, &e) == 1) /* the health loop's re-read */
+        ;
+    usleep(1000);
+    ASSERT_EQ(b->proc_util(b, "GPU-b", &last, s, 4, &e), 1);
+    ASSERT_EQ(s[0].pid, 9);
+    ASSERT_EQ(s[0].sm, 100);
+    b->close(b);
+    unlink(path);
+}
+
 int test_dp_gpus(void)
 {
     test_parse();
     test_health();
     test_none_backend();
+    test_fake_proc_util();
     return 0;
 }
