@@ -173,10 +173,20 @@ int core_node_pos(const struct core_node *n);
  * request core_schedule_one would refuse. */
 int core_tie_keys_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,
                      uint64_t *keys, struct gs_err *e);
+/* The pod's soft preferences for the nodes at positions pos[], which
+ * core_schedule_one puts before the policy's score: kube-scheduler's
+ * NodeAffinity (preferred node affinity terms) plus TaintToleration
+ * (PreferNoSchedule taints the pod does not tolerate) scores, each 0..100
+ * normalised over the n nodes as kube-scheduler normalises them. 1 with
+ * soft[] filled, 0 when neither applies to any of them (soft[] untouched),
+ * or -GS_EINVAL for a request core_schedule_one would refuse. */
+int core_soft_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,
+                 int *soft, struct gs_err *e);
 /* Of n scored nodes at positions pos[] (scores[]; fit[] as
  * core_score_fit_at leaves it, NULL when all fit), the index
- * core_schedule_one would take for pod: the highest score among those that
- * fit, ties to the smallest core_tie_keys_at key. -1 when none fits (or
+ * core_schedule_one would take for pod: among those that fit and that the
+ * pod's soft preferences rank best (core_soft_at), the highest score,
+ * ties to the smallest core_tie_keys_at key. -1 when none fits (or
  * the request is one core_schedule_one refuses). Reads the keys of the
  * tied nodes only. */
 int core_choice_at(struct core_cluster *c, const struct core_pod *pod, const int *pos,

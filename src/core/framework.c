@@ -68,6 +68,7 @@ int core_cycle_init(struct core_cycle *cy, struct core_cluster *c, const struct 
     cy->pol = pol;
     cy->rng = &c->rng;
     cy->hot = NULL;
+    cy->tainted = -1;
     cy->model_mask = ~0ULL;
     if (r->n_types || r->n_types_exclude) {
         cy->model_mask = 0;
@@ -278,25 +279,83 @@ uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, ui
     return (uint64_t)core_link_cost(cy, n) << 32 | rank;
 }
 
+/* Does the pod prefer a node over another: preferred terms, or a candidate
+ * with taints (the hot lines say, without touching the nodes)? */
+static int soft_applies(const struct core_cycle *cy, struct core_node *const *nodes,
+                        const int *pos, const unsigned char *fit, int n)
+{
+    const struct core_cluster *c = cy->cluster;
+    int any = cy->pod->n_prefs > 0 || cy->tainted > 0;
+    for (int j = 0; j < n && !any && cy->tainted < 0; j++)
+        any = (!fit || fit[j] == CORE_FIT_YES) &&
+              c->hot[pos ? pos[j] : nodes[j]->priv->pos].tainted;
+    return any;
+}
+
+int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+                     const unsigned char *fit, int n, int *soft)
+{
+    struct core_cluster *c = cy->cluster;
+    const struct core_pod *pod = cy->pod;
+    int max_aff = 0, max_taint = 0;
+    int *taint = soft_applies(cy, nodes, pos, fit, n) ? malloc((size_t)n * sizeof *taint) : NULL;
+    if (!taint)
+        return 0; /* nothing to prefer (or out of memory: the policy alone) */
+    for (int j = 0; j < n; j++) {
+        const struct core_node *nd = nodes ? nodes[j] : c->nodes[pos[j]];
+        soft[j] = taint[j] = 0;
+        if (fit && fit[j] != CORE_FIT_YES)
+            continue;
+        core_pod_soft_counts(pod, nd->name, nd->n_labels, nd->label_keys, nd->label_values,
+                             nd->n_taints, nd->taints, &soft[j], &taint[j]);
+        max_aff = soft[j] > max_aff ? soft[j] : max_aff;
+        max_taint = taint[j] > max_taint ? taint[j] : max_taint;
+    }
+    /* kube-scheduler's normalisation: NodeAffinity by its maximum, and
+     * TaintToleration reversed (fewest intolerable taints best) */
+    for (int j = 0; j < n; j++)
+        soft[j] = (max_aff ? soft[j] * CORE_MAX_SCORE / max_aff : 0) +
+                  (max_taint ? CORE_MAX_SCORE - taint[j] * CORE_MAX_SCORE / max_taint
+                             : CORE_MAX_SCORE);
+    free(taint);
+    return 1;
+}
+
 int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
                 const int *scores, const uint32_t *ranks, const unsigned char *fit, int n)
 {
     struct core_cluster *c = cy->cluster;
+    /* the pod's soft preferences first: the policy chooses among the nodes
+     * they rank best */
+    int *soft = soft_applies(cy, nodes, pos, fit, n) ? malloc((size_t)(n + 1) * sizeof *soft)
+                                                     : NULL;
+    int top = 0;
+    if (soft && !core_soft_scores(cy, nodes, pos, fit, n, soft)) {
+        free(soft);
+        soft = NULL;
+    }
+    for (int j = 0; soft && j < n; j++)
+        if ((!fit || fit[j] == CORE_FIT_YES) && soft[j] > top)
+            top = soft[j];
 #define NODE(j) (nodes ? nodes[j] : c->nodes[pos[j]])
 #define RANK(j) (ranks ? ranks[j] : c->hot[pos[j]].rank)
-#define FITS(j) (!fit || fit[j] == CORE_FIT_YES)
+#define FITS(j) ((!fit || fit[j] == CORE_FIT_YES) && (!soft || soft[j] == top))
     int best = -1;
     for (int j = 0; j < n; j++)
         if (FITS(j) && (best < 0 || scores[j] > scores[best] ||
                         (scores[j] == scores[best] && RANK(j) < RANK(best))))
             best = j;
-    if (best < 0)
+    if (best < 0) {
+        free(soft);
         return -1;
+    }
     /* pods of 2+ whole or shared GPUs: of the nodes scored equal, the
      * best-linked GPUs (every other pod costs 0 everywhere, the floor) */
     uint64_t key = core_tie_key(cy, NODE(best), RANK(best));
-    if ((key >> 32) <= core_link_floor(cy))
+    if ((key >> 32) <= core_link_floor(cy)) {
+        free(soft);
         return best;
+    }
     int first = best;
     for (int j = 0; j < n; j++)
         if (FITS(j) && scores[j] == scores[first] && j != first) {
@@ -309,6 +368,7 @@ int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, con
 #undef NODE
 #undef RANK
 #undef FITS
+    free(soft);
     return best;
 }
 
@@ -522,7 +582,7 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
                           struct core_node *const *nodes, const int *at, int n,
                           unsigned char *known)
 {
-    int k = 0;
+    int k = 0, tainted = 0;
     int random = cy->pol->flags & CORE_POLICY_RANDOM_NODE;
     struct core_pod_key pk; /* what the score cache compares, the same for every node */
     pod_key(cy, &pk);
@@ -551,6 +611,7 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
         }
         c->feasible[k] = node;
         c->ranks[k] = h->rank;
+        tainted |= h->tainted;
         if (col) {
             struct core_col_entry *ce = &col->e[pos];
             if (ce->stamp != c->stamps[pos]) {
@@ -563,6 +624,7 @@ static int score_feasible(struct core_cluster *c, struct core_cycle *cy,
         }
         k++;
     }
+    cy->tainted = tainted;
     if (!random && cy->pol->normalize && k > 0)
         cy->pol->normalize(cy, c->scores, k);
     for (int i = 0; i < k; i++)

@@ -236,11 +236,19 @@ uint32_t core_link_floor(const struct core_cycle *cy);
 /* The order between nodes the policy scores equal, lower first: the link
  * cost, then the node's seeded rank. */
 uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, uint32_t rank);
+/* The pod's soft preferences for each of n candidates (as core_choose
+ * takes them), kube-scheduler's NodeAffinity plus TaintToleration scores
+ * (0..200, normalised over the candidates that fit): its preferred node
+ * affinity terms, and the PreferNoSchedule taints it does not tolerate.
+ * 0 when none has any (soft[] then undefined), else 1. */
+int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+                     const unsigned char *fit, int n, int *soft);
 /* The node the policy takes of n scored candidates (nodes[j], or the node
  * at position pos[j]; scores[]; ranks[j], or NULL: the rank at pos[j];
- * fit[] as core_score_fit_at leaves it, NULL when all fit): the highest
- * score, ties to the lowest core_tie_key (the first of equal keys). -1
- * when none fits. */
+ * fit[] as core_score_fit_at leaves it, NULL when all fit): of those the
+ * pod's soft preferences rank best (core_soft_scores), the highest score,
+ * ties to the lowest core_tie_key (the first of equal keys). -1 when none
+ * fits. */
 int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
                 const int *scores, const uint32_t *ranks, const unsigned char *fit, int n);
 /* Picks the fitting GPUs: whole GPUs (dir 0) as core_topology_pick's

@@ -18,6 +18,16 @@ int core_tie_keys_at(struct core_cluster *c, const struct core_pod *pod, const i
     return 0;
 }
 
+int core_soft_at(struct core_cluster *c, const struct core_pod *pod, const int *pos, int n,
+                 int *soft, struct gs_err *e)
+{
+    struct core_cycle cy;
+    int rc = core_cycle_init(&cy, c, NULL, pod, e);
+    if (rc < 0)
+        return rc;
+    return core_soft_scores(&cy, NULL, pos, NULL, n, soft);
+}
+
 int core_choice_at(struct core_cluster *c, const struct core_pod *pod, const int *pos,
                    const int *scores, const unsigned char *fit, int n)
 {

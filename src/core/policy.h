@@ -38,6 +38,7 @@ struct core_cycle {
     /* private to the core: the filter line of the node being scored, so
      * cheap scores need not touch the node */
     const struct core_node_hot *hot;
+    int tainted;               /* a feasible node has taints: 1, 0, -1 unknown */
 };
 
 /* Clustering tags: a sharing pod, a MIG pod, or k whole/shared GPUs (1..16). */

@@ -17,6 +17,8 @@
 
 #include "core/request.h"
 
+#include "core/cluster.h"
+
 #define MIB (1024 * 1024)
 #define QTY_MAX_LEN 64
 #define QTY_MAX_DIGITS 30 /* significant digits; 10^30 < 2^100 */
@@ -890,6 +892,74 @@ static int parse_requirement(json_t *j, int is_field, const char *field,
     return 0;
 }
 
+/* One nodeSelectorTerm at field f: matchExpressions and matchFields. */
+static int parse_term(json_t *t, const char *f, struct core_term *term, struct gs_err *e)
+{
+    static const char *const lists[] = {"matchExpressions", "matchFields"};
+    size_t total = 0;
+    if (!json_is_object(t))
+        return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+    for (int l = 0; l < 2; l++) {
+        json_t *x = json_object_get(t, lists[l]);
+        if (x && !json_is_null(x) && !json_is_array(x))
+            return gs_errf(e, GS_EINVAL, "%s.%s: must be a list", f, lists[l]);
+        total += json_is_array(x) ? json_array_size(x) : 0;
+    }
+    if (total > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d requirements", f, MAX_LIST);
+    if (total && !(term->reqs = calloc(total, sizeof *term->reqs)))
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
+    for (int l = 0; l < 2; l++) {
+        json_t *x = json_object_get(t, lists[l]), *r;
+        size_t k;
+        json_array_foreach(x, k, r) {
+            char rf[320];
+            snprintf(rf, sizeof rf, "%s.%s[%zu]", f, lists[l], k);
+            if (parse_requirement(r, l, rf, &term->reqs[term->n_reqs++], e) < 0)
+                return -GS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* preferredDuringSchedulingIgnoredDuringExecution: [{weight, preference}] */
+static int parse_preferred(json_t *na, struct core_pod *pod, struct gs_err *e)
+{
+    const char *base = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
+    json_t *list = json_object_get(na, "preferredDuringSchedulingIgnoredDuringExecution"), *t;
+    char f[256];
+    size_t i;
+
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
+    if (json_array_size(list) > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d terms", base, MAX_LIST);
+    if (!json_array_size(list))
+        return 0;
+    pod->prefs = calloc(json_array_size(list), sizeof *pod->prefs);
+    pod->pref_weights = calloc(json_array_size(list), sizeof *pod->pref_weights);
+    if (!pod->prefs || !pod->pref_weights)
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", base);
+    json_array_foreach(list, i, t) {
+        json_t *w = json_object_get(t, "weight"), *pref;
+        snprintf(f, sizeof f, "%s[%zu]", base, i);
+        pod->n_prefs++;
+        if (!json_is_object(t))
+            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+        if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > 100)
+            return gs_errf(e, GS_EINVAL, "%s.weight: must be an integer 1..100", f);
+        pod->pref_weights[i] = (int)json_integer_value(w);
+        snprintf(f, sizeof f, "%s[%zu].preference", base, i);
+        if (!(pref = json_object_get(t, "preference")))
+            return gs_errf(e, GS_EINVAL, "%s: missing", f);
+        if (parse_term(pref, f, &pod->prefs[i], e) < 0)
+            return -GS_EINVAL;
+    }
+    return 0;
+}
+
 static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
 {
     json_t *aff, *na, *req, *terms, *t;
@@ -899,7 +969,8 @@ static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
 
     if (get_obj(spec, "affinity", "spec.affinity", &aff, e) < 0 ||
         get_obj(aff, "nodeAffinity", "spec.affinity.nodeAffinity", &na, e) < 0 ||
-        get_obj(na, "requiredDuringSchedulingIgnoredDuringExecution", base, &req, e) < 0)
+        get_obj(na, "requiredDuringSchedulingIgnoredDuringExecution", base, &req, e) < 0 ||
+        parse_preferred(na, pod, e) < 0)
         return -GS_EINVAL;
     if (!req)
         return 0;
@@ -913,33 +984,10 @@ static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
     if (!pod->terms)
         return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
     json_array_foreach(terms, i, t) {
-        struct core_term *term = &pod->terms[i];
-        static const char *const lists[] = {"matchExpressions", "matchFields"};
-        size_t total = 0;
         pod->n_terms++;
         snprintf(f, sizeof f, "%s.nodeSelectorTerms[%zu]", base, i);
-        if (!json_is_object(t))
-            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
-        for (int l = 0; l < 2; l++) {
-            json_t *x = json_object_get(t, lists[l]);
-            if (x && !json_is_null(x) && !json_is_array(x))
-                return gs_errf(e, GS_EINVAL, "%s.%s: must be a list", f, lists[l]);
-            total += json_is_array(x) ? json_array_size(x) : 0;
-        }
-        if (total > MAX_LIST)
-            return gs_errf(e, GS_EINVAL, "%s: more than %d requirements", f, MAX_LIST);
-        if (total && !(term->reqs = calloc(total, sizeof *term->reqs)))
-            return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
-        for (int l = 0; l < 2; l++) {
-            json_t *x = json_object_get(t, lists[l]), *r;
-            size_t k;
-            json_array_foreach(x, k, r) {
-                char rf[320];
-                snprintf(rf, sizeof rf, "%s.%s[%zu]", f, lists[l], k);
-                if (parse_requirement(r, l, rf, &term->reqs[term->n_reqs++], e) < 0)
-                    return -GS_EINVAL;
-            }
-        }
+        if (parse_term(t, f, &pod->terms[i], e) < 0)
+            return -GS_EINVAL;
     }
     return 0;
 }
@@ -1040,6 +1088,21 @@ fail:
     return -(e && e->code ? e->code : GS_EINVAL);
 }
 
+static void free_terms(struct core_term *terms, int n)
+{
+    for (int t = 0; t < n; t++) {
+        for (int r = 0; r < terms[t].n_reqs; r++) {
+            struct core_requirement *q = &terms[t].reqs[r];
+            free(q->key);
+            for (int v = 0; v < q->n_values; v++)
+                free(q->values[v]);
+            free(q->values);
+        }
+        free(terms[t].reqs);
+    }
+    free(terms);
+}
+
 void core_pod_clear(struct core_pod *pod)
 {
     for (int i = 0; i < pod->n_selector; i++) {
@@ -1048,17 +1111,9 @@ void core_pod_clear(struct core_pod *pod)
     }
     free(pod->selector_keys);
     free(pod->selector_values);
-    for (int t = 0; t < pod->n_terms; t++) {
-        for (int r = 0; r < pod->terms[t].n_reqs; r++) {
-            struct core_requirement *q = &pod->terms[t].reqs[r];
-            free(q->key);
-            for (int v = 0; v < q->n_values; v++)
-                free(q->values[v]);
-            free(q->values);
-        }
-        free(pod->terms[t].reqs);
-    }
-    free(pod->terms);
+    free_terms(pod->terms, pod->n_terms);
+    free_terms(pod->prefs, pod->n_prefs);
+    free(pod->pref_weights);
     for (int i = 0; i < pod->n_tolerations; i++) {
         free(pod->tolerations[i].key);
         free(pod->tolerations[i].value);
@@ -1105,6 +1160,18 @@ static int req_matches(const struct core_requirement *r, const char *node_name, 
     return 0;
 }
 
+static int term_matches(const struct core_term *term, const char *node_name, int n,
+                        char *const *keys, char *const *values)
+{
+    int ok = term->n_reqs > 0; /* an empty term matches no node */
+    for (int r = 0; ok && r < term->n_reqs; r++)
+        ok = req_matches(&term->reqs[r], node_name, n, keys, values);
+    return ok;
+}
+
+static int tolerates(const struct core_pod *pod, const char *key, const char *value,
+                     const char *effect);
+
 int core_pod_matches_node(const struct core_pod *pod, const char *node_name, int n,
                           char *const *keys, char *const *values)
 {
@@ -1115,15 +1182,26 @@ int core_pod_matches_node(const struct core_pod *pod, const char *node_name, int
     }
     if (pod->n_terms == 0)
         return 1;
-    for (int t = 0; t < pod->n_terms; t++) {
-        const struct core_term *term = &pod->terms[t];
-        int ok = term->n_reqs > 0; /* an empty term matches no node */
-        for (int r = 0; ok && r < term->n_reqs; r++)
-            ok = req_matches(&term->reqs[r], node_name, n, keys, values);
-        if (ok)
+    for (int t = 0; t < pod->n_terms; t++)
+        if (term_matches(&pod->terms[t], node_name, n, keys, values))
             return 1;
-    }
     return 0;
+}
+
+void core_pod_soft_counts(const struct core_pod *pod, const char *node_name, int n_labels,
+                          char *const *keys, char *const *values, int n_taints,
+                          const struct core_taint *taints, int *affinity, int *intolerable)
+{
+    *affinity = *intolerable = 0;
+    for (int t = 0; t < pod->n_prefs; t++)
+        if (term_matches(&pod->prefs[t], node_name, n_labels, keys, values))
+            *affinity += pod->pref_weights[t];
+    for (int i = 0; i < n_taints; i++) {
+        const struct core_taint *x = &taints[i];
+        if (x->effect && strcmp(x->effect, "PreferNoSchedule") == 0 &&
+            !tolerates(pod, x->key, x->value, x->effect))
+            ++*intolerable;
+    }
 }
 
 int core_pod_matches_labels(const struct core_pod *pod, int n, char *const *keys,
@@ -1136,7 +1214,13 @@ int core_pod_tolerates(const struct core_pod *pod, const char *key, const char *
                        const char *effect)
 {
     if (effect && strcmp(effect, "PreferNoSchedule") == 0)
-        return 1; /* a preference, never a reason to refuse */
+        return 1; /* a preference, never a reason to refuse (core_pod_soft_counts) */
+    return tolerates(pod, key, value, effect);
+}
+
+static int tolerates(const struct core_pod *pod, const char *key, const char *value,
+                     const char *effect)
+{
     for (int i = 0; i < pod->n_tolerations; i++) {
         const struct core_toleration *t = &pod->tolerations[i];
         if (t->effect && t->effect[0] && (!effect || strcmp(t->effect, effect) != 0))

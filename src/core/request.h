@@ -101,6 +101,9 @@ struct core_pod {
     char **selector_keys, **selector_values;
     int n_terms;               /* required node affinity: any term (OR) */
     struct core_term *terms;
+    int n_prefs;               /* preferred node affinity: each term that matches */
+    struct core_term *prefs;   /* adds its weight (1..100) to the node */
+    int *pref_weights;
     int n_tolerations;
     struct core_toleration *tolerations;
     char policy[32];           /* gpusched.io/policy annotation, "" = default */
@@ -129,6 +132,16 @@ void core_pod_clear(struct core_pod *pod);
  * callers that must say which container breaks a cluster-wide limit. */
 int core_container_parse(const json_t *ctr, const struct core_names *names, const char *list,
                          size_t idx, struct core_request *out, struct gs_err *e);
+
+struct core_taint;
+
+/* The pod's soft preferences for a node, as kube-scheduler's NodeAffinity
+ * and TaintToleration scores count them before they normalise: the summed
+ * weights of its preferred node affinity terms that the node matches, and
+ * the node's PreferNoSchedule taints the pod does not tolerate. */
+void core_pod_soft_counts(const struct core_pod *pod, const char *node_name, int n_labels,
+                          char *const *keys, char *const *values, int n_taints,
+                          const struct core_taint *taints, int *affinity, int *intolerable);
 
 /* Does a node with these labels pass the pod's nodeSelector and required
  * affinity? Labels are parallel arrays. */

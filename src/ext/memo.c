@@ -94,6 +94,20 @@ static void put_str(struct gs_buf *b, const char *s)
         gs_buf_str(b, s);
 }
 
+static void put_term(struct gs_buf *b, const struct core_term *term)
+{
+    put_i64(b, term->n_reqs);
+    for (int i = 0; i < term->n_reqs; i++) {
+        const struct core_requirement *q = &term->reqs[i];
+        put_str(b, q->key);
+        put_i64(b, q->field);
+        put_i64(b, q->op);
+        put_i64(b, q->n_values);
+        for (int v = 0; v < q->n_values; v++)
+            put_str(b, q->values[v]);
+    }
+}
+
 int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, size_t *len)
 {
     struct gs_buf b = {0};
@@ -119,18 +133,12 @@ int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, siz
         put_str(&b, pod->selector_values[i]);
     }
     put_i64(&b, pod->n_terms);
-    for (int t = 0; t < pod->n_terms; t++) {
-        const struct core_term *term = &pod->terms[t];
-        put_i64(&b, term->n_reqs);
-        for (int i = 0; i < term->n_reqs; i++) {
-            const struct core_requirement *q = &term->reqs[i];
-            put_str(&b, q->key);
-            put_i64(&b, q->field);
-            put_i64(&b, q->op);
-            put_i64(&b, q->n_values);
-            for (int v = 0; v < q->n_values; v++)
-                put_str(&b, q->values[v]);
-        }
+    for (int t = 0; t < pod->n_terms; t++)
+        put_term(&b, &pod->terms[t]);
+    put_i64(&b, pod->n_prefs); /* they decide the choice too (core_soft_at) */
+    for (int t = 0; t < pod->n_prefs; t++) {
+        put_i64(&b, pod->pref_weights[t]);
+        put_term(&b, &pod->prefs[t]);
     }
     put_i64(&b, pod->n_tolerations);
     for (int i = 0; i < pod->n_tolerations; i++) {

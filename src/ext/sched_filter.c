@@ -39,15 +39,18 @@ static void add_kept_reason(struct gs_buf *b, const struct ext_args *a, int i, c
 }
 
 struct scored {
-    int idx, score;
+    int idx, soft, score;
     uint64_t tie;
 };
 
-/* The policy's order: best score first, ties to the smallest key
- * (core_tie_keys_at), as core_schedule_one decides. */
+/* The policy's order: the pod's soft preferences first (core_soft_at),
+ * then best score, ties to the smallest key (core_tie_keys_at), as
+ * core_schedule_one decides. */
 static int by_score(const void *a, const void *b)
 {
     const struct scored *x = a, *y = b;
+    if (x->soft != y->soft)
+        return y->soft - x->soft;
     if (x->score != y->score)
         return y->score - x->score;
     return (x->tie > y->tie) - (x->tie < y->tie);
@@ -352,6 +355,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         int *sc = calloc((size_t)nfit, sizeof *sc), *at = calloc((size_t)nfit, sizeof *at);
         uint64_t *tie = calloc((size_t)nfit, sizeof *tie);
         struct scored *order = calloc((size_t)nfit, sizeof *order);
+        int *soft = calloc((size_t)nfit, sizeof *soft), has_soft = 0;
         int k = 0;
         for (int i = 0; fn && at && order && i < a->n; i++)
             if (fit[i]) {
@@ -359,10 +363,12 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
                 at[k] = core_node_pos(nodes[i]);
                 fn[k++] = nodes[i];
             }
-        if (fn && sc && at && tie && order &&
+        if (fn && sc && at && tie && order && soft &&
             core_score(s->c, v.pol, pod, fn, nfit, sc, &e) == 0 &&
-            core_tie_keys_at(s->c, pod, at, nfit, tie, &e) == 0) {
+            core_tie_keys_at(s->c, pod, at, nfit, tie, &e) == 0 &&
+            (has_soft = core_soft_at(s->c, pod, at, nfit, soft, &e)) >= 0) {
             for (k = 0; k < nfit; k++) {
+                order[k].soft = has_soft ? soft[k] : 0;
                 order[k].score = sc[k];
                 order[k].tie = tie[k];
             }
@@ -382,6 +388,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         free(at);
         free(tie);
         free(order);
+        free(soft);
     }
     if (ok && !kept && !modified && memo && en->reply)
         kept = ext_text_ref(en->reply); /* per-request checks changed nothing */

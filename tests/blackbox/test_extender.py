@@ -389,6 +389,48 @@ def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path)
         e.stop()
 
 
+def test_soft_preferences_come_first(gpusched_bin, tmp_path):
+    """Preferred node affinity and PreferNoSchedule taints rank nodes before the
+    policy does (kube-scheduler's own scores for them are outvoted by the extender's
+    weight): binpack takes n1, the fullest, but a pod that prefers zone b gets the top
+    score and --top-k 1 on n2; with a PreferNoSchedule taint on n2 it gets n3 (zone b
+    too), unless it tolerates the taint. Pods of one shape with other preferences
+    never share a kept reply."""
+    whole = {"nvidia.com/gpu": "1"}
+    zone_b = pod("zone-b", whole)
+    zone_b["spec"]["affinity"] = {"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "preference": {
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}}]}}
+    names = ["n1", "n2", "n3"]
+    for spot in (False, True):
+        taints = [{"key": "spot", "effect": "PreferNoSchedule"}] if spot else None
+        nodes = write_nodes(tmp_path / f"nodes{spot}.json", [
+            gpu_node("n1", labels={"zone": "a"}),
+            gpu_node("n2", labels={"zone": "b"}, taints=taints),
+            gpu_node("n3", labels={"zone": "b"})])
+        e = Extender(gpusched_bin, ["--nodes", nodes, "--policy", "binpack", "--top-k", "1"])
+        try:
+            e.place(pod("on-n1", whole), ["n1"])
+            e.place(pod("on-n1b", whole), ["n1"])
+            e.place(pod("on-n2", whole), ["n2"])
+
+            def top(p):
+                r = e.post("prioritize", {"Pod": p, "NodeNames": names}).json()
+                best = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
+                assert len(best) == 1, r
+                assert e.filter(p, names)["NodeNames"] == best
+                return best[0]
+            plain = pod("plain", whole)
+            assert top(plain) == "n1"
+            zone_b["spec"].pop("tolerations", None)
+            assert top(zone_b) == ("n3" if spot else "n2")
+            assert top(plain) == "n1"  # its own kept reply, not zone-b's
+            zone_b["spec"]["tolerations"] = [{"key": "spot", "operator": "Exists"}]
+            assert top(zone_b) == "n2"
+        finally:
+            e.stop()
+
+
 def linked_node(name, down):
     """4 GPUs with NVLinks 0-2 and 1-3 (NUMA 0: GPUs 0-1, NUMA 1: 2-3), GPUs in
     `down` unhealthy."""

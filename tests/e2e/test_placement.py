@@ -170,6 +170,49 @@ def test_gpu_type_include_exclude(cluster, pods):
                      f"the learned workload of {addr} to hold the A100 and H100 classes")
 
 
+def test_soft_preferences_come_before_the_policy(cluster, pods):
+    """The extender's prioritize weight (100) outvotes kube-scheduler's own scores, so
+    it honours the pod's soft preferences itself, as kube-scheduler's NodeAffinity and
+    TaintToleration score them: a pod placed where the policy takes it (node P) goes to
+    the other node when it prefers that node, and when P carries a PreferNoSchedule
+    taint it does not tolerate; a pod that tolerates the taint goes to P again."""
+    def allocations():
+        return [cluster.extender_metric(i, "gpusched_allocations")
+                for i in range(len(cluster.proxy.backends))]
+    before = allocations()
+
+    def place(name, affinity=None, tolerations=None):
+        o = gpu_pod(name, {"nvidia.com/gpu": "1"})
+        if affinity:
+            o["spec"]["affinity"] = {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": affinity}}
+        if tolerations:
+            o["spec"]["tolerations"] = tolerations
+        node = run(cluster, pods, o)[name]["spec"]["nodeName"]
+        cluster.delete_pods(NS, [name])
+        pods.remove(name)
+        cluster.wait(lambda: allocations() == before, 20, f"{name}'s GPU released")
+        return node
+
+    chosen = place("soft-none")
+    other = NODE_B if chosen == NODE_A else NODE_A
+    prefer = [{"weight": 10, "preference": {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [other]}]}}]
+    assert place("soft-prefer", affinity=prefer) == other
+    taint = {"key": "gpusched-e2e", "value": "soft", "effect": "PreferNoSchedule"}
+    node = cluster.api("GET", f"/api/v1/nodes/{chosen}").json()
+    taints = node["spec"].get("taints") or []
+    patch = lambda t: cluster.api("PATCH", f"/api/v1/nodes/{chosen}", body={"spec": {"taints": t}},
+                                  content_type="application/merge-patch+json")
+    assert patch(taints + [taint]).status_code == 200
+    try:
+        assert place("soft-taint") == other
+        tol = [{"key": "gpusched-e2e", "operator": "Exists", "effect": "PreferNoSchedule"}]
+        assert place("soft-tolerated", tolerations=tol) == chosen
+    finally:
+        assert patch(taints or None).status_code == 200
+
+
 def extender_reason(cluster, name, node):
     """The extender's own reason for refusing `node` to pod default/NAME (/debug/pods)."""
     for _ident, addr in cluster.proxy.backends:

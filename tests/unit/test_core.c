@@ -223,6 +223,115 @@ static void test_taints_labels(void)
     core_cluster_free(c);
 }
 
+/* A node of 4 whole GPUs with one label and maybe a PreferNoSchedule taint. */
+static void soft_node(struct core_cluster *c, const char *name, const char *zone, int spot)
+{
+    static const char *keys[] = {"zone"};
+    const char *vals[] = {zone};
+    struct core_taint taint = {"spot", "true", "PreferNoSchedule"};
+    struct core_node_spec s;
+    memset(&s, 0, sizeof s);
+    s.name = name;
+    s.cpu_milli = 16000;
+    s.mem_bytes = (int64_t)64 << 30;
+    s.n_labels = 1;
+    s.label_keys = keys;
+    s.label_values = vals;
+    s.n_taints = spot;
+    s.taints = &taint;
+    s.n_gpus = 4;
+    for (int i = 0; i < 4; i++) {
+        s.gpus[i].index = i;
+        snprintf(s.gpus[i].uuid, sizeof s.gpus[i].uuid, "GPU-%s-%d", name, i);
+        snprintf(s.gpus[i].model, sizeof s.gpus[i].model, "A100");
+        s.gpus[i].mem_mib = 40960;
+        s.gpus[i].healthy = 1;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, NULL), 0);
+}
+
+static const char *soft_choice(struct core_cluster *c, const char *policy,
+                               const struct core_pod *p)
+{
+    struct core_decision d;
+    struct gs_err e = GS_ERR_INIT;
+    if (core_schedule_one(c, core_policy_find(policy), p, &d, &e) != 0)
+        return "none";
+    /* the extender's /prioritize choice agrees (core_choice_at) */
+    int pos[3], sc[3];
+    unsigned char fit[3] = {0};
+    for (int i = 0; i < 3; i++)
+        pos[i] = i;
+    ASSERT_EQ(core_score_fit_at(c, core_policy_find(policy), p, pos, 3, fit, sc, &e), 0);
+    int at = core_choice_at(c, p, pos, sc, fit, 3);
+    ASSERT_TRUE(at >= 0 && pos[at] == core_node_pos(d.node));
+    return d.node->name;
+}
+
+/* Preferred node affinity and PreferNoSchedule taints, as kube-scheduler's
+ * NodeAffinity and TaintToleration score them, come before the policy:
+ * with the extender's weight the policy's choice would outvote them. */
+static void test_soft_preferences(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    soft_node(c, "a", "x", 0);
+    soft_node(c, "b", "y", 0);
+    soft_node(c, "c", "y", 1);
+    int placed = 0;
+#define PLACE(node)                                                                      \
+    do {                                                                                 \
+        char uid[16];                                                                    \
+        snprintf(uid, sizeof uid, "w%d", placed++);                                      \
+        struct core_pod w = tc_pod(uid, CORE_REQ_WHOLE, 1, 0, 0, 1000);                  \
+        ASSERT_EQ(tc_place(c, node, &w, "binpack"), 0);                                  \
+    } while (0)
+    PLACE("a"); /* binpack now takes a ... */
+    PLACE("c");
+    PLACE("c"); /* ... or c, were it not tainted */
+    struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* c's taint counts before binpack */
+    char tk[] = "spot", tv[] = "true", te[] = "PreferNoSchedule";
+    struct core_toleration tol = {tk, tv, 0, te};
+    p.n_tolerations = 1;
+    p.tolerations = &tol;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "c"); /* tolerated: binpack's fullest */
+    p.n_tolerations = 0;
+    /* prefer zone y (weight 10): b and c match, c's taint leaves b */
+    char key[] = "zone", y[] = "y", x[] = "x";
+    char *vy[] = {y}, *vx[] = {x};
+    struct core_requirement ry = {key, 0, CORE_OP_IN, 1, vy}, rx = {key, 0, CORE_OP_IN, 1, vx};
+    struct core_term terms[2] = {{1, &ry}, {1, &rx}};
+    int weights[2] = {10, 30};
+    p.n_prefs = 1;
+    p.prefs = terms;
+    p.pref_weights = weights;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "b");
+    p.n_tolerations = 1; /* tolerated: b and c alike, binpack takes c */
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "c");
+    /* zone x weighs 30 against y's 10: a (100 + 100) over b and c (33 + 100) */
+    p.n_prefs = 2;
+    ASSERT_STREQ(soft_choice(c, "spread", &p), "a");
+    int ac, at_, taint;
+    const struct core_node *na = core_cluster_find(c, "a");
+    core_pod_soft_counts(&p, "a", na->n_labels, na->label_keys, na->label_values, na->n_taints,
+                         na->taints, &ac, &taint);
+    ASSERT_EQ(ac, 30);
+    ASSERT_EQ(taint, 0);
+    const struct core_node *nc = core_cluster_find(c, "c");
+    p.n_tolerations = 0;
+    core_pod_soft_counts(&p, "c", nc->n_labels, nc->label_keys, nc->label_values, nc->n_taints,
+                         nc->taints, &at_, &taint);
+    ASSERT_EQ(at_, 10);
+    ASSERT_EQ(taint, 1);
+    /* the preferred node full: the others by preference, then policy */
+    for (int i = 0; i < 3; i++)
+        PLACE("a");
+#undef PLACE
+    p.n_tolerations = 1;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "c");
+    core_cluster_free(c);
+}
+
 static void test_reserve(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -987,6 +1096,7 @@ int test_core(void)
     test_model();
     test_filter_reasons();
     test_taints_labels();
+    test_soft_preferences();
     test_reserve();
     test_mig();
     test_churn();

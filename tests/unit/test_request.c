@@ -2,6 +2,7 @@
  * each impossible form gets, container summing, selectors, tolerations. */
 #include <stdlib.h>
 
+#include "core/cluster.h"
 #include "core/request.h"
 #include "test.h"
 
@@ -468,6 +469,35 @@ static void selection_tests(void)
     ASSERT_TRUE(core_pod_tolerates(&pod, "anything", "x", "NoExecute"));
     core_pod_clear(&pod);
 
+    /* preferred node affinity: each matching term adds its weight (matchFields
+     * too); kept apart from the required terms, which it never narrows */
+    ASSERT_EQ(parse("{\"spec\":{\"affinity\":{\"nodeAffinity\":"
+                    "{\"preferredDuringSchedulingIgnoredDuringExecution\":["
+                    "{\"weight\":20,\"preference\":{\"matchExpressions\":[{\"key\":\"zone\","
+                    "\"operator\":\"In\",\"values\":[\"a\"]}]}},"
+                    "{\"weight\":5,\"preference\":{\"matchFields\":[{\"key\":\"metadata.name\","
+                    "\"operator\":\"In\",\"values\":[\"n1\"]}]}},"
+                    "{\"weight\":100,\"preference\":{}}]}},"
+                    "\"tolerations\":[{\"key\":\"spot\",\"operator\":\"Exists\","
+                    "\"effect\":\"PreferNoSchedule\"}],\"containers\":[{}]}}",
+                    &pod, &e),
+              0);
+    ASSERT_EQ(pod.n_terms, 0);
+    ASSERT_EQ(pod.n_prefs, 3);
+    ASSERT_EQ(pod.pref_weights[0], 20);
+    ASSERT_TRUE(core_pod_matches_labels(&pod, 3, keys, vals_b)); /* preferences never refuse */
+    {
+        int aff, intol;
+        struct core_taint t[2] = {{"spot", "1", "PreferNoSchedule"}, {"old", "", "PreferNoSchedule"}};
+        core_pod_soft_counts(&pod, "n1", 3, keys, vals, 2, t, &aff, &intol);
+        ASSERT_EQ(aff, 25);  /* zone a and the name; an empty term matches nothing */
+        ASSERT_EQ(intol, 1); /* spot tolerated, old not */
+        core_pod_soft_counts(&pod, "n2", 3, keys, vals_b, 1, t, &aff, &intol);
+        ASSERT_EQ(aff, 0);
+        ASSERT_EQ(intol, 0);
+    }
+    core_pod_clear(&pod);
+
     /* no lists: everything matches, nothing tolerated, every model ok */
     ASSERT_EQ(parse("{\"spec\":{\"containers\":[{}]}}", &pod, &e), 0);
     ASSERT_TRUE(core_pod_matches_labels(&pod, 0, NULL, NULL));
@@ -501,6 +531,19 @@ static void selection_tests(void)
          "Execution\":{\"nodeSelectorTerms\":[{\"matchFields\":[{\"key\":\"metadata.uid\","
          "\"operator\":\"In\",\"values\":[\"x\"]}]}]}}},\"containers\":[{}]}}",
          "not a supported node field"},
+        {"{\"spec\":{\"affinity\":{\"nodeAffinity\":{\"preferredDuringSchedulingIgnoredDuring"
+         "Execution\":{}}},\"containers\":[{}]}}",
+         "preferredDuringSchedulingIgnoredDuringExecution: must be a list"},
+        {"{\"spec\":{\"affinity\":{\"nodeAffinity\":{\"preferredDuringSchedulingIgnoredDuring"
+         "Execution\":[{\"weight\":0,\"preference\":{}}]}},\"containers\":[{}]}}",
+         "preferredDuringSchedulingIgnoredDuringExecution[0].weight: must be an integer 1..100"},
+        {"{\"spec\":{\"affinity\":{\"nodeAffinity\":{\"preferredDuringSchedulingIgnoredDuring"
+         "Execution\":[{\"weight\":1}]}},\"containers\":[{}]}}",
+         "preferredDuringSchedulingIgnoredDuringExecution[0].preference: missing"},
+        {"{\"spec\":{\"affinity\":{\"nodeAffinity\":{\"preferredDuringSchedulingIgnoredDuring"
+         "Execution\":[{\"weight\":1,\"preference\":{\"matchExpressions\":[{\"key\":\"a\","
+         "\"operator\":\"Near\"}]}}]}},\"containers\":[{}]}}",
+         "[0].preference.matchExpressions[0].operator: 'Near' is not one of"},
         {"{\"spec\":{\"tolerations\":[{\"key\":\"a\",\"operator\":\"Exists\",\"value\":\"b\"}],"
          "\"containers\":[{}]}}",
          "spec.tolerations[0].value: must be empty when operator is Exists"},
@@ -526,7 +569,7 @@ static void selection_tests(void)
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         ASSERT_EQ(parse(errs[i].json, &pod, &e), -GS_EINVAL);
         ASSERT_CONTAINS(e.msg, errs[i].want);
-        ASSERT_EQ(pod.n_terms + pod.n_tolerations + pod.n_selector, 0);
+        ASSERT_EQ(pod.n_terms + pod.n_tolerations + pod.n_selector + pod.n_prefs, 0);
     }
 }
 
