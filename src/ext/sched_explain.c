@@ -83,8 +83,9 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     struct core_node **fit = calloc((size_t)nn + 1, sizeof *fit);
     int *sc = calloc((size_t)nn + 1, sizeof *sc);
     int *at = calloc((size_t)nn + 1, sizeof *at);
+    int *soft = calloc((size_t)nn + 1, sizeof *soft), has_soft = 0;
     json_t *r = NULL;
-    if (!fit || !sc || !at) {
+    if (!fit || !sc || !at || !soft) {
         r = ext_error("out of memory");
         goto done;
     }
@@ -104,14 +105,18 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
     int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = -1;
     for (int i = 0; i < nf && scored; i++) /* positions, for the policy's choice */
         at[i] = core_node_pos(fit[i]);
-    if (scored)
+    if (scored) {
         best = core_choice_at(s->c, &pod, at, sc, NULL, nf);
+        has_soft = core_soft_at(s->c, &pod, at, nf, soft, &e) > 0;
+    }
     for (int i = 0; i < nf && scored; i++) {
         json_t *entry = json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits", 1,
                                   "score", sc[i], "extender_score",
                                   sched_extender_score(sc[i], best < 0 ? 0 : sc[best],
                                                        i == best), "gpus",
                                   gpu_detail(fit[i]));
+        if (has_soft) /* the pod's soft preferences, which come before the score */
+            json_object_set_new(entry, "preference", json_integer(soft[i]));
         would_get(s->c, pol, fit[i], &pod, entry);
         json_array_insert_new(nodes, (size_t)i, entry);
     }
@@ -132,9 +137,10 @@ done:
     free(fit);
     free(sc);
     free(at);
+    free(soft);
     core_pod_clear(&pod);
     *reply = r;
-    return fit && sc && at ? 200 : 500;
+    return fit && sc && at && soft ? 200 : 500;
 }
 
 int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, char *uid,

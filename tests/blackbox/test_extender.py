@@ -424,6 +424,10 @@ def test_soft_preferences_come_first(gpusched_bin, tmp_path):
             assert top(plain) == "n1"
             zone_b["spec"].pop("tolerations", None)
             assert top(zone_b) == ("n3" if spot else "n2")
+            # the decision trace shows why: NodeAffinity 0..100 + TaintToleration 0..100
+            trace = {n["node"]: n.get("preference") for n in e.debug(zone_b).json()["nodes"]}
+            assert trace == ({"n1": 100, "n2": 100, "n3": 200} if spot else
+                             {"n1": 100, "n2": 200, "n3": 200}), trace
             assert top(plain) == "n1"  # its own kept reply, not zone-b's
             zone_b["spec"]["tolerations"] = [{"key": "spot", "operator": "Exists"}]
             assert top(zone_b) == "n2"
