@@ -222,7 +222,7 @@ static int parse_gpu(json_t *o, struct dp_fake_state *st, int i, int n, struct g
     if ((v = json_object_get(o, "procs"))) {
         size_t k;
         json_t *pv;
-        long long pid, sm;
+        long long pid = 0, sm = 0;
         char pw[48];
         if (!json_is_array(v) || json_array_size(v) > 16)
             return gs_errf(e, GS_EINVAL, "%s.procs: must be an array of at most 16 objects", w);
