@@ -11,7 +11,8 @@
  * and kube-scheduler's bind to it fails (409). When the Lease's
  * holderIdentity names an address, "NAME@HOST:PORT" (deploy/ sets
  * $(POD_NAME)@$(POD_IP):8888), a non-leader posts the body of /filter,
- * /prioritize, /bind and /preempt to http://HOST:PORT/VERB and relays the
+ * /prioritize, /bind and /preempt to http://HOST:PORT/VERB (https with
+ * ext_forward_tls) and relays the
  * leader's status and answer. A leader that does not answer gets /bind
  * answered 503 and the other verbs answered here, from this replica's own
  * view, for a few seconds before it is asked again. An identity without '@'
@@ -42,6 +43,13 @@ int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, co
                     double timeout_s, struct metrics *m, struct ext_forward **out,
                     struct gs_err *e);
 void ext_forward_free(struct ext_forward *f);
+
+/* Replicas serving HTTPS (tls_cert) forward over HTTPS to a leader that
+ * presents a certificate with the public key of cert_file, the one this
+ * replica serves (deploy/ mounts one Secret in every replica): the leader's
+ * pod IP need not be in the certificate. The file is read again when it
+ * changes. 0 or -GS_E* naming the file. */
+int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err *e);
 
 /* "NAME@HOST:PORT" -> "HOST:PORT" (HOST a name, IPv4 or [IPv6]) in out.
  * 0 = forwarded to there; 1 = the identity names no address; -GS_EINVAL when

@@ -1,5 +1,7 @@
 /* http/http_server.c - see http_server.h. */
 #include <arpa/inet.h>
+#include <gnutls/abstract.h>
+#include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -217,6 +219,42 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         free(ctx);
         *con_cls = NULL;
     }
+}
+
+int http_tls_pin(const char *cert_file, char *out, size_t cap, struct gs_err *e)
+{
+    gnutls_x509_crt_t crt = NULL;
+    gnutls_pubkey_t pub = NULL;
+    gnutls_datum_t der = {NULL, 0}, b64 = {NULL, 0};
+    unsigned char sum[32];
+    int rc;
+    char *pem = read_file(cert_file, e);
+    if (!pem)
+        return -GS_EIO;
+    gnutls_datum_t c = {(unsigned char *)pem, (unsigned)strlen(pem)};
+    if (gnutls_x509_crt_init(&crt) < 0 || gnutls_pubkey_init(&pub) < 0) {
+        rc = gs_errf(e, GS_ENOMEM, "out of memory");
+    } else if ((rc = gnutls_x509_crt_import(crt, &c, GNUTLS_X509_FMT_PEM)) < 0 ||
+               (rc = gnutls_pubkey_import_x509(pub, crt, 0)) < 0 ||
+               (rc = gnutls_pubkey_export2(pub, GNUTLS_X509_FMT_DER, &der)) < 0 ||
+               (rc = gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, sum)) < 0 ||
+               (rc = gnutls_base64_encode2(&(gnutls_datum_t){sum, sizeof sum}, &b64)) < 0) {
+        rc = gs_errf(e, GS_EINVAL, "'%s': no public key to pin (%s)", cert_file,
+                     gnutls_strerror(rc));
+    } else if (snprintf(out, cap, "sha256//%.*s", (int)b64.size, (const char *)b64.data) >=
+               (int)cap) {
+        rc = gs_errf(e, GS_EINVAL, "'%s': pin too long", cert_file);
+    } else {
+        rc = 0;
+    }
+    gnutls_free(der.data);
+    gnutls_free(b64.data);
+    if (pub)
+        gnutls_pubkey_deinit(pub);
+    if (crt)
+        gnutls_x509_crt_deinit(crt);
+    free(pem);
+    return rc;
 }
 
 /* Checks a PEM certificate and key before a daemon gets them: both parse,

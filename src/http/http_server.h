@@ -83,6 +83,10 @@ int http_server_port(const struct http_server *s);
  * (or no TLS), or a negative GS_E* code with *e saying why the old pair is
  * kept. Call it from one thread only. */
 int http_server_reload_tls(struct http_server *s, struct gs_err *e);
+/* The certificate in the PEM file's public key as curl pins it
+ * (CURLOPT_PINNEDPUBLICKEY): "sha256//" and the base64 of the SHA-256 of
+ * its DER SubjectPublicKeyInfo, in out. 0 or -GS_E* naming the file. */
+int http_tls_pin(const char *cert_file, char *out, size_t cap, struct gs_err *e);
 void http_server_stop(struct http_server *s);
 
 /* Splits "HOST:PORT" or "[V6]:PORT" into opts->addr (copied into buf) and

@@ -81,9 +81,11 @@ ALL = [n["metadata"]["name"] for n in STANDARD_NODES]
 class Extender:
     """A running `gpusched extender` process and a small client for it."""
 
-    def __init__(self, bin_, args, env=None):
+    def __init__(self, bin_, args, env=None, verify=None):
+        """verify: the CA file of an extender serving HTTPS (--tls-cert)."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if verify else 'http'}://127.0.0.1:{self.port}"
+        self.verify = verify or True  # per request: a Session's verify loses to REQUESTS_CA_BUNDLE
         self.proc = subprocess.Popen([bin_, "extender", "--listen", f"127.0.0.1:{self.port}",
                                       *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=env)
@@ -95,7 +97,7 @@ class Extender:
             if self.proc.poll() is not None:
                 raise RuntimeError("extender exited: " + self.proc.stderr.read())
             try:
-                if requests.get(self.url + path, timeout=1).status_code == 200:
+                if requests.get(self.url + path, timeout=1, verify=self.verify).status_code == 200:
                     return
             except requests.ConnectionError:
                 pass
@@ -104,8 +106,8 @@ class Extender:
 
     def post(self, verb, body, raw=None):
         if raw is not None:
-            return requests.post(self.url + "/" + verb, data=raw, timeout=10)
-        return requests.post(self.url + "/" + verb, json=body, timeout=10)
+            return requests.post(self.url + "/" + verb, data=raw, timeout=10, verify=self.verify)
+        return requests.post(self.url + "/" + verb, json=body, timeout=10, verify=self.verify)
 
     def filter(self, p, nodes=ALL):
         r = self.post("filter", {"Pod": p, "NodeNames": nodes, "Nodes": None})
@@ -129,13 +131,14 @@ class Extender:
 
     def debug(self, p):
         md = p["metadata"]
-        return requests.get(f"{self.url}/debug/pods/{md['namespace']}/{md['name']}", timeout=10)
+        return requests.get(f"{self.url}/debug/pods/{md['namespace']}/{md['name']}", timeout=10,
+                            verify=self.verify)
 
     def allocation(self, p):
         return self.debug(p).json()["allocation"]
 
     def metric(self, name):
-        text = requests.get(self.url + "/metrics", timeout=10).text
+        text = requests.get(self.url + "/metrics", timeout=10, verify=self.verify).text
         total = 0.0
         for line in text.splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{") or \

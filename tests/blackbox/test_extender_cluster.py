@@ -48,9 +48,9 @@ def add_gpu_pod(api, name, gpus="1", **kw):
     return api.add_pod("default", name, containers=p["spec"]["containers"], **kw)
 
 
-def start(bin_, api, tmp_path, *extra, name="kubeconfig"):
+def start(bin_, api, tmp_path, *extra, name="kubeconfig", verify=None):
     kc = api.write_kubeconfig(tmp_path / name)
-    e = Extender(bin_, ["--kubeconfig", kc, "--inventory-ttl", "0", *extra])
+    e = Extender(bin_, ["--kubeconfig", kc, "--inventory-ttl", "0", *extra], verify=verify)
     e.wait_ready(path="/readyz")
     return e
 

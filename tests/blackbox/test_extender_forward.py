@@ -24,14 +24,14 @@ FWD = 'gpusched_extender_forwarded_total{verb="%s",code="%s"'
 ARGS = ["--leader-elect", "--lease-duration", "3", "--lease-namespace", "kube-system"]
 
 
-def start_as(bin_, api_, tmp_path, ident, name, *extra):
+def start_as(bin_, api_, tmp_path, ident, name, *extra, verify=None):
     """An extender whose Lease identity carries its own address."""
     port = test_extender.free_port()
     orig = test_extender.free_port
     test_extender.free_port = lambda: port
     try:
         return start(bin_, api_, tmp_path, *ARGS, *extra, "--identity",
-                     f"{ident}@127.0.0.1:{port}", name=name)
+                     f"{ident}@127.0.0.1:{port}", name=name, verify=verify)
     finally:
         test_extender.free_port = orig
 
@@ -100,6 +100,48 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
         else:
             a.proc.communicate()
         b.stop()
+
+
+def test_follower_forwards_over_https_to_a_leader_with_its_key(gpusched_bin, api, tmp_path):
+    """Replicas serving HTTPS forward over HTTPS. The leader's address is its pod IP,
+    which its certificate need not name: it is trusted for presenting this replica's
+    own public key (deploy/ mounts one Secret in both). A replica with other keys gets
+    no answer from it: its /bind is 503, naming the pinned key."""
+    from test_webhook import gen_certs
+
+    def tls(d):
+        return ["--tls-cert", str(d / "tls.crt"), "--tls-key", str(d / "tls.key")]
+    certs = gen_certs(gpusched_bin, tmp_path / "certs")
+    add_gpu_pod(api, "s1", "1")
+    add_gpu_pod(api, "s2", "1")
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a", *tls(certs),
+                 verify=str(certs / "ca.crt"))
+    b = c = None
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", *tls(certs),
+                     verify=str(certs / "ca.crt"))
+        p = api.get("pods", "s1", "default")
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"] and
+                 b.metric(FWD % ("filter", "200")) >= 1, what="b forwards to a over https")
+        r = b.bind(p, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert api.get("pods", "s1", "default")["metadata"]["annotations"][PREFIX + "node"] == "g1"
+        assert b.metric(FWD % ("bind", "200")) == 1
+        other = gen_certs(gpusched_bin, tmp_path / "other")
+        c = start_as(gpusched_bin, api, tmp_path, "c", "kc-c", *tls(other),
+                     verify=str(other / "ca.crt"))
+        p2 = api.get("pods", "s2", "default")
+        wait_for(lambda: c.filter(p2, ["g1"])["NodeNames"], what="c knows s2")
+        r = c.bind(p2, "g1")
+        assert r.status_code == 503, r.text
+        assert "public key" in r.json()["Error"], r.text
+        assert c.metric(FWD % ("bind", "0")) >= 1
+        assert a.metric("gpusched_extender_forwarded_total") == 0
+    finally:
+        for e in (c, b, a):
+            if e:
+                e.stop()
 
 
 def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):

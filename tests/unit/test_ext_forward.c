@@ -4,8 +4,10 @@
  * part that is wrong; a replica that leads (or knows no leader) answers
  * every verb itself; a leader that does not answer gets /bind refused (503)
  * and the other verbs answered here, without asking it again for a while. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ext/forward.h"
 #include "util/metrics.h"
@@ -98,6 +100,20 @@ static void test_bind_here_or_refuse(void)
     ASSERT_EQ(ext_forward(f, "filter", "{}", 2, &status, &out, &len), 0);
     ext_forward_free(f);
     ASSERT_EQ(ext_forward_new(NULL, NULL, "me", 1, NULL, &f, &e), -GS_EINVAL);
+    /* HTTPS: the certificate to pin must be there and hold a public key */
+    ASSERT_EQ(ext_forward_new(leads, NULL, "me", 1, NULL, &f, &e), 0);
+    ASSERT_EQ(ext_forward_tls(f, "/nonexistent/tls.crt", &e), -GS_EIO);
+    ASSERT_CONTAINS(e.msg, "/nonexistent/tls.crt");
+    char junk[] = "/tmp/gs-fwd-junk-XXXXXX";
+    int fd = mkstemp(junk);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(write(fd, "not a certificate\n", 18), 18);
+    close(fd);
+    struct gs_err e2 = GS_ERR_INIT;
+    ASSERT_EQ(ext_forward_tls(f, junk, &e2), -GS_EINVAL);
+    ASSERT_CONTAINS(e2.msg, "no public key to pin");
+    unlink(junk);
+    ext_forward_free(f);
 }
 
 static void test_leader_not_answering(void)
