@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "ext/forward.h"
@@ -26,9 +25,8 @@ struct ext_forward {
     pthread_mutex_t mu;
     char down[MAX_ID]; /* the leader that last did not answer, until down_until */
     double down_until;
-    char *tls_cert;    /* ext_forward_tls: HTTPS to a leader holding this certificate's key */
-    char pin[128];     /* its public key pin, under mu, as of pin_mtime */
-    struct timespec pin_mtime;
+    int tls;           /* ext_forward_tls: HTTPS to a leader serving the key pinned here */
+    char pin[128];
 };
 
 int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, const char *self,
@@ -58,39 +56,12 @@ int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, co
     return 0;
 }
 
-/* Re-reads the pin when the certificate file changed (a rotated Secret):
- * the pin to use, in out. */
-static void current_pin(struct ext_forward *f, char *out, size_t cap)
-{
-    struct stat st;
-    struct gs_err e = GS_ERR_INIT;
-    char pin[sizeof f->pin];
-    int changed = stat(f->tls_cert, &st) == 0 &&
-                  (st.st_mtim.tv_sec != f->pin_mtime.tv_sec ||
-                   st.st_mtim.tv_nsec != f->pin_mtime.tv_nsec);
-    if (changed && http_tls_pin(f->tls_cert, pin, sizeof pin, &e) < 0)
-        log_warn("extender", "forwarding: keeping the pin of the previous certificate: %s",
-                 e.msg);
-    pthread_mutex_lock(&f->mu);
-    if (changed && !e.msg[0]) {
-        snprintf(f->pin, sizeof f->pin, "%s", pin);
-        f->pin_mtime = st.st_mtim;
-    }
-    snprintf(out, cap, "%s", f->pin);
-    pthread_mutex_unlock(&f->mu);
-}
-
 int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err *e)
 {
-    struct stat st;
-    if (stat(cert_file, &st) != 0)
-        return gs_errf(e, GS_EIO, "forward: cannot read '%s'", cert_file);
     int rc = http_tls_pin(cert_file, f->pin, sizeof f->pin, e);
     if (rc < 0)
         return rc;
-    if (!(f->tls_cert = strdup(cert_file)))
-        return gs_errf(e, GS_ENOMEM, "out of memory");
-    f->pin_mtime = st.st_mtim;
+    f->tls = 1;
     return 0;
 }
 
@@ -99,7 +70,6 @@ void ext_forward_free(struct ext_forward *f)
     if (!f)
         return;
     pthread_mutex_destroy(&f->mu);
-    free(f->tls_cert);
     free(f);
 }
 
@@ -206,8 +176,8 @@ static void mark_down(struct ext_forward *f, const char *who)
 static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, const char *body,
                      size_t len, long *http, struct gs_buf *reply)
 {
-    char url[340], hdr[MAX_ID + 40], pin[sizeof f->pin];
-    snprintf(url, sizeof url, "%s://%s/%s", f->tls_cert ? "https" : "http", addr, verb);
+    char url[340], hdr[MAX_ID + 40];
+    snprintf(url, sizeof url, "%s://%s/%s", f->tls ? "https" : "http", addr, verb);
     snprintf(hdr, sizeof hdr, EXT_FORWARD_HEADER ": %s", f->self);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, hdr) : NULL;
@@ -217,14 +187,13 @@ static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, 
     if (h && h2) {
         hdrs = h2;
         curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, f->tls_cert ? "https" : "http");
-        if (f->tls_cert) {
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, f->tls ? "https" : "http");
+        if (f->tls) {
             /* the leader's address is a pod IP, which its certificate need not
              * name: it is trusted for holding this replica's own key */
-            current_pin(f, pin, sizeof pin);
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-            curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);
+            curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, f->pin);
         }
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
