@@ -734,7 +734,27 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
         return gs_errf(e, GS_ENOFIT, "pod %s: no node fits (%d nodes)", pod->name, c->n_nodes);
     int best = 0;
     if (pol->flags & CORE_POLICY_RANDOM_NODE) {
-        best = (int)core_rand(&cy, (uint64_t)k);
+        /* uniformly among the nodes the pod's soft preferences rank best */
+        int *soft = soft_applies(&cy, c->feasible, NULL, NULL, k) ? malloc((size_t)k * sizeof *soft)
+                                                                 : NULL;
+        int top = -1, n = k;
+        if (soft && core_soft_scores(&cy, c->feasible, NULL, NULL, k, soft)) {
+            n = 0;
+            for (int j = 0; j < k; j++)
+                if (soft[j] > top) {
+                    top = soft[j];
+                    n = 1;
+                } else if (soft[j] == top) {
+                    n++;
+                }
+        }
+        best = (int)core_rand(&cy, (uint64_t)n);
+        for (int j = 0; top >= 0 && j < k; j++) /* the best-th of them */
+            if (soft[j] == top && best-- == 0) {
+                best = j;
+                break;
+            }
+        free(soft);
     } else {
         best = core_choose(&cy, c->feasible, NULL, c->scores, c->ranks, NULL, k);
     }

@@ -306,6 +306,11 @@ static void test_soft_preferences(void)
     p.prefs = terms;
     p.pref_weights = weights;
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "b");
+    for (int i = 0; i < 20; i++) { /* random too: uniformly among the preferred */
+        struct core_decision d;
+        ASSERT_EQ(core_schedule_one(c, core_policy_find("random"), &p, &d, NULL), 0);
+        ASSERT_STREQ(d.node->name, "b");
+    }
     p.n_tolerations = 1; /* tolerated: b and c alike, binpack takes c */
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "c");
     /* zone x weighs 30 against y's 10: a (100 + 100) over b and c (33 + 100) */
