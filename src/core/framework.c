@@ -292,21 +292,22 @@ static int soft_applies(const struct core_cycle *cy, struct core_node *const *no
     return any;
 }
 
-int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+/* Fills soft[] for candidates soft_applies found something in: 0 when out
+ * of memory (the policy alone), else 1. */
+static int soft_fill(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
                      const unsigned char *fit, int n, int *soft)
 {
     struct core_cluster *c = cy->cluster;
-    const struct core_pod *pod = cy->pod;
     int max_aff = 0, max_taint = 0;
-    int *taint = soft_applies(cy, nodes, pos, fit, n) ? malloc((size_t)n * sizeof *taint) : NULL;
+    int *taint = malloc((size_t)n * sizeof *taint + 1);
     if (!taint)
-        return 0; /* nothing to prefer (or out of memory: the policy alone) */
+        return 0;
     for (int j = 0; j < n; j++) {
         const struct core_node *nd = nodes ? nodes[j] : c->nodes[pos[j]];
         soft[j] = taint[j] = 0;
         if (fit && fit[j] != CORE_FIT_YES)
             continue;
-        core_pod_soft_counts(pod, nd->name, nd->n_labels, nd->label_keys, nd->label_values,
+        core_pod_soft_counts(cy->pod, nd->name, nd->n_labels, nd->label_keys, nd->label_values,
                              nd->n_taints, nd->taints, &soft[j], &taint[j]);
         max_aff = soft[j] > max_aff ? soft[j] : max_aff;
         max_taint = taint[j] > max_taint ? taint[j] : max_taint;
@@ -321,22 +322,39 @@ int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes
     return 1;
 }
 
+int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
+                     const unsigned char *fit, int n, int *soft)
+{
+    return soft_applies(cy, nodes, pos, fit, n) && soft_fill(cy, nodes, pos, fit, n, soft);
+}
+
+/* The pod's soft preferences for the candidates (core_soft_scores) in a
+ * malloc'd array, and the best of those that fit in *top; NULL when none
+ * applies (or out of memory). */
+static int *soft_best(const struct core_cycle *cy, struct core_node *const *nodes,
+                      const int *pos, const unsigned char *fit, int n, int *top)
+{
+    int *soft = soft_applies(cy, nodes, pos, fit, n) ? malloc((size_t)n * sizeof *soft + 1)
+                                                     : NULL;
+    if (soft && !soft_fill(cy, nodes, pos, fit, n, soft)) {
+        free(soft);
+        return NULL;
+    }
+    *top = -1;
+    for (int j = 0; soft && j < n; j++)
+        if ((!fit || fit[j] == CORE_FIT_YES) && soft[j] > *top)
+            *top = soft[j];
+    return soft;
+}
+
 int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,
                 const int *scores, const uint32_t *ranks, const unsigned char *fit, int n)
 {
     struct core_cluster *c = cy->cluster;
     /* the pod's soft preferences first: the policy chooses among the nodes
      * they rank best */
-    int *soft = soft_applies(cy, nodes, pos, fit, n) ? malloc((size_t)(n + 1) * sizeof *soft)
-                                                     : NULL;
-    int top = 0;
-    if (soft && !core_soft_scores(cy, nodes, pos, fit, n, soft)) {
-        free(soft);
-        soft = NULL;
-    }
-    for (int j = 0; soft && j < n; j++)
-        if ((!fit || fit[j] == CORE_FIT_YES) && soft[j] > top)
-            top = soft[j];
+    int top;
+    int *soft = soft_best(cy, nodes, pos, fit, n, &top);
 #define NODE(j) (nodes ? nodes[j] : c->nodes[pos[j]])
 #define RANK(j) (ranks ? ranks[j] : c->hot[pos[j]].rank)
 #define FITS(j) ((!fit || fit[j] == CORE_FIT_YES) && (!soft || soft[j] == top))
@@ -735,21 +753,12 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
     int best = 0;
     if (pol->flags & CORE_POLICY_RANDOM_NODE) {
         /* uniformly among the nodes the pod's soft preferences rank best */
-        int *soft = soft_applies(&cy, c->feasible, NULL, NULL, k) ? malloc((size_t)k * sizeof *soft)
-                                                                 : NULL;
-        int top = -1, n = k;
-        if (soft && core_soft_scores(&cy, c->feasible, NULL, NULL, k, soft)) {
-            n = 0;
-            for (int j = 0; j < k; j++)
-                if (soft[j] > top) {
-                    top = soft[j];
-                    n = 1;
-                } else if (soft[j] == top) {
-                    n++;
-                }
-        }
+        int top, n = 0;
+        int *soft = soft_best(&cy, c->feasible, NULL, NULL, k, &top);
+        for (int j = 0; j < k; j++)
+            n += !soft || soft[j] == top;
         best = (int)core_rand(&cy, (uint64_t)n);
-        for (int j = 0; top >= 0 && j < k; j++) /* the best-th of them */
+        for (int j = 0; soft && j < k; j++) /* the best-th of them */
             if (soft[j] == top && best-- == 0) {
                 best = j;
                 break;

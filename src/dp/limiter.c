@@ -236,7 +236,7 @@ struct usage_rows {
 static void add_row(void *ud, const struct dp_limiter_usage *u)
 {
     struct usage_rows *ur = ud;
-    if (ur->n < DP_LIM_USAGE_MAX && (u->limit || u->used)) /* memory rows */
+    if (ur->n < DP_LIM_USAGE_MAX && dp_limiter_has_memory(u))
         ur->r[ur->n++] = *u;
 }
 

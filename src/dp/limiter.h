@@ -60,6 +60,12 @@ struct dp_limiter_usage {
     int util; /* the container's own utilisation of it (dp/busy.h), permille; -1 none fresh */
 };
 
+/* Does the row count memory (a limit or use)? A compute share alone has none. */
+static inline int dp_limiter_has_memory(const struct dp_limiter_usage *u)
+{
+    return u->limit || u->used;
+}
+
 #define DP_UTIL_FRESH_S 2.0 /* a util file entry older than this is shown as none */
 
 /* Calls fn for each of the container's GPUs (and any other device with

@@ -598,7 +598,7 @@ static void limiter_metrics(FILE *f, const char *dir)
             if (pass == 2 && u->util >= 0)
                 fprintf(f, "gpusched_dp_container_gpu_utilization{container=\"%s\",device=\"%d\"} "
                         "%.3f\n", owner, u->dev, u->util / 1000.0);
-            else if (pass < 2 && (u->limit || u->used)) /* a compute share alone: no memory rows */
+            else if (pass < 2 && dp_limiter_has_memory(u))
                 fprintf(f, "gpusched_dp_container_gpu_memory_%s_bytes{container=\"%s\",device=\"%d\"} "
                         "%llu\n", pass ? "limit" : "used", owner, u->dev,
                         (unsigned long long)(pass ? u->limit : u->used));

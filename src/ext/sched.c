@@ -831,9 +831,9 @@ int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p)
 
 int sched_drop_orphan(struct ext_sched *s, struct pod *p, const char *verb)
 {
-    const struct core_alloc *held = p ? core_alloc_find(s->c, p->uid) : NULL;
-    if (!held || !sched_pod_orphaned(s, p))
+    if (!p || !sched_pod_orphaned(s, p))
         return 0;
+    const struct core_alloc *held = core_alloc_find(s->c, p->uid);
     log_warn("extender", "pod %s/%s: %s drops its assignment on %s, left without a Binding",
              p->ns, p->name, verb, held->node);
     core_unreserve_undo(s->c, p->uid, NULL);
