@@ -239,8 +239,13 @@ int cmd_extender(int argc, char **argv)
                  "allocations", cfg.listen, ext_server_port(srv), cfg.policy,
                  cfg.nodes ? "standalone" : "cluster", nodes, allocs);
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig;
+    while ((sig = sigtimedwait(&sigs, NULL, &(struct timespec){1, 0})) < 0) {
+        if ((rc = ext_server_tick(srv, &e)) > 0)
+            log_info("extender", "TLS certificate reloaded from %s", cfg.tls_cert);
+        else if (rc < 0)
+            log_error("extender", "%s", e.msg);
+    }
     log_info("extender", "signal %d: shutting down", sig);
     status = 0;
 out:

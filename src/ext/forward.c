@@ -26,7 +26,7 @@ struct ext_forward {
     char down[MAX_ID]; /* the leader that last did not answer, until down_until */
     double down_until;
     int tls;           /* ext_forward_tls: HTTPS to a leader serving the key pinned here */
-    char pin[128];
+    char pin[256];     /* "sha256//KEY" or "sha256//KEY;sha256//PREVIOUS", under mu */
 };
 
 int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, const char *self,
@@ -58,10 +58,18 @@ int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, co
 
 int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err *e)
 {
-    int rc = http_tls_pin(cert_file, f->pin, sizeof f->pin, e);
+    char pin[128], prev[128];
+    int rc = http_tls_pin(cert_file, pin, sizeof pin, e);
     if (rc < 0)
         return rc;
+    pthread_mutex_lock(&f->mu);
+    snprintf(prev, sizeof prev, "%.*s", (int)strcspn(f->pin, ";"), f->pin);
+    if (f->tls && strcmp(prev, pin) != 0)
+        snprintf(f->pin, sizeof f->pin, "%s;%s", pin, prev);
+    else
+        snprintf(f->pin, sizeof f->pin, "%s", pin);
     f->tls = 1;
+    pthread_mutex_unlock(&f->mu);
     return 0;
 }
 
@@ -176,8 +184,11 @@ static void mark_down(struct ext_forward *f, const char *who)
 static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, const char *body,
                      size_t len, long *http, struct gs_buf *reply)
 {
-    char url[340], hdr[MAX_ID + 40];
+    char url[340], hdr[MAX_ID + 40], pin[sizeof f->pin];
     snprintf(url, sizeof url, "%s://%s/%s", f->tls ? "https" : "http", addr, verb);
+    pthread_mutex_lock(&f->mu);
+    memcpy(pin, f->pin, sizeof pin);
+    pthread_mutex_unlock(&f->mu);
     snprintf(hdr, sizeof hdr, EXT_FORWARD_HEADER ": %s", f->self);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct curl_slist *h2 = hdrs ? curl_slist_append(hdrs, hdr) : NULL;
@@ -193,7 +204,7 @@ static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, 
              * name: it is trusted for holding this replica's own key */
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-            curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, f->pin);
+            curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);
         }
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_NOPROXY, "*");

@@ -47,8 +47,10 @@ void ext_forward_free(struct ext_forward *f);
 /* Replicas serving HTTPS (tls_cert) forward over HTTPS to a leader that
  * presents a certificate with the public key of cert_file, the one this
  * replica serves (deploy/ mounts one Secret in every replica): the leader's
- * pod IP need not be in the certificate. Read once, as the server reads
- * its certificate once. 0 or -GS_E* naming the file. */
+ * pod IP need not be in the certificate. Called again after the server
+ * reloaded a rotated certificate: the previous key stays accepted beside
+ * the new one, for a leader that has not reloaded yet. 0 or -GS_E* naming
+ * the file (the pins in force are kept). */
 int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err *e);
 
 /* "NAME@HOST:PORT" -> "HOST:PORT" (HOST a name, IPv4 or [IPv6]) in out.

@@ -16,7 +16,7 @@
 struct ext_server {
     struct ext_server_opts opts;
     struct http_server *http;
-    struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts;
+    struct metric *m_requests, *m_latency, *m_wait, *m_wait_timeouts, *m_tls;
     struct ext_bindq *bq; /* or NULL: binds run on the HTTP worker */
     struct ext_bindq *fq; /* a non-leader's /binds handed to the leader, or NULL */
     struct ext_bindq *ffq; /* and its /filters (the leader may hold one, filter_wait) */
@@ -416,10 +416,15 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                                      "gpusched_extender_bind_wait_timeouts_total",
                                      "Binds answered 503 because their node stayed held.", NULL,
                                      NULL, 0, e);
-    if (!s->m_requests || !s->m_latency || !s->m_wait || !s->m_wait_timeouts) {
+    s->m_tls = metrics_add(opts->metrics, METRIC_COUNTER, "gpusched_extender_tls_reloads_total",
+                           "Reloads of a changed serving certificate (tls_cert), by result.",
+                           "result", NULL, 0, e);
+    if (!s->m_requests || !s->m_latency || !s->m_wait || !s->m_wait_timeouts || !s->m_tls) {
         free(s);
         return -GS_EINVAL;
     }
+    metric_add(s->m_tls, (const char *[]){"ok"}, 0);
+    metric_add(s->m_tls, (const char *[]){"error"}, 0);
     if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0 ||
         (opts->bind_threads > 0 &&
          (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0) ||
@@ -454,6 +459,16 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
 }
 
 int ext_server_port(const struct ext_server *s) { return http_server_port(s->http); }
+
+int ext_server_tick(struct ext_server *s, struct gs_err *e)
+{
+    int rc = http_server_reload_tls(s->http, e);
+    if (rc > 0 && s->opts.forward)
+        rc = ext_forward_tls(s->opts.forward, s->opts.tls_cert, e) < 0 ? -GS_EINVAL : 1;
+    if (rc != 0)
+        metric_inc(s->m_tls, (const char *[]){rc > 0 ? "ok" : "error"});
+    return rc;
+}
 
 void ext_server_stop(struct ext_server *s)
 {

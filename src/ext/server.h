@@ -51,6 +51,11 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                      struct gs_err *e);
 int ext_server_port(const struct ext_server *s);
 void ext_server_stop(struct ext_server *s);
+/* Call about once a second (one thread): reloads the TLS pair when its files
+ * changed (http_server_reload_tls) and pins the new key for forwarding.
+ * 1 = reloaded, 0 = nothing to do, or -GS_E* with *e saying why the old
+ * pair (or pin) is kept. Counted in gpusched_extender_tls_reloads_total. */
+int ext_server_tick(struct ext_server *s, struct gs_err *e);
 /* http_wake, for ext_nodelock_new() */
 void ext_server_wake(void *token);
 

@@ -19,13 +19,25 @@
 
 struct conn_ctx;
 
+/* One libmicrohttpd daemon of the server and what it was started with. */
+struct srv_daemon {
+    struct http_server *s;
+    struct MHD_Daemon *d;
+    char *cert, *key; /* PEM contents, kept alive for the daemon */
+    int retired;      /* a TLS reload replaced it (atomic): answers close their connection */
+    time_t retired_at;
+};
+
 struct http_server {
-    struct MHD_Daemon *daemon;
+    struct srv_daemon *live; /* the one accepting connections */
+    /* the one a TLS reload took the listening socket from: it serves its
+     * open connections (parked ones included) to the end and is stopped
+     * once it has none (retire_old) */
+    struct srv_daemon *old;
     /* parked requests (http_req_park), under park_mu */
     pthread_mutex_t park_mu;
     int n_parked;
     struct http_server_opts opts;
-    char *cert, *key; /* PEM contents, kept alive for the daemon */
     int port;
     struct sockaddr_storage ss;
     unsigned flags;
@@ -75,7 +87,8 @@ static char *read_file(const char *path, struct gs_err *e)
     return buf;
 }
 
-static enum MHD_Result send_resp(struct MHD_Connection *c, struct http_response *r)
+static enum MHD_Result send_resp(struct srv_daemon *sd, struct MHD_Connection *c,
+                                 struct http_response *r)
 {
     struct MHD_Response *mr;
     enum MHD_Result ret;
@@ -96,6 +109,10 @@ static enum MHD_Result send_resp(struct MHD_Connection *c, struct http_response 
     }
     MHD_add_response_header(mr, "Content-Type",
                             r->content_type ? r->content_type : "application/json");
+    /* the client's next request opens a connection to the new daemon,
+     * with the new certificate */
+    if (__atomic_load_n(&sd->retired, __ATOMIC_ACQUIRE))
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(c, (unsigned)(r->status ? r->status : 200), mr);
     MHD_destroy_response(mr);
     return ret;
@@ -105,7 +122,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
 {
-    struct http_server *s = cls;
+    struct srv_daemon *sd = cls;
+    struct http_server *s = sd->s;
     struct conn_ctx *ctx = *con_cls;
     (void)version;
 
@@ -154,7 +172,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_response resp = {200, NULL, NULL, 0, NULL, NULL};
     if (ctx->too_big) {
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
-        return send_resp(c, &resp);
+        return send_resp(sd, c, &resp);
     }
     struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx};
     if (ctx->buf)
@@ -163,7 +181,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx->park = 0;
         s->opts.handler(s->opts.ud, &req, &resp);
         if (!ctx->park)
-            return send_resp(c, &resp);
+            return send_resp(sd, c, &resp);
         pthread_mutex_lock(&s->park_mu);
         if (ctx->woken) { /* woken while the handler was returning: run again */
             ctx->woken = 0;
@@ -331,29 +349,50 @@ static int tls_load(const struct http_server_opts *o, char **cert, char **key,
  * reads, each after its own epoll wake-up; 256 KB takes it in one. */
 #define HTTP_CONN_MEMORY ((size_t)256 << 10)
 
-/* Starts a daemon on s->ss (or on an inherited listening socket). */
-static struct MHD_Daemon *daemon_start(struct http_server *s, int listen_fd)
+/* Starts a daemon with the pair cert/key (NULL: plain HTTP; taken over
+ * either way) on s->ss, or on an inherited listening socket. */
+static struct srv_daemon *daemon_start(struct http_server *s, char *cert, char *key,
+                                       int listen_fd)
 {
-    struct MHD_OptionItem tls[] = {
-        {MHD_OPTION_HTTPS_MEM_CERT, 0, s->cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, 0, s->key},
+    struct srv_daemon *sd = calloc(1, sizeof *sd);
+    if (!sd) {
+        free(cert);
+        free(key);
+        return NULL;
+    }
+    sd->s = s;
+    sd->cert = cert;
+    sd->key = key;
+    struct MHD_OptionItem opts[] = {
+        {listen_fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
+         listen_fd >= 0 ? listen_fd : 0, listen_fd >= 0 ? NULL : &s->ss},
+        {MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, sd},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 30, NULL},
+        {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
         {MHD_OPTION_END, 0, NULL},
     };
-    struct MHD_OptionItem none[] = {{MHD_OPTION_END, 0, NULL}};
+    sd->d = MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, sd, MHD_OPTION_ARRAY, opts,
+                             MHD_OPTION_END);
+    if (!sd->d) {
+        free(cert);
+        free(key);
+        free(sd);
+        return NULL;
+    }
+    return sd;
+}
 
-    if (listen_fd >= 0)
-        return MHD_start_daemon(
-            s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-            MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, MHD_OPTION_NOTIFY_COMPLETED,
-            on_completed, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY,
-            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
-            s->cert ? tls : none, MHD_OPTION_END);
-    return MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                            &s->ss, MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_ARRAY,
-                            s->cert ? tls : none, MHD_OPTION_END);
+static void daemon_stop(struct srv_daemon *sd)
+{
+    if (!sd)
+        return;
+    MHD_stop_daemon(sd->d);
+    free(sd->cert);
+    free(sd->key);
+    free(sd);
 }
 
 int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e)
@@ -422,23 +461,23 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         free(s);
         return gs_errf(e, GS_EINVAL, "TLS needs both a certificate and a key file");
     }
+    char *cert = NULL, *key = NULL;
     if (opts->tls_cert_file) {
-        if (tls_load(&s->opts, &s->cert, &s->key, &s->cert_mtime, &s->key_mtime, e) < 0) {
+        if (tls_load(&s->opts, &cert, &key, &s->cert_mtime, &s->key_mtime, e) < 0) {
             free(s);
             return -GS_EINVAL;
         }
         s->flags |= MHD_USE_TLS;
     }
 
-    s->daemon = daemon_start(s, -1);
-    if (!s->daemon) {
-        free(s->cert);
-        free(s->key);
+    s->live = daemon_start(s, cert, key, -1);
+    if (!s->live) {
+        pthread_mutex_destroy(&s->park_mu);
         free(s);
         return gs_errf(e, GS_EIO, "cannot listen on %s:%d%s (address in use?)", addr,
                        opts->port, opts->tls_cert_file ? " with TLS" : "");
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->live->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : opts->port;
     *out = s;
     return 0;
@@ -448,23 +487,42 @@ bad_addr:
     return gs_errf(e, GS_EINVAL, "listen address '%s' is not an IP address", addr);
 }
 
+/* How long a replaced daemon may keep connections (a client that never
+ * sends again, a request parked that long) before it is stopped anyway. */
+#define OLD_DAEMON_S 120
+
+/* Stops the daemon a reload replaced once it has no connections left, or
+ * after OLD_DAEMON_S with no request parked. 1 when none is left. */
+static int retire_old(struct http_server *s)
+{
+    if (!s->old)
+        return 1;
+    const union MHD_DaemonInfo *i =
+        MHD_get_daemon_info(s->old->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (i && i->num_connections > 0 &&
+        (time(NULL) - s->old->retired_at < OLD_DAEMON_S || parked(s)))
+        return 0;
+    daemon_stop(s->old);
+    s->old = NULL;
+    return 1;
+}
+
 int http_server_reload_tls(struct http_server *s, struct gs_err *e)
 {
     struct timespec cm, km;
     char *cert, *key;
-    struct MHD_Daemon *old;
     MHD_socket fd;
 
     if (!s->opts.tls_cert_file)
         return 0;
+    if (!retire_old(s))
+        return 0; /* one replaced daemon at a time: try again on the next call */
     if (file_mtime(s->opts.tls_cert_file, &cm) < 0 || file_mtime(s->opts.tls_key_file, &km) < 0)
         return gs_errf(e, GS_EIO, "cannot stat '%s' or '%s': %m; keeping the old certificate",
                        s->opts.tls_cert_file, s->opts.tls_key_file);
     if (cm.tv_sec == s->cert_mtime.tv_sec && cm.tv_nsec == s->cert_mtime.tv_nsec &&
         km.tv_sec == s->key_mtime.tv_sec && km.tv_nsec == s->key_mtime.tv_nsec)
         return 0;
-    if (parked(s))
-        return 0; /* the old daemon could not stop: try again on the next call */
     if (tls_load(&s->opts, &cert, &key, &cm, &km, e) < 0) {
         /* a half-written pair: try again on the next change */
         s->cert_mtime = cm;
@@ -472,31 +530,32 @@ int http_server_reload_tls(struct http_server *s, struct gs_err *e)
         gs_err_prefix(e, "keeping the old certificate");
         return -GS_EINVAL;
     }
-    /* hand the listening socket to a daemon with the new pair; the old
-     * daemon finishes its connections and goes */
-    fd = MHD_quiesce_daemon(s->daemon);
+    /* hand the listening socket to a daemon with the new pair; the old one
+     * serves its open connections to the end (retire_old) */
+    fd = MHD_quiesce_daemon(s->live->d);
     if (fd == MHD_INVALID_SOCKET) {
         free(cert);
         free(key);
         return gs_errf(e, GS_EIO, "cannot take over the listening socket");
     }
-    old = s->daemon;
-    char *old_cert = s->cert, *old_key = s->key;
-    s->cert = cert;
-    s->key = key;
-    s->daemon = daemon_start(s, fd);
-    if (!s->daemon) {
-        s->cert = old_cert;
-        s->key = old_key;
-        free(cert);
-        free(key);
-        s->daemon = daemon_start(s, fd);
-        MHD_stop_daemon(old);
-        return gs_errf(e, GS_EIO, "cannot restart TLS with the new certificate");
+    struct srv_daemon *fresh = daemon_start(s, cert, key, fd);
+    int failed = !fresh;
+    if (failed) { /* the old daemon no longer accepts: one with the old pair */
+        char *c = strdup(s->live->cert), *k = strdup(s->live->key);
+        if (c && k)
+            fresh = daemon_start(s, c, k, fd);
+        else
+            free(c), free(k);
+        if (!fresh)
+            return gs_errf(e, GS_EIO, "cannot serve TLS on the listening socket again");
     }
-    MHD_stop_daemon(old);
-    free(old_cert);
-    free(old_key);
+    s->old = s->live;
+    __atomic_store_n(&s->old->retired, 1, __ATOMIC_RELEASE);
+    s->old->retired_at = time(NULL);
+    s->live = fresh;
+    if (failed)
+        return gs_errf(e, GS_EIO, "cannot start TLS with the new certificate; keeping the "
+                                  "old one");
     s->cert_mtime = cm;
     s->key_mtime = km;
     return 1;
@@ -512,10 +571,9 @@ void http_server_stop(struct http_server *s)
      * stragglers a moment, as stopping a daemon with one is undefined */
     for (int i = 0; i < 200 && parked(s); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    MHD_stop_daemon(s->daemon);
+    daemon_stop(s->live);
+    daemon_stop(s->old);
     pthread_mutex_destroy(&s->park_mu);
-    free(s->cert);
-    free(s->key);
     free(s);
 }
 

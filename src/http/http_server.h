@@ -10,9 +10,13 @@
  * TLS: certificate and key are checked at start (they parse, belong together,
  * the certificate is valid now) and can be reloaded while serving:
  * http_server_reload_tls() compares the files' modification times and, when
- * they changed, hands the listening socket to a new daemon with the new pair
- * (in-flight requests finish on the old one). A bad new pair is refused and
- * the old one kept. Call it from the service's main loop, e.g. every second.
+ * they changed, hands the listening socket to a new daemon with the new pair.
+ * The old daemon serves the connections it has (in-flight and parked
+ * requests, keep-alive clients) to the end, each answer closing its
+ * connection so the client's next request gets the new certificate, and is
+ * stopped at a later call once it has none (or after 2 minutes with nothing
+ * parked). A bad new pair is refused and the old one kept. Call it from the
+ * service's main loop, e.g. every second.
  *
  * Threads: a pool of `threads` workers calls the handler concurrently; the
  * handler must be thread-safe.
@@ -24,7 +28,7 @@
  * token, and the same request is handed to the handler again. A wake that
  * comes before the connection is set aside is not lost (the handler runs
  * again at once). Every parked request must be woken exactly once; the
- * server does not stop, nor reload TLS, while one is parked.
+ * server does not stop while one is parked.
  *
  * Ownership: http_server_start() returns a server freed by http_server_stop().
  * resp->body is malloc'd by the handler (or the http_resp_* helpers) and

@@ -10,10 +10,12 @@ waiting; identities without an address keep the plain 503; every forwarded
 verb waits for the leader off the follower's HTTP workers."""
 import http.server
 import json
+import os
 import signal
 import threading
 import time
 
+import pytest
 import requests
 
 import test_extender
@@ -140,6 +142,93 @@ def test_follower_forwards_over_https_to_a_leader_with_its_key(gpusched_bin, api
         assert a.metric("gpusched_extender_forwarded_total") == 0
     finally:
         for e in (c, b, a):
+            if e:
+                e.stop()
+
+
+def test_rotated_certificate_is_served_and_pinned(gpusched_bin, api, tmp_path):
+    """A rotated Secret (new key in place of the mounted files) is served without a
+    restart, and forwarding follows it: a replica that reloaded first still accepts a
+    leader on the previous key, then the new one. A request on a connection opened
+    before the rotation is answered on it and closes it; a broken pair is refused and
+    the old one kept."""
+    import shutil
+    import socket
+    import ssl
+    from test_webhook import gen_certs, recv_http
+
+    old = gen_certs(gpusched_bin, tmp_path / "old")
+    new = gen_certs(gpusched_bin, tmp_path / "new")
+    bundle = tmp_path / "cas.crt"
+    bundle.write_text((old / "ca.crt").read_text() + (new / "ca.crt").read_text())
+    live = {}
+    for r in ("a", "b"):  # each replica's own mount of the Secret
+        live[r] = tmp_path / f"live-{r}"
+        live[r].mkdir()
+        for f in ("tls.crt", "tls.key"):
+            shutil.copy(old / f, live[r] / f)
+
+    def tls(r):
+        return ["--tls-cert", str(live[r] / "tls.crt"), "--tls-key", str(live[r] / "tls.key")]
+
+    def rotate(r, src):  # as kubelet updates a Secret volume: new files in place
+        for f in ("tls.key", "tls.crt"):
+            shutil.copy(src / f, live[r] / (f + ".tmp"))
+            os.replace(live[r] / (f + ".tmp"), live[r] / f)
+
+    def served(e):
+        return ssl.get_server_certificate(("127.0.0.1", e.port))
+
+    reloads = 'gpusched_extender_tls_reloads_total{result="%s"}'
+    for n in ("r1", "r2", "r3"):
+        add_gpu_pod(api, n, "1")
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a", *tls("a"), verify=str(bundle))
+    b = None
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", *tls("b"), verify=str(bundle))
+        before = served(a)
+        assert before == served(b)
+        # a request begun on a's old daemon: headers and half the body sent
+        body = json.dumps({"Pod": api.get("pods", "r1", "default"), "NodeNames": ["g1"]})
+        ctx = ssl.create_default_context(cafile=str(bundle))
+        ctx.check_hostname = False
+        held = ctx.wrap_socket(socket.create_connection(("127.0.0.1", a.port)))
+        held.sendall(f"POST /filter HTTP/1.1\r\nHost: a\r\nContent-Type: application/json"
+                     f"\r\nContent-Length: {len(body)}\r\n\r\n{body[:20]}".encode())
+
+        # b first: it serves the new key and still accepts a, on the old one
+        rotate("b", new)
+        wait_for(lambda: served(b) != before, what="b serves the new certificate")
+        assert b.metric(reloads % "ok") == 1
+        p = api.get("pods", "r1", "default")
+        r = b.bind(p, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert b.metric(FWD % ("bind", "200")) == 1
+        # then a, the leader
+        rotate("a", new)
+        wait_for(lambda: served(a) == served(b), what="a serves the new certificate")
+        held.sendall(body[20:].encode())
+        answer = recv_http(held)
+        assert answer.startswith("HTTP/1.1 200"), answer[:300]
+        assert "Connection: close" in answer, answer[:300]
+        held.close()
+        r = b.bind(api.get("pods", "r2", "default"), "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert b.metric(FWD % ("bind", "200")) == 2
+        # the old CA no longer verifies a
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(a.url + "/healthz", verify=str(old / "ca.crt"), timeout=5)
+        # a broken pair: counted, logged, the new pair kept
+        (live["a"] / "tls.crt").write_text("garbage")
+        wait_for(lambda: a.metric(reloads % "error") == 1, what="a refuses a broken pair")
+        assert served(a) == served(b)
+        r = b.bind(api.get("pods", "r3", "default"), "g2")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        logs, a = a.stop(), None
+        assert "TLS certificate reloaded" in logs and "keeping the old" in logs, logs[-2000:]
+    finally:
+        for e in (b, a):
             if e:
                 e.stop()
 

@@ -86,6 +86,51 @@ def test_bind_waits_for_the_nodes_pending_pod(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_bind_parked_across_a_certificate_rotation(gpusched_bin, api, tmp_path):
+    """A /bind parked on its node when the serving certificate turns is answered on
+    its own connection when the node is released; new connections get the new
+    certificate meanwhile."""
+    import shutil
+    import ssl
+    from test_webhook import gen_certs
+
+    old = gen_certs(gpusched_bin, tmp_path / "old")
+    new = gen_certs(gpusched_bin, tmp_path / "new")
+    live = tmp_path / "live"
+    live.mkdir()
+    for f in ("tls.crt", "tls.key"):
+        shutil.copy(old / f, live / f)
+    bundle = tmp_path / "cas.crt"
+    bundle.write_text((old / "ca.crt").read_text() + (new / "ca.crt").read_text())
+    for n in ("a", "b"):
+        add_gpu_pod(api, n)
+    e = start(gpusched_bin, api, tmp_path, "--tls-cert", str(live / "tls.crt"),
+              "--tls-key", str(live / "tls.key"), verify=str(bundle))
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+                 what="pods cached")
+        assert bind(e, api, "a").status_code == 200
+        out = {}
+        t = bind_async(e, api, "b", out)
+        time.sleep(0.8)
+        assert "b" not in out  # parked while a waits for kubelet
+        before = ssl.get_server_certificate(("127.0.0.1", e.port))
+        for f in ("tls.key", "tls.crt"):
+            shutil.copy(new / f, live / f)
+        wait_for(lambda: ssl.get_server_certificate(("127.0.0.1", e.port)) != before,
+                 what="the new certificate served while b is parked")
+        assert "b" not in out
+        mark_allocated(api, "a")
+        t.join(5)
+        r, took = out["b"]
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert r.headers.get("Connection") == "close", r.headers
+        assert api.get("pods", "b", "default")["spec"]["nodeName"] == "g1"
+        assert e.metric('gpusched_extender_tls_reloads_total{result="ok"}') == 1
+    finally:
+        e.stop()
+
+
 def test_wait_runs_out_then_admission_releases(gpusched_bin, api, tmp_path):
     for n in ("a", "b"):
         add_gpu_pod(api, n)

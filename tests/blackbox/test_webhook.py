@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -512,6 +513,23 @@ def test_oversized_and_wrong_method(env):
 
 # ---- reloads --------------------------------------------------------------------------
 
+def recv_http(sock):
+    """One HTTP/1.1 answer read off sock: its head and body, as text."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    n = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"content-length:")))
+    while len(body) < n:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def served_cert(port):
     return ssl.get_server_certificate(("127.0.0.1", port))
 
@@ -559,6 +577,13 @@ def test_certificate_reload(gpusched_bin, tmp_path):
             assert time.time() < deadline, wh.logs()
             time.sleep(0.2)
         assert served_cert(wh.port) == before
+        # a review under way when the Secret turns: headers and half the body sent
+        body = json.dumps(review(pod({"nvidia.com/gpu": "1"})))
+        ctx = ssl.create_default_context(cafile=str(live / "ca.crt"))
+        held = ctx.wrap_socket(socket.create_connection(("127.0.0.1", wh.port)),
+                               server_hostname="127.0.0.1")
+        held.sendall(f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     f"\r\nContent-Length: {len(body)}\r\n\r\n{body[:20]}".encode())
         # the new pair is picked up; the old CA no longer verifies
         shutil.copy(fresh / "tls.key", live / "tls.key")
         shutil.copy(fresh / "tls.crt", live / "tls.crt")
@@ -566,6 +591,15 @@ def test_certificate_reload(gpusched_bin, tmp_path):
         while served_cert(wh.port) == before:
             assert time.time() < deadline, wh.logs()
             time.sleep(0.2)
+        # it is answered on its connection, which then closes (the next one
+        # gets the new certificate); connections to the new pair stay open
+        held.sendall(body[20:].encode())
+        answer = recv_http(held)
+        held.close()
+        assert answer.startswith("HTTP/1.1 200") and '"allowed":true' in answer, answer
+        assert "Connection: close" in answer, answer
+        r = requests.get(wh.url + "/healthz", verify=str(fresh / "ca.crt"), timeout=5)
+        assert "close" not in r.headers.get("Connection", ""), r.headers
         r = requests.get(wh.url + "/healthz", verify=str(fresh / "ca.crt"), timeout=5)
         assert r.text == "ok\n"
         with pytest.raises(requests.exceptions.SSLError):
