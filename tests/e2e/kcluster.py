@@ -15,7 +15,8 @@ API (other scenarios build on it):
       against SHA256SUMS. K8S_DIR: $GPUSCHED_K8S_DIR, else ../shared/k8s beside
       the repository. Raises Unavailable when they are absent.
   Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
-          proxy_mode="service", workdir=None, bins=None, extender_config=None)
+          proxy_mode="service", workdir=None, bins=None, extender_config=None,
+          extender_tls=False)
       .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
                                webhook (+ its Mutating/ValidatingWebhookConfiguration),
                                extender replicas behind one proxy URL, kube-scheduler,
@@ -34,6 +35,10 @@ API (other scenarios build on it):
       .events(ns, name) -> [event]
       .add_api_nodes(count, gpus, model, memory_mib, prefix)  API-only Nodes with a
                                fresh gpusched.io/gpu-inventory annotation (scale)
+      .extender_url(i), .extender_metric(i, name, labels)   replica i, http or https
+      .rotate_extender_cert(i, pair)   extender_tls: replica i's mounted pair replaced by
+                               pair (.extender_pairs[1] is the second one), file by file
+                               renamed into place, as kubelet updates a Secret volume
       .node(name) -> KubeletNode
   KubeletNode (one per NodeSpec): .name, .fake_gpus_path, .read_fake_gpus(), .write_fake_gpus(doc),
       .restart_device_plugin(extra_args), .restart_kubelet(), .allocatable()
@@ -46,7 +51,10 @@ API (other scenarios build on it):
       endpoint; /readyz is 200 on every rebuilt replica, leader or not, and a
       non-leader forwards /bind to the Lease holder (src/ext/forward.c;
       test_service_routing.py, test_ha.py). "leader" forwards every request to
-      the replica holding the Lease (read from the API server, cached 0.5 s).
+      the replica holding the Lease (read from the API server, cached 0.5 s),
+      "follower" to one that does not hold it. With tls=True (extender_tls) it
+      passes TCP connections through, a replica picked per connection, as
+      kube-proxy does.
       .mode can be switched at run time; .counts holds
       {(replica address, verb): requests}.
 
@@ -65,6 +73,7 @@ unused on the host, isGateway and ipMasq off. Teardown unmounts deepest first,
 kills what is left in each namespace, deletes the bridges and restores the
 sysctls kubelet changes.
 """
+import base64
 import contextlib
 import copy
 import hashlib
@@ -80,6 +89,7 @@ import shutil
 import signal
 import socket
 import socketserver
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -559,13 +569,17 @@ def scheduler_config_v1beta1(url, kubeconfig, healthz_port, metrics_port):
 # ---- the extender proxy (one URL for two replicas) --------------------------------
 
 class ExtenderProxy:
-    def __init__(self, backends, mode="leader", leader_fn=None):
+    def __init__(self, backends, mode="leader", leader_fn=None, tls=False):
         self.backends = list(backends)   # [(identity, "127.0.0.1:port")]
         self.mode = mode
         self.leader_fn = leader_fn       # () -> identity holding the Lease, or None
         self.leader, self.leader_at = None, 0.0
         self.lock = threading.Lock()
         self.counts = {}
+        self.tls = tls
+        if tls:
+            self._start_tcp()
+            return
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -604,10 +618,58 @@ class ExtenderProxy:
                 self.leader_at = time.time()
             return self.leader
 
+    def _start_tcp(self):
+        """Replicas serving HTTPS: what kube-proxy does, a backend picked per TCP
+        connection and bytes passed through, so kube-scheduler's TLS session is with
+        the replica itself. counts holds {(addr, "connection"): connections}."""
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+
+        def pipe(a, b):
+            with contextlib.suppress(OSError):
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            for x in (a, b):
+                with contextlib.suppress(OSError):
+                    x.shutdown(socket.SHUT_RDWR)
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError:
+                    return
+                addr = self.pick()
+                try:
+                    if addr is None:
+                        raise OSError("no ready extender replica")
+                    host, port = addr.rsplit(":", 1)
+                    up = socket.create_connection((host, int(port)), timeout=5)
+                    up.settimeout(None)
+                except OSError:
+                    conn.close()
+                    continue
+                with self.lock:
+                    key = (addr, "connection")
+                    self.counts[key] = self.counts.get(key, 0) + 1
+                for a, b in ((conn, up), (up, conn)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+
     @staticmethod
-    def ready(addr):
+    def ready(addr, tls=False):
         try:
-            c = http.client.HTTPConnection(addr, timeout=1)
+            c = (http.client.HTTPSConnection(addr, timeout=1,
+                                             context=ssl._create_unverified_context())
+                 if tls else http.client.HTTPConnection(addr, timeout=1))
             c.request("GET", "/readyz")
             ok = c.getresponse().status == 200
             c.close()
@@ -616,17 +678,17 @@ class ExtenderProxy:
             return False
 
     def pick(self):
-        if self.mode == "leader":
-            leader = self.current_leader()
+        if self.mode in ("leader", "follower"):
+            # the Lease names NAME@HOST:PORT (or just NAME)
+            leader = (self.current_leader() or "").split("@")[0]
             for ident, addr in self.backends:
-                # the Lease names NAME@HOST:PORT (or just NAME)
-                if leader and leader.split("@")[0] == ident and self.ready(addr):
+                if (ident == leader) == (self.mode == "leader") and self.ready(addr, self.tls):
                     return addr
             return None
         # "service": kube-proxy (iptables mode) picks a ready endpoint at random for each
         # connection. (Round robin would be worse: kube-scheduler's calls per pod follow
         # a fixed pattern, filter then bind, and could send every /bind to the non-leader.)
-        ready = [addr for _ident, addr in self.backends if self.ready(addr)]
+        ready = [addr for _ident, addr in self.backends if self.ready(addr, self.tls)]
         return random.choice(ready) if ready else None
 
     def forward(self, path, body):
@@ -648,6 +710,9 @@ class ExtenderProxy:
             return 503, json.dumps({"Error": f"proxy: {addr}: {e}"}).encode()
 
     def close(self):
+        if self.tls:
+            self.listener.close()
+            return
         self.server.shutdown()
         self.server.server_close()
 
@@ -882,13 +947,14 @@ state = "{d}/containerd/state"
 
 class Cluster:
     def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
-                 workdir=None, bins=None, extender_config=None):
+                 workdir=None, bins=None, extender_config=None, extender_tls=False):
         self.gpusched = os.path.abspath(gpusched_bin)
         # keys over deploy/'s: a dict, or f(index, port) -> dict per replica
         self.extender_config = extender_config or {}
         self.node_specs = list(nodes)
         self.extender_replicas = extender_replicas
         self.proxy_mode = proxy_mode
+        self.extender_tls = extender_tls
         self.workdir = workdir or tempfile.mkdtemp(prefix="gpusched-e2e-")
         self.logdir = os.path.join(self.workdir, "logs")
         os.makedirs(self.logdir, exist_ok=True)
@@ -1186,6 +1252,40 @@ class Cluster:
         assert len(regs) == 2, "deploy/webhook.yaml: expected two webhook configurations"
         self.apply(regs)
 
+    def _extender_certs(self):
+        """extender_tls: two serving pairs for 127.0.0.1, each with its own CA (gen-certs),
+        the first mounted in every replica (its own copy, as each pod mounts the
+        Secret), the second for rotate_extender_cert; kube-scheduler trusts both CAs."""
+        d = os.path.join(self.workdir, "extender-tls")
+        os.makedirs(d, exist_ok=True)
+        self.extender_pairs = []
+        for n in ("first", "second"):
+            out = os.path.join(d, n)
+            r = subprocess.run([self.gpusched, "webhook", "gen-certs", "--out", out, "--ip",
+                                "127.0.0.1", "--service", "gpusched-extender"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            self.extender_pairs.append(out)
+        self.extender_ca = os.path.join(d, "cas.crt")
+        with open(self.extender_ca, "w") as out:
+            for pair in self.extender_pairs:
+                with open(os.path.join(pair, "ca.crt")) as f:
+                    out.write(f.read())
+
+    def extender_live_dir(self, i):
+        return os.path.join(self.workdir, "extender-tls", f"live-{i}")
+
+    def rotate_extender_cert(self, i, pair):
+        """Replace replica i's mounted pair with pair (a directory of tls.crt and
+        tls.key), each file renamed into place, as kubelet updates a Secret volume."""
+        live = self.extender_live_dir(i)
+        for f in ("tls.key", "tls.crt"):
+            shutil.copy(os.path.join(pair, f), os.path.join(live, f + ".tmp"))
+            os.replace(os.path.join(live, f + ".tmp"), os.path.join(live, f))
+
+    def extender_url(self, i):
+        return f"{'https' if self.extender_tls else 'http'}://{self.extender_addr(i)}"
+
     def _start_extenders(self):
         with open(os.path.join(ROOT, "deploy", "extender.yaml")) as f:
             docs = [x for x in yaml.safe_load_all(f) if x]
@@ -1193,9 +1293,18 @@ class Cluster:
         base = yaml.safe_load(cm["data"]["extender.yaml"])
         backends = []
         self.extenders = []
+        if self.extender_tls:
+            self._extender_certs()
         for i in range(self.extender_replicas):
             port = free_port()
             cfg = dict(base)
+            if self.extender_tls:
+                live = self.extender_live_dir(i)
+                os.makedirs(live, exist_ok=True)
+                for f in ("tls.crt", "tls.key"):
+                    shutil.copy(os.path.join(self.extender_pairs[0], f), live)
+                cfg.update({"tls_cert": os.path.join(live, "tls.crt"),
+                            "tls_key": os.path.join(live, "tls.key")})
             cfg.pop("in_cluster", None)
             cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
                         # NAME@HOST:PORT, as deploy/ sets $(POD_NAME)@$(POD_IP):8888:
@@ -1212,9 +1321,11 @@ class Cluster:
             self.extenders.append(p)
             backends.append((f"extender-{i}", f"127.0.0.1:{port}"))
         for (ident, addr), p in zip(backends, self.extenders):
-            self.wait(lambda: ExtenderProxy.ready(addr), 30, f"{ident} /readyz", proc=p)
+            self.wait(lambda: ExtenderProxy.ready(addr, self.extender_tls), 30, f"{ident} /readyz",
+                      proc=p)
         self.wait(self.lease_holder, 30, "an extender holds the Lease")
-        self.proxy = ExtenderProxy(backends, self.proxy_mode, self.lease_holder)
+        self.proxy = ExtenderProxy(backends, self.proxy_mode, self.lease_holder,
+                                   tls=self.extender_tls)
 
     def lease_holder(self):
         r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
@@ -1228,6 +1339,12 @@ class Cluster:
         changes the dict in place); returns once it is healthy and leads."""
         hz, mz, sp = free_port(), free_port(), free_port()
         cfg = scheduler_config_v1beta1(self.proxy.url, self.kubeconfig, hz, mz)
+        if self.extender_tls:  # as docs/deploy.md says for HTTPS
+            with open(self.extender_ca, "rb") as f:
+                ca = base64.b64encode(f.read()).decode()
+            for ext in cfg.get("extenders", []):
+                ext["enableHTTPS"] = True
+                ext["tlsConfig"] = {"caData": ca}
         if edit:
             edit(cfg)
         self.scheduler_cfg = cfg
@@ -1350,12 +1467,13 @@ class Cluster:
         p = self.start_proc(f"extender-{i}", [self.gpusched, "extender", "--config", path])
         self.extenders[i] = p
         addr = self.extender_addr(i)
-        self.wait(lambda: ExtenderProxy.ready(addr), 30, f"extender-{i} /readyz", proc=p)
+        self.wait(lambda: ExtenderProxy.ready(addr, self.extender_tls), 30,
+                  f"extender-{i} /readyz", proc=p)
         return p
 
     def extender_metric(self, i, name, labels=None):
         """Sum of metric `name` (samples whose labels include `labels`) of replica i."""
-        r = requests.get(f"http://{self.extender_addr(i)}/metrics", timeout=5)
+        r = requests.get(f"{self.extender_url(i)}/metrics", timeout=5, verify=False)
         total = 0.0
         for line in r.text.splitlines():
             if not (line.startswith(name + " ") or line.startswith(name + "{")):
