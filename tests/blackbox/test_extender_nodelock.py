@@ -54,6 +54,19 @@ def bind_async(e, api, name, out):
     return t
 
 
+def park_b(e, api):
+    """Binds a to g1, then b, whose /bind is parked while a waits for kubelet:
+    (thread, out) of bind_async."""
+    wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
+             what="pods cached")
+    assert bind(e, api, "a").status_code == 200
+    out = {}
+    t = bind_async(e, api, "b", out)
+    time.sleep(0.8)
+    assert "b" not in out  # parked while a waits for kubelet
+    return t, out
+
+
 def mark_allocated(api, name):
     api.update("pods", name, "default", lambda o: o["metadata"]["annotations"].update(
         {PREFIX + "allocated-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
@@ -64,13 +77,7 @@ def test_bind_waits_for_the_nodes_pending_pod(gpusched_bin, api, tmp_path):
         add_gpu_pod(api, n)
     e = start(gpusched_bin, api, tmp_path)
     try:
-        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
-                 what="pods cached")
-        assert bind(e, api, "a").status_code == 200
-        out = {}
-        t = bind_async(e, api, "b", out)
-        time.sleep(0.8)
-        assert "b" not in out  # parked while a waits for kubelet
+        t, out = park_b(e, api)
         assert api.get("pods", "b", "default")["spec"].get("nodeName") is None
         # the extender still answers meanwhile
         assert requests.get(e.url + "/healthz", timeout=1).status_code == 200
@@ -107,13 +114,7 @@ def test_bind_parked_across_a_certificate_rotation(gpusched_bin, api, tmp_path):
     e = start(gpusched_bin, api, tmp_path, "--tls-cert", str(live / "tls.crt"),
               "--tls-key", str(live / "tls.key"), verify=str(bundle))
     try:
-        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g1"])["NodeNames"],
-                 what="pods cached")
-        assert bind(e, api, "a").status_code == 200
-        out = {}
-        t = bind_async(e, api, "b", out)
-        time.sleep(0.8)
-        assert "b" not in out  # parked while a waits for kubelet
+        t, out = park_b(e, api)
         before = ssl.get_server_certificate(("127.0.0.1", e.port))
         for f in ("tls.key", "tls.crt"):
             shutil.copy(new / f, live / f)
