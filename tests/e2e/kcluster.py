@@ -33,6 +33,8 @@ API (other scenarios build on it):
       .pod_log(ns, name, container) -> str      the container's stdout from the node's
                                                 /var/log/pods tree (CRI log lines decoded)
       .events(ns, name) -> [event]
+      .start_controller_manager(controllers) -> Proc   kube-controller-manager with
+                               only those controllers (test_controllers.py)
       .add_api_nodes(count, gpus, model, memory_mib, prefix)  API-only Nodes with a
                                fresh gpusched.io/gpu-inventory annotation (scale)
       .extender_url(i), .extender_metric(i, name, labels)   replica i, http or https
@@ -154,7 +156,7 @@ def k8s_binaries(src=None):
     out = cache_dir()
     os.makedirs(out, exist_ok=True)
     paths = {}
-    for name in ("kube-apiserver", "kube-scheduler", "kubelet"):
+    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"):
         plain = os.path.join(src, name)     # scripts/k8s-bin writes them so
         if os.path.isfile(plain) and _sha256(plain) == sums.get(name):
             paths[name] = plain
@@ -1326,6 +1328,24 @@ class Cluster:
         self.wait(self.lease_holder, 30, "an extender holds the Lease")
         self.proxy = ExtenderProxy(backends, self.proxy_mode, self.lease_holder,
                                    tls=self.extender_tls)
+
+    def start_controller_manager(self, controllers):
+        """kube-controller-manager running only `controllers` (e.g. ["deployment",
+        "replicaset", "job", "statefulset"]): the workload controllers that make the
+        pods users run, none that needs a service-account key or touches Nodes. Stop
+        it with .stop() on the returned Proc."""
+        port = free_port()
+        p = self.start_proc("kube-controller-manager", [
+            self.bins["kube-controller-manager"], f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--port=0",
+            "--leader-elect=false", "--controllers=" + ",".join(controllers),
+            "--concurrent-deployment-syncs=2", "--v=1"], ns=self.cp_ns)
+
+        def up():
+            return requests.get(f"https://127.0.0.1:{port}/healthz", verify=False,
+                                timeout=1).status_code == 200
+        self.wait(up, 30, "kube-controller-manager /healthz", proc=p)
+        return p
 
     def lease_holder(self):
         r = self.api("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched/leases/"
