@@ -163,10 +163,8 @@ static void add_pods(struct status *st, const json_t *items)
     const json_t *pod;
 
     json_array_foreach(items, i, pod) {
-        const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"),
-                                                              "phase"));
-        if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
-            continue; /* finished pods hold nothing */
+        if (kube_pod_done(pod))
+            continue; /* their GPUs are free (kube/client.h) */
         const char *uid = kube_meta_str(pod, "uid"), *ns = kube_meta_str(pod, "namespace");
         const char *name = kube_meta_str(pod, "name");
         add_alloc(st, uid ? uid : "", ns ? ns : "default", name ? name : "",

@@ -559,13 +559,6 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     return lrc < 0 ? lrc : 0;
 }
 
-static int finished(const json_t *pod)
-{
-    const json_t *ph = json_object_get(json_object_get(pod, "status"), "phase");
-    const char *v = json_is_string(ph) ? json_string_value(ph) : "";
-    return strcmp(v, "Succeeded") == 0 || strcmp(v, "Failed") == 0;
-}
-
 /* Does a pod with an assignment still wait for kubelet (nodelock.h)? Not
  * once the device plugin marked it allocated, nor once kubelet reported it
  * (status.startTime: admitted). *since: its assigned-at. */
@@ -622,7 +615,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         return 0;
     if ((p = sched_smap_get(&s->pods, uid)))
         p->seq = ++s->seq; /* seen (ext_sched_replace_pods counts on it) */
-    if (deleted || finished(pod)) {
+    if (deleted || kube_pod_done(pod)) {
         freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = sched_smap_get(&s->pods, uid)))
             forget(s, p);

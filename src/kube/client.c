@@ -428,6 +428,25 @@ const char *kube_annotation(const json_t *obj, const char *key)
 
 const char *kube_label(const json_t *obj, const char *key) { return meta_map(obj, "labels", key); }
 
+int kube_pod_done(const json_t *pod)
+{
+    const json_t *st = json_object_get(pod, "status"), *cs, *c;
+    const char *phase = json_string_value(json_object_get(st, "phase"));
+    size_t i;
+    if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+        return 1;
+    if (!kube_meta_str(pod, "deletionTimestamp"))
+        return 0;
+    cs = json_object_get(st, "containerStatuses");
+    if (!json_is_array(cs) || json_array_size(cs) == 0)
+        return 0; /* kubelet has not reported (it may be starting them) */
+    json_array_foreach(cs, i, c) {
+        if (!json_is_object(json_object_get(json_object_get(c, "state"), "terminated")))
+            return 0;
+    }
+    return 1;
+}
+
 int kube_event(struct kube_client *c, const char *kind, const char *ns, const char *name,
                const char *uid, const char *type, const char *reason, const char *message,
                struct gs_err *e)

@@ -471,6 +471,45 @@ def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_deleted_pod_frees_its_gpus_once_its_containers_stopped(gpusched_bin, api, tmp_path):
+    """A pod being deleted holds its GPUs while a container still runs; once kubelet
+    reports every container terminated they are free (kubelet gives them to the next
+    pod then), before the object goes, and the pending pods are nudged."""
+    add_gpu_pod(api, "old", "2")
+    add_gpu_pod(api, "other", "2")
+    add_gpu_pod(api, "next", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for n, node in (("old", "g1"), ("other", "g2")):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), [node])["NodeNames"],
+                     what="pods cached")
+            assert e.bind(api.get("pods", n, "default"), node).status_code == 200
+        assert e.filter(api.get("pods", "next", "default"), ["g1", "g2"])["NodeNames"] == []
+
+        def deleting(states):
+            def fn(p):
+                p["metadata"]["deletionTimestamp"] = "2026-11-25T10:00:00Z"
+                p["status"]["containerStatuses"] = [
+                    {"name": f"c{i}", "state": st} for i, st in enumerate(states)]
+            return fn
+        stopped = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        api.update("pods", "old", "default", fn=deleting([stopped, {"running": {}}]))
+        time.sleep(0.5)
+        assert e.metric("gpusched_allocations") == 2  # one container still runs
+        assert e.filter(api.get("pods", "next", "default"), ["g1", "g2"])["NodeNames"] == []
+        t = time.time()
+        freed_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % ((t % 1) * 1e6)
+        api.update("pods", "old", "default", fn=deleting([stopped, stopped]))
+        wait_for(lambda: e.metric("gpusched_allocations") == 1, what="old's GPUs freed")
+        wait_for(lambda: api.get("pods", "next", "default")["metadata"]["annotations"]
+                 .get(PREFIX + "retry-at", "") >= freed_at, what="nudge after the free")
+        p = api.get("pods", "next", "default")
+        assert e.filter(p, ["g1", "g2"])["NodeNames"] == ["g1"]
+        assert e.bind(p, "g1").status_code == 200
+    finally:
+        e.stop()
+
+
 def test_stale_inventory_makes_a_node_unavailable(gpusched_bin, api, tmp_path):
     api.add_node("old", **node_kwargs("old", updated_at="2020-01-01T00:00:00Z"))
     add_gpu_pod(api, "s", "1")

@@ -7,8 +7,9 @@ Deployment and StatefulSet controllers, for real), not created one by one.
   kube-scheduler's 60 s flush of its unschedulable queue.
 - A Deployment of two 2-GPU replicas on node-a's four GPUs, rolled out with
   maxSurge 0: each new pod (generateName, a new ReplicaSet) gets the GPUs its
-  terminating predecessor held, once that one is gone, and the device plugin hands
-  each container exactly the GPUs of its own assignment.
+  terminating predecessor held as soon as kubelet reports that one's container
+  stopped, before kubelet has removed it, and the device plugin hands each
+  container exactly the GPUs of its own assignment.
 - A StatefulSet pod deleted comes back under the same name with a new UID: it is
   placed afresh and its container gets the GPUs of the new assignment.
 """
@@ -107,8 +108,19 @@ def test_deployment_rollout_hands_gpus_to_the_new_pods(kcm):
         new["spec"]["template"]["metadata"]["annotations"] = {"rollout": "2"}
         t0 = time.time()
         c.apply(new)
-        second = c.wait(lambda: running(2, olds), 90, "2 new replicas running", interval=0.5)
+        seen = {"overlap": False}
+
+        def rolled():
+            ps = pods_of(c, "gpu-dep")
+            if any(p["metadata"]["name"] in olds for p in ps) and any(
+                    p["spec"].get("nodeName") for p in ps if p["metadata"]["name"] not in olds):
+                seen["overlap"] = True
+            return running(2, olds)
+        second = c.wait(rolled, 90, "2 new replicas running", interval=0.3)
         took = time.time() - t0
+        # a new pod was given GPUs of an old one whose containers had stopped, while
+        # kubelet was still removing the old pod (seconds; more with volumes)
+        assert seen["overlap"]
         print(f"rollout of 2 x 2 GPUs with maxSurge 0: {took:.1f}s")
         now = [set(check_pod_gpus(c, p)) for p in second]
         assert not now[0] & now[1], now

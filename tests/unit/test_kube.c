@@ -123,6 +123,36 @@ static int count_lines(void *ud, const char *line, size_t n)
     return 0;
 }
 
+/* kube_pod_done: finished, or deleted with every container stopped */
+static void test_pod_done(void)
+{
+    static const char *cases[][2] = {
+        {"{\"status\":{\"phase\":\"Succeeded\"}}", "1"},
+        {"{\"status\":{\"phase\":\"Failed\"}}", "1"},
+        {"{\"status\":{\"phase\":\"Running\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}}]}}", "0"}, /* restarts: not deleted */
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"phase\":\"Running\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}},{\"state\":{\"terminated\":{}}}]}}", "1"},
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"phase\":\"Running\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}},{\"state\":{\"running\":{}}}]}}", "0"},
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"phase\":\"Pending\"}}", "0"}, /* kubelet has not reported */
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":3}}]}}", "0"},
+        {"{\"status\":{\"phase\":7}}", "0"},
+        {"[]", "0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *pod = json_loads(cases[i][0], 0, NULL);
+        ASSERT_TRUE(pod != NULL);
+        if (kube_pod_done(pod) != (cases[i][1][0] == '1'))
+            TEST_FAIL_("kube_pod_done(%s) != %s", cases[i][0], cases[i][1]);
+        json_decref(pod);
+    }
+}
+
 static void test_helpers(void)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -431,6 +461,7 @@ int test_kube(void)
 
     test_yaml();
     test_helpers();
+    test_pod_done();
     if (!mkdtemp(dir))
         return 1;
     test_config(dir);
