@@ -279,13 +279,15 @@ uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, ui
     return (uint64_t)core_link_cost(cy, n) << 32 | rank;
 }
 
-/* Does the pod prefer a node over another: preferred terms, or a candidate
- * with taints (the hot lines say, without touching the nodes)? */
+/* Does the pod prefer a node over another: preferred terms (pod terms
+ * where the caller scores them), or a candidate with taints (the hot lines
+ * say, without touching the nodes)? */
 static int soft_applies(const struct core_cycle *cy, struct core_node *const *nodes,
                         const int *pos, const unsigned char *fit, int n)
 {
     const struct core_cluster *c = cy->cluster;
-    int any = cy->pod->n_prefs > 0 || cy->tainted > 0;
+    const struct core_pod *p = cy->pod;
+    int any = p->n_prefs > 0 || (p->n_pod_terms > 0 && p->pod_terms_score) || cy->tainted > 0;
     for (int j = 0; j < n && !any && cy->tainted < 0; j++)
         any = (!fit || fit[j] == CORE_FIT_YES) &&
               c->hot[pos ? pos[j] : nodes[j]->priv->pos].tainted;
@@ -298,27 +300,43 @@ static int soft_fill(const struct core_cycle *cy, struct core_node *const *nodes
                      const unsigned char *fit, int n, int *soft)
 {
     struct core_cluster *c = cy->cluster;
+    const struct core_pod *p = cy->pod;
     int max_aff = 0, max_taint = 0;
+    long long min_pa = 0, max_pa = 0; /* InterPodAffinity's range starts at 0 */
     int *taint = malloc((size_t)n * sizeof *taint + 1);
-    if (!taint)
+    long long *pa = p->n_pod_terms && p->pod_terms_score ? calloc((size_t)n + 1, sizeof *pa)
+                                                          : NULL;
+    if (!taint || (p->n_pod_terms && p->pod_terms_score && !pa)) {
+        free(taint);
         return 0;
+    }
     for (int j = 0; j < n; j++) {
         const struct core_node *nd = nodes ? nodes[j] : c->nodes[pos[j]];
         soft[j] = taint[j] = 0;
         if (fit && fit[j] != CORE_FIT_YES)
             continue;
-        core_pod_soft_counts(cy->pod, nd->name, nd->n_labels, nd->label_keys, nd->label_values,
+        core_pod_soft_counts(p, nd->name, nd->n_labels, nd->label_keys, nd->label_values,
                              nd->n_taints, nd->taints, &soft[j], &taint[j]);
         max_aff = soft[j] > max_aff ? soft[j] : max_aff;
         max_taint = taint[j] > max_taint ? taint[j] : max_taint;
+        if (pa) {
+            pa[j] = p->pod_terms_score(p->pod_terms_ud, p, nd);
+            min_pa = pa[j] < min_pa ? pa[j] : min_pa;
+            max_pa = pa[j] > max_pa ? pa[j] : max_pa;
+        }
     }
-    /* kube-scheduler's normalisation: NodeAffinity by its maximum, and
-     * TaintToleration reversed (fewest intolerable taints best) */
+    /* kube-scheduler's normalisation: NodeAffinity by its maximum,
+     * TaintToleration reversed (fewest intolerable taints best), and
+     * InterPodAffinity over its range */
     for (int j = 0; j < n; j++)
         soft[j] = (max_aff ? soft[j] * CORE_MAX_SCORE / max_aff : 0) +
                   (max_taint ? CORE_MAX_SCORE - taint[j] * CORE_MAX_SCORE / max_taint
-                             : CORE_MAX_SCORE);
+                             : CORE_MAX_SCORE) +
+                  (pa && max_pa > min_pa
+                       ? (int)((pa[j] - min_pa) * CORE_MAX_SCORE / (max_pa - min_pa))
+                       : 0);
     free(taint);
+    free(pa);
     return 1;
 }
 

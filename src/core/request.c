@@ -960,6 +960,126 @@ static int parse_preferred(json_t *na, struct core_pod *pod, struct gs_err *e)
     return 0;
 }
 
+/* A pod labelSelector at f into sel: matchLabels as In [value], and
+ * matchExpressions (In, NotIn, Exists, DoesNotExist). */
+static int parse_label_selector(json_t *ls, const char *f, struct core_term *sel,
+                                struct gs_err *e)
+{
+    json_t *ml = json_object_get(ls, "matchLabels"), *me = json_object_get(ls, "matchExpressions");
+    json_t *v, *x;
+    const char *k;
+    size_t i;
+    char rf[400];
+    if (ml && !json_is_null(ml) && !json_is_object(ml))
+        return gs_errf(e, GS_EINVAL, "%s.matchLabels: must be an object", f);
+    if (me && !json_is_null(me) && !json_is_array(me))
+        return gs_errf(e, GS_EINVAL, "%s.matchExpressions: must be a list", f);
+    size_t total = (json_is_object(ml) ? json_object_size(ml) : 0) +
+                   (json_is_array(me) ? json_array_size(me) : 0);
+    if (total > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d requirements", f, MAX_LIST);
+    if (total && !(sel->reqs = calloc(total, sizeof *sel->reqs)))
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
+    json_object_foreach(json_is_object(ml) ? ml : NULL, k, v) {
+        struct core_requirement *r = &sel->reqs[sel->n_reqs++];
+        snprintf(rf, sizeof rf, "%s.matchLabels.%.64s", f, k);
+        if (!json_is_string(v))
+            return gs_errf(e, GS_EINVAL, "%s: must be a string", rf);
+        r->op = CORE_OP_IN;
+        if (!(r->key = strdup(k)) || !(r->values = calloc(1, sizeof(char *))))
+            return gs_errf(e, GS_ENOMEM, "%s: out of memory", rf);
+        r->n_values = 1;
+        if (!(r->values[0] = strdup(json_string_value(v))))
+            return gs_errf(e, GS_ENOMEM, "%s: out of memory", rf);
+    }
+    json_array_foreach(json_is_array(me) ? me : NULL, i, x) {
+        struct core_requirement *r = &sel->reqs[sel->n_reqs++];
+        snprintf(rf, sizeof rf, "%s.matchExpressions[%zu]", f, i);
+        if (parse_requirement(x, 0, rf, r, e) < 0)
+            return -GS_EINVAL;
+        if (r->op == CORE_OP_GT || r->op == CORE_OP_LT)
+            return gs_errf(e, GS_EINVAL, "%s.operator: a label selector allows only In, NotIn, "
+                                         "Exists and DoesNotExist", rf);
+    }
+    return 0;
+}
+
+/* podAffinity / podAntiAffinity (sign 1 / -1) at f:
+ * preferredDuringSchedulingIgnoredDuringExecution [{weight, podAffinityTerm}] */
+static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod *pod,
+                           struct gs_err *e)
+{
+    json_t *list = json_object_get(pa, "preferredDuringSchedulingIgnoredDuringExecution"), *t;
+    char base[200], f[260];
+    size_t i;
+    snprintf(base, sizeof base, "%s.preferredDuringSchedulingIgnoredDuringExecution", f0);
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
+    if (json_array_size(list) > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d terms", base, MAX_LIST);
+    if (!json_array_size(list))
+        return 0;
+    struct core_pod_term *all = realloc(pod->pod_terms, (size_t)(pod->n_pod_terms +
+                                        (int)json_array_size(list)) * sizeof *all);
+    if (!all)
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", base);
+    pod->pod_terms = all;
+    json_array_foreach(list, i, t) {
+        struct core_pod_term *pt = &pod->pod_terms[pod->n_pod_terms++];
+        json_t *w = json_object_get(t, "weight"), *at, *ns, *nsel, *ls, *v;
+        size_t k;
+        memset(pt, 0, sizeof *pt);
+        snprintf(f, sizeof f, "%s[%zu]", base, i);
+        if (!json_is_object(t))
+            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+        if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > 100)
+            return gs_errf(e, GS_EINVAL, "%s.weight: must be an integer 1..100", f);
+        pt->weight = sign * (int)json_integer_value(w);
+        snprintf(f, sizeof f, "%s[%zu].podAffinityTerm", base, i);
+        if (!json_is_object(at = json_object_get(t, "podAffinityTerm")))
+            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+        char ff[300];
+        snprintf(ff, sizeof ff, "%s.topologyKey", f);
+        if (dup_str(&pt->topology_key, json_object_get(at, "topologyKey"), ff, e) < 0)
+            return -GS_EINVAL;
+        if (!pt->topology_key || !pt->topology_key[0])
+            return gs_errf(e, GS_EINVAL, "%s: missing", ff);
+        snprintf(ff, sizeof ff, "%s.namespaces", f);
+        ns = json_object_get(at, "namespaces");
+        if (ns && !json_is_null(ns) && !json_is_array(ns))
+            return gs_errf(e, GS_EINVAL, "%s: must be a list", ff);
+        if (json_array_size(ns) > MAX_LIST)
+            return gs_errf(e, GS_EINVAL, "%s: more than %d entries", ff, MAX_LIST);
+        if (json_array_size(ns) && !(pt->namespaces = calloc(json_array_size(ns),
+                                                             sizeof(char *))))
+            return gs_errf(e, GS_ENOMEM, "%s: out of memory", ff);
+        json_array_foreach(json_is_array(ns) ? ns : NULL, k, v) {
+            char nf[320];
+            snprintf(nf, sizeof nf, "%s[%zu]", ff, k);
+            if (!json_is_string(v))
+                return gs_errf(e, GS_EINVAL, "%s: must be a string", nf);
+            if (dup_str(&pt->namespaces[pt->n_namespaces], v, nf, e) < 0)
+                return -GS_EINVAL;
+            pt->n_namespaces++;
+        }
+        snprintf(ff, sizeof ff, "%s.namespaceSelector", f);
+        if (get_obj(at, "namespaceSelector", ff, &nsel, e) < 0)
+            return -GS_EINVAL;
+        /* {} is every namespace; one with labels needs the namespaces'
+         * labels, which nothing here reads: the term picks no pod */
+        pt->all_namespaces = nsel != NULL;
+        snprintf(ff, sizeof ff, "%s.labelSelector", f);
+        if (get_obj(at, "labelSelector", ff, &ls, e) < 0)
+            return -GS_EINVAL;
+        pt->selects = ls != NULL && !(nsel && json_object_size(nsel) > 0);
+        if (ls && parse_label_selector(ls, ff, &pt->selector, e) < 0)
+            return -GS_EINVAL;
+    }
+    return 0;
+}
+
 static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
 {
     json_t *aff, *na, *req, *terms, *t;
@@ -967,10 +1087,15 @@ static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
     char f[256];
     size_t i;
 
+    json_t *pa, *panti;
     if (get_obj(spec, "affinity", "spec.affinity", &aff, e) < 0 ||
         get_obj(aff, "nodeAffinity", "spec.affinity.nodeAffinity", &na, e) < 0 ||
         get_obj(na, "requiredDuringSchedulingIgnoredDuringExecution", base, &req, e) < 0 ||
-        parse_preferred(na, pod, e) < 0)
+        parse_preferred(na, pod, e) < 0 ||
+        get_obj(aff, "podAffinity", "spec.affinity.podAffinity", &pa, e) < 0 ||
+        get_obj(aff, "podAntiAffinity", "spec.affinity.podAntiAffinity", &panti, e) < 0 ||
+        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, pod, e) < 0 ||
+        parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, pod, e) < 0)
         return -GS_EINVAL;
     if (!req)
         return 0;
@@ -1088,18 +1213,22 @@ fail:
     return -(e && e->code ? e->code : GS_EINVAL);
 }
 
+static void free_reqs(struct core_term *term)
+{
+    for (int r = 0; r < term->n_reqs; r++) {
+        struct core_requirement *q = &term->reqs[r];
+        free(q->key);
+        for (int v = 0; q->values && v < q->n_values; v++)
+            free(q->values[v]);
+        free(q->values);
+    }
+    free(term->reqs);
+}
+
 static void free_terms(struct core_term *terms, int n)
 {
-    for (int t = 0; t < n; t++) {
-        for (int r = 0; r < terms[t].n_reqs; r++) {
-            struct core_requirement *q = &terms[t].reqs[r];
-            free(q->key);
-            for (int v = 0; v < q->n_values; v++)
-                free(q->values[v]);
-            free(q->values);
-        }
-        free(terms[t].reqs);
-    }
+    for (int t = 0; t < n; t++)
+        free_reqs(&terms[t]);
     free(terms);
 }
 
@@ -1120,6 +1249,15 @@ void core_pod_clear(struct core_pod *pod)
         free(pod->tolerations[i].effect);
     }
     free(pod->tolerations);
+    for (int i = 0; i < pod->n_pod_terms; i++) {
+        struct core_pod_term *t = &pod->pod_terms[i];
+        free(t->topology_key);
+        for (int k = 0; k < t->n_namespaces; k++)
+            free(t->namespaces[k]);
+        free(t->namespaces);
+        free_reqs(&t->selector);
+    }
+    free(pod->pod_terms);
     memset(pod, 0, sizeof *pod);
 }
 
@@ -1133,14 +1271,10 @@ static const char *label_get(int n, char *const *keys, char *const *values, cons
     return NULL;
 }
 
-static int req_matches(const struct core_requirement *r, const char *node_name, int n,
-                       char *const *keys, char *const *values)
+/* Does a requirement hold for the value v of its key (NULL: no such label)? */
+static int value_matches(const struct core_requirement *r, const char *v)
 {
-    const char *v = r->field ? node_name : label_get(n, keys, values, r->key);
     int64_t a, b;
-
-    if (r->field && !v)
-        return 1; /* node name unknown to the caller: cannot exclude */
     switch (r->op) {
     case CORE_OP_IN:
     case CORE_OP_NOT_IN: {
@@ -1158,6 +1292,37 @@ static int req_matches(const struct core_requirement *r, const char *node_name, 
         return r->op == CORE_OP_GT ? a > b : a < b;
     }
     return 0;
+}
+
+static int req_matches(const struct core_requirement *r, const char *node_name, int n,
+                       char *const *keys, char *const *values)
+{
+    const char *v = r->field ? node_name : label_get(n, keys, values, r->key);
+    if (r->field && !v)
+        return 1; /* node name unknown to the caller: cannot exclude */
+    return value_matches(r, v);
+}
+
+int core_pod_term_picks(const struct core_pod *pod, const struct core_pod_term *t,
+                        const json_t *other)
+{
+    const json_t *md = json_object_get(other, "metadata");
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    const json_t *labels = json_object_get(md, "labels");
+    int in = t->all_namespaces;
+    if (!t->selects)
+        return 0;
+    ns = ns ? ns : "default";
+    for (int i = 0; !in && i < t->n_namespaces; i++)
+        in = strcmp(t->namespaces[i], ns) == 0;
+    if (!in && (t->n_namespaces || strcmp(pod->ns, ns) != 0))
+        return 0;
+    for (int r = 0; r < t->selector.n_reqs; r++) { /* an empty selector picks every pod */
+        const struct core_requirement *q = &t->selector.reqs[r];
+        if (!value_matches(q, json_string_value(json_object_get(labels, q->key))))
+            return 0;
+    }
+    return 1;
 }
 
 static int term_matches(const struct core_term *term, const char *node_name, int n,

@@ -86,6 +86,22 @@ struct core_term {             /* one nodeSelectorTerm: all requirements (AND) *
     struct core_requirement *reqs;
 };
 
+/* One preferred podAffinity (weight > 0) or podAntiAffinity (weight < 0)
+ * term: the pod prefers nodes whose topology domain (the nodes sharing the
+ * node's topology_key label value) holds pods the selector picks. */
+struct core_pod_term {
+    int weight;                /* -100..-1 or 1..100 */
+    char *topology_key;
+    int n_namespaces;          /* the namespaces of the pods it picks; */
+    char **namespaces;         /* none: the pod's own */
+    int all_namespaces;        /* namespaceSelector: {} */
+    int selects;               /* a labelSelector was given (none picks no pod), and
+                                  no namespaceSelector with labels (unknown here) */
+    struct core_term selector; /* matchLabels (as In) and matchExpressions: all hold */
+};
+
+struct core_node;
+
 struct core_toleration {
     char *key;                 /* NULL/"" with Exists = tolerate everything */
     char *value;
@@ -107,6 +123,15 @@ struct core_pod {
     int n_tolerations;
     struct core_toleration *tolerations;
     char policy[32];           /* gpusched.io/policy annotation, "" = default */
+    int n_pod_terms;           /* preferred pod (anti-)affinity */
+    struct core_pod_term *pod_terms;
+    /* Set by a caller that knows the other pods (the extender): a node's
+     * raw InterPodAffinity score, the summed weights of the terms' picks
+     * in its domain (core_pod_term_picks). NULL: the terms are not applied
+     * (the simulator's pods have none). */
+    long long (*pod_terms_score)(void *ud, const struct core_pod *pod,
+                                 const struct core_node *node);
+    void *pod_terms_ud;
 };
 
 /* Parses a Kubernetes quantity ("16Gi", "500m", "1.5", "2e3") and returns it
@@ -142,6 +167,11 @@ struct core_taint;
 void core_pod_soft_counts(const struct core_pod *pod, const char *node_name, int n_labels,
                           char *const *keys, char *const *values, int n_taints,
                           const struct core_taint *taints, int *affinity, int *intolerable);
+
+/* Does the pod's term t pick the pod other (a Pod object: its namespace and
+ * metadata.labels), as kube-scheduler's InterPodAffinity matches it? */
+int core_pod_term_picks(const struct core_pod *pod, const struct core_pod_term *t,
+                        const json_t *other);
 
 /* Does a node with these labels pass the pod's nodeSelector and required
  * affinity? Labels are parallel arrays. */

@@ -241,6 +241,7 @@ void ext_sched_free(struct ext_sched *s)
     ext_memo_free(s->memo);
     ext_namelist_put(s->base);
     ext_namecache_free(s->lists);
+    sched_podaff_free(s->podaff);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->bind_came);
     free(s);

@@ -79,6 +79,7 @@ int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod
         *reply = ext_error("pod %s: %s", kube_meta_str(obj, "name"), e.msg);
         return -1;
     }
+    sched_podaff_attach(s, pod);
     *pol = s->policy;
     if (pod->policy[0] && !(*pol = core_policy_find(pod->policy))) {
         *reply = ext_error("pod %s/%s: annotation %spolicy: '%s' is not a known policy", pod->ns,
@@ -153,7 +154,9 @@ int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, si
          * it ignores anyway */
         return scores ? 400 : 200;
     }
+    /* pod affinity depends on the other pods: never kept */
     v->memo = !s->opts.no_keep && v->pod.req.kind != CORE_REQ_NONE && v->a.list &&
+              v->pod.n_pod_terms == 0 &&
               ext_namelist_keepable(v->a.list) && v->a.n <= EXT_MEMO_NODES_MAX &&
               !(scores && (v->pol->flags & CORE_POLICY_RANDOM_NODE)) &&
               ext_memo_key(&v->pod, scores ? v->pol->name : NULL, &v->key, &v->klen) == 0;

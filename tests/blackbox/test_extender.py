@@ -438,6 +438,77 @@ def test_soft_preferences_come_first(gpusched_bin, tmp_path):
             e.stop()
 
 
+def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
+    """Preferred pod affinity and anti-affinity rank nodes before the policy, as
+    kube-scheduler's InterPodAffinity counts them over the GPU pods placed (its own
+    score would be outvoted): binpack takes n1, the fullest, but a pod that prefers
+    not to share a node (or a zone) with app=web pods goes elsewhere, one that prefers
+    app=db's node goes there, and terms that pick no pod change nothing."""
+    whole = {"nvidia.com/gpu": "1"}
+    H = "kubernetes.io/hostname"
+    nodes = write_nodes(tmp_path / "nodes.json", [
+        gpu_node(n, labels={"zone": z, H: n}) for n, z in (("n1", "a"), ("n2", "b"),
+                                                           ("n3", "b"))])
+    names = ["n1", "n2", "n3"]
+
+    def labelled(name, labels):
+        p = pod(name, whole)
+        p["metadata"]["labels"] = labels
+        return p
+
+    def prefers(name, kind, weight, key, labels, namespaces=None):
+        p = pod(name, whole)
+        term = {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+        if namespaces:
+            term["namespaces"] = namespaces
+        p["spec"]["affinity"] = {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": weight, "podAffinityTerm": term}]}}
+        return p
+
+    e = Extender(gpusched_bin, ["--nodes", nodes, "--policy", "binpack", "--top-k", "1"])
+    try:
+        for name, labels, node in (("web-1", {"app": "web"}, "n1"), ("other-1", {}, "n1"),
+                                   ("other-2", {}, "n1"), ("other-3", {}, "n2"),
+                                   ("other-4", {}, "n2"), ("db-1", {"app": "db"}, "n3")):
+            e.place(labelled(name, labels), [node])  # n1 3 GPUs held, n2 2, n3 1
+
+        def top(p):
+            r = e.post("prioritize", {"Pod": p, "NodeNames": names}).json()
+            best = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
+            assert len(best) == 1, r
+            assert e.filter(p, names)["NodeNames"] == best
+            return best[0]
+        assert top(pod("plain", whole)) == "n1"
+        spread = prefers("spread", "podAntiAffinity", 100, H, {"app": "web"})
+        assert top(spread) == "n2"  # n2 and n3 rank alike; binpack takes the fuller
+        trace = {n["node"]: n.get("preference") for n in e.debug(spread).json()["nodes"]}
+        assert trace == {"n1": 100, "n2": 200, "n3": 200}, trace  # + TaintToleration's 100
+        assert top(prefers("zones", "podAntiAffinity", 10, "zone", {"app": "web"})) == "n2"
+        assert top(prefers("near-db", "podAffinity", 5, H, {"app": "db"})) == "n3"
+        # picks nothing: another namespace, a label no pod has, a key no node has
+        assert top(prefers("ns", "podAntiAffinity", 100, H, {"app": "web"}, ["ml"])) == "n1"
+        assert top(prefers("none", "podAffinity", 100, H, {"app": "cache"})) == "n1"
+        assert top(prefers("nokey", "podAntiAffinity", 100, "rack", {"app": "web"})) == "n1"
+        assert top(pod("plain-2", whole)) == "n1"
+        # the weights of matching terms add up, anti-affinity negative
+        both = prefers("both", "podAntiAffinity", 30, H, {"app": "web"})
+        both["spec"]["affinity"]["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 40, "podAffinityTerm": {"labelSelector": {"matchExpressions": [
+                    {"key": "app", "operator": "In", "values": ["web", "db"]}]},
+                    "topologyKey": H}}]}
+        assert top(both) == "n3"  # n1: -30 + 40, n3: +40
+        # the new placement counts at once for the next pod
+        e.place(labelled("web-2", {"app": "web"}), ["n2"])
+        assert top(prefers("spread-2", "podAntiAffinity", 100, H, {"app": "web"})) == "n3"
+        bad = prefers("bad", "podAntiAffinity", 0, H, {"app": "web"})
+        f = e.filter(bad, names)
+        assert "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight" in \
+            f["Error"], f
+    finally:
+        e.stop()
+
+
 def linked_node(name, down):
     """4 GPUs with NVLinks 0-2 and 1-3 (NUMA 0: GPUs 0-1, NUMA 1: 2-3), GPUs in
     `down` unhealthy."""

@@ -213,6 +213,51 @@ def test_soft_preferences_come_before_the_policy(cluster, pods):
         assert patch(taints or None).status_code == 200
 
 
+def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
+    """A replica that prefers not to share a node with its app's other replicas
+    (preferred podAntiAffinity on the hostname, as many charts set it) goes to
+    another node, where the policy would have put it beside them: the extender
+    scores the term itself (kube-scheduler's InterPodAffinity score is outvoted at
+    weight 100)."""
+    def allocations():
+        return [cluster.extender_metric(i, "gpusched_allocations")
+                for i in range(len(cluster.proxy.backends))]
+
+    def place(name, labels=None, node=None, anti=None):
+        o = gpu_pod(name, {"nvidia.com/gpu": "1"}, node=node,
+                    labels=dict({"e2e": "1"}, **(labels or {})))
+        if anti:
+            o["spec"]["affinity"] = {"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                    "podAffinityTerm": {"labelSelector": {"matchLabels": anti},
+                                        "topologyKey": "kubernetes.io/hostname"}}]}}
+        return run(cluster, pods, o)[name]["spec"]["nodeName"]
+
+    def drop(name):
+        held = allocations()
+        cluster.delete_pods(NS, [name])
+        pods.remove(name)
+        cluster.wait(lambda: allocations() != held, 20, f"{name}'s GPU released")
+
+    # a node the policy packs onto: one replica there, and a plain pod goes there too
+    packed = None
+    for target in (NODE_A, NODE_B):
+        place("aa-1", {"app": "aa"}, node=target)
+        probe = place("aa-probe")
+        drop("aa-probe")
+        if probe == target:
+            packed = target
+            break
+        drop("aa-1")
+    if packed is None:
+        pytest.skip("the policy puts a second pod on the other node either way")
+    # a term that picks no pod leaves the policy's choice alone
+    assert place("aa-3", anti={"app": "nothing"}) == packed
+    drop("aa-3")
+    other = NODE_B if packed == NODE_A else NODE_A
+    assert place("aa-2", {"app": "aa"}, anti={"app": "aa"}) == other
+
+
 def extender_reason(cluster, name, node):
     """The extender's own reason for refusing `node` to pod default/NAME (/debug/pods)."""
     for _ident, addr in cluster.proxy.backends:

@@ -39,8 +39,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)core_pod_matches_node(&pod, "n1", 1, k, val);
         (void)core_pod_tolerates(&pod, "k", "v", "NoSchedule");
         (void)core_request_model_ok(r, "NVIDIA-H100");
+        for (int t = 0; t < pod.n_pod_terms; t++) { /* the pod picks itself, or not */
+            const struct core_pod_term *pt = &pod.pod_terms[t];
+            if (pt->weight == 0 || pt->weight < -100 || pt->weight > 100 || !pt->topology_key)
+                abort();
+            (void)core_pod_term_picks(&pod, pt, j);
+        }
         core_pod_clear(&pod);
-    } else if (pod.n_terms || pod.n_tolerations || pod.n_selector || !e.msg[0]) {
+    } else if (pod.n_terms || pod.n_tolerations || pod.n_selector || pod.n_pod_terms ||
+               !e.msg[0]) {
         abort(); /* a failed parse leaves the pod cleared and says why */
     }
     json_decref(j);

@@ -337,6 +337,43 @@ static void test_soft_preferences(void)
     core_cluster_free(c);
 }
 
+/* The raw InterPodAffinity scores a caller gives (the extender's, from its
+ * pods): per node name in pa_raw. */
+static long long pa_raw[3];
+static long long pa_score(void *ud, const struct core_pod *pod, const struct core_node *n)
+{
+    (void)ud, (void)pod;
+    return pa_raw[n->name[0] - 'a'];
+}
+
+/* Preferred pod (anti-)affinity, normalised as kube-scheduler does (over
+ * the range from min(0, lowest) to max(0, highest)), comes before the policy,
+ * and only where a caller scores it. */
+static void test_pod_terms_first(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    soft_node(c, "a", "x", 0);
+    soft_node(c, "b", "y", 0);
+    soft_node(c, "c", "x", 0);
+    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0); /* binpack takes a */
+    struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    struct core_pod_term term = {.weight = -100};
+    p.n_pod_terms = 1;
+    p.pod_terms = &term;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no caller scores it: ignored */
+    p.pod_terms_score = pa_score;
+    pa_raw[0] = -100, pa_raw[1] = 0, pa_raw[2] = 0;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "b"); /* b and c alike: the seeded rank */
+    pa_raw[0] = -100, pa_raw[1] = -50, pa_raw[2] = -20;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "c");
+    pa_raw[0] = 5, pa_raw[1] = 40, pa_raw[2] = 40;
+    ASSERT_STREQ(soft_choice(c, "spread", &p), "b");
+    pa_raw[0] = pa_raw[1] = pa_raw[2] = 0; /* nothing picked: the policy alone */
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    core_cluster_free(c);
+}
+
 static void test_reserve(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -1102,6 +1139,7 @@ int test_core(void)
     test_filter_reasons();
     test_taints_labels();
     test_soft_preferences();
+    test_pod_terms_first();
     test_reserve();
     test_mig();
     test_churn();

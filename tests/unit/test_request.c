@@ -498,6 +498,55 @@ static void selection_tests(void)
     }
     core_pod_clear(&pod);
 
+    /* preferred pod affinity (+weight) and anti-affinity (-weight): which pods
+     * a term picks (its namespaces, else the pod's own; its label selector) */
+    ASSERT_EQ(parse("{\"metadata\":{\"namespace\":\"ml\"},\"spec\":{\"affinity\":{"
+                    "\"podAffinity\":{\"preferredDuringSchedulingIgnoredDuringExecution\":["
+                    "{\"weight\":7,\"podAffinityTerm\":{\"topologyKey\":\"zone\","
+                    "\"labelSelector\":{\"matchLabels\":{\"app\":\"db\"},"
+                    "\"matchExpressions\":[{\"key\":\"tier\",\"operator\":\"NotIn\","
+                    "\"values\":[\"test\"]}]}}}]},"
+                    "\"podAntiAffinity\":{\"preferredDuringSchedulingIgnoredDuringExecution\":["
+                    "{\"weight\":100,\"podAffinityTerm\":{\"topologyKey\":\"h\","
+                    "\"namespaces\":[\"web\"],\"labelSelector\":{}}},"
+                    "{\"weight\":3,\"podAffinityTerm\":{\"topologyKey\":\"h\","
+                    "\"namespaceSelector\":{},\"labelSelector\":{\"matchExpressions\":["
+                    "{\"key\":\"gpu\",\"operator\":\"Exists\"}]}}},"
+                    "{\"weight\":9,\"podAffinityTerm\":{\"topologyKey\":\"h\"}},"
+                    "{\"weight\":8,\"podAffinityTerm\":{\"topologyKey\":\"h\","
+                    "\"namespaceSelector\":{\"matchLabels\":{\"t\":\"x\"}},"
+                    "\"labelSelector\":{}}}]}},"
+                    "\"containers\":[{}]}}",
+                    &pod, &e),
+              0);
+    ASSERT_EQ(pod.n_pod_terms, 5);
+    ASSERT_EQ(pod.pod_terms[0].weight, 7);
+    ASSERT_EQ(pod.pod_terms[1].weight, -100);
+    ASSERT_STREQ(pod.pod_terms[2].topology_key, "h");
+    {
+        /* the 4th has no labelSelector, the 5th a namespaceSelector with
+         * labels (namespaces' labels are not known): they pick nothing */
+        static const struct { const char *pod; int picks[5]; } others[] = {
+            {"{\"metadata\":{\"namespace\":\"ml\",\"labels\":{\"app\":\"db\"}}}",
+             {1, 0, 0, 0, 0}},
+            {"{\"metadata\":{\"namespace\":\"ml\",\"labels\":{\"app\":\"db\","
+             "\"tier\":\"test\"}}}", {0, 0, 0, 0, 0}},
+            {"{\"metadata\":{\"labels\":{\"app\":\"db\"}}}", {0, 0, 0, 0, 0}}, /* default */
+            {"{\"metadata\":{\"namespace\":\"web\"}}", {0, 1, 0, 0, 0}}, /* {} picks all */
+            {"{\"metadata\":{\"namespace\":\"x\",\"labels\":{\"gpu\":\"\"}}}",
+             {0, 0, 1, 0, 0}}, /* namespaceSelector {}: every namespace */
+        };
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+            json_t *o = json_loads(others[i].pod, 0, NULL);
+            for (int t = 0; t < 5; t++)
+                if (core_pod_term_picks(&pod, &pod.pod_terms[t], o) != others[i].picks[t])
+                    TEST_FAIL_("term %d picks %s: want %d", t, others[i].pod,
+                               others[i].picks[t]);
+            json_decref(o);
+        }
+    }
+    core_pod_clear(&pod);
+
     /* no lists: everything matches, nothing tolerated, every model ok */
     ASSERT_EQ(parse("{\"spec\":{\"containers\":[{}]}}", &pod, &e), 0);
     ASSERT_TRUE(core_pod_matches_labels(&pod, 0, NULL, NULL));
@@ -544,6 +593,36 @@ static void selection_tests(void)
          "Execution\":[{\"weight\":1,\"preference\":{\"matchExpressions\":[{\"key\":\"a\","
          "\"operator\":\"Near\"}]}}]}},\"containers\":[{}]}}",
          "[0].preference.matchExpressions[0].operator: 'Near' is not one of"},
+        {"{\"spec\":{\"affinity\":{\"podAntiAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":101,\"podAffinityTerm\":{}}]}},\"containers\":[{}]}}",
+         "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: must be an "
+         "integer 1..100"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1}]}},\"containers\":[{}]}}",
+         "podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm: must "
+         "be an object"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{}}]}},\"containers\":[{}]}}",
+         "[0].podAffinityTerm.topologyKey: missing"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{\"topologyKey\":\"z\","
+         "\"labelSelector\":{\"matchExpressions\":[{\"key\":\"n\",\"operator\":\"Gt\","
+         "\"values\":[\"1\"]}]}}}]}},\"containers\":[{}]}}",
+         "labelSelector.matchExpressions[0].operator: a label selector allows only In"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{\"topologyKey\":\"z\","
+         "\"labelSelector\":{\"matchLabels\":{\"a\":1}}}}]}},\"containers\":[{}]}}",
+         "labelSelector.matchLabels.a: must be a string"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{\"topologyKey\":\"z\","
+         "\"namespaces\":[\"a\",2]}}]}},\"containers\":[{}]}}",
+         "podAffinityTerm.namespaces[1]: must be a string"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"preferredDuringSchedulingIgnored"
+         "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{\"topologyKey\":\"z\","
+         "\"namespaceSelector\":[]}}]}},\"containers\":[{}]}}",
+         "podAffinityTerm.namespaceSelector: must be an object"},
+        {"{\"spec\":{\"affinity\":{\"podAntiAffinity\":[]},\"containers\":[{}]}}",
+         "spec.affinity.podAntiAffinity: must be an object"},
         {"{\"spec\":{\"tolerations\":[{\"key\":\"a\",\"operator\":\"Exists\",\"value\":\"b\"}],"
          "\"containers\":[{}]}}",
          "spec.tolerations[0].value: must be empty when operator is Exists"},
@@ -569,7 +648,8 @@ static void selection_tests(void)
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         ASSERT_EQ(parse(errs[i].json, &pod, &e), -GS_EINVAL);
         ASSERT_CONTAINS(e.msg, errs[i].want);
-        ASSERT_EQ(pod.n_terms + pod.n_tolerations + pod.n_selector + pod.n_prefs, 0);
+        ASSERT_EQ(pod.n_terms + pod.n_tolerations + pod.n_selector + pod.n_prefs +
+                      pod.n_pod_terms, 0);
     }
 }
 

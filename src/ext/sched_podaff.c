@@ -1,0 +1,146 @@
+/*
+ * ext/sched_podaff.c - a pod's preferred pod affinity and anti-affinity,
+ * scored by the extender itself.
+ *
+ * deploy/ gives the extender weight 100 so that the policy decides where a
+ * GPU pod goes; kube-scheduler's own InterPodAffinity score (at most 100)
+ * could then never win, and a Deployment that prefers its replicas on
+ * different nodes would have them packed on one. So the core ranks nodes by
+ * the pod's preferred terms before its policy (core/framework.c, soft
+ * preferences), and this file gives it each node's raw score as
+ * kube-scheduler counts it: for every GPU pod this replica holds an
+ * allocation for whose node is in the node's topology domain (same value
+ * of the term's topologyKey) and that the term picks, the term's weight
+ * (negative for anti-affinity). Pods without GPUs are not held here and do
+ * not count, nor do the terms of the pods already placed (kube-scheduler's
+ * symmetric half).
+ *
+ * The sums per domain are built once per pod and cluster version (one
+ * decision asks for every candidate node) and kept in s->podaff.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cluster.h"
+#include "ext/sched_int.h"
+
+struct podaff_sum {
+    char *value;    /* the topologyKey's value */
+    long long sum;  /* weights of the picked pods in that domain */
+};
+
+struct podaff_term {
+    int n;
+    struct podaff_sum *sums;
+};
+
+struct sched_podaff {
+    char uid[64];        /* the pod the sums are for */
+    uint64_t version;    /* core_cluster_version they were built at */
+    int n_terms;
+    struct podaff_term *terms;
+};
+
+static const char *node_label(const struct core_node *n, const char *key)
+{
+    for (int i = 0; i < n->n_labels; i++)
+        if (strcmp(n->label_keys[i], key) == 0)
+            return n->label_values[i];
+    return NULL;
+}
+
+static void podaff_clear(struct sched_podaff *pa)
+{
+    for (int t = 0; t < pa->n_terms; t++) {
+        for (int i = 0; i < pa->terms[t].n; i++)
+            free(pa->terms[t].sums[i].value);
+        free(pa->terms[t].sums);
+    }
+    free(pa->terms);
+    memset(pa, 0, sizeof *pa);
+}
+
+void sched_podaff_free(struct sched_podaff *pa)
+{
+    if (pa)
+        podaff_clear(pa);
+    free(pa);
+}
+
+static int add(struct podaff_term *t, const char *value, long long w)
+{
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->sums[i].value, value) == 0) {
+            t->sums[i].sum += w;
+            return 0;
+        }
+    struct podaff_sum *ns = realloc(t->sums, (size_t)(t->n + 1) * sizeof *ns);
+    if (!ns)
+        return -1;
+    t->sums = ns;
+    if (!(ns[t->n].value = strdup(value)))
+        return -1;
+    ns[t->n++].sum = w;
+    return 0;
+}
+
+/* The sums for pod at the cluster's version: 0, or -1 out of memory (the
+ * terms then count nothing). */
+static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
+{
+    uint64_t ver = core_cluster_version(s->c);
+    if (pa->terms && pa->version == ver && strcmp(pa->uid, pod->uid) == 0 &&
+        pa->n_terms == pod->n_pod_terms)
+        return 0;
+    podaff_clear(pa);
+    if (!(pa->terms = calloc((size_t)pod->n_pod_terms, sizeof *pa->terms)))
+        return -1;
+    pa->n_terms = pod->n_pod_terms;
+    int n = core_cluster_alloc_count(s->c);
+    for (int i = 0; i < n; i++) {
+        const struct core_alloc *a = core_cluster_alloc(s->c, i);
+        const struct pod *p = sched_smap_get(&s->pods, a->pod_uid);
+        const struct core_node *m = core_cluster_find(s->c, a->node);
+        if (!p || !p->obj || !m || strcmp(a->pod_uid, pod->uid) == 0)
+            continue;
+        for (int t = 0; t < pod->n_pod_terms; t++) {
+            const struct core_pod_term *pt = &pod->pod_terms[t];
+            const char *v = node_label(m, pt->topology_key);
+            if (v && core_pod_term_picks(pod, pt, p->obj) && add(&pa->terms[t], v, pt->weight) < 0) {
+                podaff_clear(pa);
+                return -1;
+            }
+        }
+    }
+    snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);
+    pa->version = ver;
+    return 0;
+}
+
+/* core_pod.pod_terms_score: the node's raw InterPodAffinity score. Lock
+ * held (every core call of a verb is made under it). */
+static long long score(void *ud, const struct core_pod *pod, const struct core_node *nd)
+{
+    struct ext_sched *s = ud;
+    if (!s->podaff && !(s->podaff = calloc(1, sizeof *s->podaff)))
+        return 0;
+    if (build(s, s->podaff, pod) < 0)
+        return 0;
+    long long sum = 0;
+    for (int t = 0; t < pod->n_pod_terms; t++) {
+        const char *v = node_label(nd, pod->pod_terms[t].topology_key);
+        const struct podaff_term *pt = &s->podaff->terms[t];
+        for (int i = 0; v && i < pt->n; i++)
+            if (strcmp(pt->sums[i].value, v) == 0)
+                sum += pt->sums[i].sum;
+    }
+    return sum;
+}
+
+void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod)
+{
+    if (pod->n_pod_terms > 0) {
+        pod->pod_terms_score = score;
+        pod->pod_terms_ud = s;
+    }
+}
