@@ -9,6 +9,8 @@
  * No allocation per decision: the scratch arrays live in the cluster and
  * grow with the node count.
  */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,11 +289,112 @@ static int soft_applies(const struct core_cycle *cy, struct core_node *const *no
 {
     const struct core_cluster *c = cy->cluster;
     const struct core_pod *p = cy->pod;
-    int any = p->n_prefs > 0 || (p->n_pod_terms > 0 && p->pod_terms_score) || cy->tainted > 0;
+    int any = p->n_prefs > 0 || (p->n_pod_terms > 0 && p->pod_terms_count) || cy->tainted > 0;
     for (int j = 0; j < n && !any && cy->tainted < 0; j++)
         any = (!fit || fit[j] == CORE_FIT_YES) &&
               c->hot[pos ? pos[j] : nodes[j]->priv->pos].tainted;
     return any;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static const char *node_label(const struct core_node *n, const char *key)
+{
+    for (int i = 0; i < n->n_labels; i++)
+        if (strcmp(n->label_keys[i], key) == 0)
+            return n->label_values[i];
+    return NULL;
+}
+
+/* Adds to soft[] of the candidates that fit what kube-scheduler's
+ * InterPodAffinity (weight 1) and PodTopologySpread (weight 2) would score
+ * for the pod's terms, from the caller's counts (core_pod.pod_terms_count).
+ * 0 when out of memory. */
+static int pod_terms_fill(const struct core_cycle *cy, struct core_node *const *nodes,
+                          const int *pos, const unsigned char *fit, int n, int *soft)
+{
+    struct core_cluster *c = cy->cluster;
+    const struct core_pod *p = cy->pod;
+    int nt = p->n_pod_terms, rc = 0;
+    long long *cnt = calloc((size_t)n * (size_t)nt + 1, sizeof *cnt);
+    long long *ipa = calloc((size_t)n + 1, sizeof *ipa), *pts = calloc((size_t)n + 1, sizeof *pts);
+    double *w = calloc((size_t)nt + 1, sizeof *w);
+    const char **vals = calloc((size_t)n + 1, sizeof *vals);
+    unsigned char *ignored = calloc((size_t)n + 1, 1);
+    if (!cnt || !ipa || !pts || !w || !vals || !ignored)
+        goto out;
+#define NODE(j) (nodes ? nodes[j] : c->nodes[pos[j]])
+#define FITS(j) (!fit || fit[j] == CORE_FIT_YES)
+    for (int j = 0; j < n; j++)
+        if (FITS(j))
+            p->pod_terms_count(p->pod_terms_ud, p, NODE(j), &cnt[(size_t)j * nt]);
+    /* a spread constraint's weight: log(its domains among the candidates + 2);
+     * a candidate without one of its keys scores 0 */
+    for (int t = 0; t < nt; t++) {
+        if (!p->pod_terms[t].max_skew)
+            continue;
+        int k = 0, domains = 0;
+        for (int j = 0; j < n; j++) {
+            const char *v = FITS(j) ? node_label(NODE(j), p->pod_terms[t].topology_key) : NULL;
+            if (v)
+                vals[k++] = v;
+            else
+                ignored[j] = 1;
+        }
+        qsort(vals, (size_t)k, sizeof *vals, cmp_str);
+        for (int i = 0; i < k; i++)
+            domains += i == 0 || strcmp(vals[i], vals[i - 1]) != 0;
+        w[t] = log((double)domains + 2);
+    }
+    long long imin = 0, imax = 0, smin = LLONG_MAX, smax = 0;
+    int spread = 0;
+    for (int j = 0; j < n; j++) {
+        if (!FITS(j))
+            continue;
+        double s = 0;
+        for (int t = 0; t < nt; t++) {
+            const struct core_pod_term *pt = &p->pod_terms[t];
+            long long k = cnt[(size_t)j * nt + t];
+            if (pt->max_skew) {
+                spread = 1;
+                s += (double)k * w[t] + (double)(pt->max_skew - 1);
+            } else {
+                ipa[j] += (long long)pt->weight * k;
+            }
+        }
+        pts[j] = (long long)s;
+        imin = ipa[j] < imin ? ipa[j] : imin;
+        imax = ipa[j] > imax ? ipa[j] : imax;
+        if (!ignored[j]) {
+            smin = pts[j] < smin ? pts[j] : smin;
+            smax = pts[j] > smax ? pts[j] : smax;
+        }
+    }
+    /* InterPodAffinity over its range (from 0); PodTopologySpread fewest
+     * best, (max + min - s) / max */
+    for (int j = 0; j < n; j++) {
+        if (!FITS(j))
+            continue;
+        if (imax > imin)
+            soft[j] += (int)((ipa[j] - imin) * CORE_MAX_SCORE / (imax - imin));
+        if (spread && !ignored[j])
+            soft[j] += 2 * (int)(smax ? CORE_MAX_SCORE * (smax + smin - pts[j]) / smax
+                                      : CORE_MAX_SCORE);
+    }
+#undef NODE
+#undef FITS
+    rc = 1;
+out:
+    free(cnt);
+    free(ipa);
+    free(pts);
+    free(w);
+    free(vals);
+    free(ignored);
+    return rc;
 }
 
 /* Fills soft[] for candidates soft_applies found something in: 0 when out
@@ -302,14 +405,9 @@ static int soft_fill(const struct core_cycle *cy, struct core_node *const *nodes
     struct core_cluster *c = cy->cluster;
     const struct core_pod *p = cy->pod;
     int max_aff = 0, max_taint = 0;
-    long long min_pa = 0, max_pa = 0; /* InterPodAffinity's range starts at 0 */
     int *taint = malloc((size_t)n * sizeof *taint + 1);
-    long long *pa = p->n_pod_terms && p->pod_terms_score ? calloc((size_t)n + 1, sizeof *pa)
-                                                          : NULL;
-    if (!taint || (p->n_pod_terms && p->pod_terms_score && !pa)) {
-        free(taint);
+    if (!taint)
         return 0;
-    }
     for (int j = 0; j < n; j++) {
         const struct core_node *nd = nodes ? nodes[j] : c->nodes[pos[j]];
         soft[j] = taint[j] = 0;
@@ -319,25 +417,16 @@ static int soft_fill(const struct core_cycle *cy, struct core_node *const *nodes
                              nd->n_taints, nd->taints, &soft[j], &taint[j]);
         max_aff = soft[j] > max_aff ? soft[j] : max_aff;
         max_taint = taint[j] > max_taint ? taint[j] : max_taint;
-        if (pa) {
-            pa[j] = p->pod_terms_score(p->pod_terms_ud, p, nd);
-            min_pa = pa[j] < min_pa ? pa[j] : min_pa;
-            max_pa = pa[j] > max_pa ? pa[j] : max_pa;
-        }
     }
-    /* kube-scheduler's normalisation: NodeAffinity by its maximum,
-     * TaintToleration reversed (fewest intolerable taints best), and
-     * InterPodAffinity over its range */
+    /* kube-scheduler's normalisation: NodeAffinity by its maximum, and
+     * TaintToleration reversed (fewest intolerable taints best) */
     for (int j = 0; j < n; j++)
         soft[j] = (max_aff ? soft[j] * CORE_MAX_SCORE / max_aff : 0) +
                   (max_taint ? CORE_MAX_SCORE - taint[j] * CORE_MAX_SCORE / max_taint
-                             : CORE_MAX_SCORE) +
-                  (pa && max_pa > min_pa
-                       ? (int)((pa[j] - min_pa) * CORE_MAX_SCORE / (max_pa - min_pa))
-                       : 0);
+                             : CORE_MAX_SCORE);
     free(taint);
-    free(pa);
-    return 1;
+    return p->n_pod_terms && p->pod_terms_count ? pod_terms_fill(cy, nodes, pos, fit, n, soft)
+                                                : 1;
 }
 
 int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,

@@ -1080,6 +1080,57 @@ static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod
     return 0;
 }
 
+/* spec.topologySpreadConstraints: the ScheduleAnyway ones become terms
+ * (DoNotSchedule is kube-scheduler's filter, done before the extender) */
+static int parse_spread(json_t *spec, struct core_pod *pod, struct gs_err *e)
+{
+    const char *base = "spec.topologySpreadConstraints";
+    json_t *list = json_object_get(spec, "topologySpreadConstraints"), *c;
+    char f[200], ff[260];
+    size_t i;
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
+    if (json_array_size(list) > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d constraints", base, MAX_LIST);
+    json_array_foreach(list, i, c) {
+        json_t *ms = json_object_get(c, "maxSkew"), *ls;
+        const char *when = json_string_value(json_object_get(c, "whenUnsatisfiable"));
+        snprintf(f, sizeof f, "%s[%zu]", base, i);
+        if (!json_is_object(c))
+            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+        if (!json_is_integer(ms) || json_integer_value(ms) < 1 ||
+            json_integer_value(ms) > INT_MAX)
+            return gs_errf(e, GS_EINVAL, "%s.maxSkew: must be a positive integer", f);
+        if (!when || (strcmp(when, "DoNotSchedule") != 0 && strcmp(when, "ScheduleAnyway") != 0))
+            return gs_errf(e, GS_EINVAL, "%s.whenUnsatisfiable: must be DoNotSchedule or "
+                                         "ScheduleAnyway", f);
+        json_t *tk = json_object_get(c, "topologyKey");
+        if (!json_is_string(tk) || !json_string_value(tk)[0])
+            return gs_errf(e, GS_EINVAL, "%s.topologyKey: must be a non-empty string", f);
+        snprintf(ff, sizeof ff, "%s.labelSelector", f);
+        if (get_obj(c, "labelSelector", ff, &ls, e) < 0)
+            return -GS_EINVAL;
+        if (strcmp(when, "ScheduleAnyway") != 0)
+            continue;
+        struct core_pod_term *all = realloc(pod->pod_terms, (size_t)(pod->n_pod_terms + 1) *
+                                                                sizeof *all);
+        if (!all)
+            return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
+        pod->pod_terms = all;
+        struct core_pod_term *pt = &pod->pod_terms[pod->n_pod_terms++];
+        memset(pt, 0, sizeof *pt);
+        pt->max_skew = (int)json_integer_value(ms);
+        pt->selects = ls != NULL;
+        if (!(pt->topology_key = strdup(json_string_value(tk))))
+            return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
+        if (ls && parse_label_selector(ls, ff, &pt->selector, e) < 0)
+            return -GS_EINVAL;
+    }
+    return 0;
+}
+
 static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
 {
     json_t *aff, *na, *req, *terms, *t;
@@ -1205,7 +1256,8 @@ int core_pod_parse(const json_t *jpod, const struct core_names *names, struct co
     }
     if (parse_containers(spec, names, &pod->req, e) < 0 ||
         parse_annotations(meta, names, pod, e) < 0 || parse_selector(spec, pod, e) < 0 ||
-        parse_affinity(spec, pod, e) < 0 || parse_tolerations(spec, pod, e) < 0)
+        parse_affinity(spec, pod, e) < 0 || parse_spread(spec, pod, e) < 0 ||
+        parse_tolerations(spec, pod, e) < 0)
         goto fail;
     return 0;
 fail:

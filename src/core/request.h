@@ -88,9 +88,12 @@ struct core_term {             /* one nodeSelectorTerm: all requirements (AND) *
 
 /* One preferred podAffinity (weight > 0) or podAntiAffinity (weight < 0)
  * term: the pod prefers nodes whose topology domain (the nodes sharing the
- * node's topology_key label value) holds pods the selector picks. */
+ * node's topology_key label value) holds pods the selector picks. Or a
+ * topologySpreadConstraint with whenUnsatisfiable ScheduleAnyway (max_skew
+ * > 0, weight 0): it prefers domains holding fewer of them. */
 struct core_pod_term {
-    int weight;                /* -100..-1 or 1..100 */
+    int weight;                /* -100..-1 or 1..100; 0 for a spread constraint */
+    int max_skew;              /* a spread constraint's maxSkew, else 0 */
     char *topology_key;
     int n_namespaces;          /* the namespaces of the pods it picks; */
     char **namespaces;         /* none: the pod's own */
@@ -123,14 +126,14 @@ struct core_pod {
     int n_tolerations;
     struct core_toleration *tolerations;
     char policy[32];           /* gpusched.io/policy annotation, "" = default */
-    int n_pod_terms;           /* preferred pod (anti-)affinity */
+    int n_pod_terms;           /* preferred pod (anti-)affinity, soft spread */
     struct core_pod_term *pod_terms;
-    /* Set by a caller that knows the other pods (the extender): a node's
-     * raw InterPodAffinity score, the summed weights of the terms' picks
-     * in its domain (core_pod_term_picks). NULL: the terms are not applied
-     * (the simulator's pods have none). */
-    long long (*pod_terms_score)(void *ud, const struct core_pod *pod,
-                                 const struct core_node *node);
+    /* Set by a caller that knows the other pods (the extender): for each
+     * term, how many pods in the node's domain it picks
+     * (core_pod_term_picks) into counts[n_pod_terms]. NULL: the terms are
+     * not applied (the simulator's pods have none). */
+    void (*pod_terms_count)(void *ud, const struct core_pod *pod, const struct core_node *node,
+                            long long *counts);
     void *pod_terms_ud;
 };
 
@@ -169,7 +172,8 @@ void core_pod_soft_counts(const struct core_pod *pod, const char *node_name, int
                           const struct core_taint *taints, int *affinity, int *intolerable);
 
 /* Does the pod's term t pick the pod other (a Pod object: its namespace and
- * metadata.labels), as kube-scheduler's InterPodAffinity matches it? */
+ * metadata.labels), as kube-scheduler's InterPodAffinity (PodTopologySpread
+ * for a spread constraint: the pod's own namespace) matches it? */
 int core_pod_term_picks(const struct core_pod *pod, const struct core_pod_term *t,
                         const json_t *other);
 

@@ -105,14 +105,15 @@ struct ext_sched {
                              /filter waits for one */
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
-    struct sched_podaff *podaff; /* pod affinity sums of the last pod asked (sched_podaff.c) */
+    struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
 };
 
 /* ---- preferred pod affinity (ext/sched_podaff.c) ----------------------------- */
 
 struct sched_podaff;
-/* Has the core score pod's preferred pod (anti-)affinity terms over the GPU
- * pods s holds (nothing for a pod without them). */
+/* Has the core score pod's preferred pod (anti-)affinity terms and soft
+ * topology spread constraints over the GPU pods s holds (nothing for a pod
+ * without them). */
 void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod);
 void sched_podaff_free(struct sched_podaff *pa);
 

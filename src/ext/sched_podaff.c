@@ -1,21 +1,20 @@
 /*
- * ext/sched_podaff.c - a pod's preferred pod affinity and anti-affinity,
- * scored by the extender itself.
+ * ext/sched_podaff.c - a pod's preferred pod affinity and anti-affinity, and
+ * its soft topology spread, counted by the extender itself.
  *
  * deploy/ gives the extender weight 100 so that the policy decides where a
- * GPU pod goes; kube-scheduler's own InterPodAffinity score (at most 100)
- * could then never win, and a Deployment that prefers its replicas on
- * different nodes would have them packed on one. So the core ranks nodes by
- * the pod's preferred terms before its policy (core/framework.c, soft
- * preferences), and this file gives it each node's raw score as
- * kube-scheduler counts it: for every GPU pod this replica holds an
- * allocation for whose node is in the node's topology domain (same value
- * of the term's topologyKey) and that the term picks, the term's weight
- * (negative for anti-affinity). Pods without GPUs are not held here and do
- * not count, nor do the terms of the pods already placed (kube-scheduler's
- * symmetric half).
+ * GPU pod goes; kube-scheduler's own InterPodAffinity and PodTopologySpread
+ * scores (at most 100 and 200) could then never win, and a Deployment that
+ * prefers its replicas on different nodes would have them packed on one.
+ * So the core ranks nodes by the pod's terms before its policy
+ * (core/framework.c, soft preferences), and this file gives it what each
+ * node's score is made of: for each term, the GPU pods this replica holds
+ * an allocation for whose node is in the node's topology domain (same value
+ * of the term's topologyKey) and that the term picks. Pods without GPUs are
+ * not held here and do not count, nor do the terms of the pods already
+ * placed (kube-scheduler's symmetric half of InterPodAffinity).
  *
- * The sums per domain are built once per pod and cluster version (one
+ * The counts per domain are built once per pod and cluster version (one
  * decision asks for every candidate node) and kept in s->podaff.
  */
 #include <stdlib.h>
@@ -26,7 +25,7 @@
 
 struct podaff_sum {
     char *value;    /* the topologyKey's value */
-    long long sum;  /* weights of the picked pods in that domain */
+    long long sum;  /* picked pods in that domain */
 };
 
 struct podaff_term {
@@ -67,11 +66,11 @@ void sched_podaff_free(struct sched_podaff *pa)
     free(pa);
 }
 
-static int add(struct podaff_term *t, const char *value, long long w)
+static int add(struct podaff_term *t, const char *value)
 {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->sums[i].value, value) == 0) {
-            t->sums[i].sum += w;
+            t->sums[i].sum++;
             return 0;
         }
     struct podaff_sum *ns = realloc(t->sums, (size_t)(t->n + 1) * sizeof *ns);
@@ -80,11 +79,11 @@ static int add(struct podaff_term *t, const char *value, long long w)
     t->sums = ns;
     if (!(ns[t->n].value = strdup(value)))
         return -1;
-    ns[t->n++].sum = w;
+    ns[t->n++].sum = 1;
     return 0;
 }
 
-/* The sums for pod at the cluster's version: 0, or -1 out of memory (the
+/* The counts for pod at the cluster's version: 0, or -1 out of memory (the
  * terms then count nothing). */
 static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
 {
@@ -106,7 +105,7 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
         for (int t = 0; t < pod->n_pod_terms; t++) {
             const struct core_pod_term *pt = &pod->pod_terms[t];
             const char *v = node_label(m, pt->topology_key);
-            if (v && core_pod_term_picks(pod, pt, p->obj) && add(&pa->terms[t], v, pt->weight) < 0) {
+            if (v && core_pod_term_picks(pod, pt, p->obj) && add(&pa->terms[t], v) < 0) {
                 podaff_clear(pa);
                 return -1;
             }
@@ -117,30 +116,29 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
     return 0;
 }
 
-/* core_pod.pod_terms_score: the node's raw InterPodAffinity score. Lock
- * held (every core call of a verb is made under it). */
-static long long score(void *ud, const struct core_pod *pod, const struct core_node *nd)
+/* core_pod.pod_terms_count. Lock held (every core call of a verb is made
+ * under it). */
+static void count(void *ud, const struct core_pod *pod, const struct core_node *nd,
+                  long long *counts)
 {
     struct ext_sched *s = ud;
-    if (!s->podaff && !(s->podaff = calloc(1, sizeof *s->podaff)))
-        return 0;
-    if (build(s, s->podaff, pod) < 0)
-        return 0;
-    long long sum = 0;
+    memset(counts, 0, (size_t)pod->n_pod_terms * sizeof *counts);
+    if ((!s->podaff && !(s->podaff = calloc(1, sizeof *s->podaff))) ||
+        build(s, s->podaff, pod) < 0)
+        return;
     for (int t = 0; t < pod->n_pod_terms; t++) {
         const char *v = node_label(nd, pod->pod_terms[t].topology_key);
         const struct podaff_term *pt = &s->podaff->terms[t];
         for (int i = 0; v && i < pt->n; i++)
             if (strcmp(pt->sums[i].value, v) == 0)
-                sum += pt->sums[i].sum;
+                counts[t] = pt->sums[i].sum;
     }
-    return sum;
 }
 
 void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod)
 {
     if (pod->n_pod_terms > 0) {
-        pod->pod_terms_score = score;
+        pod->pod_terms_count = count;
         pod->pod_terms_ud = s;
     }
 }

@@ -439,11 +439,12 @@ def test_soft_preferences_come_first(gpusched_bin, tmp_path):
 
 
 def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
-    """Preferred pod affinity and anti-affinity rank nodes before the policy, as
-    kube-scheduler's InterPodAffinity counts them over the GPU pods placed (its own
-    score would be outvoted): binpack takes n1, the fullest, but a pod that prefers
-    not to share a node (or a zone) with app=web pods goes elsewhere, one that prefers
-    app=db's node goes there, and terms that pick no pod change nothing."""
+    """Preferred pod affinity and anti-affinity, and soft topology spread, rank
+    nodes before the policy, as kube-scheduler's InterPodAffinity and
+    PodTopologySpread count them over the GPU pods placed (their own scores would
+    be outvoted): binpack takes n1, the fullest, but a pod that prefers not to share
+    a node (or a zone) with app=web pods goes elsewhere, one that prefers app=db's
+    node goes there, and terms that pick no pod change nothing."""
     whole = {"nvidia.com/gpu": "1"}
     H = "kubernetes.io/hostname"
     nodes = write_nodes(tmp_path / "nodes.json", [
@@ -498,6 +499,15 @@ def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
                     {"key": "app", "operator": "In", "values": ["web", "db"]}]},
                     "topologyKey": H}}]}
         assert top(both) == "n3"  # n1: -30 + 40, n3: +40
+        # soft topology spread (ScheduleAnyway): zone a holds app=web's pod, so
+        # zone b, where binpack takes n2; a DoNotSchedule one is kube-scheduler's
+        # filter and changes no score here
+        for when, want in (("ScheduleAnyway", "n2"), ("DoNotSchedule", "n1")):
+            sp = pod(f"spread-{when}", whole)
+            sp["spec"]["topologySpreadConstraints"] = [{
+                "maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": when,
+                "labelSelector": {"matchLabels": {"app": "web"}}}]
+            assert top(sp) == want, when
         # the new placement counts at once for the next pod
         e.place(labelled("web-2", {"app": "web"}), ["n2"])
         assert top(prefers("spread-2", "podAntiAffinity", 100, H, {"app": "web"})) == "n3"

@@ -215,15 +215,16 @@ def test_soft_preferences_come_before_the_policy(cluster, pods):
 
 def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
     """A replica that prefers not to share a node with its app's other replicas
-    (preferred podAntiAffinity on the hostname, as many charts set it) goes to
-    another node, where the policy would have put it beside them: the extender
-    scores the term itself (kube-scheduler's InterPodAffinity score is outvoted at
+    (preferred podAntiAffinity on the hostname, as many charts set it, or a
+    ScheduleAnyway topology spread constraint) goes to another node, where the
+    policy would have put it beside them: the extender scores them itself
+    (kube-scheduler's InterPodAffinity and PodTopologySpread scores are outvoted at
     weight 100)."""
     def allocations():
         return [cluster.extender_metric(i, "gpusched_allocations")
                 for i in range(len(cluster.proxy.backends))]
 
-    def place(name, labels=None, node=None, anti=None):
+    def place(name, labels=None, node=None, anti=None, spread=None):
         o = gpu_pod(name, {"nvidia.com/gpu": "1"}, node=node,
                     labels=dict({"e2e": "1"}, **(labels or {})))
         if anti:
@@ -231,6 +232,10 @@ def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
                 "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
                     "podAffinityTerm": {"labelSelector": {"matchLabels": anti},
                                         "topologyKey": "kubernetes.io/hostname"}}]}}
+        if spread:
+            o["spec"]["topologySpreadConstraints"] = [{
+                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": spread}}]
         return run(cluster, pods, o)[name]["spec"]["nodeName"]
 
     def drop(name):
@@ -256,6 +261,9 @@ def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
     drop("aa-3")
     other = NODE_B if packed == NODE_A else NODE_A
     assert place("aa-2", {"app": "aa"}, anti={"app": "aa"}) == other
+    drop("aa-2")
+    # a soft topology spread constraint (ScheduleAnyway) the same way
+    assert place("aa-4", {"app": "aa"}, spread={"app": "aa"}) == other
 
 
 def extender_reason(cluster, name, node):

@@ -337,18 +337,23 @@ static void test_soft_preferences(void)
     core_cluster_free(c);
 }
 
-/* The raw InterPodAffinity scores a caller gives (the extender's, from its
- * pods): per node name in pa_raw. */
-static long long pa_raw[3];
-static long long pa_score(void *ud, const struct core_pod *pod, const struct core_node *n)
+/* The counts a caller gives (the extender's, from its pods): per node
+ * (a, b, c) and term. */
+static long long pa_cnt[3][2];
+static void pa_count(void *ud, const struct core_pod *pod, const struct core_node *n,
+                     long long *counts)
 {
-    (void)ud, (void)pod;
-    return pa_raw[n->name[0] - 'a'];
+    (void)ud;
+    for (int t = 0; t < pod->n_pod_terms; t++)
+        counts[t] = pa_cnt[n->name[0] - 'a'][t];
 }
 
-/* Preferred pod (anti-)affinity, normalised as kube-scheduler does (over
- * the range from min(0, lowest) to max(0, highest)), comes before the policy,
- * and only where a caller scores it. */
+#define PA_SET(a0, b0, c0) (pa_cnt[0][0] = (a0), pa_cnt[1][0] = (b0), pa_cnt[2][0] = (c0))
+
+/* Preferred pod (anti-)affinity and soft topology spread come before the
+ * policy, scored as kube-scheduler's InterPodAffinity (weight x count,
+ * normalised from min(0, lowest) to max(0, highest)) and PodTopologySpread
+ * (fewest in the domain best, x2), and only where a caller counts them. */
 static void test_pod_terms_first(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -358,19 +363,31 @@ static void test_pod_terms_first(void)
     struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
     ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0); /* binpack takes a */
     struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
-    struct core_pod_term term = {.weight = -100};
+    char zone[] = "zone";
+    struct core_pod_term terms[2] = {{.weight = -10}, {.max_skew = 1, .topology_key = zone}};
     p.n_pod_terms = 1;
-    p.pod_terms = &term;
-    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no caller scores it: ignored */
-    p.pod_terms_score = pa_score;
-    pa_raw[0] = -100, pa_raw[1] = 0, pa_raw[2] = 0;
+    p.pod_terms = terms;
+    PA_SET(1, 0, 0);
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no caller counts: ignored */
+    p.pod_terms_count = pa_count;
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "b"); /* b and c alike: the seeded rank */
-    pa_raw[0] = -100, pa_raw[1] = -50, pa_raw[2] = -20;
+    PA_SET(10, 5, 2);
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "c");
-    pa_raw[0] = 5, pa_raw[1] = 40, pa_raw[2] = 40;
+    terms[0].weight = 5;
+    PA_SET(1, 8, 8);
     ASSERT_STREQ(soft_choice(c, "spread", &p), "b");
-    pa_raw[0] = pa_raw[1] = pa_raw[2] = 0; /* nothing picked: the policy alone */
+    PA_SET(0, 0, 0); /* nothing picked: the policy alone */
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    /* spread over zones: x holds 2 of the app's pods, y none: b, the policy's
+     * last choice; with 1 in x and 1 in y, the policy decides again */
+    p.n_pod_terms = 2;
+    pa_cnt[0][1] = pa_cnt[2][1] = 2, pa_cnt[1][1] = 0;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "b");
+    pa_cnt[0][1] = pa_cnt[1][1] = pa_cnt[2][1] = 1;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    /* a node without the key scores 0 for the spread: others first */
+    terms[1].topology_key = (char *)"rack";
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no node has it: all alike */
     core_cluster_free(c);
 }
 

@@ -547,6 +547,27 @@ static void selection_tests(void)
     }
     core_pod_clear(&pod);
 
+    /* topology spread: the ScheduleAnyway constraints are terms (the pod's own
+     * namespace); DoNotSchedule is kube-scheduler's filter */
+    ASSERT_EQ(parse("{\"spec\":{\"topologySpreadConstraints\":["
+                    "{\"maxSkew\":1,\"topologyKey\":\"zone\",\"whenUnsatisfiable\":"
+                    "\"DoNotSchedule\",\"labelSelector\":{\"matchLabels\":{\"a\":\"b\"}}},"
+                    "{\"maxSkew\":3,\"topologyKey\":\"h\",\"whenUnsatisfiable\":"
+                    "\"ScheduleAnyway\",\"labelSelector\":{\"matchLabels\":{\"a\":\"b\"}}}],"
+                    "\"containers\":[{}]}}",
+                    &pod, &e),
+              0);
+    ASSERT_EQ(pod.n_pod_terms, 1);
+    ASSERT_EQ(pod.pod_terms[0].max_skew, 3);
+    ASSERT_EQ(pod.pod_terms[0].weight, 0);
+    ASSERT_STREQ(pod.pod_terms[0].topology_key, "h");
+    {
+        json_t *o = json_loads("{\"metadata\":{\"labels\":{\"a\":\"b\"}}}", 0, NULL);
+        ASSERT_TRUE(core_pod_term_picks(&pod, &pod.pod_terms[0], o));
+        json_decref(o);
+    }
+    core_pod_clear(&pod);
+
     /* no lists: everything matches, nothing tolerated, every model ok */
     ASSERT_EQ(parse("{\"spec\":{\"containers\":[{}]}}", &pod, &e), 0);
     ASSERT_TRUE(core_pod_matches_labels(&pod, 0, NULL, NULL));
@@ -621,6 +642,21 @@ static void selection_tests(void)
          "DuringExecution\":[{\"weight\":1,\"podAffinityTerm\":{\"topologyKey\":\"z\","
          "\"namespaceSelector\":[]}}]}},\"containers\":[{}]}}",
          "podAffinityTerm.namespaceSelector: must be an object"},
+        {"{\"spec\":{\"topologySpreadConstraints\":{},\"containers\":[{}]}}",
+         "spec.topologySpreadConstraints: must be a list"},
+        {"{\"spec\":{\"topologySpreadConstraints\":[{\"maxSkew\":0,\"topologyKey\":\"h\","
+         "\"whenUnsatisfiable\":\"ScheduleAnyway\"}],\"containers\":[{}]}}",
+         "spec.topologySpreadConstraints[0].maxSkew: must be a positive integer"},
+        {"{\"spec\":{\"topologySpreadConstraints\":[{\"maxSkew\":1,\"topologyKey\":\"h\","
+         "\"whenUnsatisfiable\":\"Maybe\"}],\"containers\":[{}]}}",
+         "[0].whenUnsatisfiable: must be DoNotSchedule or ScheduleAnyway"},
+        {"{\"spec\":{\"topologySpreadConstraints\":[{\"maxSkew\":1,"
+         "\"whenUnsatisfiable\":\"ScheduleAnyway\"}],\"containers\":[{}]}}",
+         "[0].topologyKey: must be a non-empty string"},
+        {"{\"spec\":{\"topologySpreadConstraints\":[{\"maxSkew\":1,\"topologyKey\":\"h\","
+         "\"whenUnsatisfiable\":\"ScheduleAnyway\",\"labelSelector\":{\"matchExpressions\":"
+         "[{\"key\":\"a\",\"operator\":\"In\"}]}}],\"containers\":[{}]}}",
+         "[0].labelSelector.matchExpressions[0].values: In needs at least one value"},
         {"{\"spec\":{\"affinity\":{\"podAntiAffinity\":[]},\"containers\":[{}]}}",
          "spec.affinity.podAntiAffinity: must be an object"},
         {"{\"spec\":{\"tolerations\":[{\"key\":\"a\",\"operator\":\"Exists\",\"value\":\"b\"}],"
