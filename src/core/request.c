@@ -922,21 +922,33 @@ static int parse_term(json_t *t, const char *f, struct core_term *term, struct g
     return 0;
 }
 
+/* The list under key (field names it): *out NULL when absent or empty. */
+static int get_list(json_t *parent, const char *key, const char *field, json_t **out,
+                    struct gs_err *e)
+{
+    json_t *list = json_object_get(parent, key);
+    *out = NULL;
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return gs_errf(e, GS_EINVAL, "%s: must be a list", field);
+    if (json_array_size(list) > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d entries", field, MAX_LIST);
+    *out = json_array_size(list) ? list : NULL;
+    return 0;
+}
+
 /* preferredDuringSchedulingIgnoredDuringExecution: [{weight, preference}] */
 static int parse_preferred(json_t *na, struct core_pod *pod, struct gs_err *e)
 {
     const char *base = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
-    json_t *list = json_object_get(na, "preferredDuringSchedulingIgnoredDuringExecution"), *t;
+    json_t *list, *t;
     char f[256];
     size_t i;
 
-    if (!list || json_is_null(list))
-        return 0;
-    if (!json_is_array(list))
-        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
-    if (json_array_size(list) > MAX_LIST)
-        return gs_errf(e, GS_EINVAL, "%s: more than %d terms", base, MAX_LIST);
-    if (!json_array_size(list))
+    if (get_list(na, "preferredDuringSchedulingIgnoredDuringExecution", base, &list, e) < 0)
+        return -GS_EINVAL;
+    if (!list)
         return 0;
     pod->prefs = calloc(json_array_size(list), sizeof *pod->prefs);
     pod->pref_weights = calloc(json_array_size(list), sizeof *pod->pref_weights);
@@ -1009,17 +1021,13 @@ static int parse_label_selector(json_t *ls, const char *f, struct core_term *sel
 static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod *pod,
                            struct gs_err *e)
 {
-    json_t *list = json_object_get(pa, "preferredDuringSchedulingIgnoredDuringExecution"), *t;
+    json_t *list, *t;
     char base[200], f[260];
     size_t i;
     snprintf(base, sizeof base, "%s.preferredDuringSchedulingIgnoredDuringExecution", f0);
-    if (!list || json_is_null(list))
-        return 0;
-    if (!json_is_array(list))
-        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
-    if (json_array_size(list) > MAX_LIST)
-        return gs_errf(e, GS_EINVAL, "%s: more than %d terms", base, MAX_LIST);
-    if (!json_array_size(list))
+    if (get_list(pa, "preferredDuringSchedulingIgnoredDuringExecution", base, &list, e) < 0)
+        return -GS_EINVAL;
+    if (!list)
         return 0;
     struct core_pod_term *all = realloc(pod->pod_terms, (size_t)(pod->n_pod_terms +
                                         (int)json_array_size(list)) * sizeof *all);
@@ -1085,15 +1093,11 @@ static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod
 static int parse_spread(json_t *spec, struct core_pod *pod, struct gs_err *e)
 {
     const char *base = "spec.topologySpreadConstraints";
-    json_t *list = json_object_get(spec, "topologySpreadConstraints"), *c;
+    json_t *list, *c;
     char f[200], ff[260];
     size_t i;
-    if (!list || json_is_null(list))
-        return 0;
-    if (!json_is_array(list))
-        return gs_errf(e, GS_EINVAL, "%s: must be a list", base);
-    if (json_array_size(list) > MAX_LIST)
-        return gs_errf(e, GS_EINVAL, "%s: more than %d constraints", base, MAX_LIST);
+    if (get_list(spec, "topologySpreadConstraints", base, &list, e) < 0)
+        return -GS_EINVAL;
     json_array_foreach(list, i, c) {
         json_t *ms = json_object_get(c, "maxSkew"), *ls;
         const char *when = json_string_value(json_object_get(c, "whenUnsatisfiable"));

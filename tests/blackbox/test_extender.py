@@ -392,6 +392,15 @@ def test_prioritize_keeps_the_best_node_alone_at_the_top(gpusched_bin, tmp_path)
         e.stop()
 
 
+def top_choice(e, p, names):
+    """The one node /prioritize scores highest for p, which --top-k 1's /filter keeps."""
+    r = e.post("prioritize", {"Pod": p, "NodeNames": names}).json()
+    best = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
+    assert len(best) == 1, r
+    assert e.filter(p, names)["NodeNames"] == best
+    return best[0]
+
+
 def test_soft_preferences_come_first(gpusched_bin, tmp_path):
     """Preferred node affinity and PreferNoSchedule taints rank nodes before the
     policy does (kube-scheduler's own scores for them are outvoted by the extender's
@@ -418,11 +427,7 @@ def test_soft_preferences_come_first(gpusched_bin, tmp_path):
             e.place(pod("on-n2", whole), ["n2"])
 
             def top(p):
-                r = e.post("prioritize", {"Pod": p, "NodeNames": names}).json()
-                best = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
-                assert len(best) == 1, r
-                assert e.filter(p, names)["NodeNames"] == best
-                return best[0]
+                return top_choice(e, p, names)
             plain = pod("plain", whole)
             assert top(plain) == "n1"
             zone_b["spec"].pop("tolerations", None)
@@ -474,11 +479,7 @@ def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
             e.place(labelled(name, labels), [node])  # n1 3 GPUs held, n2 2, n3 1
 
         def top(p):
-            r = e.post("prioritize", {"Pod": p, "NodeNames": names}).json()
-            best = [h["Host"] for h in r if h["Score"] == max(x["Score"] for x in r)]
-            assert len(best) == 1, r
-            assert e.filter(p, names)["NodeNames"] == best
-            return best[0]
+            return top_choice(e, p, names)
         assert top(pod("plain", whole)) == "n1"
         spread = prefers("spread", "podAntiAffinity", 100, H, {"app": "web"})
         assert top(spread) == "n2"  # n2 and n3 rank alike; binpack takes the fuller

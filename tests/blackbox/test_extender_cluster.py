@@ -443,6 +443,12 @@ def test_leader_election(gpusched_bin, api, tmp_path):
         b.stop()
 
 
+def micro_now():
+    """Now as the extender stamps gpusched.io/retry-at (RFC 3339, microseconds)."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % ((t % 1) * 1e6)
+
+
 def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "big1", "2")
     add_gpu_pod(api, "big2", "2")
@@ -460,8 +466,7 @@ def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
         assert ev[0]["reason"] == "GPUUnschedulable" and "0/2 nodes" in ev[0]["message"]
         # The extender may also nudge once at start-up (GPUs may have been
         # freed while it was away), so look for a nudge stamped after the free.
-        t = time.time()
-        freed_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % ((t % 1) * 1e6)
+        freed_at = micro_now()
         api.update("pods", "big1", "default",
                    fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
         wait_for(lambda: api.get("pods", "waiting", "default")["metadata"]["annotations"]
@@ -497,8 +502,7 @@ def test_deleted_pod_frees_its_gpus_once_its_containers_stopped(gpusched_bin, ap
         time.sleep(0.5)
         assert e.metric("gpusched_allocations") == 2  # one container still runs
         assert e.filter(api.get("pods", "next", "default"), ["g1", "g2"])["NodeNames"] == []
-        t = time.time()
-        freed_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % ((t % 1) * 1e6)
+        freed_at = micro_now()
         api.update("pods", "old", "default", fn=deleting([stopped, stopped]))
         wait_for(lambda: e.metric("gpusched_allocations") == 1, what="old's GPUs freed")
         wait_for(lambda: api.get("pods", "next", "default")["metadata"]["annotations"]
