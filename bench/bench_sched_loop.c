@@ -20,6 +20,11 @@
  * 5,000 nodes) is left out of those figures; kube-scheduler does the same
  * work in Go, and it is not the extender's.
  *
+ * With BENCH_POD_TERMS=1 in the environment every pod carries its shape's
+ * app label and prefers, by weight-100 preferred pod anti-affinity on the
+ * hostname, nodes without that app's pods: the extender counts the GPU pods
+ * placed for each decision (ext/sched_podaff.c) and keeps no reply.
+ *
  * usage: bench_sched_loop URL FILTER.json PODS
  *   URL          the extender, e.g. http://127.0.0.1:8888
  *   FILTER.json  ExtenderArgs with a pod named "bench" (UID "bench-uid") and
@@ -54,10 +59,23 @@ static const struct shape shapes[] = {
 };
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 
-/* Sets pod's GPU limits and gpu-type annotation to shape s. */
-static void set_shape(json_t *pod, const struct shape *s)
+/* Sets pod's GPU limits and gpu-type annotation to shape s (with
+ * BENCH_POD_TERMS, its app label and anti-affinity to that app). */
+static void set_shape(json_t *pod, const struct shape *s, int idx)
 {
     json_t *md = json_object_get(pod, "metadata");
+    const char *terms = getenv("BENCH_POD_TERMS");
+    if (terms && *terms == '1') {
+        char app[16];
+        snprintf(app, sizeof app, "shape-%d", idx);
+        json_object_set_new(md, "labels", json_pack("{s:s}", "app", app));
+        json_object_set_new(
+            json_object_get(pod, "spec"), "affinity",
+            json_pack("{s:{s:[{s:i, s:{s:s, s:{s:{s:s}}}}]}}", "podAntiAffinity",
+                      "preferredDuringSchedulingIgnoredDuringExecution", "weight", 100,
+                      "podAffinityTerm", "topologyKey", "kubernetes.io/hostname",
+                      "labelSelector", "matchLabels", "app", app));
+    }
     json_t *c0 = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
     json_t *lim = json_object();
     json_object_set_new(lim, "nvidia.com/gpu", json_string(s->gpus));
@@ -229,7 +247,7 @@ int main(int argc, char **argv)
         json_t *md = json_object_get(pod, "metadata");
         json_object_set_new(md, "name", json_string(name));
         json_object_set_new(md, "uid", json_string(uid));
-        set_shape(pod, &shapes[i % N_SHAPES]);
+        set_shape(pod, &shapes[i % N_SHAPES], i % N_SHAPES);
         int rc = place(c, url, pod, names, t);
         if (rc < 0) {
             status = 1;

@@ -22,7 +22,8 @@ def node(i):
              "links": [{"gpu": h, "type": "nvlink" if h // 4 == g // 4 else "sys"}
                        for h in range(8) if h != g]} for g in range(8)]
     inv = {"version": 1, "updated_at": "2026-11-22T00:00:00Z", "gpus": gpus}
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model},
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model,
+                                                  "kubernetes.io/hostname": name},
                          "annotations": {"gpusched.io/gpu-inventory": json.dumps(inv)}},
             "status": {"allocatable": {"cpu": "96", "memory": "1024Gi", "pods": "110"}}}
 

@@ -140,6 +140,25 @@ int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, siz
         put_i64(&b, pod->pref_weights[t]);
         put_term(&b, &pod->prefs[t]);
     }
+    /* pod (anti-)affinity and spread decide the choice too; their picks
+     * depend on the pod's namespace and on the other pods, whose changes
+     * move the cluster version (labels changed on a placed pod count from
+     * the next change) */
+    put_i64(&b, pod->n_pod_terms);
+    for (int t = 0; t < pod->n_pod_terms; t++) {
+        const struct core_pod_term *pt = &pod->pod_terms[t];
+        put_i64(&b, pt->weight);
+        put_i64(&b, pt->max_skew);
+        put_str(&b, pt->topology_key);
+        put_i64(&b, pt->all_namespaces);
+        put_i64(&b, pt->n_namespaces);
+        for (int k = 0; k < pt->n_namespaces; k++)
+            put_str(&b, pt->namespaces[k]);
+        put_i64(&b, pt->selects);
+        put_term(&b, &pt->selector);
+    }
+    if (pod->n_pod_terms)
+        put_str(&b, pod->ns);
     put_i64(&b, pod->n_tolerations);
     for (int i = 0; i < pod->n_tolerations; i++) {
         const struct core_toleration *t = &pod->tolerations[i];

@@ -14,8 +14,11 @@
  *
  * The pod key (ext_memo_key) holds everything the core's filters and
  * scores read from a pod: the whole GPU request, CPU and memory, node
- * selector, required affinity, tolerations and the policy. Name, namespace,
- * UID and priority are not in it: they change no verdict and no score.
+ * selector, required and preferred affinity, tolerations, pod (anti-)
+ * affinity and spread terms and the policy. Name, UID and priority are not
+ * in it: they change no verdict and no score; the namespace only for a pod
+ * with pod terms (they pick pods of its own namespace). The other pods
+ * those terms pick change with the cluster version.
  *
  * Ownership: the memo owns its entries; an entry holds a reference to its
  * list and to its reply text. Entries are not locked here: the scheduler

@@ -34,7 +34,8 @@ struct podaff_term {
 };
 
 struct sched_podaff {
-    char uid[64];        /* the pod the sums are for */
+    char uid[64];        /* the pod the sums are for (its terms pick in ns) */
+    char ns[CORE_NAME_MAX];
     uint64_t version;    /* core_cluster_version they were built at */
     int n_terms;
     struct podaff_term *terms;
@@ -83,13 +84,18 @@ static int add(struct podaff_term *t, const char *value)
     return 0;
 }
 
+static int cmp_sum(const void *a, const void *b)
+{
+    return strcmp(((const struct podaff_sum *)a)->value, ((const struct podaff_sum *)b)->value);
+}
+
 /* The counts for pod at the cluster's version: 0, or -1 out of memory (the
  * terms then count nothing). */
 static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
 {
     uint64_t ver = core_cluster_version(s->c);
     if (pa->terms && pa->version == ver && strcmp(pa->uid, pod->uid) == 0 &&
-        pa->n_terms == pod->n_pod_terms)
+        strcmp(pa->ns, pod->ns) == 0 && pa->n_terms == pod->n_pod_terms)
         return 0;
     podaff_clear(pa);
     if (!(pa->terms = calloc((size_t)pod->n_pod_terms, sizeof *pa->terms)))
@@ -111,7 +117,10 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
             }
         }
     }
+    for (int t = 0; t < pa->n_terms; t++) /* for bsearch in count() */
+        qsort(pa->terms[t].sums, (size_t)pa->terms[t].n, sizeof *pa->terms[t].sums, cmp_sum);
     snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);
+    snprintf(pa->ns, sizeof pa->ns, "%s", pod->ns);
     pa->version = ver;
     return 0;
 }
@@ -127,11 +136,12 @@ static void count(void *ud, const struct core_pod *pod, const struct core_node *
         build(s, s->podaff, pod) < 0)
         return;
     for (int t = 0; t < pod->n_pod_terms; t++) {
-        const char *v = node_label(nd, pod->pod_terms[t].topology_key);
+        struct podaff_sum key = {(char *)node_label(nd, pod->pod_terms[t].topology_key), 0};
         const struct podaff_term *pt = &s->podaff->terms[t];
-        for (int i = 0; v && i < pt->n; i++)
-            if (strcmp(pt->sums[i].value, v) == 0)
-                counts[t] = pt->sums[i].sum;
+        const struct podaff_sum *hit =
+            key.value && pt->n ? bsearch(&key, pt->sums, (size_t)pt->n, sizeof *pt->sums, cmp_sum)
+                               : NULL;
+        counts[t] = hit ? hit->sum : 0;
     }
 }
 

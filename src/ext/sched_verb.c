@@ -154,9 +154,7 @@ int sched_verb_start(struct ext_sched *s, const char *verb, const char *body, si
          * it ignores anyway */
         return scores ? 400 : 200;
     }
-    /* pod affinity depends on the other pods: never kept */
     v->memo = !s->opts.no_keep && v->pod.req.kind != CORE_REQ_NONE && v->a.list &&
-              v->pod.n_pod_terms == 0 &&
               ext_namelist_keepable(v->a.list) && v->a.n <= EXT_MEMO_NODES_MAX &&
               !(scores && (v->pol->flags & CORE_POLICY_RANDOM_NODE)) &&
               ext_memo_key(&v->pod, scores ? v->pol->name : NULL, &v->key, &v->klen) == 0;

@@ -485,6 +485,11 @@ def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
         assert top(spread) == "n2"  # n2 and n3 rank alike; binpack takes the fuller
         trace = {n["node"]: n.get("preference") for n in e.debug(spread).json()["nodes"]}
         assert trace == {"n1": 100, "n2": 200, "n3": 200}, trace  # + TaintToleration's 100
+        # the same pod in another namespace picks nothing there (its own reply)
+        elsewhere = prefers("spread", "podAntiAffinity", 100, H, {"app": "web"})
+        elsewhere["metadata"]["namespace"] = "other"
+        assert top(elsewhere) == "n1"
+        assert top(spread) == "n2"
         assert top(prefers("zones", "podAntiAffinity", 10, "zone", {"app": "web"})) == "n2"
         assert top(prefers("near-db", "podAffinity", 5, H, {"app": "db"})) == "n3"
         # picks nothing: another namespace, a label no pod has, a key no node has
