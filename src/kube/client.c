@@ -444,6 +444,11 @@ int kube_pod_done(const json_t *pod)
         if (!json_is_object(json_object_get(json_object_get(c, "state"), "terminated")))
             return 0;
     }
+    /* a sidecar (an init container that keeps running) stops after them */
+    json_array_foreach(json_object_get(st, "initContainerStatuses"), i, c) {
+        if (json_object_get(json_object_get(c, "state"), "running"))
+            return 0;
+    }
     return 1;
 }
 

@@ -120,7 +120,8 @@ const char *kube_label(const json_t *obj, const char *key);
 
 /* 1 when none of the pod's containers will run again: phase Succeeded or
  * Failed, or deleted (deletionTimestamp) with every container reported
- * terminated. kubelet counts the latter as terminated too (1.20's
+ * terminated and no init container (a sidecar) running. kubelet counts the
+ * latter as terminated too (1.20's
  * podIsTerminated) and hands its devices to the next pod while it removes
  * the pod's volumes and object, which takes seconds (more with volumes). */
 int kube_pod_done(const json_t *pod);

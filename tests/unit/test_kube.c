@@ -141,6 +141,12 @@ static void test_pod_done(void)
          "\"status\":{\"phase\":\"Pending\"}}", "0"}, /* kubelet has not reported */
         {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
          "\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":3}}]}}", "0"},
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":{}}}],"
+         "\"initContainerStatuses\":[{\"state\":{\"running\":{}}}]}}", "0"}, /* sidecar */
+        {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
+         "\"status\":{\"containerStatuses\":[{\"state\":{\"terminated\":{}}}],"
+         "\"initContainerStatuses\":[{\"state\":{\"terminated\":{}}}]}}", "1"},
         {"{\"status\":{\"phase\":7}}", "0"},
         {"[]", "0"},
     };
