@@ -795,6 +795,14 @@ int core_node_gpu_by_uuid(const struct core_node *n, const char *uuid, int *mig)
     return -1;
 }
 
+const char *core_node_label(const struct core_node *n, const char *key)
+{
+    for (int i = 0; i < n->n_labels; i++)
+        if (strcmp(n->label_keys[i], key) == 0)
+            return n->label_values[i];
+    return NULL;
+}
+
 /* ---- allocations ------------------------------------------------------ */
 
 int core_alloc_tag(const struct core_alloc *a)

@@ -189,6 +189,9 @@ struct core_node *core_cluster_node(const struct core_cluster *c, int i);
  * Returns -1 if none. */
 int core_node_gpu_by_uuid(const struct core_node *n, const char *uuid, int *mig);
 
+/* The value of the node's label key, or NULL. */
+const char *core_node_label(const struct core_node *n, const char *key);
+
 /* Name of a cluster-wide GPU model number, and the number of models seen. */
 const char *core_cluster_model(const struct core_cluster *c, int model_id);
 int core_cluster_model_count(const struct core_cluster *c);

@@ -301,14 +301,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static const char *node_label(const struct core_node *n, const char *key)
-{
-    for (int i = 0; i < n->n_labels; i++)
-        if (strcmp(n->label_keys[i], key) == 0)
-            return n->label_values[i];
-    return NULL;
-}
-
 /* Adds to soft[] of the candidates that fit what kube-scheduler's
  * InterPodAffinity (weight 1) and PodTopologySpread (weight 2) would score
  * for the pod's terms, from the caller's counts (core_pod.pod_terms_count).
@@ -338,7 +330,7 @@ static int pod_terms_fill(const struct core_cycle *cy, struct core_node *const *
             continue;
         int k = 0, domains = 0;
         for (int j = 0; j < n; j++) {
-            const char *v = FITS(j) ? node_label(NODE(j), p->pod_terms[t].topology_key) : NULL;
+            const char *v = FITS(j) ? core_node_label(NODE(j), p->pod_terms[t].topology_key) : NULL;
             if (v)
                 vals[k++] = v;
             else

@@ -41,14 +41,6 @@ struct sched_podaff {
     struct podaff_term *terms;
 };
 
-static const char *node_label(const struct core_node *n, const char *key)
-{
-    for (int i = 0; i < n->n_labels; i++)
-        if (strcmp(n->label_keys[i], key) == 0)
-            return n->label_values[i];
-    return NULL;
-}
-
 static void podaff_clear(struct sched_podaff *pa)
 {
     for (int t = 0; t < pa->n_terms; t++) {
@@ -110,7 +102,7 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
             continue;
         for (int t = 0; t < pod->n_pod_terms; t++) {
             const struct core_pod_term *pt = &pod->pod_terms[t];
-            const char *v = node_label(m, pt->topology_key);
+            const char *v = core_node_label(m, pt->topology_key);
             if (v && core_pod_term_picks(pod, pt, p->obj) && add(&pa->terms[t], v) < 0) {
                 podaff_clear(pa);
                 return -1;
@@ -136,7 +128,7 @@ static void count(void *ud, const struct core_pod *pod, const struct core_node *
         build(s, s->podaff, pod) < 0)
         return;
     for (int t = 0; t < pod->n_pod_terms; t++) {
-        struct podaff_sum key = {(char *)node_label(nd, pod->pod_terms[t].topology_key), 0};
+        struct podaff_sum key = {(char *)core_node_label(nd, pod->pod_terms[t].topology_key), 0};
         const struct podaff_term *pt = &s->podaff->terms[t];
         const struct podaff_sum *hit =
             key.value && pt->n ? bsearch(&key, pt->sums, (size_t)pt->n, sizeof *pt->sums, cmp_sum)
