@@ -214,7 +214,8 @@ int cmd_extender(int argc, char **argv)
         gethostname(host, sizeof host - 1);
         if (cfg.leader_elect && (ext_forward_new(ext_cluster_leader, cl, cfg.identity ? cfg.identity
                                                  : host, 9, m, &fwd, &e) < 0 ||
-                                 (cfg.tls_cert && ext_forward_tls(fwd, cfg.tls_cert, &e) < 0))) {
+                                 (cfg.tls_cert && ext_forward_tls(fwd, cfg.tls_cert, &e) < 0) ||
+                                 (cfg.tls_ca && ext_forward_ca(fwd, cfg.tls_ca, &e) < 0))) {
             fprintf(stderr, "gpusched extender: %s\n", e.msg);
             status = 2;
             goto out;

@@ -13,6 +13,7 @@
 
 #include "cmd/cmd.h"
 #include "http/http_server.h"
+#include "util/buf.h"
 #include "util/log.h"
 #include "util/opt.h"
 #include "wh/wh_certs.h"
@@ -75,7 +76,7 @@ static int split_list(char *s, const char **out, int max, const char *flag)
 static int gen_certs(int argc, char **argv)
 {
     const char *service = "gpusched-webhook", *ns = "gpusched", *out = NULL;
-    const char *dns = NULL, *ips = NULL;
+    const char *dns = NULL, *ips = NULL, *ca_dir = NULL;
     long days = 365;
     int npos;
     struct gs_err e = GS_ERR_INIT;
@@ -86,9 +87,13 @@ static int gen_certs(int argc, char **argv)
         OPT_STR("dns", &dns, "NAMES", "extra DNS names, comma-separated"),
         OPT_STR("ip", &ips, "ADDRS", "IP addresses, comma-separated (e.g. 127.0.0.1)"),
         OPT_INT("days", &days, "N", "validity in days (default 365)", 1, 3650),
+        OPT_STR("ca", &ca_dir, "DIR",
+                "sign with the CA in DIR (ca.crt, ca.key) instead of a new one: the "
+                "caBundle stays valid"),
         OPT_END(),
     };
-    const char *usage = "gpusched webhook gen-certs --out DIR [--service NAME] [--namespace NS]";
+    const char *usage =
+        "gpusched webhook gen-certs --out DIR [--service NAME] [--namespace NS] [--ca DIR]";
 
     int rc = cmd_flags("webhook gen-certs", argc, argv, opts, usage, 0, &npos);
     if (rc >= 0)
@@ -109,10 +114,25 @@ static int gen_certs(int argc, char **argv)
         free(ip_buf);
         return 2;
     }
+    struct gs_buf ca_crt = {0}, ca_key = {0};
+    char path[4096];
+    rc = 0;
+    if (ca_dir) {
+        snprintf(path, sizeof path, "%s/ca.crt", ca_dir);
+        rc = gs_buf_read_file(&ca_crt, path, 1 << 20, &e);
+        snprintf(path, sizeof path, "%s/ca.key", ca_dir);
+        if (rc == 0)
+            rc = gs_buf_read_file(&ca_key, path, 1 << 20, &e);
+        co.ca_crt = ca_crt.buf ? ca_crt.buf : "";
+        co.ca_key = ca_key.buf ? ca_key.buf : "";
+    }
     struct wh_certs c;
-    rc = wh_certs_generate(&co, &c, &e);
+    if (rc == 0 && (rc = wh_certs_generate(&co, &c, &e)) < 0 && ca_dir)
+        gs_err_prefix(&e, "--ca %s", ca_dir);
     free(dns_buf);
     free(ip_buf);
+    gs_buf_free(&ca_crt);
+    gs_buf_free(&ca_key);
     if (rc < 0) {
         fprintf(stderr, "gpusched webhook gen-certs: %s\n", e.msg);
         return rc == -GS_EINVAL ? 2 : 1;
@@ -133,11 +153,11 @@ static int gen_certs(int argc, char **argv)
         wh_certs_free(&c);
         return 1;
     }
-    printf("wrote %s/{ca.crt,ca.key,tls.crt,tls.key,ca-bundle.txt} for %s.%s.svc (valid %ld "
+    printf("wrote %s/{ca.crt,ca.key,tls.crt,tls.key,ca-bundle.txt} for %s.%s.svc (valid %d "
            "days)\n\n"
            "kubectl -n %s create secret tls %s-tls --cert=%s/tls.crt --key=%s/tls.key\n"
            "then set caBundle in deploy/webhook.yaml (both webhook configurations) to:\n%s\n",
-           out, service, ns, days, ns, service, out, out, c.ca_bundle);
+           out, service, ns, c.days, ns, service, out, out, c.ca_bundle);
     wh_certs_free(&c);
     return 0;
 }

@@ -26,6 +26,8 @@ static const struct row rows[] = {
     {"listen", C_STR, F(listen), "HOST:PORT", "address to serve on (default 127.0.0.1:8888)", 0, 0},
     {"tls_cert", C_STR, F(tls_cert), "FILE", "serve HTTPS with this certificate (PEM)", 0, 0},
     {"tls_key", C_STR, F(tls_key), "FILE", "... and this key (PEM)", 0, 0},
+    {"tls_ca", C_STR, F(tls_ca), "FILE", "forward to a leader whose certificate this CA "
+     "signed (PEM; default: one with this replica's own key)", 0, 0},
     {"policy", C_STR, F(policy), "NAME", "default placement policy (default " EXT_DEFAULT_POLICY ")", 0, 0},
     {"top_k", C_INT, F(top_k), "K", "/filter keeps only the policy's best K nodes (0 = all)", 0,
      100000},
@@ -193,6 +195,8 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
                        c->log_format ? c->log_format : "");
     if (!!c->tls_cert != !!c->tls_key)
         return gs_errf(e, GS_EINVAL, "tls_cert and tls_key go together");
+    if (c->tls_ca && !c->tls_cert)
+        return gs_errf(e, GS_EINVAL, "tls_ca needs tls_cert and tls_key");
     if (c->lease_duration < 1)
         return gs_errf(e, GS_EINVAL, "lease_duration: at least 1 second");
     if (c->workload_configmap && c->workload_configmap[0] &&

@@ -17,7 +17,7 @@
 #include "util/opt.h"
 
 struct ext_config {
-    char *listen, *tls_cert, *tls_key;
+    char *listen, *tls_cert, *tls_key, *tls_ca;
     char *policy;
     long top_k;
     char *nodes, *state_dir;              /* standalone */

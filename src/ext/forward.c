@@ -27,6 +27,7 @@ struct ext_forward {
     double down_until;
     int tls;           /* ext_forward_tls: HTTPS to a leader serving the key pinned here */
     char pin[256];     /* "sha256//KEY" or "sha256//KEY;sha256//PREVIOUS", under mu */
+    char *ca;          /* or to one whose certificate this CA file signed (ext_forward_ca) */
 };
 
 int ext_forward_new(int (*leader)(void *ud, char *out, size_t cap), void *ud, const char *self,
@@ -73,11 +74,23 @@ int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err 
     return 0;
 }
 
+int ext_forward_ca(struct ext_forward *f, const char *ca_file, struct gs_err *e)
+{
+    FILE *fp = fopen(ca_file, "r");
+    if (!fp)
+        return gs_errf(e, GS_EIO, "tls_ca '%s': %m", ca_file);
+    fclose(fp);
+    if (!(f->ca = strdup(ca_file)))
+        return gs_errf(e, GS_ENOMEM, "out of memory");
+    return 0;
+}
+
 void ext_forward_free(struct ext_forward *f)
 {
     if (!f)
         return;
     pthread_mutex_destroy(&f->mu);
+    free(f->ca);
     free(f);
 }
 
@@ -199,9 +212,15 @@ static CURLcode post(struct ext_forward *f, const char *addr, const char *verb, 
         hdrs = h2;
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, f->tls ? "https" : "http");
-        if (f->tls) {
+        if (f->tls && f->ca) {
             /* the leader's address is a pod IP, which its certificate need not
-             * name: it is trusted for holding this replica's own key */
+             * name: it is trusted for a certificate the CA signed (read anew
+             * for each call, so a CA bundle's update counts at once) */
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca);
+        } else if (f->tls) {
+            /* ... or for holding this replica's own key */
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
             curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);

@@ -52,6 +52,11 @@ void ext_forward_free(struct ext_forward *f);
  * the new one, for a leader that has not reloaded yet. 0 or -GS_E* naming
  * the file (the pins in force are kept). */
 int ext_forward_tls(struct ext_forward *f, const char *cert_file, struct gs_err *e);
+/* With tls_ca: trust a leader whose certificate the CA in ca_file signed
+ * (its name unchecked), instead of the pinned keys, so a key rotated on the
+ * leader before this replica's copy of the Secret turns is still trusted.
+ * 0 or -GS_E* naming the file. */
+int ext_forward_ca(struct ext_forward *f, const char *ca_file, struct gs_err *e);
 
 /* "NAME@HOST:PORT" -> "HOST:PORT" (HOST a name, IPv4 or [IPv6]) in out.
  * 0 = forwarded to there; 1 = the identity names no address; -GS_EINVAL when

@@ -87,6 +87,33 @@ out:
     return ok;
 }
 
+/* Imports the existing CA of o into ca / ca_key: both parse, the
+ * certificate may sign certificates, the key is its own, and it is valid
+ * now. -1 with *e naming what is wrong. */
+static int load_ca(const struct wh_certs_opts *o, gnutls_x509_crt_t ca,
+                   gnutls_x509_privkey_t ca_key, struct gs_err *e)
+{
+    gnutls_datum_t c = {(unsigned char *)o->ca_crt, (unsigned)strlen(o->ca_crt)};
+    gnutls_datum_t k = {(unsigned char *)o->ca_key, (unsigned)strlen(o->ca_key)};
+    unsigned char a[64], b[64];
+    size_t an = sizeof a, bn = sizeof b;
+    unsigned critical;
+    int rc;
+    time_t now = time(NULL);
+    if ((rc = gnutls_x509_crt_import(ca, &c, GNUTLS_X509_FMT_PEM)) < 0)
+        return gs_errf(e, GS_EINVAL, "ca.crt: not a PEM certificate (%s)", gnutls_strerror(rc));
+    if ((rc = gnutls_x509_privkey_import(ca_key, &k, GNUTLS_X509_FMT_PEM)) < 0)
+        return gs_errf(e, GS_EINVAL, "ca.key: not a PEM private key (%s)", gnutls_strerror(rc));
+    if (gnutls_x509_crt_get_basic_constraints(ca, &critical, NULL, NULL) != 1)
+        return gs_errf(e, GS_EINVAL, "ca.crt: not a CA certificate (basic constraints)");
+    if (gnutls_x509_crt_get_key_id(ca, 0, a, &an) < 0 ||
+        gnutls_x509_privkey_get_key_id(ca_key, 0, b, &bn) < 0 || an != bn || memcmp(a, b, an))
+        return gs_errf(e, GS_EINVAL, "ca.key is not the key of ca.crt");
+    if (gnutls_x509_crt_get_expiration_time(ca) <= now + 86400)
+        return gs_errf(e, GS_EINVAL, "ca.crt expires within a day: make a new CA");
+    return 0;
+}
+
 int wh_certs_generate(const struct wh_certs_opts *o, struct wh_certs *out, struct gs_err *e)
 {
     gnutls_x509_privkey_t ca_key = NULL, key = NULL;
@@ -105,21 +132,32 @@ int wh_certs_generate(const struct wh_certs_opts *o, struct wh_certs *out, struc
     if (o->n_dns > WH_CERTS_MAX_NAMES || o->n_ips > WH_CERTS_MAX_NAMES)
         return gs_errf(e, GS_EINVAL, "at most %d extra DNS names and IPs", WH_CERTS_MAX_NAMES);
 
+    if ((o->ca_crt == NULL) != (o->ca_key == NULL))
+        return gs_errf(e, GS_EINVAL, "an existing CA needs both its certificate and its key");
     TRY(gnutls_x509_privkey_init(&ca_key), "CA key");
-    TRY(gnutls_x509_privkey_generate(ca_key, GNUTLS_PK_ECDSA,
-                                     GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
-        "CA key");
     TRY(gnutls_x509_crt_init(&ca), "CA certificate");
-    snprintf(cn, sizeof cn, "%s-ca", o->service);
-    if (cert_base(ca, ca_key, cn, o->days, e) < 0)
-        goto out;
-    TRY(gnutls_x509_crt_set_basic_constraints(ca, 1, 0), "CA constraints");
-    TRY(gnutls_x509_crt_set_key_usage(ca, GNUTLS_KEY_KEY_CERT_SIGN | GNUTLS_KEY_CRL_SIGN |
-                                              GNUTLS_KEY_DIGITAL_SIGNATURE),
-        "CA key usage");
+    if (o->ca_crt) {
+        if (load_ca(o, ca, ca_key, e) < 0) {
+            rc = -GS_EINVAL;
+            goto out;
+        }
+    } else {
+        TRY(gnutls_x509_privkey_generate(ca_key, GNUTLS_PK_ECDSA,
+                                         GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
+            "CA key");
+        snprintf(cn, sizeof cn, "%s-ca", o->service);
+        if (cert_base(ca, ca_key, cn, o->days, e) < 0)
+            goto out;
+        TRY(gnutls_x509_crt_set_basic_constraints(ca, 1, 0), "CA constraints");
+        TRY(gnutls_x509_crt_set_key_usage(ca, GNUTLS_KEY_KEY_CERT_SIGN | GNUTLS_KEY_CRL_SIGN |
+                                                  GNUTLS_KEY_DIGITAL_SIGNATURE),
+            "CA key usage");
+        TRY(gnutls_x509_crt_get_key_id(ca, 0, kid, &kid_len), "CA key id");
+        TRY(gnutls_x509_crt_set_subject_key_id(ca, kid, kid_len), "CA key id");
+        TRY(gnutls_x509_crt_sign2(ca, ca, ca_key, GNUTLS_DIG_SHA256, 0), "signing the CA");
+    }
+    kid_len = sizeof kid;
     TRY(gnutls_x509_crt_get_key_id(ca, 0, kid, &kid_len), "CA key id");
-    TRY(gnutls_x509_crt_set_subject_key_id(ca, kid, kid_len), "CA key id");
-    TRY(gnutls_x509_crt_sign2(ca, ca, ca_key, GNUTLS_DIG_SHA256, 0), "signing the CA");
 
     TRY(gnutls_x509_privkey_init(&key), "serving key");
     TRY(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
@@ -132,6 +170,12 @@ int wh_certs_generate(const struct wh_certs_opts *o, struct wh_certs *out, struc
     snprintf(name[3], sizeof name[3], "%s.%s.svc.cluster.local", o->service, o->ns);
     if (cert_base(crt, key, name[2], o->days, e) < 0)
         goto out;
+    /* a certificate is no use past its CA's end */
+    time_t ca_end = gnutls_x509_crt_get_expiration_time(ca), end = time(NULL) +
+                                                                  (time_t)o->days * 86400;
+    if (ca_end != (time_t)-1 && ca_end < end)
+        TRY(gnutls_x509_crt_set_expiration_time(crt, end = ca_end), "expiration time");
+    out->days = (int)((end - time(NULL) + 43200) / 86400);
     for (int i = 0; i < 4; i++)
         TRY(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME, name[i],
                                                  (unsigned)strlen(name[i]), GNUTLS_FSAN_APPEND),

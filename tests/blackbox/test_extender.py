@@ -862,6 +862,9 @@ def test_config_file_and_json_logs(gpusched_bin, nodes_file, tmp_path):
     cfg.write_text("top_k: many\n")
     r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
     assert r.returncode == 2 and "top_k: must be an integer" in r.stderr
+    cfg.write_text("tls_ca: /etc/ca.crt\n")
+    r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
+    assert r.returncode == 2 and "tls_ca needs tls_cert and tls_key" in r.stderr
 
 
 def test_bad_nodes_file_names_the_node(gpusched_bin, tmp_path):

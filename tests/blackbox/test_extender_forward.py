@@ -233,6 +233,59 @@ def test_rotated_certificate_is_served_and_pinned(gpusched_bin, api, tmp_path):
                 e.stop()
 
 
+def test_leader_rotated_first_is_trusted_through_the_ca(gpusched_bin, api, tmp_path):
+    """With tls_ca, a follower trusts a leader whose certificate that CA signed: the
+    leader's Secret copy may turn first (a new key, the same CA: gen-certs --ca) and
+    the follower, still on the old pair, forwards to it. A replica without tls_ca,
+    which trusts only its own keys, gets 503 naming the key."""
+    import shutil
+    import ssl
+    from test_webhook import gen_certs
+
+    old = gen_certs(gpusched_bin, tmp_path / "old")
+    new = gen_certs(gpusched_bin, tmp_path / "new", "--ca", str(tmp_path / "old"))
+    assert (new / "ca.crt").read_text() == (old / "ca.crt").read_text()
+    live = {}
+    for r in ("a", "b", "c"):
+        live[r] = tmp_path / f"live-{r}"
+        live[r].mkdir()
+        for f in ("tls.crt", "tls.key"):
+            shutil.copy(old / f, live[r] / f)
+
+    def tls(r, ca=True):
+        args = ["--tls-cert", str(live[r] / "tls.crt"), "--tls-key", str(live[r] / "tls.key")]
+        return args + (["--tls-ca", str(old / "ca.crt")] if ca else [])
+
+    for n in ("ca1", "ca2"):
+        add_gpu_pod(api, n, "1")
+    verify = str(old / "ca.crt")
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a", *tls("a"), verify=verify)
+    b = c = None
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        b = start_as(gpusched_bin, api, tmp_path, "b", "kc-b", *tls("b"), verify=verify)
+        c = start_as(gpusched_bin, api, tmp_path, "c", "kc-c", *tls("c", ca=False),
+                     verify=verify)
+        before = ssl.get_server_certificate(("127.0.0.1", a.port))
+        for f in ("tls.key", "tls.crt"):
+            shutil.copy(new / f, live["a"] / f)
+        wait_for(lambda: ssl.get_server_certificate(("127.0.0.1", a.port)) != before,
+                 what="the leader serves the new pair")
+        p = api.get("pods", "ca1", "default")
+        wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b knows ca1")
+        r = b.bind(p, "g1")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        assert b.metric(FWD % ("bind", "200")) == 1
+        p2 = api.get("pods", "ca2", "default")
+        wait_for(lambda: c.filter(p2, ["g1"])["NodeNames"], what="c knows ca2")
+        r = c.bind(p2, "g1")
+        assert r.status_code == 503 and "public key" in r.json()["Error"], r.text
+    finally:
+        for e in (c, b, a):
+            if e:
+                e.stop()
+
+
 def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "n1", "1")
     a = start(gpusched_bin, api, tmp_path, *ARGS, "--identity", "a", name="kc-a")

@@ -681,6 +681,32 @@ def test_gen_certs_names_and_errors(gpusched_bin, tmp_path):
     assert r.returncode == 2 and "'nope' is not an IP address" in r.stderr
     r = run(gpusched_bin, "webhook", "gen-certs")
     assert r.returncode == 2 and "--out DIR is required" in r.stderr
+    # --ca: a new serving pair from the same CA (the caBundle stays), no longer
+    # valid than the CA; a directory without a CA, or a key of another, is refused
+    renewed = gen_certs(gpusched_bin, tmp_path / "renewed", "--service", "wh", "--namespace",
+                        "sys", "--ca", str(out), "--days", "3650")
+    assert (renewed / "ca-bundle.txt").read_text() == (out / "ca-bundle.txt").read_text()
+    assert (renewed / "tls.key").read_text() != (out / "tls.key").read_text()
+    r = subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"),
+                        str(renewed / "tls.crt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in", str(renewed / "tls.crt")],
+                       capture_output=True, text=True)
+    r_ca = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in", str(out / "ca.crt")],
+                          capture_output=True, text=True)
+    assert r.stdout == r_ca.stdout  # cut to the CA's end, not 3650 days
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    shutil.copy(out / "tls.crt", bad / "ca.crt")
+    shutil.copy(out / "tls.key", bad / "ca.key")
+    r = run(gpusched_bin, "webhook", "gen-certs", "--out", str(tmp_path / "e"), "--ca", str(bad))
+    assert r.returncode == 2 and "ca.crt: not a CA certificate" in r.stderr, r.stderr
+    shutil.copy(out / "ca.crt", bad / "ca.crt")
+    r = run(gpusched_bin, "webhook", "gen-certs", "--out", str(tmp_path / "e"), "--ca", str(bad))
+    assert r.returncode == 2 and "ca.key is not the key of ca.crt" in r.stderr, r.stderr
+    r = run(gpusched_bin, "webhook", "gen-certs", "--out", str(tmp_path / "e"), "--ca",
+            str(tmp_path / "none"))
+    assert r.returncode == 1 and "none/ca.crt" in r.stderr, r.stderr
 
 
 def test_quotas_watched_in_a_cluster(gpusched_bin, tmp_path):
