@@ -348,6 +348,38 @@ static void certs_tests(void)
     char *b = wh_base64(c.ca_crt, strlen(c.ca_crt));
     ASSERT_STREQ(c.ca_bundle, b);
     free(b);
+
+    /* a renewal signed by the same CA: the same CA out, a new key, verified
+     * by the first CA; only a certificate or only a key is refused */
+    struct wh_certs r;
+    struct wh_certs_opts ro = o;
+    ro.ca_crt = c.ca_crt;
+    ro.ca_key = c.ca_key;
+    ASSERT_EQ(wh_certs_generate(&ro, &r, &e), 0);
+    ASSERT_STREQ(r.ca_crt, c.ca_crt);
+    ASSERT_STREQ(r.ca_bundle, c.ca_bundle);
+    ASSERT_TRUE(strcmp(r.tls_key, c.tls_key) != 0);
+    ASSERT_EQ(gnutls_x509_crt_init(&ca), 0);
+    ASSERT_EQ(gnutls_x509_crt_init(&crt), 0);
+    d.data = (unsigned char *)c.ca_crt;
+    d.size = (unsigned)strlen(c.ca_crt);
+    ASSERT_EQ(gnutls_x509_crt_import(ca, &d, GNUTLS_X509_FMT_PEM), 0);
+    d.data = (unsigned char *)r.tls_crt;
+    d.size = (unsigned)strlen(r.tls_crt);
+    ASSERT_EQ(gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM), 0);
+    status = 1;
+    ASSERT_EQ(gnutls_x509_crt_verify(crt, &ca, 1, 0, &status), 0);
+    ASSERT_EQ(status, 0);
+    gnutls_x509_crt_deinit(ca);
+    gnutls_x509_crt_deinit(crt);
+    wh_certs_free(&r);
+    ro.ca_key = NULL;
+    ASSERT_EQ(wh_certs_generate(&ro, &r, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "both its certificate and its key");
+    ro.ca_key = c.tls_key; /* the serving pair is no CA */
+    ro.ca_crt = c.tls_crt;
+    ASSERT_EQ(wh_certs_generate(&ro, &r, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "not a CA certificate");
     wh_certs_free(&c);
 
     o.days = 0;
