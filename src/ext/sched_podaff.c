@@ -110,7 +110,9 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
         }
     }
     for (int t = 0; t < pa->n_terms; t++) /* for bsearch in count() */
-        qsort(pa->terms[t].sums, (size_t)pa->terms[t].n, sizeof *pa->terms[t].sums, cmp_sum);
+        if (pa->terms[t].n > 1) /* (qsort must not get NULL, even for 0) */
+            qsort(pa->terms[t].sums, (size_t)pa->terms[t].n, sizeof *pa->terms[t].sums,
+                  cmp_sum);
     snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);
     snprintf(pa->ns, sizeof pa->ns, "%s", pod->ns);
     pa->version = ver;

@@ -16,7 +16,8 @@ API (other scenarios build on it):
       the repository. Raises Unavailable when they are absent.
   Cluster(gpusched_bin, nodes=[NodeSpec(...)], extender_replicas=2,
           proxy_mode="service", workdir=None, bins=None, extender_config=None,
-          extender_tls=False)
+          extender_tls=False)   extender_tls: True or "pinned" (forwarding pins keys), "ca"
+                               (a rotation keeps the CA; the replicas set tls_ca)
       .start()                 etcd, kube-apiserver, CRD + RBAC from deploy/,
                                webhook (+ its Mutating/ValidatingWebhookConfiguration),
                                extender replicas behind one proxy URL, kube-scheduler,
@@ -1255,16 +1256,20 @@ class Cluster:
         self.apply(regs)
 
     def _extender_certs(self):
-        """extender_tls: two serving pairs for 127.0.0.1, each with its own CA (gen-certs),
-        the first mounted in every replica (its own copy, as each pod mounts the
-        Secret), the second for rotate_extender_cert; kube-scheduler trusts both CAs."""
+        """extender_tls: two serving pairs for 127.0.0.1 (gen-certs), the first mounted in
+        every replica (its own copy, as each pod mounts the Secret), the second for
+        rotate_extender_cert; kube-scheduler trusts both CAs. "ca": the second is signed
+        by the first's CA and the replicas set tls_ca to it; else each has its own CA
+        and forwarding pins keys."""
         d = os.path.join(self.workdir, "extender-tls")
         os.makedirs(d, exist_ok=True)
         self.extender_pairs = []
         for n in ("first", "second"):
             out = os.path.join(d, n)
+            same = ["--ca", self.extender_pairs[0]] if self.extender_pairs and \
+                self.extender_tls == "ca" else []
             r = subprocess.run([self.gpusched, "webhook", "gen-certs", "--out", out, "--ip",
-                                "127.0.0.1", "--service", "gpusched-extender"],
+                                "127.0.0.1", "--service", "gpusched-extender", *same],
                                capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             self.extender_pairs.append(out)
@@ -1307,6 +1312,8 @@ class Cluster:
                     shutil.copy(os.path.join(self.extender_pairs[0], f), live)
                 cfg.update({"tls_cert": os.path.join(live, "tls.crt"),
                             "tls_key": os.path.join(live, "tls.key")})
+                if self.extender_tls == "ca":
+                    cfg["tls_ca"] = os.path.join(self.extender_pairs[0], "ca.crt")
             cfg.pop("in_cluster", None)
             cfg.update({"listen": f"127.0.0.1:{port}", "kubeconfig": self.kubeconfig,
                         # NAME@HOST:PORT, as deploy/ sets $(POD_NAME)@$(POD_IP):8888:

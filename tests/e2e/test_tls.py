@@ -2,10 +2,12 @@
 (tls_cert/tls_key in every replica, enableHTTPS and tlsConfig.caData in the scheduler's
 config), through a proxy that passes TCP connections to a replica as kube-proxy does.
 The proxy sends every connection to the replica that does not lead, so each /filter,
-/prioritize and /bind reaches the leader by the follower's HTTPS forwarding, which
-trusts the leader for presenting the follower's own key. Then the Secret turns, one
-replica at a time (kubelet updates each node's copy on its own): pods keep being
-bound, with no restart, while the two replicas serve different keys and after."""
+/prioritize and /bind reaches the leader by the follower's HTTPS forwarding. Then the
+Secret turns, one replica at a time (kubelet updates each node's copy on its own):
+pods keep being bound, with no restart, while the two replicas serve different keys
+and after. Twice: forwarding that trusts the follower's own keys (a new CA, the
+follower turning first), and forwarding that trusts the CA (tls_ca; a pair from the
+same CA, the leader turning first)."""
 import ssl
 
 import pytest
@@ -16,10 +18,10 @@ from conftest import gpu_pod
 NS = "default"
 
 
-@pytest.fixture(scope="module")
-def tls(host_clean):
+@pytest.fixture(scope="module", params=["pinned", "ca"])
+def tls(host_clean, request):
     with scale.api_only_cluster(host_clean, extender_replicas=2, proxy_mode="follower",
-                                extender_tls=True) as c:
+                                extender_tls=request.param) as c:
         c.add_api_nodes(2, gpus=4, prefix="gpu")
         yield c
 
@@ -58,20 +60,22 @@ def test_https_with_a_rotated_secret(tls):
     first = served(c, lead)
     assert served(c, follow) == first
 
-    # the follower's copy turns first: it serves the new key, pins it beside the
-    # old one, and still forwards to the leader on the old key
-    c.rotate_extender_cert(follow, c.extender_pairs[1])
-    c.wait(lambda: served(c, follow) != first, 10, "the follower serves the new pair")
+    # pinned keys: the follower's copy turns first; it serves the new key, pins it
+    # beside the old one, and still forwards to the leader on the old key. With
+    # tls_ca the leader's turns first: the follower trusts its new key by the CA
+    order = [follow, lead] if c.extender_tls == "pinned" else [lead, follow]
+    c.rotate_extender_cert(order[0], c.extender_pairs[1])
+    c.wait(lambda: served(c, order[0]) != first, 10, "the first replica serves the new pair")
     bind_pods(c, ["tls-3", "tls-4"])
     assert c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"}) == 4
-    assert c.extender_metric(follow, "gpusched_extender_tls_reloads_total", ok) == 1
+    assert c.extender_metric(order[0], "gpusched_extender_tls_reloads_total", ok) == 1
 
-    # then the leader's
-    c.rotate_extender_cert(lead, c.extender_pairs[1])
-    c.wait(lambda: served(c, lead) == served(c, follow), 10, "the leader serves the new pair")
+    # then the other's
+    c.rotate_extender_cert(order[1], c.extender_pairs[1])
+    c.wait(lambda: served(c, lead) == served(c, follow), 10, "both serve the new pair")
     bind_pods(c, ["tls-5", "tls-6"])
     assert c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"}) == 6
-    assert c.extender_metric(lead, "gpusched_extender_tls_reloads_total", ok) == 1
+    assert c.extender_metric(order[1], "gpusched_extender_tls_reloads_total", ok) == 1
     assert c.extender_metric(follow, fwd, {"code": "0"}) == 0
     # kube-scheduler opened connections with the new certificate: the follower's
     # old connections were closed after their answers
