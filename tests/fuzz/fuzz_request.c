@@ -41,8 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)core_request_model_ok(r, "NVIDIA-H100");
         for (int t = 0; t < pod.n_pod_terms; t++) { /* the pod picks itself, or not */
             const struct core_pod_term *pt = &pod.pod_terms[t];
-            if (pt->weight == 0 || pt->weight < -100 || pt->weight > 100 || !pt->topology_key)
-                abort();
+            if (pt->weight < -100 || pt->weight > 100 || !pt->topology_key ||
+                (pt->weight == 0) != (pt->max_skew > 0) || pt->max_skew < 0)
+                abort(); /* affinity: a weight; spread: a maxSkew */
             (void)core_pod_term_picks(&pod, pt, j);
         }
         core_pod_clear(&pod);
