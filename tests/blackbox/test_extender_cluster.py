@@ -449,16 +449,21 @@ def micro_now():
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % ((t % 1) * 1e6)
 
 
+def fill_both_nodes(e, api, on_g1, on_g2):
+    """Binds the 2-GPU pods on_g1 and on_g2 to g1 and g2, filling both."""
+    for n, node in ((on_g1, "g1"), (on_g2, "g2")):
+        wait_for(lambda: e.filter(api.get("pods", n, "default"), [node])["NodeNames"],
+                 what="pods cached")
+        assert e.bind(api.get("pods", n, "default"), node).status_code == 200
+
+
 def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "big1", "2")
     add_gpu_pod(api, "big2", "2")
     add_gpu_pod(api, "waiting", "2")
     e = start(gpusched_bin, api, tmp_path)
     try:
-        for n, node in (("big1", "g1"), ("big2", "g2")):
-            wait_for(lambda: e.filter(api.get("pods", n, "default"), [node])["NodeNames"],
-                     what="pods cached")
-            assert e.bind(api.get("pods", n, "default"), node).status_code == 200
+        fill_both_nodes(e, api, "big1", "big2")
         f = e.filter(api.get("pods", "waiting", "default"), ["g1", "g2"])
         assert f["NodeNames"] == []
         ev = wait_for(lambda: [x for x in api.list("events")
@@ -485,10 +490,7 @@ def test_deleted_pod_frees_its_gpus_once_its_containers_stopped(gpusched_bin, ap
     add_gpu_pod(api, "next", "2")
     e = start(gpusched_bin, api, tmp_path)
     try:
-        for n, node in (("old", "g1"), ("other", "g2")):
-            wait_for(lambda: e.filter(api.get("pods", n, "default"), [node])["NodeNames"],
-                     what="pods cached")
-            assert e.bind(api.get("pods", n, "default"), node).status_code == 200
+        fill_both_nodes(e, api, "old", "other")
         assert e.filter(api.get("pods", "next", "default"), ["g1", "g2"])["NodeNames"] == []
 
         def deleting(states):

@@ -317,6 +317,22 @@ static void cluster_tests(void)
     json_decref(nl);
 }
 
+/* Imports the PEM CA and certificate into *ca and *crt (to deinit) and
+ * checks that the CA signed the certificate. */
+static void import_verified(const char *ca_pem, const char *crt_pem, gnutls_x509_crt_t *ca,
+                            gnutls_x509_crt_t *crt)
+{
+    gnutls_datum_t d = {(unsigned char *)ca_pem, (unsigned)strlen(ca_pem)};
+    unsigned status = 1;
+    ASSERT_EQ(gnutls_x509_crt_init(ca), 0);
+    ASSERT_EQ(gnutls_x509_crt_init(crt), 0);
+    ASSERT_EQ(gnutls_x509_crt_import(*ca, &d, GNUTLS_X509_FMT_PEM), 0);
+    d = (gnutls_datum_t){(unsigned char *)crt_pem, (unsigned)strlen(crt_pem)};
+    ASSERT_EQ(gnutls_x509_crt_import(*crt, &d, GNUTLS_X509_FMT_PEM), 0);
+    ASSERT_EQ(gnutls_x509_crt_verify(*crt, ca, 1, 0, &status), 0);
+    ASSERT_EQ(status, 0);
+}
+
 static void certs_tests(void)
 {
     struct wh_certs c;
@@ -324,20 +340,9 @@ static void certs_tests(void)
     struct wh_certs_opts o = {.service = "wh", .ns = "sys", .days = 2, .n_ips = 1,
                               .ips = {"::1"}};
     gnutls_x509_crt_t ca, crt;
-    gnutls_datum_t d;
-    unsigned status = 1;
 
     ASSERT_EQ(wh_certs_generate(&o, &c, &e), 0);
-    ASSERT_EQ(gnutls_x509_crt_init(&ca), 0);
-    ASSERT_EQ(gnutls_x509_crt_init(&crt), 0);
-    d.data = (unsigned char *)c.ca_crt;
-    d.size = (unsigned)strlen(c.ca_crt);
-    ASSERT_EQ(gnutls_x509_crt_import(ca, &d, GNUTLS_X509_FMT_PEM), 0);
-    d.data = (unsigned char *)c.tls_crt;
-    d.size = (unsigned)strlen(c.tls_crt);
-    ASSERT_EQ(gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM), 0);
-    ASSERT_EQ(gnutls_x509_crt_verify(crt, &ca, 1, 0, &status), 0);
-    ASSERT_EQ(status, 0);
+    import_verified(c.ca_crt, c.tls_crt, &ca, &crt);
     ASSERT_TRUE(gnutls_x509_crt_check_hostname(crt, "wh.sys.svc"));
     ASSERT_TRUE(gnutls_x509_crt_check_hostname(crt, "wh.sys.svc.cluster.local"));
     ASSERT_TRUE(!gnutls_x509_crt_check_hostname(crt, "other.sys.svc"));
@@ -359,17 +364,7 @@ static void certs_tests(void)
     ASSERT_STREQ(r.ca_crt, c.ca_crt);
     ASSERT_STREQ(r.ca_bundle, c.ca_bundle);
     ASSERT_TRUE(strcmp(r.tls_key, c.tls_key) != 0);
-    ASSERT_EQ(gnutls_x509_crt_init(&ca), 0);
-    ASSERT_EQ(gnutls_x509_crt_init(&crt), 0);
-    d.data = (unsigned char *)c.ca_crt;
-    d.size = (unsigned)strlen(c.ca_crt);
-    ASSERT_EQ(gnutls_x509_crt_import(ca, &d, GNUTLS_X509_FMT_PEM), 0);
-    d.data = (unsigned char *)r.tls_crt;
-    d.size = (unsigned)strlen(r.tls_crt);
-    ASSERT_EQ(gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM), 0);
-    status = 1;
-    ASSERT_EQ(gnutls_x509_crt_verify(crt, &ca, 1, 0, &status), 0);
-    ASSERT_EQ(status, 0);
+    import_verified(c.ca_crt, r.tls_crt, &ca, &crt);
     gnutls_x509_crt_deinit(ca);
     gnutls_x509_crt_deinit(crt);
     wh_certs_free(&r);
