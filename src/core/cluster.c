@@ -547,16 +547,19 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
                      struct gs_err *e)
 {
     if (check) {
-        if (a->cpu_milli > n->free_cpu_milli)
+        /* against the allocations alone (core_cluster_set_others) */
+        int64_t cpu = n->free_cpu_milli + n->others_cpu_milli;
+        int64_t mem = n->free_mem_bytes + n->others_mem_bytes;
+        int pods = n->n_pods - n->others_pods;
+        if (a->cpu_milli > cpu)
             return gs_errf(e, GS_ENOFIT, "node %s has %lldm CPU free, pod %s needs %lldm",
-                           n->name, (long long)n->free_cpu_milli, a->pod_name,
-                           (long long)a->cpu_milli);
-        if (a->mem_bytes > n->free_mem_bytes)
+                           n->name, (long long)cpu, a->pod_name, (long long)a->cpu_milli);
+        if (a->mem_bytes > mem)
             return gs_errf(e, GS_ENOFIT, "node %s has %lld MiB memory free, pod %s needs %lld MiB",
-                           n->name, (long long)(n->free_mem_bytes >> 20), a->pod_name,
+                           n->name, (long long)(mem >> 20), a->pod_name,
                            (long long)((a->mem_bytes + (1 << 20) - 1) >> 20));
-        if (n->max_pods && n->n_pods >= n->max_pods)
-            return gs_errf(e, GS_ENOFIT, "node %s already runs %d of %d pods", n->name, n->n_pods,
+        if (n->max_pods && pods >= n->max_pods)
+            return gs_errf(e, GS_ENOFIT, "node %s already runs %d of %d pods", n->name, pods,
                            n->max_pods);
         for (int i = 0; i < a->n; i++) {
             if (a->gpu[i] < 0 || a->gpu[i] >= n->n_gpus)
@@ -615,6 +618,17 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
     }
     n->priv->tag_count[core_alloc_tag(a)] += sign;
     return 0;
+}
+
+/* Replaces what the pods without an allocation take from n. */
+static void others_apply(struct core_node *n, int64_t cpu_milli, int64_t mem_bytes, int pods)
+{
+    n->free_cpu_milli += n->others_cpu_milli - cpu_milli;
+    n->free_mem_bytes += n->others_mem_bytes - mem_bytes;
+    n->n_pods += pods - n->others_pods;
+    n->others_cpu_milli = cpu_milli;
+    n->others_mem_bytes = mem_bytes;
+    n->others_pods = pods;
 }
 
 static int64_t alloc_milli(const struct core_alloc *a)
@@ -682,6 +696,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
             }
             core_alloc_apply(n, a, 1, 0, NULL);
         }
+        others_apply(n, old->others_cpu_milli, old->others_mem_bytes, old->others_pods);
         if (c->frag_sum_wver == c->wver && old->priv->frag_wver == c->wver)
             c->frag_sum -= old->priv->frag;
         c->nodes[pos] = n;
@@ -744,6 +759,22 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
         c->hot[pos] = c->hot[c->n_nodes];
         c->stamps[pos] = c->stamps[c->n_nodes];
     }
+    return 0;
+}
+
+int core_cluster_set_others(struct core_cluster *c, const char *name, int64_t cpu_milli,
+                            int64_t mem_bytes, int pods, struct gs_err *e)
+{
+    struct core_node *n = core_cluster_find(c, name);
+    if (!n)
+        return gs_errf(e, GS_ENOENT, "node %s: not in the cluster", name);
+    if (cpu_milli < 0 || mem_bytes < 0 || pods < 0)
+        return gs_errf(e, GS_EINVAL, "node %s: other pods' usage is negative", name);
+    if (cpu_milli == n->others_cpu_milli && mem_bytes == n->others_mem_bytes &&
+        pods == n->others_pods)
+        return 0;
+    others_apply(n, cpu_milli, mem_bytes, pods);
+    core_node_refresh(c, n);
     return 0;
 }
 

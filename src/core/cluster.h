@@ -125,7 +125,11 @@ struct core_node {
     int available;             /* 0 after core_cluster_set_available(.., 0) */
     int n_gpus;                /* GPUs in NVML index order */
     struct core_gpu *gpus;     /* n_gpus entries, owned by the node */
-    /* kept exact by reserve/unreserve */
+    /* what pods holding no allocation here take (core_cluster_set_others) */
+    int64_t others_cpu_milli, others_mem_bytes;
+    int others_pods;
+    /* kept exact by reserve/unreserve and core_cluster_set_others: capacity
+     * less every allocation and the others */
     int64_t free_cpu_milli, free_mem_bytes;
     int n_pods;
     uint64_t generation;       /* bumped on every change to this node */
@@ -177,6 +181,17 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
  * stale GPU inventory) but keeps its allocations. -GS_ENOENT if absent. */
 int core_cluster_set_available(struct core_cluster *c, const char *name, int available,
                                struct gs_err *e);
+
+/* Sets what the pods that hold no allocation in c take on a node: their
+ * CPU, memory and pod slots (kube-scheduler counts every pod on a node;
+ * the extender reserves only the GPU pods it placed). The filters and
+ * scores see the node's capacity less these and the allocations; a reserve
+ * does not: it is checked against the allocations alone, so a placement
+ * already made is never refused for pods it does not know about. Kept
+ * across core_cluster_upsert_node. -GS_ENOENT if absent, -GS_EINVAL for a
+ * negative amount. */
+int core_cluster_set_others(struct core_cluster *c, const char *name, int64_t cpu_milli,
+                            int64_t mem_bytes, int pods, struct gs_err *e);
 
 /* Node by name (NULL if absent), and by position 0..count-1 (positions change
  * when nodes are removed). */

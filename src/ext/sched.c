@@ -63,7 +63,7 @@ void *sched_smap_get(const struct smap *m, const char *k)
     return NULL;
 }
 
-static int smap_put(struct smap *m, const char *k, void *v)
+int sched_smap_put(struct smap *m, const char *k, void *v)
 {
     struct entry *e;
     if (m->n + 1 > m->nb) {
@@ -92,7 +92,7 @@ static int smap_put(struct smap *m, const char *k, void *v)
     return 0;
 }
 
-static void *smap_del(struct smap *m, const char *k)
+void *sched_smap_del(struct smap *m, const char *k)
 {
     if (!m->nb)
         return NULL;
@@ -108,11 +108,6 @@ static void *smap_del(struct smap *m, const char *k)
         }
     return NULL;
 }
-
-#define SMAP_FOREACH(m, it)                                                    \
-    for (size_t i_##it = 0; i_##it < (m)->nb; i_##it++)                        \
-        for (struct entry *it = (m)->b[i_##it], *nx_##it; it && ((nx_##it = it->next), 1); \
-             it = nx_##it)
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -230,9 +225,12 @@ void ext_sched_free(struct ext_sched *s)
 {
     if (!s)
         return;
-    SMAP_FOREACH(&s->pods, it) pod_free(smap_del(&s->pods, it->key));
-    SMAP_FOREACH(&s->inv, it) free(smap_del(&s->inv, it->key));
-    SMAP_FOREACH(&s->unkept, it) free(smap_del(&s->unkept, it->key));
+    SMAP_FOREACH(&s->pods, it) pod_free(sched_smap_del(&s->pods, it->key));
+    SMAP_FOREACH(&s->inv, it) free(sched_smap_del(&s->inv, it->key));
+    SMAP_FOREACH(&s->unkept, it) free(sched_smap_del(&s->unkept, it->key));
+    sched_usage_clear(s);
+    free(s->usage_pods.b);
+    free(s->usage_nodes.b);
     free(s->pods.b);
     free(s->inv.b);
     free(s->unkept.b);
@@ -384,7 +382,7 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
         snprintf(p->uid, sizeof p->uid, "%s", key);
         snprintf(p->ns, sizeof p->ns, "%s", ns);
         snprintf(p->name, sizeof p->name, "%s", name);
-        if (smap_put(&s->pods, key, p) < 0) {
+        if (sched_smap_put(&s->pods, key, p) < 0) {
             free(p);
             return NULL;
         }
@@ -413,7 +411,7 @@ static void forget(struct ext_sched *s, struct pod *p)
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
-    pod_free(smap_del(&s->pods, p->uid));
+    pod_free(sched_smap_del(&s->pods, p->uid));
 }
 
 static int32_t pod_priority(const json_t *pod)
@@ -531,7 +529,7 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     if (a)
         snprintf(name, sizeof name, "%s", a->pod_name);
     rc = core_unreserve(s->c, uid, e);
-    char *again = rc < 0 && s->commit.log_release ? smap_del(&s->unkept, who) : NULL;
+    char *again = rc < 0 && s->commit.log_release ? sched_smap_del(&s->unkept, who) : NULL;
     if (again) { /* released before, but its record was not kept: write it now */
         snprintf(uid, sizeof uid, "%s", again);
         snprintf(name, sizeof name, "%s", who);
@@ -552,8 +550,8 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     if (lrc < 0 && name[0]) { /* a release asked again writes the record then */
         char *u = strdup(uid);
         pthread_mutex_lock(&s->mu);
-        free(smap_del(&s->unkept, name));
-        if (u && smap_put(&s->unkept, name, u) < 0)
+        free(sched_smap_del(&s->unkept, name));
+        if (u && sched_smap_put(&s->unkept, name, u) < 0)
             free(u);
         pthread_mutex_unlock(&s->mu);
     }
@@ -605,6 +603,21 @@ static void lock_observe(struct ext_sched *s, struct pod *p, const json_t *ann)
     }
 }
 
+/* A pod bound to node without an assignment: its CPU, memory and pod slot
+ * count there (ext/sched_usage.c), as kube-scheduler counts them. One the
+ * pod parser refuses counts nothing. */
+static void count_other(struct ext_sched *s, const json_t *pod, const char *uid,
+                        const char *node)
+{
+    struct core_pod cp;
+    if (core_alloc_find(s->c, uid) || core_pod_parse(pod, s->opts.names, &cp, NULL) < 0) {
+        sched_usage_drop(s, uid);
+        return;
+    }
+    sched_usage_put(s, uid, node, cp.req.cpu_milli, cp.req.mem_bytes);
+    core_pod_clear(&cp);
+}
+
 static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
 {
     const char *uid, *ns, *name;
@@ -617,6 +630,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     if ((p = sched_smap_get(&s->pods, uid)))
         p->seq = ++s->seq; /* seen (ext_sched_replace_pods counts on it) */
     if (deleted || kube_pod_done(pod)) {
+        sched_usage_drop(s, uid);
         freed = core_unreserve(s->c, uid, NULL) == 0;
         if ((p = sched_smap_get(&s->pods, uid)))
             forget(s, p);
@@ -627,6 +641,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
     const json_t *node = json_object_get(json_object_get(pod, "spec"), "nodeName");
     if (ext_annot_node(ann, s->opts.names->annot_prefix)) {
+        sched_usage_drop(s, uid); /* its allocation counts it */
         if ((p = sched_remember(s, pod))) {
             p->unschedulable = 0;
             restore_pod(s, p);
@@ -635,11 +650,14 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         return 0;
     }
     if (json_is_string(node) && *json_string_value(node)) {
-        /* running without an assignment: not a GPU pod of ours */
+        /* running without an assignment: not a GPU pod of ours, but what
+         * it asks counts on its node */
         if ((p = sched_smap_get(&s->pods, uid)) && !core_alloc_find(s->c, uid))
             forget(s, p);
+        count_other(s, pod, uid, json_string_value(node));
         return 0;
     }
+    sched_usage_drop(s, uid);
     /* pending without an assignment: an allocation it still holds came from
      * annotations that are gone (a failed bind was undone), unless a bind is
      * committing it right now or committed it (then this view predates the
@@ -725,6 +743,7 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         if (!keeps_through_relist(it->val) || !core_alloc_find(s->c, it->key))
             forget(s, it->val);
     }
+    sched_usage_clear(s); /* the list counts them again */
     unsigned long before = s->seq;
     json_array_foreach(items, i, pod) observe_locked(s, pod, 0);
     for (int k = 0; k < n_gone; k++) { /* restored, or to be: counted again */
@@ -875,8 +894,9 @@ int sched_upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *
     if (core_cluster_node_count(s->c) != before)
         s->node_gen++;
     if (rc == 0) {
+        sched_usage_push(s, spec.name); /* a new node: its pods may have come first */
         struct node_info *t = sched_smap_get(&s->inv, spec.name);
-        if (!t && (t = calloc(1, sizeof *t)) && smap_put(&s->inv, spec.name, t) < 0) {
+        if (!t && (t = calloc(1, sizeof *t)) && sched_smap_put(&s->inv, spec.name, t) < 0) {
             free(t);
             t = NULL;
         }
@@ -898,7 +918,7 @@ static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e
     int rc = core_cluster_remove_node(s->c, name, e);
     if (rc == 0)
         s->node_gen++;
-    struct node_info *t = smap_del(&s->inv, name);
+    struct node_info *t = sched_smap_del(&s->inv, name);
     if (t)
         s->n_devcap -= t->cap.known;
     free(t);
@@ -940,7 +960,7 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items)
             bad++;
         }
         if (name && !sched_smap_get(&keep, name))
-            smap_put(&keep, name, (void *)1);
+            sched_smap_put(&keep, name, (void *)1);
     }
     for (int k = core_cluster_node_count(s->c) - 1; k >= 0; k--) {
         char *name = strdup(core_cluster_node(s->c, k)->name);
@@ -949,7 +969,7 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items)
         }
         free(name);
     }
-    SMAP_FOREACH(&keep, it) smap_del(&keep, it->key);
+    SMAP_FOREACH(&keep, it) sched_smap_del(&keep, it->key);
     free(keep.b);
     retry_restores(s);
     pthread_mutex_unlock(&s->mu);

@@ -36,6 +36,15 @@ static json_t *gpu_detail(const struct core_node *n)
     return gpus;
 }
 
+/* The node's CPU, memory and pod slots as the filters see them: what the
+ * GPU pods placed here and the other pods (ext/sched_usage.c) leave. */
+static json_t *host_detail(const struct core_node *n)
+{
+    return json_pack("{s:I, s:I, s:i, s:i}", "free_cpu_milli", (json_int_t)n->free_cpu_milli,
+                     "free_memory_mib", (json_int_t)(n->free_mem_bytes >> 20), "pods", n->n_pods,
+                     "other_pods", n->others_pods);
+}
+
 /* The GPUs the policy would give the pod on n ("would_get": indices) and,
  * for two or more whole or shared GPUs, the weakest link between them
  * ("weakest_link"): what decides between nodes scored equal
@@ -96,11 +105,12 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
         if (sched_node_fits(s, n, &pod, &st))
             fit[nf++] = n;
         else
-            json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "node",
-                                                   n->name, "fits", 0, "code",
+            json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o, s:o}",
+                                                   "node", n->name, "fits", 0, "code",
                                                    core_code_name(st.code), "filter",
                                                    st.plugin ? st.plugin : "", "reason",
-                                                   st.reason, "gpus", gpu_detail(n)));
+                                                   st.reason, "gpus", gpu_detail(n), "host",
+                                                   host_detail(n)));
     }
     int scored = nf && core_score(s->c, pol, &pod, fit, nf, sc, &e) == 0, best = -1;
     for (int i = 0; i < nf && scored; i++) /* positions, for the policy's choice */
@@ -110,11 +120,11 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
         has_soft = core_soft_at(s->c, &pod, at, nf, soft, &e) > 0;
     }
     for (int i = 0; i < nf && scored; i++) {
-        json_t *entry = json_pack("{s:s, s:b, s:i, s:i, s:o}", "node", fit[i]->name, "fits", 1,
-                                  "score", sc[i], "extender_score",
+        json_t *entry = json_pack("{s:s, s:b, s:i, s:i, s:o, s:o}", "node", fit[i]->name,
+                                  "fits", 1, "score", sc[i], "extender_score",
                                   sched_extender_score(sc[i], best < 0 ? 0 : sc[best],
                                                        i == best), "gpus",
-                                  gpu_detail(fit[i]));
+                                  gpu_detail(fit[i]), "host", host_detail(fit[i]));
         if (has_soft) /* the pod's soft preferences, which come before the score */
             json_object_set_new(entry, "preference", json_integer(soft[i]));
         would_get(s->c, pol, fit[i], &pod, entry);

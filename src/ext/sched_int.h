@@ -74,6 +74,7 @@ struct ext_sched {
     struct smap pods;     /* uid -> struct pod */
     struct pod *oldest, *newest; /* the pods, least recently remembered first */
     struct smap inv;      /* node name -> struct node_info */
+    struct smap usage_pods, usage_nodes; /* pods without GPUs of ours (sched_usage.c) */
     struct smap unkept;   /* "ns/name" -> uid (malloc'd) of a release whose journal record
                              was not kept: free here, held on disk until released again */
     struct ext_nodelock *lock; /* one pending GPU pod per node (cluster mode), or NULL */
@@ -117,10 +118,36 @@ struct sched_podaff;
 void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod);
 void sched_podaff_free(struct sched_podaff *pa);
 
+/* ---- what pods without GPUs of ours take (ext/sched_usage.c) ----------------
+ * Lock held for all of them. */
+
+/* Pod uid, which holds no allocation, is bound to node and asks cpu and
+ * mem: counted there (moved, if it was counted elsewhere). */
+void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int64_t cpu,
+                     int64_t mem);
+/* Pod uid no longer counts (done, deleted, or it holds an allocation). */
+void sched_usage_drop(struct ext_sched *s, const char *uid);
+/* Forgets every pod (a relist counts them again). */
+void sched_usage_clear(struct ext_sched *s);
+/* Gives the core node's sums (after the node joined the core). */
+void sched_usage_push(struct ext_sched *s, const char *node);
+/* Has the core count node's others less the pods uids[0..n) (a preemption's
+ * victims); sched_usage_push puts them back. */
+void sched_usage_without(struct ext_sched *s, const char *node, const char *const *uids, int n);
+
 /* ---- state (ext/sched.c) --------------------------------------------------- */
 
 /* The value stored under k, or NULL. */
 void *sched_smap_get(const struct smap *m, const char *k);
+/* Stores v under k (a copy of k; k must not be there yet). -1 out of memory. */
+int sched_smap_put(struct smap *m, const char *k, void *v);
+/* Removes k and returns its value, or NULL. */
+void *sched_smap_del(struct smap *m, const char *k);
+/* Every entry; the loop may delete the entry it is at. */
+#define SMAP_FOREACH(m, it)                                                    \
+    for (size_t i_##it = 0; i_##it < (m)->nb; i_##it++)                        \
+        for (struct entry *it = (m)->b[i_##it], *nx_##it; it && ((nx_##it = it->next), 1); \
+             it = nx_##it)
 /* Counts one decision of a verb in gpusched_extender_decisions_total. */
 void sched_decision(struct ext_sched *s, const char *verb, const char *result);
 /* The wall clock, in seconds. */

@@ -55,6 +55,8 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             }
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
         }
+        /* and its victims without GPUs (ext/sched_usage.c) */
+        sched_usage_without(s, v->node, v->uids, v->n);
         struct core_alloc *more = NULL;
         int nmore = 0;
         if (pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
@@ -83,6 +85,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         for (int k = 0; k < nsaved; k++)
             core_reserve_back(s->c, &saved[k], NULL);
         free(saved);
+        sched_usage_push(s, v->node);
         if (ok && json_array_size(pods) > 0)
             json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
                                                         "NumPDBViolations",

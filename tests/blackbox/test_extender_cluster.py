@@ -626,3 +626,66 @@ def _get(url, ca):
         return requests.get(url, verify=ca, timeout=2)
     except requests.exceptions.ConnectionError:
         return None
+
+
+def test_pods_without_gpus_take_their_nodes_cpu(gpusched_bin, api, tmp_path):
+    """A pod bound without an assignment (a CPU-only pod, a DaemonSet's) takes its CPU,
+    memory and pod slot on its node, as kube-scheduler counts them: the filters and
+    the policy see what it leaves, until it ends; a restart counts it again from the
+    list; /preempt counts kube-scheduler's victims without GPUs as gone."""
+    cpu = [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "60", "memory": "100Gi"}}}]
+    api.add_pod("default", "web", containers=cpu, node="g1", phase="Running")
+    gpu = [{"name": "c", "image": "cuda", "resources": {"requests": {"cpu": "8"},
+                                                      "limits": {"nvidia.com/gpu": "1"}}}]
+    api.add_pod("default", "train", containers=gpu)
+    web_uid = api.get("pods", "web", "default")["metadata"]["uid"]
+
+    def hosts(e):
+        r = e.debug(api.get("pods", "train", "default"))
+        assert r.status_code == 200, r.text
+        return {n["node"]: n["host"] for n in r.json()["nodes"]}
+
+    def check_counted(e):
+        wait_for(lambda: hosts(e)["g1"]["other_pods"] == 1, what="web counted on g1")
+        h = hosts(e)
+        assert h["g1"] == {"free_cpu_milli": 4000, "free_memory_mib": 412 * 1024, "pods": 1,
+                           "other_pods": 1}, h
+        assert h["g2"]["free_cpu_milli"] == 64000 and h["g2"]["other_pods"] == 0, h
+        f = e.filter(api.get("pods", "train", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == ["g2"], f
+        assert "node has 4000m CPU free of 64000m, pod needs 8000m" in f["FailedNodes"]["g1"]
+
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        check_counted(e)
+        # kube-scheduler's victims without GPUs count as gone for /preempt, and
+        # nothing stays taken off afterwards
+        high = api.get("pods", "train", "default")
+        high["spec"]["priority"] = 1000
+        r = e.post("preempt", {"Pod": high, "NodeNameToMetaVictims": {
+            "g1": {"Pods": [{"UID": web_uid}], "NumPDBViolations": 0}}})
+        assert r.json()["NodeNameToMetaVictims"]["g1"]["Pods"] == [{"UID": web_uid}], r.text
+        r = e.post("preempt", {"Pod": high, "NodeNameToMetaVictims": {
+            "g1": {"Pods": [], "NumPDBViolations": 0}}})
+        assert r.json()["NodeNameToMetaVictims"] == {}, r.text
+        check_counted(e)
+    finally:
+        e.stop()
+    e = start(gpusched_bin, api, tmp_path)  # the list counts it again
+    try:
+        check_counted(e)
+        api.update("pods", "web", "default",
+                   fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: hosts(e)["g1"]["free_cpu_milli"] == 64000, what="web's CPU freed")
+        assert hosts(e)["g1"]["pods"] == 0
+        # moved to g2 (a new pod object under the same UID does not happen; a
+        # delete and a new pod does)
+        api.add_pod("default", "batch", containers=cpu, node="g2", phase="Pending")
+        wait_for(lambda: hosts(e)["g2"]["other_pods"] == 1, what="batch counted on g2")
+        node, r = schedule(e, api, "train")
+        assert node == "g1" and r.status_code == 200, (node, r.text)
+        api.delete("pods", "batch", "default")
+        wait_for(lambda: hosts(e)["g2"]["free_cpu_milli"] == 64000, what="batch's CPU freed")
+    finally:
+        e.stop()

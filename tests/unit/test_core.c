@@ -24,10 +24,11 @@ static void check_invariants(struct core_cluster *c)
                 gmem[a->gpu[g]] += a->mem_mib[g];
             }
         }
-        ASSERT_EQ(n->free_cpu_milli, n->cpu_milli - cpu);
-        ASSERT_EQ(n->free_mem_bytes, n->mem_bytes - mem);
-        ASSERT_EQ(n->n_pods, pods);
-        ASSERT_TRUE(n->free_cpu_milli >= 0 && n->free_mem_bytes >= 0);
+        ASSERT_EQ(n->free_cpu_milli, n->cpu_milli - cpu - n->others_cpu_milli);
+        ASSERT_EQ(n->free_mem_bytes, n->mem_bytes - mem - n->others_mem_bytes);
+        ASSERT_EQ(n->n_pods, pods + n->others_pods);
+        ASSERT_TRUE(n->free_cpu_milli + n->others_cpu_milli >= 0 &&
+                    n->free_mem_bytes + n->others_mem_bytes >= 0);
         for (int g = 0; g < n->n_gpus; g++) {
             ASSERT_EQ(n->gpus[g].free_milli, 1000 - milli[g]);
             ASSERT_EQ(n->gpus[g].free_mem_mib, n->gpus[g].mem_mib - gmem[g]);
@@ -485,6 +486,107 @@ static void test_reserve(void)
     ASSERT_EQ(core_cluster_remove_node(c, "n", &e), 0);
     ASSERT_TRUE(core_alloc_find(c, "w") == NULL);
     core_cluster_free(c);
+}
+
+/* Pods the core holds no allocation for (the extender's CPU-only and
+ * foreign pods) take CPU, memory and pod slots that the filters and the
+ * scores see, and never make a placement already made fail. */
+static void test_others(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_status st;
+    tc_node(c, "n", 16000, 64, 4, "A100", 40960);
+    struct core_node *n = core_cluster_find(c, "n");
+    struct core_pod big = tc_pod("big", CORE_REQ_WHOLE, 1, 0, 0, 6000);
+    struct core_pod small = tc_pod("small", CORE_REQ_WHOLE, 1, 0, 0, 3000);
+    big.req.mem_bytes = (int64_t)20 << 30;
+    struct core_alloc a; /* chosen before the others came */
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), n, &big, &a, &e), 0);
+    uint64_t gen = n->generation;
+    ASSERT_EQ(core_cluster_set_others(c, "n", 12000, (int64_t)48 << 30, 3, &e), 0);
+    ASSERT_TRUE(n->generation != gen);
+    ASSERT_EQ(n->free_cpu_milli, 4000);
+    ASSERT_EQ(n->free_mem_bytes, (int64_t)16 << 30);
+    ASSERT_EQ(n->n_pods, 3);
+    gen = n->generation; /* the same again changes nothing */
+    ASSERT_EQ(core_cluster_set_others(c, "n", 12000, (int64_t)48 << 30, 3, &e), 0);
+    ASSERT_EQ(n->generation, gen);
+
+    ASSERT_TRUE(!core_filter(c, n, &big, &st));
+    ASSERT_CONTAINS(st.reason, "node has 4000m CPU free of 16000m, pod needs 6000m");
+    ASSERT_EQ(st.code, CORE_UNSCHEDULABLE);
+    ASSERT_TRUE(core_filter(c, n, &small, NULL));
+    big.req.cpu_milli = 1000;
+    ASSERT_TRUE(!core_filter(c, n, &big, &st));
+    ASSERT_CONTAINS(st.reason, "16384 MiB memory free of 65536 MiB");
+    big.req.cpu_milli = 6000;
+
+    /* an assignment made already (a restore, a bind kube-scheduler chose)
+     * is taken even where the others leave too little */
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    ASSERT_EQ(n->free_cpu_milli, -2000);
+    ASSERT_EQ(n->n_pods, 4);
+    check_invariants(c);
+    ASSERT_TRUE(!core_filter(c, n, &small, &st));
+    /* a node update keeps both */
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
+    n = core_cluster_find(c, "n");
+    ASSERT_EQ(n->others_cpu_milli, 12000);
+    ASSERT_EQ(n->free_cpu_milli, -2000);
+    check_invariants(c);
+    ASSERT_EQ(core_cluster_set_others(c, "n", 0, 0, 0, &e), 0);
+    ASSERT_EQ(n->free_cpu_milli, 10000);
+    ASSERT_EQ(n->free_mem_bytes, (int64_t)44 << 30);
+    ASSERT_EQ(n->n_pods, 1);
+    check_invariants(c);
+    ASSERT_EQ(core_cluster_set_others(c, "nowhere", 1, 1, 1, &e), -GS_ENOENT);
+    ASSERT_EQ(core_cluster_set_others(c, "n", -1, 0, 0, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "node n");
+    ASSERT_EQ(n->free_cpu_milli, 10000);
+
+    /* pod slots: kubelet's max pods counts every pod */
+    struct core_node_spec s;
+    memset(&s, 0, sizeof s);
+    s.name = "slots";
+    s.cpu_milli = 64000;
+    s.mem_bytes = (int64_t)64 << 30;
+    s.max_pods = 2;
+    s.n_gpus = 1;
+    snprintf(s.gpus[0].uuid, sizeof s.gpus[0].uuid, "GPU-slots");
+    snprintf(s.gpus[0].model, sizeof s.gpus[0].model, "A100");
+    s.gpus[0].mem_mib = 40960;
+    s.gpus[0].healthy = 1;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+    struct core_node *sl = core_cluster_find(c, "slots");
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), sl, &small, &a, &e), 0);
+    ASSERT_EQ(core_cluster_set_others(c, "slots", 0, 0, 2, &e), 0);
+    ASSERT_TRUE(!core_filter(c, sl, &small, &st));
+    ASSERT_CONTAINS(st.reason, "already runs 2 of 2 pods");
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    check_invariants(c);
+    core_cluster_free(c);
+
+    /* the policies see them: two empty 8-GPU nodes, one whose CPU other
+     * pods have taken; with a workload of 8-core GPU pods, cpufrag and fgd
+     * put a 1-core GPU pod on the GPUs that node's CPU can no longer feed,
+     * both ways round (alike, the seeded rank would pick one node twice) */
+    for (int round = 0; round < 2; round++)
+        for (int pol = 0; pol < 2; pol++) {
+            const char *name = pol ? "fgd" : "cpufrag";
+            c = core_cluster_new();
+            tc_node(c, "x", 64000, 256, 8, "A100", 40960);
+            tc_node(c, "y", 64000, 256, 8, "A100", 40960);
+            struct core_class k = {8000, 1, 1000, "", 1};
+            ASSERT_EQ(core_cluster_set_workload(c, &k, 1, 1.0, &e), 0);
+            const char *busy = round ? "y" : "x";
+            ASSERT_EQ(core_cluster_set_others(c, busy, 60000, (int64_t)16 << 30, 12, &e), 0);
+            struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+            struct core_decision d;
+            ASSERT_EQ(core_schedule_one(c, core_policy_find(name), &p, &d, &e), 0);
+            ASSERT_STREQ(d.node->name, busy);
+            core_cluster_free(c);
+        }
 }
 
 static void test_mig(void)
@@ -1158,6 +1260,7 @@ int test_core(void)
     test_soft_preferences();
     test_pod_terms_first();
     test_reserve();
+    test_others();
     test_mig();
     test_churn();
     test_topology();

@@ -1,0 +1,121 @@
+/*
+ * ext/sched_usage.c - the CPU, memory and pod slots that the pods holding
+ * no GPUs of ours take on each node.
+ *
+ * kube-scheduler and kubelet count every pod bound to a node against its
+ * allocatable: DaemonSets, CPU-only jobs, pods another scheduler or a user
+ * placed. The core counts the allocations the extender holds, so without
+ * the others a node whose CPU they had taken looked empty: cpufrag's
+ * stranded-CPU term and FGD's fragmentation saw its GPUs as usable by pods
+ * that need CPU, which is what those policies exist to tell apart. Here
+ * each such pod is kept by UID with its node and what it asks, summed per
+ * node, and the sums go to the core (core_cluster_set_others). A pod counts
+ * from when it names a node until it is done (kube_pod_done) or deleted.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "ext/sched_int.h"
+
+struct usage_node {        /* s->usage_nodes: node name -> sums */
+    int64_t cpu, mem;
+    int pods;
+    char name[];
+};
+
+struct usage_pod {         /* s->usage_pods: uid -> what one pod asks */
+    struct usage_node *node;
+    int64_t cpu, mem;
+};
+
+static void push(struct ext_sched *s, const char *node, const struct usage_node *u)
+{
+    /* a node not in the core yet gets its sums when it comes
+     * (sched_usage_push) */
+    core_cluster_set_others(s->c, node, u ? u->cpu : 0, u ? u->mem : 0, u ? u->pods : 0, NULL);
+}
+
+void sched_usage_push(struct ext_sched *s, const char *node)
+{
+    push(s, node, sched_smap_get(&s->usage_nodes, node));
+}
+
+void sched_usage_drop(struct ext_sched *s, const char *uid)
+{
+    struct usage_pod *p = sched_smap_del(&s->usage_pods, uid);
+    if (!p)
+        return;
+    struct usage_node *u = p->node;
+    u->cpu -= p->cpu;
+    u->mem -= p->mem;
+    free(p);
+    if (--u->pods > 0) {
+        push(s, u->name, u);
+        return;
+    }
+    sched_smap_del(&s->usage_nodes, u->name);
+    push(s, u->name, NULL);
+    free(u);
+}
+
+void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int64_t cpu,
+                     int64_t mem)
+{
+    struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
+    if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem)
+        return; /* the usual case: a status update */
+    sched_usage_drop(s, uid);
+    struct usage_node *u = sched_smap_get(&s->usage_nodes, node);
+    if (!u) {
+        size_t len = strlen(node) + 1;
+        if (!(u = calloc(1, sizeof *u + len)))
+            return;
+        memcpy(u->name, node, len);
+        if (sched_smap_put(&s->usage_nodes, node, u) < 0) {
+            free(u);
+            return;
+        }
+    }
+    if (!(p = malloc(sizeof *p)) || sched_smap_put(&s->usage_pods, uid, p) < 0) {
+        free(p);
+        if (!u->pods) {
+            sched_smap_del(&s->usage_nodes, node);
+            free(u);
+        }
+        return;
+    }
+    *p = (struct usage_pod){u, cpu, mem};
+    u->cpu += cpu;
+    u->mem += mem;
+    u->pods++;
+    push(s, node, u);
+}
+
+void sched_usage_clear(struct ext_sched *s)
+{
+    SMAP_FOREACH(&s->usage_pods, it) free(sched_smap_del(&s->usage_pods, it->key));
+    SMAP_FOREACH(&s->usage_nodes, it)
+    {
+        struct usage_node *u = sched_smap_del(&s->usage_nodes, it->key);
+        push(s, u->name, NULL);
+        free(u);
+    }
+}
+
+void sched_usage_without(struct ext_sched *s, const char *node, const char *const *uids, int n)
+{
+    struct usage_node *u = sched_smap_get(&s->usage_nodes, node);
+    if (!u)
+        return;
+    struct usage_node less = *u;
+    for (int i = 0; i < n; i++) {
+        const struct usage_pod *p = sched_smap_get(&s->usage_pods, uids[i]);
+        if (p && p->node == u) {
+            less.cpu -= p->cpu;
+            less.mem -= p->mem;
+            less.pods--;
+        }
+    }
+    push(s, node, &less);
+}
