@@ -1,7 +1,8 @@
 /* tests/unit/test_ext_memo.c - kept /filter and /prioritize answers
  * (ext/memo.h): the pod key tells apart every pod the filters or scores
  * could tell apart, and after every kind of change (bind, release, node
- * added, removed, updated, gone stale, quota) the answer from a kept entry
+ * added, removed, updated, gone stale, quota, a pod without GPUs bound
+ * or ended) the answer from a kept entry
  * is byte for byte the answer to the same question asked afresh. */
 #include <stdlib.h>
 #include <time.h>
@@ -348,6 +349,25 @@ static void test_sched(void)
     j = ask(s, EXT_MEMO_FILTER, p1, 1);
     ASSERT_STREQ(where(j, "n2"), "fit");
     json_decref(j);
+
+    /* a pod without GPUs bound to n2 takes its CPU (ext/sched_usage.c), and
+     * gives it back when it ends */
+    const char *cpu4 = POD("c4", CTR("\"nvidia.com/gpu\":\"1\",\"cpu\":\"4\""));
+    json_decref(ask(s, EXT_MEMO_PRIORITIZE, cpu4, 1));
+    json_t *web = json_loads(POD("web", "\"nodeName\":\"n2\"," CTR("\"cpu\":\"6\"")), 0, NULL);
+    ext_sched_observe_pod(s, web, 0);
+    j = ask(s, EXT_MEMO_FILTER, cpu4, 1);
+    ASSERT_STREQ(where(j, "n2"), "now: node has 2000m CPU free of 8000m, pod needs 4000m");
+    ASSERT_STREQ(where(j, "n1"), "fit");
+    json_decref(j);
+    json_decref(ask(s, EXT_MEMO_PRIORITIZE, cpu4, 1));
+    json_object_set_new(web, "status", json_pack("{s:s}", "phase", "Succeeded"));
+    ext_sched_observe_pod(s, web, 0);
+    j = ask(s, EXT_MEMO_FILTER, cpu4, 1);
+    ASSERT_STREQ(where(j, "n2"), "fit");
+    json_decref(j);
+    json_decref(ask(s, EXT_MEMO_PRIORITIZE, cpu4, 1));
+    json_decref(web);
     ext_sched_free(s);
 
     /* top-k is per request as well */
