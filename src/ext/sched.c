@@ -614,7 +614,7 @@ static void count_other(struct ext_sched *s, const json_t *pod, const char *uid,
         sched_usage_drop(s, uid);
         return;
     }
-    sched_usage_put(s, uid, node, cp.req.cpu_milli, cp.req.mem_bytes);
+    sched_usage_put(s, pod, uid, node, cp.req.cpu_milli, cp.req.mem_bytes);
     core_pod_clear(&cp);
 }
 

@@ -123,14 +123,20 @@ void sched_podaff_free(struct sched_podaff *pa);
 
 /* Pod uid, which holds no allocation, is bound to node and asks cpu and
  * mem: counted there (moved, if it was counted elsewhere). */
-void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int64_t cpu,
-                     int64_t mem);
+void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, const char *node,
+                     int64_t cpu, int64_t mem);
 /* Pod uid no longer counts (done, deleted, or it holds an allocation). */
 void sched_usage_drop(struct ext_sched *s, const char *uid);
 /* Forgets every pod (a relist counts them again). */
 void sched_usage_clear(struct ext_sched *s);
 /* Gives the core node's sums (after the node joined the core). */
 void sched_usage_push(struct ext_sched *s, const char *node);
+/* Calls fn for every pod counted, with a Pod object that holds its
+ * namespace and labels; stops at the first non-zero fn returns, and
+ * returns it. */
+int sched_usage_each(struct ext_sched *s,
+                     int (*fn)(void *ud, const char *uid, const char *node, const json_t *pod),
+                     void *ud);
 /* Has the core count node's others less the pods uids[0..n) (a preemption's
  * victims); sched_usage_push puts them back. */
 void sched_usage_without(struct ext_sched *s, const char *node, const char *const *uids, int n);

@@ -8,11 +8,12 @@
  * prefers its replicas on different nodes would have them packed on one.
  * So the core ranks nodes by the pod's terms before its policy
  * (core/framework.c, soft preferences), and this file gives it what each
- * node's score is made of: for each term, the GPU pods this replica holds
- * an allocation for whose node is in the node's topology domain (same value
- * of the term's topologyKey) and that the term picks. Pods without GPUs are
- * not held here and do not count, nor do the terms of the pods already
- * placed (kube-scheduler's symmetric half of InterPodAffinity).
+ * node's score is made of: for each term, the pods bound to a node in the
+ * node's topology domain (same value of the term's topologyKey) that the
+ * term picks: the GPU pods this replica holds an allocation for and the
+ * pods without GPUs of ours (sched_usage.c), as kube-scheduler counts every
+ * pod. The terms of the pods already placed (kube-scheduler's symmetric
+ * half of InterPodAffinity) do not count.
  *
  * The counts per domain are built once per pod and cluster version (one
  * decision asks for every candidate node) and kept in s->podaff.
@@ -81,6 +82,36 @@ static int cmp_sum(const void *a, const void *b)
     return strcmp(((const struct podaff_sum *)a)->value, ((const struct podaff_sum *)b)->value);
 }
 
+/* Adds a placed pod (a Pod object: namespace and labels) on node to the
+ * counts of each term of pod that picks it. 0, or -1 out of memory. */
+static int add_pod(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod,
+                   const char *node, const json_t *other)
+{
+    const struct core_node *m = core_cluster_find(s->c, node);
+    for (int t = 0; m && t < pod->n_pod_terms; t++) {
+        const struct core_pod_term *pt = &pod->pod_terms[t];
+        const char *v = core_node_label(m, pt->topology_key);
+        if (v && core_pod_term_picks(pod, pt, other) && add(&pa->terms[t], v) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+struct other_ctx {
+    struct ext_sched *s;
+    struct sched_podaff *pa;
+    const struct core_pod *pod;
+};
+
+/* sched_usage_each: a pod without GPUs of ours */
+static int add_other(void *ud, const char *uid, const char *node, const json_t *other)
+{
+    struct other_ctx *x = ud;
+    if (strcmp(uid, x->pod->uid) == 0)
+        return 0;
+    return add_pod(x->s, x->pa, x->pod, node, other);
+}
+
 /* The counts for pod at the cluster's version: 0, or -1 out of memory (the
  * terms then count nothing). */
 static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
@@ -97,17 +128,16 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
     for (int i = 0; i < n; i++) {
         const struct core_alloc *a = core_cluster_alloc(s->c, i);
         const struct pod *p = sched_smap_get(&s->pods, a->pod_uid);
-        const struct core_node *m = core_cluster_find(s->c, a->node);
-        if (!p || !p->obj || !m || strcmp(a->pod_uid, pod->uid) == 0)
+        if (!p || !p->obj || strcmp(a->pod_uid, pod->uid) == 0)
             continue;
-        for (int t = 0; t < pod->n_pod_terms; t++) {
-            const struct core_pod_term *pt = &pod->pod_terms[t];
-            const char *v = core_node_label(m, pt->topology_key);
-            if (v && core_pod_term_picks(pod, pt, p->obj) && add(&pa->terms[t], v) < 0) {
-                podaff_clear(pa);
-                return -1;
-            }
+        if (add_pod(s, pa, pod, a->node, p->obj) < 0) {
+            podaff_clear(pa);
+            return -1;
         }
+    }
+    if (sched_usage_each(s, add_other, &(struct other_ctx){s, pa, pod}) < 0) {
+        podaff_clear(pa);
+        return -1;
     }
     for (int t = 0; t < pa->n_terms; t++) /* for bsearch in count() */
         if (pa->terms[t].n > 1) /* (qsort must not get NULL, even for 0) */

@@ -11,6 +11,8 @@
  * each such pod is kept by UID with its node and what it asks, summed per
  * node, and the sums go to the core (core_cluster_set_others). A pod counts
  * from when it names a node until it is done (kube_pod_done) or deleted.
+ * Its namespace and labels are kept too: preferred pod (anti-)affinity and
+ * spread terms pick such pods as kube-scheduler does (sched_podaff.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +29,29 @@ struct usage_node {        /* s->usage_nodes: node name -> sums */
 struct usage_pod {         /* s->usage_pods: uid -> what one pod asks */
     struct usage_node *node;
     int64_t cpu, mem;
+    json_t *meta;          /* {"metadata": {"namespace", "labels"}}: what pod
+                              (anti-)affinity terms match (sched_podaff.c) */
 };
+
+static void usage_pod_free(struct usage_pod *p)
+{
+    if (p)
+        json_decref(p->meta);
+    free(p);
+}
+
+/* The part of a Pod object that core_pod_term_picks reads. */
+static json_t *meta_of(const json_t *pod)
+{
+    const json_t *md = json_object_get(pod, "metadata");
+    const json_t *ns = json_object_get(md, "namespace"), *labels = json_object_get(md, "labels");
+    json_t *m = json_object();
+    if (json_is_string(ns))
+        json_object_set(m, "namespace", (json_t *)ns);
+    if (json_is_object(labels) && json_object_size(labels))
+        json_object_set(m, "labels", (json_t *)labels);
+    return json_pack("{s:o}", "metadata", m);
+}
 
 static void push(struct ext_sched *s, const char *node, const struct usage_node *u)
 {
@@ -49,7 +73,7 @@ void sched_usage_drop(struct ext_sched *s, const char *uid)
     struct usage_node *u = p->node;
     u->cpu -= p->cpu;
     u->mem -= p->mem;
-    free(p);
+    usage_pod_free(p);
     if (--u->pods > 0) {
         push(s, u->name, u);
         return;
@@ -59,12 +83,21 @@ void sched_usage_drop(struct ext_sched *s, const char *uid)
     free(u);
 }
 
-void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int64_t cpu,
-                     int64_t mem)
+void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, const char *node,
+                     int64_t cpu, int64_t mem)
 {
     struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
-    if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem)
-        return; /* the usual case: a status update */
+    if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem) {
+        /* the usual case: a status update; labels may have changed */
+        json_t *m = meta_of(pod);
+        if (m && !json_equal(m, p->meta)) {
+            json_decref(p->meta);
+            p->meta = m;
+        } else {
+            json_decref(m);
+        }
+        return;
+    }
     sched_usage_drop(s, uid);
     struct usage_node *u = sched_smap_get(&s->usage_nodes, node);
     if (!u) {
@@ -77,7 +110,9 @@ void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int
             return;
         }
     }
-    if (!(p = malloc(sizeof *p)) || sched_smap_put(&s->usage_pods, uid, p) < 0) {
+    json_t *meta = meta_of(pod);
+    if (!meta || !(p = malloc(sizeof *p)) || sched_smap_put(&s->usage_pods, uid, p) < 0) {
+        json_decref(meta);
         free(p);
         if (!u->pods) {
             sched_smap_del(&s->usage_nodes, node);
@@ -85,7 +120,7 @@ void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int
         }
         return;
     }
-    *p = (struct usage_pod){u, cpu, mem};
+    *p = (struct usage_pod){u, cpu, mem, meta};
     u->cpu += cpu;
     u->mem += mem;
     u->pods++;
@@ -94,7 +129,7 @@ void sched_usage_put(struct ext_sched *s, const char *uid, const char *node, int
 
 void sched_usage_clear(struct ext_sched *s)
 {
-    SMAP_FOREACH(&s->usage_pods, it) free(sched_smap_del(&s->usage_pods, it->key));
+    SMAP_FOREACH(&s->usage_pods, it) usage_pod_free(sched_smap_del(&s->usage_pods, it->key));
     SMAP_FOREACH(&s->usage_nodes, it)
     {
         struct usage_node *u = sched_smap_del(&s->usage_nodes, it->key);
@@ -118,4 +153,18 @@ void sched_usage_without(struct ext_sched *s, const char *node, const char *cons
         }
     }
     push(s, node, &less);
+}
+
+int sched_usage_each(struct ext_sched *s,
+                     int (*fn)(void *ud, const char *uid, const char *node, const json_t *pod),
+                     void *ud)
+{
+    SMAP_FOREACH(&s->usage_pods, it)
+    {
+        const struct usage_pod *p = it->val;
+        int rc = fn(ud, it->key, p->node->name, p->meta);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }

@@ -689,3 +689,46 @@ def test_pods_without_gpus_take_their_nodes_cpu(gpusched_bin, api, tmp_path):
         wait_for(lambda: hosts(e)["g2"]["free_cpu_milli"] == 64000, what="batch's CPU freed")
     finally:
         e.stop()
+
+
+def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
+    """Preferred pod (anti-)affinity picks pods without GPUs too, as kube-scheduler's
+    InterPodAffinity counts every pod: a GPU pod that prefers its CPU-only cache's
+    node goes there, one that prefers to avoid it goes to the other node."""
+    H = "kubernetes.io/hostname"
+    for n in ("h1", "h2"):
+        kw = node_kwargs(n)
+        kw["labels"] = {H: n}
+        api.add_node(n, **kw)
+    api.add_pod("default", "cache", node="h2", phase="Running", labels={"app": "cache"},
+                containers=[{"name": "c", "image": "x",
+                             "resources": {"requests": {"cpu": "1"}}}])
+
+    def prefers(name, kind):
+        p = pod(name, {"nvidia.com/gpu": "1"})
+        p["spec"]["affinity"] = {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": H}}]}}
+        return api.create("/api/v1/namespaces/default/pods", p)
+
+    near, away = prefers("near", "podAffinity"), prefers("away", "podAntiAffinity")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.debug(near).status_code == 200, what="pods seen")
+
+        def ranked(p):
+            r = e.post("prioritize", {"Pod": p, "NodeNames": ["h1", "h2"]})
+            assert r.status_code == 200, r.text
+            best = max(r.json(), key=lambda h: h["Score"])["Host"]
+            pref = {n["node"]: n.get("preference") for n in e.debug(p).json()["nodes"]}
+            return best, pref
+        best, pref = ranked(near)
+        assert best == "h2" and pref["h2"] > pref["h1"], (best, pref)
+        best, pref = ranked(away)
+        assert best == "h1" and pref["h1"] > pref["h2"], (best, pref)
+        # the cache ends: nothing picks any more, the two rank alike
+        api.update("pods", "cache", "default",
+                   fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: len(set(ranked(near)[1].values())) == 1, what="cache no longer counted")
+    finally:
+        e.stop()

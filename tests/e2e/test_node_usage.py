@@ -12,6 +12,8 @@ GPUs for pods that need CPU. Alike, the two use nodes would go by the seeded ran
 the test runs both ways round, and a choice that ignores the hog fails one of them.
 The extender's decision trace (/debug/pods) shows each node's free CPU as
 kube-scheduler counts it: allocatable less the requests of every pod bound there.
+A GPU pod with preferred pod affinity to a CPU-only pod goes to that pod's node,
+both ways round, as kube-scheduler's InterPodAffinity would have it.
 
 Pods on API-only nodes never start: asserted on bindings and annotations."""
 import pytest
@@ -75,5 +77,29 @@ def test_gpu_pod_goes_where_other_pods_stranded_the_gpus(usage, busy):
             want = 64000 - requested_cpu(c, node)
             assert hosts[node]["free_cpu_milli"] == want, (node, hosts[node], want)
         assert hosts[busy]["other_pods"] == 1 and hosts[busy]["pods"] == 2, hosts
+    finally:
+        c.force_delete_all(NS, "e2e=1")
+
+
+@pytest.mark.parametrize("near", USE)
+def test_gpu_pod_prefers_its_cpu_only_peer(usage, near):
+    """Preferred pod affinity to a pod without GPUs (a cache placed by its nodeName):
+    the extender counts it as kube-scheduler's InterPodAffinity does, so the GPU pod
+    goes to its node; alike, the rank would send it to the same node both times."""
+    c = usage
+    cache = scale.pod(f"cache-{near}", {"cpu": "100m", "memory": "64Mi"}, scheduler=None,
+                      labels={"e2e": "1", "app": f"cache-{near}"})
+    cache["spec"]["nodeName"] = near
+    p = scale.pod(f"near-{near}", {"nvidia.com/gpu": "1", "cpu": "1"})
+    p["spec"]["affinity"] = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": f"cache-{near}"}},
+            "topologyKey": HOSTNAME}}]}}
+    scale.create_pods(c, [cache])
+    try:
+        c.wait(lambda: requested_cpu(c, near) >= 100, 30, "cache bound")
+        scale.create_pods(c, [p])
+        got = bound(c, f"near-{near}")["spec"]["nodeName"]
+        assert got == near, f"near-{near} bound to {got}, not beside its cache on {near}"
     finally:
         c.force_delete_all(NS, "e2e=1")
