@@ -4,7 +4,8 @@
  * node selector, toleration, CPU, shared GPU memory) through a kept array
  * (all nodes, or part of them as /prioritize gets) and through a fresh one
  * (so kept /prioritize verdicts meet every change below), bind, release, a
- * node updated (healthy or not, labels, taint), removed or added, a quota set. Every change is made to a second
+ * node updated (healthy or not, labels, taint), removed or added, a quota set, a pod
+ * without GPUs bound (its CPU taken) or ended. Every change is made to a second
  * scheduler that keeps nothing (opts.no_keep) as well, and every answer
  * must be byte for byte its answer to the same request, and the answer
  * through the fresh array; abort() otherwise. An ask also sends
@@ -166,6 +167,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             }
             default:
+                if (b & 128) { /* a pod without GPUs bound to a node, or ended */
+                    char w[320];
+                    snprintf(w, sizeof w, "{\"metadata\":{\"name\":\"w%u\",\"namespace\":"
+                             "\"d\",\"uid\":\"w%u\"},\"spec\":{\"nodeName\":\"n%u\","
+                             "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
+                             "{\"cpu\":\"%u\"}}}]},\"status\":{\"phase\":\"%s\"}}", b % 3,
+                             b % 3, (b >> 2) % NODES, (b >> 4) & 3,
+                             b & 1 ? "Succeeded" : "Running");
+                    json_t *j = json_loads(w, 0, NULL);
+                    ext_sched_observe_pod(x, j, 0);
+                    json_decref(j);
+                    break;
+                }
                 ext_sched_check_inventory(x, 1e12, b); /* no updated_at: never stale */
                 break;
             }
