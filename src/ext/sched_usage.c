@@ -53,6 +53,23 @@ static json_t *meta_of(const json_t *pod)
     return json_pack("{s:o}", "metadata", m);
 }
 
+static int labels_empty(const json_t *l)
+{
+    return !json_is_object(l) || json_object_size(l) == 0;
+}
+
+/* Does meta (meta_of's) still say what pod says? */
+static int meta_same(const json_t *meta, const json_t *pod)
+{
+    const json_t *a = json_object_get(meta, "metadata"), *b = json_object_get(pod, "metadata");
+    const json_t *la = json_object_get(a, "labels"), *lb = json_object_get(b, "labels");
+    const char *na = json_string_value(json_object_get(a, "namespace"));
+    const char *nb = json_string_value(json_object_get(b, "namespace"));
+    if ((na == NULL) != (nb == NULL) || (na && strcmp(na, nb) != 0))
+        return 0;
+    return labels_empty(la) ? labels_empty(lb) : json_equal(la, lb);
+}
+
 static void push(struct ext_sched *s, const char *node, const struct usage_node *u)
 {
     /* a node not in the core yet gets its sums when it comes
@@ -89,12 +106,10 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
     struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
     if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem) {
         /* the usual case: a status update; labels may have changed */
-        json_t *m = meta_of(pod);
-        if (m && !json_equal(m, p->meta)) {
+        json_t *m = meta_same(p->meta, pod) ? NULL : meta_of(pod);
+        if (m) {
             json_decref(p->meta);
             p->meta = m;
-        } else {
-            json_decref(m);
         }
         return;
     }
