@@ -726,6 +726,18 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         assert best == "h2" and pref["h2"] > pref["h1"], (best, pref)
         best, pref = ranked(away)
         assert best == "h1" and pref["h1"] > pref["h2"], (best, pref)
+        # relabelled, the cache is picked no more once the cluster next changes
+        # (here another pod without GPUs comes to h1)
+        api.update("pods", "cache", "default",
+                   fn=lambda q: q["metadata"].__setitem__("labels", {"app": "old"}))
+        api.add_pod("default", "web", node="h1", phase="Running",
+                    containers=[{"name": "c", "image": "x",
+                                 "resources": {"requests": {"cpu": "1"}}}])
+        wait_for(lambda: len(set(ranked(near)[1].values())) == 1, what="cache relabelled")
+        api.update("pods", "cache", "default",
+                   fn=lambda q: q["metadata"].__setitem__("labels", {"app": "cache"}))
+        api.delete("pods", "web", "default")
+        wait_for(lambda: ranked(near)[0] == "h2", what="cache picked again")
         # the cache ends: nothing picks any more, the two rank alike
         api.update("pods", "cache", "default",
                    fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
