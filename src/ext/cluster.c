@@ -364,9 +364,12 @@ static void *house_main(void *arg)
     int led = 0;
     while (!gs_worker_sleep(&cl->wk, 1.0, &cl->freed)) {
         int leading = may_bind(cl) && ext_cluster_ready(cl);
+        /* a replica that does not lead nudges too: the pods it refused
+         * itself, when the leader did not answer a forwarded /filter, are
+         * marked here only */
         if (leading && !led && cl->cfg->nudge)
             nudge(cl, 1);
-        else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && leading)
+        else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && ext_cluster_ready(cl))
             nudge(cl, 0);
         led = leading;
         if (cl->cfg->workload_configmap && cl->cfg->workload_configmap[0] &&

@@ -744,3 +744,31 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         wait_for(lambda: len(set(ranked(near)[1].values())) == 1, what="cache no longer counted")
     finally:
         e.stop()
+
+
+def test_a_replica_that_does_not_lead_nudges_the_pods_it_refused(gpusched_bin, api, tmp_path):
+    """A non-leader answers a /filter itself when it cannot reach the leader (here b
+    cannot: a's identity names no address); only b knows that the pod found no node,
+    so b nudges it when GPUs free up, or it waits for kube-scheduler's flush."""
+    for n in ("big1", "big2", "waiting"):
+        add_gpu_pod(api, n, "2")
+    args = ["--leader-elect", "--lease-duration", "30", "--lease-namespace", "kube-system"]
+    a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
+    wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+    # a leading nudges the pods pending at its start, once
+    wait_for(lambda: a.metric("gpusched_extender_nudges_total") == 3, what="a's first nudge")
+    b = start(gpusched_bin, api, tmp_path, *args, "--identity", "b", name="kc-b")
+    try:
+        fill_both_nodes(a, api, "big1", "big2")
+        wait_for(lambda: b.metric("gpusched_allocations") == 2, what="b sees the binds")
+        assert b.filter(api.get("pods", "waiting", "default"), ["g1", "g2"])["NodeNames"] == []
+        freed_at, a_nudges = micro_now(), a.metric("gpusched_extender_nudges_total")
+        api.update("pods", "big1", "default",
+                   fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: api.get("pods", "waiting", "default")["metadata"]["annotations"]
+                 .get(PREFIX + "retry-at", "") >= freed_at, what="b's nudge after the free")
+        assert b.metric("gpusched_extender_nudges_total") >= 1
+        assert a.metric("gpusched_extender_nudges_total") == a_nudges  # a never refused it
+    finally:
+        a.stop()
+        b.stop()
