@@ -195,6 +195,9 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
                                 NULL, NULL, 0, e);
         s->m_allocs = metrics_add(m, METRIC_GAUGE, "gpusched_allocations",
                                   "Pods holding GPUs.", NULL, NULL, 0, e);
+        s->m_others = metrics_add(m, METRIC_GAUGE, "gpusched_extender_other_pods",
+                                  "Pods bound without GPUs of ours, counted on their nodes.",
+                                  NULL, NULL, 0, e);
         s->m_stale = metrics_add(m, METRIC_GAUGE, "gpusched_nodes_stale",
                                  "Nodes whose GPU inventory is older than inventory_ttl.", NULL,
                                  NULL, 0, e);

@@ -648,6 +648,7 @@ def test_pods_without_gpus_take_their_nodes_cpu(gpusched_bin, api, tmp_path):
 
     def check_counted(e):
         wait_for(lambda: hosts(e)["g1"]["other_pods"] == 1, what="web counted on g1")
+        assert e.metric("gpusched_extender_other_pods") == 1
         h = hosts(e)
         assert h["g1"] == {"free_cpu_milli": 4000, "free_memory_mib": 412 * 1024, "pods": 1,
                            "other_pods": 1}, h
