@@ -218,7 +218,7 @@ static int qty_field(const struct ctx *c, const char *from, const char *res, con
     char field[320];
     snprintf(field, sizeof field, "%s[%zu].%s[%s]", c->list, c->idx, from, res);
     int rc = core_quantity_parse(val, scale, out, field, c->e);
-    if (rc < 0) {
+    if (rc < 0 && c->e) { /* callers may pass no error (gs_errf takes NULL) */
         size_t n = strlen(c->e->msg);
         snprintf(c->e->msg + n, sizeof c->e->msg - n, " (container '%s')", c->name);
     }

@@ -128,6 +128,10 @@ static void bad(const char *limits, const char *want)
     ASSERT_CONTAINS(e.msg, want);
     ASSERT_CONTAINS(e.msg, "container 'train'");
     ASSERT_EQ(pod.req.kind, CORE_REQ_NONE);
+    /* a caller that wants no message gets the same refusal (the extender
+     * reads every watched pod so) */
+    core_pod_clear(&pod);
+    ASSERT_EQ(parse_limits(limits, &pod, NULL), -GS_EINVAL);
     core_pod_clear(&pod);
 }
 
@@ -258,6 +262,7 @@ static void impossible_tests(void)
     bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"16384\"}",
         "less than 1 MiB; plain numbers are bytes (did you mean '16384Mi'?)");
     bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"5Ti\"}", "larger than any GPU");
+    bad("{\"memory\":\"8Ei\"}", "limits[memory]: '8Ei' is too large");
     /* the largest quantity: rounding it up to MiB once overflowed (UBSan) */
     bad("{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpu-memory\":\"9223372036854775807\"}",
         "larger than any GPU");
