@@ -768,8 +768,11 @@ int core_cluster_set_others(struct core_cluster *c, const char *name, int64_t cp
     struct core_node *n = core_cluster_find(c, name);
     if (!n)
         return gs_errf(e, GS_ENOENT, "node %s: not in the cluster", name);
-    if (cpu_milli < 0 || mem_bytes < 0 || pods < 0)
-        return gs_errf(e, GS_EINVAL, "node %s: other pods' usage is negative", name);
+    if (cpu_milli < 0 || mem_bytes < 0 || pods < 0 || cpu_milli > CORE_OTHERS_MAX ||
+        mem_bytes > CORE_OTHERS_MAX)
+        return gs_errf(e, GS_EINVAL, "node %s: other pods' usage %lldm CPU, %lld bytes, %d "
+                       "pods is outside 0..%lld", name, (long long)cpu_milli,
+                       (long long)mem_bytes, pods, (long long)CORE_OTHERS_MAX);
     if (cpu_milli == n->others_cpu_milli && mem_bytes == n->others_mem_bytes &&
         pods == n->others_pods)
         return 0;

@@ -189,9 +189,13 @@ int core_cluster_set_available(struct core_cluster *c, const char *name, int ava
  * does not: it is checked against the allocations alone, so a placement
  * already made is never refused for pods it does not know about. Kept
  * across core_cluster_upsert_node. -GS_ENOENT if absent, -GS_EINVAL for a
- * negative amount. */
+ * negative amount or one above CORE_OTHERS_MAX. */
 int core_cluster_set_others(struct core_cluster *c, const char *name, int64_t cpu_milli,
                             int64_t mem_bytes, int pods, struct gs_err *e);
+/* The most CPU milli or memory bytes core_cluster_set_others takes: a node's
+ * free amount (its capacity less allocations and these) then never
+ * overflows. */
+#define CORE_OTHERS_MAX (INT64_MAX / 4)
 
 /* Node by name (NULL if absent), and by position 0..count-1 (positions change
  * when nodes are removed). */

@@ -21,7 +21,7 @@
 #include "ext/sched_int.h"
 
 struct usage_node {        /* s->usage_nodes: node name -> sums */
-    int64_t cpu, mem;
+    __int128 cpu, mem;     /* exact: each pod may ask up to INT64_MAX */
     int pods;
     char name[];
 };
@@ -58,23 +58,27 @@ static int labels_empty(const json_t *l)
     return !json_is_object(l) || json_object_size(l) == 0;
 }
 
-/* Does meta (meta_of's) still say what pod says? */
-static int meta_same(const json_t *meta, const json_t *pod)
+/* Does meta (meta_of's) still hold pod's labels? (A UID's namespace never
+ * changes.) */
+static int labels_same(const json_t *meta, const json_t *pod)
 {
-    const json_t *a = json_object_get(meta, "metadata"), *b = json_object_get(pod, "metadata");
-    const json_t *la = json_object_get(a, "labels"), *lb = json_object_get(b, "labels");
-    const char *na = json_string_value(json_object_get(a, "namespace"));
-    const char *nb = json_string_value(json_object_get(b, "namespace"));
-    if ((na == NULL) != (nb == NULL) || (na && strcmp(na, nb) != 0))
-        return 0;
+    const json_t *la = json_object_get(json_object_get(meta, "metadata"), "labels");
+    const json_t *lb = json_object_get(json_object_get(pod, "metadata"), "labels");
     return labels_empty(la) ? labels_empty(lb) : json_equal(la, lb);
+}
+
+static int64_t clamp(__int128 v)
+{
+    return v > CORE_OTHERS_MAX ? CORE_OTHERS_MAX : (int64_t)v;
 }
 
 static void push(struct ext_sched *s, const char *node, const struct usage_node *u)
 {
     /* a node not in the core yet gets its sums when it comes
-     * (sched_usage_push) */
-    core_cluster_set_others(s->c, node, u ? u->cpu : 0, u ? u->mem : 0, u ? u->pods : 0, NULL);
+     * (sched_usage_push); sums past what any node holds are cut to the
+     * core's bound, which refuses every pod there all the same */
+    core_cluster_set_others(s->c, node, u ? clamp(u->cpu) : 0, u ? clamp(u->mem) : 0,
+                            u ? u->pods : 0, NULL);
 }
 
 void sched_usage_push(struct ext_sched *s, const char *node)
@@ -106,7 +110,7 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
     struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
     if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem) {
         /* the usual case: a status update; labels may have changed */
-        json_t *m = meta_same(p->meta, pod) ? NULL : meta_of(pod);
+        json_t *m = labels_same(p->meta, pod) ? NULL : meta_of(pod);
         if (m) {
             json_decref(p->meta);
             p->meta = m;

@@ -773,3 +773,33 @@ def test_a_replica_that_does_not_lead_nudges_the_pods_it_refused(gpusched_bin, a
     finally:
         a.stop()
         b.stop()
+
+
+def test_pods_without_gpus_asking_past_any_node_lose_nothing(gpusched_bin, api, tmp_path):
+    """Requests the API server takes but no node holds (7Ei of memory, twice on one
+    node: more than an int64 together): the sums do not overflow, the node refuses
+    GPU pods with a clear reason, and once both pods go the node is whole again. A
+    request past an int64 (8Ei) is refused by the parser and counts nothing, without
+    taking the extender down."""
+    huge = [{"name": "c", "image": "x", "resources": {"requests": {"memory": "7Ei"}}}]
+    for n in ("huge-1", "huge-2"):
+        api.add_pod("default", n, containers=huge, node="g1", phase="Running")
+    api.add_pod("default", "past", node="g2", phase="Running", containers=[
+        {"name": "c", "image": "x", "resources": {"requests": {"memory": "8Ei"}}}])
+    add_gpu_pod(api, "train", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        def host(node):
+            r = e.debug(api.get("pods", "train", "default")).json()
+            return next(n["host"] for n in r["nodes"] if n["node"] == node)
+        wait_for(lambda: host("g1")["other_pods"] == 2, what="both counted")
+        assert host("g2")["other_pods"] == 0
+        f = e.filter(api.get("pods", "train", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == ["g2"] and "MiB memory free" in f["FailedNodes"]["g1"], f
+        for n in ("huge-1", "huge-2"):
+            api.delete("pods", n, "default")
+        wait_for(lambda: host("g1")["other_pods"] == 0, what="both gone")
+        assert host("g1")["free_memory_mib"] == 512 * 1024
+        assert e.filter(api.get("pods", "train", "default"), ["g1"])["NodeNames"] == ["g1"]
+    finally:
+        e.stop()

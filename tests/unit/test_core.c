@@ -543,21 +543,14 @@ static void test_others(void)
     ASSERT_EQ(core_cluster_set_others(c, "nowhere", 1, 1, 1, &e), -GS_ENOENT);
     ASSERT_EQ(core_cluster_set_others(c, "n", -1, 0, 0, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "node n");
+    ASSERT_EQ(core_cluster_set_others(c, "n", 0, CORE_OTHERS_MAX + 1, 0, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "outside 0..");
     ASSERT_EQ(n->free_cpu_milli, 10000);
 
     /* pod slots: kubelet's max pods counts every pod */
-    struct core_node_spec s;
-    memset(&s, 0, sizeof s);
-    s.name = "slots";
-    s.cpu_milli = 64000;
-    s.mem_bytes = (int64_t)64 << 30;
-    s.max_pods = 2;
-    s.n_gpus = 1;
-    snprintf(s.gpus[0].uuid, sizeof s.gpus[0].uuid, "GPU-slots");
-    snprintf(s.gpus[0].model, sizeof s.gpus[0].model, "A100");
-    s.gpus[0].mem_mib = 40960;
-    s.gpus[0].healthy = 1;
-    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+    struct core_node_spec *s = tc_spec("slots", 64000, 64, 1, "A100", 40960);
+    s->max_pods = 2;
+    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), 0);
     struct core_node *sl = core_cluster_find(c, "slots");
     ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), sl, &small, &a, &e), 0);
     ASSERT_EQ(core_cluster_set_others(c, "slots", 0, 0, 2, &e), 0);

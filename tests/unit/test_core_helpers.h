@@ -18,9 +18,11 @@ static inline int tc_rnd(uint64_t *state, int n)
     return (int)((*state >> 33) % (uint64_t)n);
 }
 
-/* A node with n GPUs of one model, each gpu_mem MiB, all healthy. */
-static inline int tc_node(struct core_cluster *c, const char *name, int64_t cpu_milli,
-                          int64_t mem_gib, int n, const char *model, int64_t gpu_mem)
+/* The spec of a node with n GPUs of one model, each gpu_mem MiB, all
+ * healthy (a static copy: change it, then upsert it). */
+static inline struct core_node_spec *tc_spec(const char *name, int64_t cpu_milli,
+                                             int64_t mem_gib, int n, const char *model,
+                                             int64_t gpu_mem)
 {
     static struct core_node_spec s;
     memset(&s, 0, sizeof s);
@@ -36,7 +38,15 @@ static inline int tc_node(struct core_cluster *c, const char *name, int64_t cpu_
         s.gpus[i].healthy = 1;
         s.gpus[i].numa = i < n / 2 ? 0 : 1;
     }
-    return core_cluster_upsert_node(c, &s, NULL);
+    return &s;
+}
+
+/* A node with n GPUs of one model, each gpu_mem MiB, all healthy. */
+static inline int tc_node(struct core_cluster *c, const char *name, int64_t cpu_milli,
+                          int64_t mem_gib, int n, const char *model, int64_t gpu_mem)
+{
+    return core_cluster_upsert_node(c, tc_spec(name, cpu_milli, mem_gib, n, model, gpu_mem),
+                                    NULL);
 }
 
 static inline struct core_pod tc_pod(const char *uid, enum core_req_kind kind, int num_gpu,
