@@ -198,6 +198,10 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_others = metrics_add(m, METRIC_GAUGE, "gpusched_extender_other_pods",
                                   "Pods bound without GPUs of ours, counted on their nodes.",
                                   NULL, NULL, 0, e);
+        s->m_nominated = metrics_add(m, METRIC_GAUGE, "gpusched_extender_nominated_pods",
+                                     "Pending GPU pods nominated to a node by a preemption, "
+                                     "whose GPUs there are kept for them.",
+                                     NULL, NULL, 0, e);
         s->m_stale = metrics_add(m, METRIC_GAUGE, "gpusched_nodes_stale",
                                  "Nodes whose GPU inventory is older than inventory_ttl.", NULL,
                                  NULL, 0, e);
@@ -243,6 +247,7 @@ void ext_sched_free(struct ext_sched *s)
     ext_namelist_put(s->base);
     ext_namecache_free(s->lists);
     sched_podaff_free(s->podaff);
+    sched_held_free(s->held);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->bind_came);
     free(s);
@@ -353,12 +358,35 @@ static void evict(struct ext_sched *s)
 {
     for (int k = 0; k < EVICT_LOOK && s->oldest; k++) {
         struct pod *p = s->oldest;
-        if (!core_alloc_find(s->c, p->uid) && !p->need_restore) {
+        if (!core_alloc_find(s->c, p->uid) && !p->need_restore && !p->nominated[0]) {
             forget(s, p);
             return;
         }
         to_newest(s, p);
     }
+}
+
+/* Keeps p's nomination (sched_nominated.c): status.nominatedNodeName while
+ * the pod has no node. A nomination withdrawn or moved may let the pods it
+ * held off fit: worth a nudge. */
+static void set_nominated(struct ext_sched *s, struct pod *p, const char *node)
+{
+    if (strcmp(p->nominated, node) == 0)
+        return;
+    s->n_nominated += !p->nominated[0] - !*node;
+    s->nomination_gone |= p->nominated[0] != 0;
+    snprintf(p->nominated, sizeof p->nominated, "%s", node);
+}
+
+static void track_nomination(struct ext_sched *s, struct pod *p)
+{
+    const char *node =
+        json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
+    const char *nom = json_string_value(
+        json_object_get(json_object_get(p->obj, "status"), "nominatedNodeName"));
+    if ((node && *node) || !nom || strlen(nom) >= sizeof p->nominated)
+        nom = "";
+    set_nominated(s, p, nom);
 }
 
 /* Remembers (or refreshes) a pod; the key is its UID, or NS/NAME without one. */
@@ -393,6 +421,7 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
     if (p->obj != obj) {
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
+        track_nomination(s, p);
     }
     p->seq = ++s->seq;
     to_newest(s, p);
@@ -411,6 +440,7 @@ static void forget(struct ext_sched *s, struct pod *p)
     if (s->lock)
         s->released |= ext_nodelock_clear(s->lock, p->uid);
     sched_set_bind_busy(s, p, 0);
+    set_nominated(s, p, "");
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
@@ -685,7 +715,9 @@ int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
     /* a node was released while a pod whose bind found it held may sit
      * in kube-scheduler's unschedulable queue: worth a nudge too */
     freed |= s->released && s->n_bind_busy > 0;
+    freed |= s->nomination_gone; /* the pods it kept off may fit now */
     s->released = 0;
+    s->nomination_gone = 0;
     pthread_mutex_unlock(&s->mu);
     return freed;
 }

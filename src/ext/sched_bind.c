@@ -131,7 +131,12 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     json_decref(obj);
     /* the pod's identity in the allocation is the one /bind names */
     snprintf(pod.uid, sizeof pod.uid, "%s", uid);
-    rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    /* around the GPUs of the pods nominated there that it must leave room
+     * for, as its /filter found it (sched_nominated.c) */
+    rc = sched_nominated_prepare(s, &pod) ? sched_nominated_hold(s, node, &e) : 0;
+    if (rc == 0)
+        rc = core_pick_gpus(s->c, pol, node, &pod, &alloc, &e);
+    sched_nominated_undo(s);
     struct core_status dst;
     if (rc == 0 && !sched_devices_fit(s, node, &pod, &dst))
         rc = gs_errf(&e, GS_ENOFIT, "%s", dst.reason);

@@ -99,10 +99,11 @@ int ext_sched_explain(struct ext_sched *s, const char *ns, const char *name, jso
         goto done;
     }
     json_t *nodes = json_array();
+    int held = sched_nominated_prepare(s, &pod);
     for (int i = 0; i < nn; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
-        if (sched_node_fits(s, n, &pod, &st))
+        if (sched_node_fits(s, n, &pod, &st) && (!held || sched_nominated_fit(s, &pod, n, &st)))
             fit[nf++] = n;
         else
             json_array_append_new(nodes, json_pack("{s:s, s:b, s:s, s:s, s:s, s:o, s:o}",
@@ -175,12 +176,13 @@ int ext_sched_summary(struct ext_sched *s, const char *ns, const char *name, cha
     snprintf(uid, uidcap, "%s", p->uid);
     total = core_cluster_node_count(s->c);
     int quota = sched_quota_prepare(s, &pod);
+    int held = sched_nominated_prepare(s, &pod);
     for (int i = 0; i < total; i++) {
         struct core_node *n = core_cluster_node(s->c, i);
         struct core_status st;
         struct gs_err qe = GS_ERR_INIT;
         int k;
-        if (sched_node_fits(s, n, &pod, &st)) {
+        if (sched_node_fits(s, n, &pod, &st) && (!held || sched_nominated_fit(s, &pod, n, &st))) {
             if (!quota || !sched_quota_blocks(s, &pod, n, &qe))
                 continue;
             st.plugin = "quota";
@@ -489,6 +491,7 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
     core_quotas_foreach_usage(s->quotas, usage_metric, s);
     core_quotas_foreach(s->quotas, quota_metric, s);
     size_t others = s->usage_pods.n;
+    int nominated = s->n_nominated;
     pthread_mutex_unlock(&s->mu);
     metric_reset(s->m_gpus);
     metric_reset(s->m_gpus_alloc);
@@ -507,4 +510,5 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
     metric_set(s->m_frag, NULL, st.frag_milli);
     metric_set(s->m_allocs, NULL, st.pods);
     metric_set(s->m_others, NULL, (double)others);
+    metric_set(s->m_nominated, NULL, nominated);
 }

@@ -290,7 +290,10 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     }
     struct pod *p = gpu ? sched_remember(s, a->pod) : NULL;
     sched_drop_orphan(s, p, "filter"); /* its GPUs are the pod's to take again */
+    /* per-request checks, never kept: quotas and the GPUs of pods nominated
+     * to a node by a preemption (sched_nominated.c) */
     int quota = sched_quota_prepare(s, pod);
+    int held = gpu ? sched_nominated_prepare(s, pod) : 0;
     if (!gpu) {
         memset(fit, 1, (size_t)a->n);
     } else if (!(en = memo ? sched_verb_memo(s, &v, EXT_MEMO_FILTER) : &own)) {
@@ -312,10 +315,10 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         epoch = en->epoch;
         ver = en->version;
     }
-    if (ok && en && memo && en->reply && !quota && s->opts.top_k <= 0) {
+    if (ok && en && memo && en->reply && !quota && !held && s->opts.top_k <= 0) {
         kept = ext_text_ref(en->reply); /* nothing changed what it says */
         nfit = en->nfit;
-    } else if (ok && en && memo && !quota && s->opts.top_k <= 0) {
+    } else if (ok && en && memo && !quota && !held && s->opts.top_k <= 0) {
         kept_reply(&whole, a, en); /* from the verdicts alone */
         nfit = en->nfit;
         written = 1;
@@ -323,9 +326,10 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
                                     !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)))) {
         ok = 0;
     } else if (ok && en) {
-        if (memo && (quota || s->opts.top_k > 0))
+        if (memo && (quota || held || s->opts.top_k > 0))
             sched_resolve(s, a, nodes);
-        /* the verdicts, and the checks that are per request (quotas) */
+        /* the verdicts, and the checks that are per request */
+        struct core_status st;
         for (int i = 0; i < a->n; i++) {
             switch (en->fit[i]) {
             case EXT_FIT_YES:
@@ -334,6 +338,10 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
                     fit[i] = 0;
                     modified = 1;
                     add_reason(&failed, a->names[i], e.msg);
+                } else if (held && !sched_nominated_fit(s, pod, nodes[i], &st)) {
+                    fit[i] = 0;
+                    modified = 1;
+                    add_reason(&failed, a->names[i], st.reason);
                 }
                 break;
             case EXT_FIT_UNKNOWN: add_reason(&failed, a->names[i], unknown_node); break;

@@ -61,6 +61,7 @@ struct pod {
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
+    char nominated[CORE_NAME_MAX]; /* status.nominatedNodeName while it has no node ("": none) */
     struct pod *older, *newer; /* the eviction order (see evict) */
 };
 
@@ -93,7 +94,7 @@ struct ext_sched {
     int n_need_restore;
     struct metric *m_kept, *m_redecided; /* kept answers (ext/memo.h) */
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
-        *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others;
+        *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others, *m_nominated;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
     /* the GPU pod /filter last found nodes for, whose /bind is still to come
@@ -107,6 +108,9 @@ struct ext_sched {
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
     struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
+    int n_nominated;      /* remembered pods with a nomination (struct pod.nominated) */
+    int nomination_gone;  /* one was withdrawn or moved since the last check */
+    struct sched_held *held; /* nominated pods gathered for the pod asked (sched_nominated.c) */
 };
 
 /* ---- preferred pod affinity (ext/sched_podaff.c) ----------------------------- */
@@ -117,6 +121,28 @@ struct sched_podaff;
  * without them). */
 void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod);
 void sched_podaff_free(struct sched_podaff *pa);
+
+/* ---- pods nominated to a node by a preemption (ext/sched_nominated.c) -------
+ * Lock held for all of them. */
+
+struct sched_held;
+void sched_held_free(struct sched_held *h);
+/* Gathers the pods nominated to a node that pod must leave room for: GPU
+ * pods other than itself, with no allocation yet and a priority at least
+ * its own (as kube-scheduler's filters add nominated pods). Returns how
+ * many; 0 (the common case) costs nothing. Valid until the lock is let go. */
+int sched_nominated_prepare(struct ext_sched *s, const struct core_pod *pod);
+/* Does pod fit on n with the GPUs of the gathered pods nominated to n
+ * reserved first? 1 yes (or none is nominated to n), 0 no with *st filled
+ * (plugin "NominatedPods"; also when one of them does not fit there yet).
+ * The cluster is left as it was. */
+int sched_nominated_fit(struct ext_sched *s, const struct core_pod *pod, const struct core_node *n,
+                        struct core_status *st);
+/* Reserves, what-if, the GPUs of the gathered pods nominated to n: 0, or
+ * -GS_ENOFIT when one does not fit there yet (why in *e). Either way
+ * sched_nominated_undo takes back what it reserved. */
+int sched_nominated_hold(struct ext_sched *s, const struct core_node *n, struct gs_err *e);
+void sched_nominated_undo(struct ext_sched *s);
 
 /* ---- what pods without GPUs of ours take (ext/sched_usage.c) ----------------
  * Lock held for all of them. */

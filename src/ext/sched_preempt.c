@@ -1,7 +1,8 @@
 /*
  * ext/sched_preempt.c - the extender's /preempt verb (kube-scheduler's
  * PostFilter preemption): per node offered, kube-scheduler's victims plus the
- * GPU pods that must also go for the pod to fit, or the node dropped.
+ * GPU pods that must also go for the pod to fit beside the pods nominated
+ * there that it must leave room for, or the node dropped.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
     }
     json_t *out = json_object();
     pthread_mutex_lock(&s->mu);
+    int held = sched_nominated_prepare(s, &pod);
     for (int i = 0; i < pa.n; i++) {
         struct ext_victims *v = &pa.nodes[i];
         struct core_node *n = core_cluster_find(s->c, v->node);
@@ -57,9 +59,14 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         }
         /* and its victims without GPUs (ext/sched_usage.c) */
         sched_usage_without(s, v->node, v->uids, v->n);
+        /* the pods nominated there that it must leave room for hold their
+         * GPUs (sched_nominated.c): a node one of them does not fit yet is
+         * theirs, and dropped */
+        if (held && sched_nominated_hold(s, n, NULL) < 0)
+            ok = 0;
         struct core_alloc *more = NULL;
         int nmore = 0;
-        if (pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
+        if (ok && pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
             const char *victims[64];
             int nv = 0;
             if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0 &&
@@ -79,6 +86,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             core_unreserve(s->c, more[k].pod_uid, NULL);
         if (ok && !sched_devices_fit(s, n, &pod, NULL))
             ok = 0;
+        sched_nominated_undo(s);
         for (int k = 0; k < nmore; k++)
             core_reserve_back(s->c, &more[k], NULL);
         free(more);

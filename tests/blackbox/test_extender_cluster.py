@@ -803,3 +803,76 @@ def test_pods_without_gpus_asking_past_any_node_lose_nothing(gpusched_bin, api, 
         assert e.filter(api.get("pods", "train", "default"), ["g1"])["NodeNames"] == ["g1"]
     finally:
         e.stop()
+
+
+def test_gpus_of_a_nominated_pod_are_kept_for_it(gpusched_bin, api, tmp_path):
+    """After a preemption kube-scheduler nominates the preemptor to the victims'
+    node and keeps pods of lower or equal priority off its CPU there, but not off
+    its GPUs (ignoredByScheduler): the extender keeps them. While the victim still
+    terminates, the node is refused to the pods the nominated one outranks; once it
+    is gone they may take only what the nominated pod leaves; a pod of higher
+    priority is not held off; the nominated pod itself is not held off by its own
+    nomination. /bind refuses what /filter would, /preempt does not offer the
+    node to them, /debug/pods says why, and a withdrawn nomination nudges the pods
+    it held off."""
+    add_gpu_pod(api, "victim", "1", priority=100)
+    add_gpu_pod(api, "mid", "2", priority=500)
+    add_gpu_pod(api, "high", "2", priority=1000)
+    add_gpu_pod(api, "low", "1", priority=100)
+    add_gpu_pod(api, "peer", "2", priority=1000)
+    add_gpu_pod(api, "top", "1", priority=2000)
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for name, node in (("victim", "g1"), ("mid", "g2")):
+            wait_for(lambda: e.filter(api.get("pods", name, "default"), [node])["NodeNames"],
+                     what=f"{name} seen")
+            assert e.bind(api.get("pods", name, "default"), node).status_code == 200
+        low = api.get("pods", "low", "default")
+        assert e.filter(low, ["g1", "g2"])["NodeNames"] == ["g1"]  # one GPU free there
+        # kube-scheduler's preemption for high: the victim is deleted (it
+        # terminates for a while) and high is nominated to g1
+        api.update("pods", "victim", "default",
+                   fn=lambda p: p["metadata"].__setitem__("deletionTimestamp", micro_now()))
+        api.update("pods", "high", "default",
+                   fn=lambda p: p["status"].__setitem__("nominatedNodeName", "g1"))
+        f = wait_for(lambda: (lambda f: f if not f["NodeNames"] else None)(
+            e.filter(api.get("pods", "low", "default"), ["g1", "g2"])), what="g1 kept")
+        assert "node kept for pod default/high (priority 1000), nominated to it by a " \
+               "preemption, which does not fit there yet" in f["FailedNodes"]["g1"], f
+        assert e.metric("gpusched_extender_nominated_pods") == 1
+        # equal priority is held off too (kube-scheduler adds nominated pods of
+        # priority >= the pod's); a higher one is not; nor is high itself
+        assert e.filter(api.get("pods", "peer", "default"), ["g1"])["NodeNames"] == []
+        # /preempt does not offer peer the node kept for high (it would evict the
+        # victim for it), only mid's node
+        r = e.post("preempt", {"Pod": api.get("pods", "peer", "default"), "NodeNameToMetaVictims": {
+            n: {"Pods": [], "NumPDBViolations": 0} for n in ("g1", "g2")}})
+        mid_uid = api.get("pods", "mid", "default")["metadata"]["uid"]
+        assert r.json()["NodeNameToMetaVictims"] == {
+            "g2": {"Pods": [{"UID": mid_uid}], "NumPDBViolations": 0}}, r.text
+        assert e.filter(api.get("pods", "top", "default"), ["g1"])["NodeNames"] == ["g1"]
+        fh = e.filter(api.get("pods", "high", "default"), ["g1"])
+        assert fh["NodeNames"] == [] and "nominated" not in fh["FailedNodes"]["g1"], fh
+        r = e.debug(api.get("pods", "low", "default")).json()
+        g1 = [n for n in r["nodes"] if n["node"] == "g1"][0]
+        assert not g1["fits"] and g1["filter"] == "NominatedPods", g1
+        # a bind kube-scheduler decided before the nomination is refused too
+        r = e.bind(api.get("pods", "low", "default"), "g1")
+        assert r.status_code == 409 and "nominated" in r.json()["Error"], r.text
+        # the victim is gone: high fits, and what it leaves is still not enough
+        api.delete("pods", "victim", "default")
+        wait_for(lambda: e.filter(api.get("pods", "high", "default"), ["g1"])["NodeNames"],
+                 what="the victim's GPU freed")
+        f = e.filter(api.get("pods", "low", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [] and "GPUs kept for pod default/high (priority 1000), " \
+            "nominated to this node by a preemption" in f["FailedNodes"]["g1"], f
+        # high is deleted: its nomination goes, low is nudged and fits g1
+        gone_at = micro_now()
+        api.delete("pods", "high", "default")
+        wait_for(lambda: api.get("pods", "low", "default")["metadata"]["annotations"]
+                 .get(PREFIX + "retry-at", "") >= gone_at, what="nudge after the nomination went")
+        assert e.filter(api.get("pods", "low", "default"), ["g1", "g2"])["NodeNames"] == ["g1"]
+        assert e.metric("gpusched_extender_nominated_pods") == 0
+        assert e.bind(api.get("pods", "low", "default"), "g1").status_code == 200
+    finally:
+        e.stop()

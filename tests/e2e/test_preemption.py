@@ -182,3 +182,53 @@ def test_kube_scheduler_preempts_through_extender(prio):
         check_outcome(c, before, victims, node, high)
     finally:
         c.force_delete_all(NS, "e2e=1")
+
+
+def test_gpus_won_by_a_preemption_are_kept_for_the_preemptor(prio):
+    """After a preemption kube-scheduler nominates the preemptor to the victims' node
+    and keeps lower-priority pods off the CPU it needs there, not off its GPUs
+    (ignoredByScheduler). A lower-priority GPU pod created while the victim still
+    terminates must not take the GPUs the preemptor waits for: the extender refuses
+    the node to it, and once the victim is gone the real kube-scheduler binds the
+    preemptor there while the late pod keeps waiting."""
+    c = prio
+    try:
+        scale.create_pods(c, [scale.pod("full", {"nvidia.com/gpu": "4"},
+                                        priority_class="e2e-mid")])
+        full = c.wait(lambda: bound(c, "full"), 30, "the 4-GPU pod bound")
+        node = ({"gpu-0", "gpu-1"} - {full["spec"]["nodeName"]}).pop()
+        victim = scale.pod("victim", scale.WHOLE2, priority_class="e2e-low")
+        victim["spec"]["terminationGracePeriodSeconds"] = 3600  # terminates while we look
+        scale.create_pods(c, [victim])
+        victim = c.wait(lambda: bound(c, "victim"), 30, "the victim bound")
+        assert victim["spec"]["nodeName"] == node
+        scale.create_pods(c, [scale.pod("high", {"nvidia.com/gpu": "4"},
+                                        priority_class="e2e-high")])
+        c.wait(lambda: "high" in scale.failed_scheduling(c, NS, {"high"}), 30,
+               "the high-priority pod refused while GPUs are taken")
+        # what kube-scheduler's preemption does: delete the victim (with no
+        # kubelet it stays terminating), nominate the preemptor to its node
+        d = c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/victim", body={})
+        assert d.status_code in (200, 202), d.text
+        assert c.pod(NS, "victim")["metadata"].get("deletionTimestamp")
+        p = c.api("PATCH", f"/api/v1/namespaces/{NS}/pods/high/status",
+                  body={"status": {"nominatedNodeName": node}},
+                  content_type="application/merge-patch+json")
+        assert p.status_code == 200, p.text
+        scale.create_pods(c, [scale.pod("late", scale.WHOLE2, priority_class="e2e-low")])
+        msgs = c.wait(lambda: [m for m in scale.failed_scheduling(c, NS, {"late"}).get("late", [])
+                               if "nominated" in m], 30,
+                      "the late pod refused the GPUs kept for the preemptor")
+        assert "default/high" in msgs[0], msgs
+        assert not bound(c, "late"), "the late pod took the preemptor's GPUs"
+        # the victim's containers stop: the real kube-scheduler places the preemptor
+        d = c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/victim",
+                  params={"gracePeriodSeconds": "0"})
+        assert d.status_code in (200, 202), d.text
+        high = c.wait(lambda: bound(c, "high"), 60, "the preemptor bound", interval=0.2)
+        assert high["spec"]["nodeName"] == node
+        assert len(high["metadata"]["annotations"][scale.PREFIX + "gpu-uuids"].split(",")) == 4
+        assert not bound(c, "late")
+        scale.check_assignments(scale.pods_by_name(c, NS), scale.inventories(c, "gpu"))
+    finally:
+        c.force_delete_all(NS, "e2e=1")

@@ -5,7 +5,8 @@
  * (all nodes, or part of them as /prioritize gets) and through a fresh one
  * (so kept /prioritize verdicts meet every change below), bind, release, a
  * node updated (healthy or not, labels, taint), removed or added, a quota set, a pod
- * without GPUs bound (its CPU taken) or ended. Every change is made to a second
+ * without GPUs bound (its CPU taken) or ended, a pending pod nominated to a
+ * node (its GPUs kept) or no longer. Every change is made to a second
  * scheduler that keeps nothing (opts.no_keep) as well, and every answer
  * must be byte for byte its answer to the same request, and the answer
  * through the fresh array; abort() otherwise. An ask also sends
@@ -176,6 +177,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                              b % 3, (b >> 2) % NODES, (b >> 4) & 3,
                              b & 1 ? "Succeeded" : "Running");
                     json_t *j = json_loads(w, 0, NULL);
+                    ext_sched_observe_pod(x, j, 0);
+                    json_decref(j);
+                    break;
+                }
+                if (b & 64) { /* a pending GPU pod nominated to a node (or no longer) */
+                    char q[1024], qn[8];
+                    snprintf(qn, sizeof qn, "q%u", b & 1);
+                    pod(q, sizeof q, qn, (b >> 1) & 3);
+                    json_t *j = json_loads(q, 0, NULL);
+                    if (j && !(b & 32))
+                        json_object_set_new(j, "status", json_pack("{s:s}", "nominatedNodeName",
+                                                                   (b >> 3) & 1 ? "n1" : "n2"));
+                    if (j) /* priority -1: held for nobody asked (they have 0) */
+                        json_object_set_new(json_object_get(j, "spec"), "priority",
+                                            json_integer((b >> 4) & 1 ? -1 : 0));
                     ext_sched_observe_pod(x, j, 0);
                     json_decref(j);
                     break;
