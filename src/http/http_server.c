@@ -467,7 +467,13 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
             free(s);
             return -GS_EINVAL;
         }
-        s->flags |= MHD_USE_TLS;
+        /* a reload quiesces the daemon (MHD_quiesce_daemon), which on an
+         * epoll daemon with worker threads races the workers inside
+         * libmicrohttpd 0.9.75 and can abort the process ("Failed to remove
+         * listen FD from epoll set": the workers drop the listening socket
+         * from their epoll set too, unguarded). poll() has no such set: the
+         * workers are told through their ITC (tests/unit/test_http.c). */
+        s->flags = (s->flags & ~(unsigned)MHD_USE_EPOLL) | MHD_USE_POLL | MHD_USE_TLS;
     }
 
     s->live = daemon_start(s, cert, key, -1);
