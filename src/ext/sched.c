@@ -235,12 +235,14 @@ void ext_sched_free(struct ext_sched *s)
     SMAP_FOREACH(&s->pods, it) pod_free(sched_smap_del(&s->pods, it->key));
     SMAP_FOREACH(&s->inv, it) free(sched_smap_del(&s->inv, it->key));
     SMAP_FOREACH(&s->unkept, it) free(sched_smap_del(&s->unkept, it->key));
+    SMAP_FOREACH(&s->nominated, it) sched_smap_del(&s->nominated, it->key); /* pods' */
     sched_usage_clear(s);
     free(s->usage_pods.b);
     free(s->usage_nodes.b);
     free(s->pods.b);
     free(s->inv.b);
     free(s->unkept.b);
+    free(s->nominated.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
     ext_memo_free(s->memo);
@@ -373,8 +375,13 @@ static void set_nominated(struct ext_sched *s, struct pod *p, const char *node)
 {
     if (strcmp(p->nominated, node) == 0)
         return;
-    s->n_nominated += !p->nominated[0] - !*node;
-    s->nomination_gone |= p->nominated[0] != 0;
+    if (p->nominated[0]) {
+        s->nomination_gone = 1;
+        sched_smap_del(&s->nominated, p->uid);
+    }
+    /* out of memory: not kept, as before nominations were */
+    if (*node && sched_smap_put(&s->nominated, p->uid, p) < 0)
+        node = "";
     snprintf(p->nominated, sizeof p->nominated, "%s", node);
 }
 

@@ -273,6 +273,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     int nfit = 0, modified = 0, ok = 1, written = 0;
     unsigned long epoch = 0;
     uint64_t ver = 0;
+    const int *pos = NULL; /* the nodes' positions (-1: unknown) */
 
     pthread_mutex_lock(&s->mu);
     if (gpu && wait >= 0 && sched_await_bind(s, pod->uid, wait)) {
@@ -299,7 +300,6 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     } else if (!(en = memo ? sched_verb_memo(s, &v, EXT_MEMO_FILTER) : &own)) {
         ok = 0;
     } else {
-        const int *pos = NULL;
         if (!memo) {
             sched_resolve(s, a, nodes);
             for (int i = 0; i < a->n && a->from_nodes; i++)
@@ -326,7 +326,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
                                     !(nodes = calloc((size_t)a->n + 1, sizeof *nodes)))) {
         ok = 0;
     } else if (ok && en) {
-        if (memo && (quota || held || s->opts.top_k > 0))
+        if (memo && (quota || s->opts.top_k > 0))
             sched_resolve(s, a, nodes);
         /* the verdicts, and the checks that are per request */
         struct core_status st;
@@ -338,7 +338,8 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
                     fit[i] = 0;
                     modified = 1;
                     add_reason(&failed, a->names[i], e.msg);
-                } else if (held && !sched_nominated_fit(s, pod, nodes[i], &st)) {
+                } else if (held && pos[i] >= 0 &&
+                           !sched_nominated_fit(s, pod, core_cluster_node(s->c, pos[i]), &st)) {
                     fit[i] = 0;
                     modified = 1;
                     add_reason(&failed, a->names[i], st.reason);

@@ -108,7 +108,8 @@ struct ext_sched {
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
     struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
-    int n_nominated;      /* remembered pods with a nomination (struct pod.nominated) */
+    struct smap nominated; /* uid -> struct pod, of the remembered pods with a nomination
+                              (struct pod.nominated) */
     int nomination_gone;  /* one was withdrawn or moved since the last check */
     struct sched_held *held; /* nominated pods gathered for the pod asked (sched_nominated.c) */
 };

@@ -31,11 +31,14 @@ struct held_pod {
     struct core_pod cp;
     const struct core_policy *pol; /* what picks its GPUs when it binds */
     int reserved;                  /* its what-if allocation is in the core */
+    int pos;                       /* its node's position (core_node_pos), -1: unknown */
 };
 
 struct sched_held {
     int n, cap;
     struct held_pod *v;
+    unsigned char *at; /* by node position: some gathered pod is nominated there */
+    int at_cap;
 };
 
 static void held_clear(struct sched_held *h)
@@ -50,6 +53,7 @@ void sched_held_free(struct sched_held *h)
     if (h) {
         held_clear(h);
         free(h->v);
+        free(h->at);
         free(h);
     }
 }
@@ -69,15 +73,15 @@ int sched_nominated_prepare(struct ext_sched *s, const struct core_pod *pod)
 {
     if (s->held)
         held_clear(s->held);
-    if (!s->n_nominated || pod->req.kind == CORE_REQ_NONE)
+    if (!s->nominated.n || pod->req.kind == CORE_REQ_NONE)
         return 0;
     if (!s->held && !(s->held = calloc(1, sizeof *s->held)))
         return 0; /* out of memory: nothing held, as before nominations were */
     struct sched_held *h = s->held;
-    SMAP_FOREACH(&s->pods, it)
+    SMAP_FOREACH(&s->nominated, it)
     {
         struct pod *q = it->val;
-        if (!q->nominated[0] || (strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0) ||
+        if ((strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0) ||
             core_alloc_find(s->c, q->uid)) /* its allocation counts it already */
             continue;
         if (h->n == h->cap) {
@@ -104,6 +108,25 @@ int sched_nominated_prepare(struct ext_sched *s, const struct core_pod *pod)
         h->n++;
     }
     qsort(h->v, (size_t)h->n, sizeof *h->v, by_priority);
+    /* their nodes, so that every other node is passed at a glance */
+    int nn = core_cluster_node_count(s->c);
+    if (h->n && nn >= h->at_cap) {
+        unsigned char *at = realloc(h->at, (size_t)nn + 1);
+        if (!at) {
+            held_clear(h);
+            return 0;
+        }
+        h->at = at;
+        h->at_cap = nn + 1;
+    }
+    if (h->n)
+        memset(h->at, 0, (size_t)nn);
+    for (int i = 0; i < h->n; i++) {
+        const struct core_node *n = core_cluster_find(s->c, h->v[i].p->nominated);
+        h->v[i].pos = n ? core_node_pos(n) : -1;
+        if (n)
+            h->at[h->v[i].pos] = 1;
+    }
     return h->n;
 }
 
@@ -114,7 +137,7 @@ int sched_nominated_hold(struct ext_sched *s, const struct core_node *n, struct 
         struct held_pod *hp = &h->v[i];
         struct core_alloc a;
         struct gs_err pe = GS_ERR_INIT;
-        if (strcmp(hp->p->nominated, n->name) != 0)
+        if (hp->pos != core_node_pos(n))
             continue;
         if (core_pick_gpus(s->c, hp->pol, n, &hp->cp, &a, &pe) < 0 ||
             core_reserve_back(s->c, &a, &pe) < 0)
@@ -141,7 +164,7 @@ void sched_nominated_undo(struct ext_sched *s)
 static const struct held_pod *first_on(const struct sched_held *h, const struct core_node *n)
 {
     for (int i = 0; h && i < h->n; i++)
-        if (strcmp(h->v[i].p->nominated, n->name) == 0)
+        if (h->v[i].pos == core_node_pos(n))
             return &h->v[i];
     return NULL;
 }
@@ -149,7 +172,10 @@ static const struct held_pod *first_on(const struct sched_held *h, const struct 
 int sched_nominated_fit(struct ext_sched *s, const struct core_pod *pod, const struct core_node *n,
                         struct core_status *st)
 {
-    const struct held_pod *hp = first_on(s->held, n);
+    const struct sched_held *h = s->held;
+    if (!h || !h->n || !h->at[core_node_pos(n)])
+        return 1;
+    const struct held_pod *hp = first_on(h, n);
     struct gs_err e = GS_ERR_INIT;
     struct core_status fst;
     int fits = 1;
