@@ -426,6 +426,8 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
         }
     }
     if (p->obj != obj) {
+        /* pod terms pick placed pods by their labels (sched_podaff.c) */
+        s->labels_gen += p->obj && !sched_labels_same(p->obj, obj);
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
         track_nomination(s, p);

@@ -108,6 +108,8 @@ struct ext_sched {
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
     struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
+    unsigned long labels_gen; /* bumped when a counted pod's labels change (they are
+                                 not in core_cluster_version, which podaff is kept at) */
     struct smap nominated; /* uid -> struct pod, of the remembered pods with a nomination
                               (struct pod.nominated) */
     int nomination_gone;  /* one was withdrawn or moved since the last check */
@@ -154,6 +156,9 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
                      int64_t cpu, int64_t mem);
 /* Pod uid no longer counts (done, deleted, or it holds an allocation). */
 void sched_usage_drop(struct ext_sched *s, const char *uid);
+/* Do the Pod objects (or meta_of's {"metadata"} parts) a and b carry the
+ * same labels? */
+int sched_labels_same(const json_t *a, const json_t *b);
 /* Forgets every pod (a relist counts them again). */
 void sched_usage_clear(struct ext_sched *s);
 /* Gives the core node's sums (after the node joined the core). */
@@ -230,6 +235,14 @@ int sched_devices_fit(struct ext_sched *s, const struct core_node *n, const stru
  * count. Lock held. */
 int sched_node_fits(struct ext_sched *s, const struct core_node *n, const struct core_pod *pod,
                     struct core_status *st);
+
+/* What a kept /prioritize reply is valid at: the cluster's version plus
+ * the labels generation, which pod terms read (both only grow, so an equal
+ * sum means neither moved). Lock held. */
+static inline uint64_t sched_score_version(const struct ext_sched *s)
+{
+    return core_cluster_version(s->c) + s->labels_gen;
+}
 
 /* A policy score (0..100) on kube-scheduler's 0..10 scale, rounded, except
  * that only the node the policy would choose (`chosen`: core_choice_at, as

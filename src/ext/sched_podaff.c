@@ -15,8 +15,9 @@
  * pod. The terms of the pods already placed (kube-scheduler's symmetric
  * half of InterPodAffinity) do not count.
  *
- * The counts per domain are built once per pod and cluster version (one
- * decision asks for every candidate node) and kept in s->podaff.
+ * The counts per domain are built once per pod, cluster version and labels
+ * generation (one decision asks for every candidate node; a placed pod
+ * relabelled moves no version) and kept in s->podaff.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ struct sched_podaff {
     char uid[64];        /* the pod the sums are for (its terms pick in ns) */
     char ns[CORE_NAME_MAX];
     uint64_t version;    /* core_cluster_version they were built at */
+    unsigned long labels_gen; /* and s->labels_gen */
     int n_terms;
     struct podaff_term *terms;
 };
@@ -117,7 +119,8 @@ static int add_other(void *ud, const char *uid, const char *node, const json_t *
 static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
 {
     uint64_t ver = core_cluster_version(s->c);
-    if (pa->terms && pa->version == ver && strcmp(pa->uid, pod->uid) == 0 &&
+    if (pa->terms && pa->version == ver && pa->labels_gen == s->labels_gen &&
+        strcmp(pa->uid, pod->uid) == 0 &&
         strcmp(pa->ns, pod->ns) == 0 && pa->n_terms == pod->n_pod_terms)
         return 0;
     podaff_clear(pa);
@@ -146,6 +149,7 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
     snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);
     snprintf(pa->ns, sizeof pa->ns, "%s", pod->ns);
     pa->version = ver;
+    pa->labels_gen = s->labels_gen;
     return 0;
 }
 

@@ -29,9 +29,9 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     struct core_pod *pod = &v.pod;
     const int memo = v.memo;
     int gpu = pod->req.kind != CORE_REQ_NONE;
-    /* answered from a kept reply while the cluster's version has not moved:
-     * scores are normalised over all feasible nodes, so any change starts
-     * the answer again */
+    /* answered from a kept reply while the cluster's version (and the
+     * labels of the pods placed) has not moved: scores are normalised over
+     * all feasible nodes, so any change starts the answer again */
     struct ext_memo_entry *en = NULL;
     struct ext_memo_col *col = NULL; /* the filters' verdicts by node position */
     unsigned long epoch = 0, col_epoch = 0;
@@ -45,7 +45,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
     if (memo && (col = ext_memo_col_get(s->memo, v.key, v.klen, core_cluster_node_count(s->c))))
         col_epoch = col->epoch;
     if (memo && (en = sched_verb_memo(s, &v, EXT_MEMO_PRIORITIZE))) {
-        if (en->reply && en->version == core_cluster_version(s->c))
+        if (en->reply && en->version == sched_score_version(s))
             out->shared = ext_text_ref(en->reply);
         epoch = en->epoch;
     }
@@ -102,7 +102,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
             col->fit[p] = scored ? fit[j] : 0;
             col->stamp[p] = stamps[p];
         }
-        ver = core_cluster_version(s->c);
+        ver = sched_score_version(s);
     }
     pthread_mutex_unlock(&s->mu);
 
@@ -140,7 +140,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
             *reply = ext_error("out of memory");
         } else {
             pthread_mutex_lock(&s->mu);
-            if (en->epoch == epoch && core_cluster_version(s->c) == ver) {
+            if (en->epoch == epoch && sched_score_version(s) == ver) {
                 en->version = ver;
                 ext_memo_set_reply(en, ext_text_ref(out->shared));
             }

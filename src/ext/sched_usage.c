@@ -58,12 +58,10 @@ static int labels_empty(const json_t *l)
     return !json_is_object(l) || json_object_size(l) == 0;
 }
 
-/* Does meta (meta_of's) still hold pod's labels? (A UID's namespace never
- * changes.) */
-static int labels_same(const json_t *meta, const json_t *pod)
+int sched_labels_same(const json_t *a, const json_t *b)
 {
-    const json_t *la = json_object_get(json_object_get(meta, "metadata"), "labels");
-    const json_t *lb = json_object_get(json_object_get(pod, "metadata"), "labels");
+    const json_t *la = json_object_get(json_object_get(a, "metadata"), "labels");
+    const json_t *lb = json_object_get(json_object_get(b, "metadata"), "labels");
     return labels_empty(la) ? labels_empty(lb) : json_equal(la, lb);
 }
 
@@ -110,10 +108,11 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
     struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
     if (p && strcmp(p->node->name, node) == 0 && p->cpu == cpu && p->mem == mem) {
         /* the usual case: a status update; labels may have changed */
-        json_t *m = labels_same(p->meta, pod) ? NULL : meta_of(pod);
+        json_t *m = sched_labels_same(p->meta, pod) ? NULL : meta_of(pod);
         if (m) {
             json_decref(p->meta);
             p->meta = m;
+            s->labels_gen++;
         }
         return;
     }

@@ -727,18 +727,34 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         assert best == "h2" and pref["h2"] > pref["h1"], (best, pref)
         best, pref = ranked(away)
         assert best == "h1" and pref["h1"] > pref["h2"], (best, pref)
-        # relabelled, the cache is picked no more once the cluster next changes
-        # (here another pod without GPUs comes to h1)
+        # relabelled, the cache is picked no more, at once (the same pod asked
+        # again, nothing else changed)
         api.update("pods", "cache", "default",
                    fn=lambda q: q["metadata"].__setitem__("labels", {"app": "old"}))
-        api.add_pod("default", "web", node="h1", phase="Running",
-                    containers=[{"name": "c", "image": "x",
-                                 "resources": {"requests": {"cpu": "1"}}}])
         wait_for(lambda: len(set(ranked(near)[1].values())) == 1, what="cache relabelled")
         api.update("pods", "cache", "default",
                    fn=lambda q: q["metadata"].__setitem__("labels", {"app": "cache"}))
-        api.delete("pods", "web", "default")
         wait_for(lambda: ranked(near)[0] == "h2", what="cache picked again")
+        # so for a GPU pod placed: a pod that prefers to avoid it goes to the
+        # other node until it is relabelled, and then where the policy packs it
+        # (the kept /prioritize reply is not kept across the relabel)
+        gp = pod("gcache", {"nvidia.com/gpu": "1"})
+        gp["metadata"]["labels"] = {"app": "gcache"}
+        gp = api.create("/api/v1/namespaces/default/pods", gp)
+        wait_for(lambda: e.filter(gp, ["h1"])["NodeNames"], what="gcache seen")
+        assert e.bind(gp, "h1").status_code == 200
+        p2 = pod("near2", {"nvidia.com/gpu": "1"})
+        p2["spec"]["affinity"] = {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "gcache"}}, "topologyKey": H}}]}}
+        p2 = api.create("/api/v1/namespaces/default/pods", p2)
+        wait_for(lambda: e.debug(p2).status_code == 200 and ranked(p2)[0] == "h2",
+                 what="near2 avoids gcache's node")
+        assert ranked(p2)[0] == "h2"  # asked again: the kept reply
+        api.update("pods", "gcache", "default",
+                   fn=lambda q: q["metadata"].__setitem__("labels", {"app": "old"}))
+        wait_for(lambda: len(set(ranked(p2)[1].values())) == 1, what="gcache relabelled")
+        assert ranked(p2)[0] == "h1", "a kept reply from before the relabel"  # packed
         # the cache ends: nothing picks any more, the two rank alike
         api.update("pods", "cache", "default",
                    fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
