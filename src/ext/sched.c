@@ -391,7 +391,9 @@ static void track_nomination(struct ext_sched *s, struct pod *p)
         json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
     const char *nom = json_string_value(
         json_object_get(json_object_get(p->obj, "status"), "nominatedNodeName"));
-    if ((node && *node) || !nom || strlen(nom) >= sizeof p->nominated)
+    /* in cluster mode only: the watch tells when the pod goes (standalone,
+     * a pod that /filter once saw nominated would hold its node forever) */
+    if (!s->commit.bind || (node && *node) || !nom || strlen(nom) >= sizeof p->nominated)
         nom = "";
     set_nominated(s, p, nom);
 }

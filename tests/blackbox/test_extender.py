@@ -199,6 +199,19 @@ def test_whole_gpus_filter_and_bind(ext):
     assert len(a["gpusched.io/gpu-indices"].split(",")) == 2
 
 
+def test_standalone_keeps_nothing_for_nominated_pods(ext):
+    """Standalone, no watch tells when a pod goes: a pod /filter saw nominated to
+    a node (after a preemption) holds nothing there, or it would hold it forever
+    once deleted (cluster mode keeps its GPUs: test_extender_cluster.py)."""
+    big = pod("pre", {"nvidia.com/gpu": "4"})
+    big["spec"]["priority"] = 1000
+    big["status"] = {"nominatedNodeName": "a100-1"}
+    ext.filter(big)
+    low = pod("low", {"nvidia.com/gpu": "2"})
+    assert "a100-1" in ext.filter(low)["NodeNames"]
+    assert ext.metric("gpusched_extender_nominated_pods") == 0
+
+
 def test_unresolvable_reasons_are_in_failed_nodes_too(ext):
     """kube-scheduler 1.20 reads only FailedNodes (FailedAndUnresolvableNodes
     came in 1.21, where an entry in both maps counts as unresolvable): every

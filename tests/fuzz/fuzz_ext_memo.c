@@ -56,6 +56,15 @@ static void pod(char *buf, size_t cap, const char *name, unsigned b)
 
 static struct ext_sched *twin; /* the scheduler that keeps nothing */
 
+/* Binds "written to the API server" at once: cluster mode, where
+ * nominations are kept (ext/sched_nominated.c). */
+static int fake_bind(void *ud, const char *ns, const char *name, const char *uid,
+                     const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
+{
+    (void)ud, (void)ns, (void)name, (void)uid, (void)a, (void)annotations, (void)e;
+    return 0;
+}
+
 static char *call(struct ext_sched *s, int prioritize, const char *b)
 {
     struct ext_reply r;
@@ -88,6 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ext_sched_free(s);
         return 0;
     }
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = fake_bind});
+    ext_sched_set_commit(twin, &(struct ext_commit){.bind = fake_bind});
     for (int i = 0; i < NODES; i++) {
         node(s, i, 1, i & 1, i == 3);
         node(twin, i, 1, i & 1, i == 3);
