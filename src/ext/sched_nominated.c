@@ -38,7 +38,7 @@ struct sched_held {
     int n, cap;
     struct held_pod *v;
     unsigned char *at; /* by node position: some gathered pod is nominated there */
-    int at_cap;
+    int at_n, at_cap;  /* positions in at (nodes added since have none) */
 };
 
 static void held_clear(struct sched_held *h)
@@ -107,7 +107,8 @@ int sched_nominated_prepare(struct ext_sched *s, const struct core_pod *pod)
         hp->reserved = 0;
         h->n++;
     }
-    qsort(h->v, (size_t)h->n, sizeof *h->v, by_priority);
+    if (h->n > 1) /* (qsort must not get NULL, even for 0) */
+        qsort(h->v, (size_t)h->n, sizeof *h->v, by_priority);
     /* their nodes, so that every other node is passed at a glance */
     int nn = core_cluster_node_count(s->c);
     if (h->n && nn >= h->at_cap) {
@@ -121,6 +122,7 @@ int sched_nominated_prepare(struct ext_sched *s, const struct core_pod *pod)
     }
     if (h->n)
         memset(h->at, 0, (size_t)nn);
+    h->at_n = h->n ? nn : 0;
     for (int i = 0; i < h->n; i++) {
         const struct core_node *n = core_cluster_find(s->c, h->v[i].p->nominated);
         h->v[i].pos = n ? core_node_pos(n) : -1;
@@ -173,7 +175,8 @@ int sched_nominated_fit(struct ext_sched *s, const struct core_pod *pod, const s
                         struct core_status *st)
 {
     const struct sched_held *h = s->held;
-    if (!h || !h->n || !h->at[core_node_pos(n)])
+    int at = core_node_pos(n);
+    if (!h || !h->n || at < 0 || at >= h->at_n || !h->at[at])
         return 1;
     const struct held_pod *hp = first_on(h, n);
     struct gs_err e = GS_ERR_INIT;

@@ -869,6 +869,10 @@ def test_gpus_of_a_nominated_pod_are_kept_for_it(gpusched_bin, api, tmp_path):
         assert e.filter(api.get("pods", "top", "default"), ["g1"])["NodeNames"] == ["g1"]
         fh = e.filter(api.get("pods", "high", "default"), ["g1"])
         assert fh["NodeNames"] == [] and "nominated" not in fh["FailedNodes"]["g1"], fh
+        # the Nodes form, with nodes the extender learns from the request itself
+        r = e.post("filter", {"Pod": api.get("pods", "low", "default"), "NodeNames": None,
+                              "Nodes": {"items": [gpu_node(f"x{i}") for i in range(3)]}})
+        assert r.status_code == 200 and len(r.json()["Nodes"]["items"]) == 3, r.text
         r = e.debug(api.get("pods", "low", "default")).json()
         g1 = [n for n in r["nodes"] if n["node"] == "g1"][0]
         assert not g1["fits"] and g1["filter"] == "NominatedPods", g1
