@@ -17,16 +17,6 @@
 #include "ext/sched.h"
 #include "bench_util.h"
 
-static json_t *node_obj(int i)
-{
-    char name[32];
-    snprintf(name, sizeof name, "node-%04d", i);
-    return json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s, s:s}}}", "metadata", "name",
-                     name, "labels", "nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB",
-                     "nvidia.com/gpu.memory", "81920", "status", "allocatable", "cpu", "96",
-                     "memory", "1024Gi", "pods", "110", "nvidia.com/gpu", "8");
-}
-
 static json_t *gpu_pod(const char *name, const char *gpus, int priority)
 {
     return json_pack("{s:{s:s, s:s, s:s}, s:{s:i, s:[{s:s, s:s, s:{s:{s:s}}}]}, s:{s:s}}",
@@ -44,12 +34,6 @@ static int fake_bind(void *ud, const char *ns, const char *name, const char *uid
     return 0;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median over rounds of the mean time of `reps` /filters, in µs. */
 static double time_filters(struct ext_sched *s, const char *body, int rounds, int reps)
 {
@@ -64,7 +48,7 @@ static double time_filters(struct ext_sched *s, const char *body, int rounds, in
         }
         t[r] = (bench_now() - t0) * 1e6 / reps;
     }
-    qsort(t, (size_t)rounds, sizeof t[0], cmp_d);
+    qsort(t, (size_t)rounds, sizeof t[0], bench_cmp_double);
     return t[rounds / 2];
 }
 
@@ -81,7 +65,7 @@ int main(int argc, char **argv)
     ext_sched_set_commit(s, &(struct ext_commit){.bind = fake_bind});
     json_t *nl = json_array(), *names = json_array();
     for (int i = 0; i < nodes; i++) {
-        json_t *n = node_obj(i);
+        json_t *n = bench_node_obj(i);
         json_array_append(names, json_object_get(json_object_get(n, "metadata"), "name"));
         json_array_append_new(nl, n);
     }

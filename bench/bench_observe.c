@@ -16,16 +16,6 @@
 #include "ext/sched.h"
 #include "bench_util.h"
 
-static json_t *node_obj(int i)
-{
-    char name[32];
-    snprintf(name, sizeof name, "node-%04d", i);
-    return json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s, s:s}}}", "metadata", "name",
-                     name, "labels", "nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB",
-                     "nvidia.com/gpu.memory", "81920", "status", "allocatable", "cpu", "96",
-                     "memory", "1024Gi", "pods", "110", "nvidia.com/gpu", "8");
-}
-
 static json_t *pod_obj(int i, int nodes, const char *cpu)
 {
     char name[32], uid[48], node[32];
@@ -44,12 +34,6 @@ static json_t *pod_obj(int i, int nodes, const char *cpu)
         "running", "startedAt", "2026-11-25T10:00:01Z");
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     int nodes = argc > 1 ? atoi(argv[1]) : 1000, pods = argc > 2 ? atoi(argv[2]) : 20000;
@@ -63,7 +47,7 @@ int main(int argc, char **argv)
     }
     json_t *nl = json_array(), *pl = json_array(), *moved = json_array();
     for (int i = 0; i < nodes; i++)
-        json_array_append_new(nl, node_obj(i));
+        json_array_append_new(nl, bench_node_obj(i));
     for (int i = 0; i < pods; i++) {
         json_array_append_new(pl, pod_obj(i, nodes, "500m"));
         json_array_append_new(moved, pod_obj(i, nodes, "600m"));
@@ -94,10 +78,10 @@ int main(int argc, char **argv)
         move[r] = (t3 - t2) * 1e6 / pods;
         decode[r] = (t4 - t3) * 1e6 / pods;
     }
-    qsort(relist, (size_t)rounds, sizeof relist[0], cmp_d);
-    qsort(same, (size_t)rounds, sizeof same[0], cmp_d);
-    qsort(move, (size_t)rounds, sizeof move[0], cmp_d);
-    qsort(decode, (size_t)rounds, sizeof decode[0], cmp_d);
+    qsort(relist, (size_t)rounds, sizeof relist[0], bench_cmp_double);
+    qsort(same, (size_t)rounds, sizeof same[0], bench_cmp_double);
+    qsort(move, (size_t)rounds, sizeof move[0], bench_cmp_double);
+    qsort(decode, (size_t)rounds, sizeof decode[0], bench_cmp_double);
     printf("%d nodes, %d CPU-only pods, %d rounds (medians)\n", nodes, pods, rounds);
     printf("relist of all pods:        %8.1f ms\n", relist[rounds / 2]);
     printf("event, nothing changed:    %8.2f us\n", same[rounds / 2]);

@@ -1,12 +1,14 @@
 /*
  * bench_util.h - the few helpers the benchmark programs share (each bench_*.c
- * is its own program): a monotonic clock in seconds and a libcurl write
+ * is its own program): a monotonic clock in seconds, the order of doubles
+ * for medians, an in-process node (with jansson) and a libcurl write
  * callback that collects a reply into a gs_buf.
  */
 #ifndef GPUSCHED_BENCH_UTIL_H
 #define GPUSCHED_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <time.h>
 
 static inline double bench_now(void)
@@ -15,6 +17,27 @@ static inline double bench_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+/* qsort's order for doubles, ascending (medians) */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#ifdef JANSSON_H
+/* Node i of an in-process cluster ("node-%04d"): 8 A100s by the GPU
+ * operator's labels, 96 CPUs, 1 TiB, 110 pods. */
+static inline json_t *bench_node_obj(int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "node-%04d", i);
+    return json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s, s:s}}}", "metadata", "name",
+                     name, "labels", "nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB",
+                     "nvidia.com/gpu.memory", "81920", "status", "allocatable", "cpu", "96",
+                     "memory", "1024Gi", "pods", "110", "nvidia.com/gpu", "8");
+}
+#endif
 
 #ifdef GS_UTIL_BUF_H
 /* CURLOPT_WRITEFUNCTION: the reply into the gs_buf given as CURLOPT_WRITEDATA */
