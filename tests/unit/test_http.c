@@ -98,8 +98,11 @@ static void test_reloads_under_load(void)
     struct http_server_opts o = {.addr = "127.0.0.1", .tls_cert_file = cert,
                                  .tls_key_file = key, .threads = 4, .handler = ok_handler};
     ASSERT_EQ(http_server_start(&o, &s, &e), 0);
-    if (!s)
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (!s) {
+        (void)system(cmd);
         return;
+    }
     struct client cl[3] = {{0}};
     for (int i = 0; i < 3; i++) {
         cl[i].port = http_server_port(s);
@@ -131,7 +134,6 @@ static void test_reloads_under_load(void)
     ASSERT_TRUE(reloads >= 100);
     ASSERT_TRUE(answered > reloads);
     ASSERT_EQ(failed, 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     (void)system(cmd);
 }
 
