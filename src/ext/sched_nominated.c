@@ -178,12 +178,10 @@ int sched_nominated_fit(struct ext_sched *s, const struct core_pod *pod, const s
     int at = core_node_pos(n);
     if (!h || !h->n || at < 0 || at >= h->at_n || !h->at[at])
         return 1;
-    const struct held_pod *hp = first_on(h, n);
+    const struct held_pod *hp = first_on(h, n); /* marked: there is one */
     struct gs_err e = GS_ERR_INIT;
     struct core_status fst;
     int fits = 1;
-    if (!hp)
-        return 1;
     if (sched_nominated_hold(s, n, &e) < 0) {
         fits = 0;
     } else if (!core_filter(s->c, n, pod, &fst)) {
