@@ -281,6 +281,14 @@ uint64_t core_tie_key(const struct core_cycle *cy, const struct core_node *n, ui
     return (uint64_t)core_link_cost(cy, n) << 32 | rank;
 }
 
+/* Do the pod's terms, or those of placed pods that pick it, rank nodes
+ * (core_pod.pod_terms_count)? */
+static int pod_terms_apply(const struct core_pod *p)
+{
+    return p->pod_terms_count &&
+           (p->n_pod_terms > 0 || (p->pod_terms_picked && p->pod_terms_picked(p->pod_terms_ud, p)));
+}
+
 /* Does the pod prefer a node over another: preferred terms (pod terms
  * where the caller scores them), or a candidate with taints (the hot lines
  * say, without touching the nodes)? */
@@ -289,7 +297,7 @@ static int soft_applies(const struct core_cycle *cy, struct core_node *const *no
 {
     const struct core_cluster *c = cy->cluster;
     const struct core_pod *p = cy->pod;
-    int any = p->n_prefs > 0 || (p->n_pod_terms > 0 && p->pod_terms_count) || cy->tainted > 0;
+    int any = p->n_prefs > 0 || pod_terms_apply(p) || cy->tainted > 0;
     for (int j = 0; j < n && !any && cy->tainted < 0; j++)
         any = (!fit || fit[j] == CORE_FIT_YES) &&
               c->hot[pos ? pos[j] : nodes[j]->priv->pos].tainted;
@@ -303,8 +311,8 @@ static int cmp_str(const void *a, const void *b)
 
 /* Adds to soft[] of the candidates that fit what kube-scheduler's
  * InterPodAffinity (weight 1) and PodTopologySpread (weight 2) would score
- * for the pod's terms, from the caller's counts (core_pod.pod_terms_count).
- * 0 when out of memory. */
+ * for the pod's terms and the placed pods' terms that pick it, from the
+ * caller's counts (core_pod.pod_terms_count). 0 when out of memory. */
 static int pod_terms_fill(const struct core_cycle *cy, struct core_node *const *nodes,
                           const int *pos, const unsigned char *fit, int n, int *soft)
 {
@@ -322,7 +330,7 @@ static int pod_terms_fill(const struct core_cycle *cy, struct core_node *const *
 #define FITS(j) (!fit || fit[j] == CORE_FIT_YES)
     for (int j = 0; j < n; j++)
         if (FITS(j))
-            p->pod_terms_count(p->pod_terms_ud, p, NODE(j), &cnt[(size_t)j * nt]);
+            ipa[j] = p->pod_terms_count(p->pod_terms_ud, p, NODE(j), &cnt[(size_t)j * nt]);
     /* a spread constraint's weight: log(its domains among the candidates + 2);
      * a candidate without one of its keys scores 0 */
     for (int t = 0; t < nt; t++) {
@@ -417,8 +425,7 @@ static int soft_fill(const struct core_cycle *cy, struct core_node *const *nodes
                   (max_taint ? CORE_MAX_SCORE - taint[j] * CORE_MAX_SCORE / max_taint
                              : CORE_MAX_SCORE);
     free(taint);
-    return p->n_pod_terms && p->pod_terms_count ? pod_terms_fill(cy, nodes, pos, fit, n, soft)
-                                                : 1;
+    return pod_terms_apply(p) ? pod_terms_fill(cy, nodes, pos, fit, n, soft) : 1;
 }
 
 int core_soft_scores(const struct core_cycle *cy, struct core_node *const *nodes, const int *pos,

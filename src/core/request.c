@@ -1016,28 +1016,79 @@ static int parse_label_selector(json_t *ls, const char *f, struct core_term *sel
     return 0;
 }
 
-/* podAffinity / podAntiAffinity (sign 1 / -1) at f:
- * preferredDuringSchedulingIgnoredDuringExecution [{weight, podAffinityTerm}] */
-static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod *pod,
+/* One PodAffinityTerm at f into *pt (its weight set by the caller). */
+static int parse_affinity_term(json_t *at, const char *f, struct core_pod_term *pt,
+                               struct gs_err *e)
+{
+    json_t *ns, *nsel, *ls, *v;
+    char ff[300];
+    size_t k;
+    if (!json_is_object(at))
+        return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
+    snprintf(ff, sizeof ff, "%s.topologyKey", f);
+    if (dup_str(&pt->topology_key, json_object_get(at, "topologyKey"), ff, e) < 0)
+        return -GS_EINVAL;
+    if (!pt->topology_key || !pt->topology_key[0])
+        return gs_errf(e, GS_EINVAL, "%s: missing", ff);
+    snprintf(ff, sizeof ff, "%s.namespaces", f);
+    ns = json_object_get(at, "namespaces");
+    if (ns && !json_is_null(ns) && !json_is_array(ns))
+        return gs_errf(e, GS_EINVAL, "%s: must be a list", ff);
+    if (json_array_size(ns) > MAX_LIST)
+        return gs_errf(e, GS_EINVAL, "%s: more than %d entries", ff, MAX_LIST);
+    if (json_array_size(ns) && !(pt->namespaces = calloc(json_array_size(ns), sizeof(char *))))
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", ff);
+    json_array_foreach(json_is_array(ns) ? ns : NULL, k, v) {
+        char nf[320];
+        snprintf(nf, sizeof nf, "%s[%zu]", ff, k);
+        if (!json_is_string(v))
+            return gs_errf(e, GS_EINVAL, "%s: must be a string", nf);
+        if (dup_str(&pt->namespaces[pt->n_namespaces], v, nf, e) < 0)
+            return -GS_EINVAL;
+        pt->n_namespaces++;
+    }
+    snprintf(ff, sizeof ff, "%s.namespaceSelector", f);
+    if (get_obj(at, "namespaceSelector", ff, &nsel, e) < 0)
+        return -GS_EINVAL;
+    /* {} is every namespace; one with labels needs the namespaces'
+     * labels, which nothing here reads: the term picks no pod */
+    pt->all_namespaces = nsel != NULL;
+    snprintf(ff, sizeof ff, "%s.labelSelector", f);
+    if (get_obj(at, "labelSelector", ff, &ls, e) < 0)
+        return -GS_EINVAL;
+    pt->selects = ls != NULL && !(nsel && json_object_size(nsel) > 0);
+    if (ls && parse_label_selector(ls, ff, &pt->selector, e) < 0)
+        return -GS_EINVAL;
+    return 0;
+}
+
+/* Room for n more terms in pod->pod_terms. */
+static int grow_terms(struct core_pod *pod, size_t n, const char *f, struct gs_err *e)
+{
+    struct core_pod_term *all = realloc(pod->pod_terms, (pod->n_pod_terms + n) * sizeof *all);
+    if (!all)
+        return gs_errf(e, GS_ENOMEM, "%s: out of memory", f);
+    pod->pod_terms = all;
+    return 0;
+}
+
+/* podAffinity / podAntiAffinity (sign 1 / -1) at f0:
+ * preferredDuringSchedulingIgnoredDuringExecution [{weight, podAffinityTerm}],
+ * and with hard > 0 requiredDuringSchedulingIgnoredDuringExecution
+ * [podAffinityTerm], each of weight hard */
+static int parse_pod_terms(json_t *pa, const char *f0, int sign, int hard, struct core_pod *pod,
                            struct gs_err *e)
 {
     json_t *list, *t;
     char base[200], f[260];
     size_t i;
     snprintf(base, sizeof base, "%s.preferredDuringSchedulingIgnoredDuringExecution", f0);
-    if (get_list(pa, "preferredDuringSchedulingIgnoredDuringExecution", base, &list, e) < 0)
+    if (get_list(pa, "preferredDuringSchedulingIgnoredDuringExecution", base, &list, e) < 0 ||
+        (list && grow_terms(pod, json_array_size(list), base, e) < 0))
         return -GS_EINVAL;
-    if (!list)
-        return 0;
-    struct core_pod_term *all = realloc(pod->pod_terms, (size_t)(pod->n_pod_terms +
-                                        (int)json_array_size(list)) * sizeof *all);
-    if (!all)
-        return gs_errf(e, GS_ENOMEM, "%s: out of memory", base);
-    pod->pod_terms = all;
     json_array_foreach(list, i, t) {
         struct core_pod_term *pt = &pod->pod_terms[pod->n_pod_terms++];
-        json_t *w = json_object_get(t, "weight"), *at, *ns, *nsel, *ls, *v;
-        size_t k;
+        json_t *w = json_object_get(t, "weight");
         memset(pt, 0, sizeof *pt);
         snprintf(f, sizeof f, "%s[%zu]", base, i);
         if (!json_is_object(t))
@@ -1046,43 +1097,21 @@ static int parse_pod_terms(json_t *pa, const char *f0, int sign, struct core_pod
             return gs_errf(e, GS_EINVAL, "%s.weight: must be an integer 1..100", f);
         pt->weight = sign * (int)json_integer_value(w);
         snprintf(f, sizeof f, "%s[%zu].podAffinityTerm", base, i);
-        if (!json_is_object(at = json_object_get(t, "podAffinityTerm")))
-            return gs_errf(e, GS_EINVAL, "%s: must be an object", f);
-        char ff[300];
-        snprintf(ff, sizeof ff, "%s.topologyKey", f);
-        if (dup_str(&pt->topology_key, json_object_get(at, "topologyKey"), ff, e) < 0)
+        if (parse_affinity_term(json_object_get(t, "podAffinityTerm"), f, pt, e) < 0)
             return -GS_EINVAL;
-        if (!pt->topology_key || !pt->topology_key[0])
-            return gs_errf(e, GS_EINVAL, "%s: missing", ff);
-        snprintf(ff, sizeof ff, "%s.namespaces", f);
-        ns = json_object_get(at, "namespaces");
-        if (ns && !json_is_null(ns) && !json_is_array(ns))
-            return gs_errf(e, GS_EINVAL, "%s: must be a list", ff);
-        if (json_array_size(ns) > MAX_LIST)
-            return gs_errf(e, GS_EINVAL, "%s: more than %d entries", ff, MAX_LIST);
-        if (json_array_size(ns) && !(pt->namespaces = calloc(json_array_size(ns),
-                                                             sizeof(char *))))
-            return gs_errf(e, GS_ENOMEM, "%s: out of memory", ff);
-        json_array_foreach(json_is_array(ns) ? ns : NULL, k, v) {
-            char nf[320];
-            snprintf(nf, sizeof nf, "%s[%zu]", ff, k);
-            if (!json_is_string(v))
-                return gs_errf(e, GS_EINVAL, "%s: must be a string", nf);
-            if (dup_str(&pt->namespaces[pt->n_namespaces], v, nf, e) < 0)
-                return -GS_EINVAL;
-            pt->n_namespaces++;
-        }
-        snprintf(ff, sizeof ff, "%s.namespaceSelector", f);
-        if (get_obj(at, "namespaceSelector", ff, &nsel, e) < 0)
-            return -GS_EINVAL;
-        /* {} is every namespace; one with labels needs the namespaces'
-         * labels, which nothing here reads: the term picks no pod */
-        pt->all_namespaces = nsel != NULL;
-        snprintf(ff, sizeof ff, "%s.labelSelector", f);
-        if (get_obj(at, "labelSelector", ff, &ls, e) < 0)
-            return -GS_EINVAL;
-        pt->selects = ls != NULL && !(nsel && json_object_size(nsel) > 0);
-        if (ls && parse_label_selector(ls, ff, &pt->selector, e) < 0)
+    }
+    if (hard <= 0)
+        return 0;
+    snprintf(base, sizeof base, "%s.requiredDuringSchedulingIgnoredDuringExecution", f0);
+    if (get_list(pa, "requiredDuringSchedulingIgnoredDuringExecution", base, &list, e) < 0 ||
+        (list && grow_terms(pod, json_array_size(list), base, e) < 0))
+        return -GS_EINVAL;
+    json_array_foreach(list, i, t) {
+        struct core_pod_term *pt = &pod->pod_terms[pod->n_pod_terms++];
+        memset(pt, 0, sizeof *pt);
+        pt->weight = hard;
+        snprintf(f, sizeof f, "%s[%zu]", base, i);
+        if (parse_affinity_term(t, f, pt, e) < 0)
             return -GS_EINVAL;
     }
     return 0;
@@ -1149,8 +1178,8 @@ static int parse_affinity(json_t *spec, struct core_pod *pod, struct gs_err *e)
         parse_preferred(na, pod, e) < 0 ||
         get_obj(aff, "podAffinity", "spec.affinity.podAffinity", &pa, e) < 0 ||
         get_obj(aff, "podAntiAffinity", "spec.affinity.podAntiAffinity", &panti, e) < 0 ||
-        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, pod, e) < 0 ||
-        parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, pod, e) < 0)
+        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, 0, pod, e) < 0 ||
+        parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, 0, pod, e) < 0)
         return -GS_EINVAL;
     if (!req)
         return 0;
@@ -1264,6 +1293,37 @@ int core_pod_parse(const json_t *jpod, const struct core_names *names, struct co
         parse_tolerations(spec, pod, e) < 0)
         goto fail;
     return 0;
+fail:
+    core_pod_clear(pod);
+    return -(e && e->code ? e->code : GS_EINVAL);
+}
+
+int core_pod_affinity_parse(const json_t *jpod, struct core_pod *pod, struct gs_err *e)
+{
+    json_t *p = (json_t *)jpod, *meta, *spec, *aff, *pa, *panti;
+
+    memset(pod, 0, sizeof *pod);
+    if (!json_is_object(p)) {
+        gs_errf(e, GS_EINVAL, "pod: must be a JSON object");
+        goto fail;
+    }
+    if (get_obj(p, "metadata", "metadata", &meta, e) < 0 ||
+        copy_str(pod->name, sizeof pod->name, json_object_get(meta, "name"), "metadata.name",
+                 e) < 0 ||
+        copy_str(pod->ns, sizeof pod->ns, json_object_get(meta, "namespace"),
+                 "metadata.namespace", e) < 0 ||
+        copy_str(pod->uid, sizeof pod->uid, json_object_get(meta, "uid"), "metadata.uid", e) < 0 ||
+        get_obj(p, "spec", "spec", &spec, e) < 0 ||
+        get_obj(spec, "affinity", "spec.affinity", &aff, e) < 0 ||
+        get_obj(aff, "podAffinity", "spec.affinity.podAffinity", &pa, e) < 0 ||
+        get_obj(aff, "podAntiAffinity", "spec.affinity.podAntiAffinity", &panti, e) < 0 ||
+        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, CORE_HARD_POD_AFFINITY_WEIGHT, pod,
+                        e) < 0 ||
+        parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, 0, pod, e) < 0)
+        goto fail;
+    if (!pod->ns[0])
+        strcpy(pod->ns, "default");
+    return pod->n_pod_terms;
 fail:
     core_pod_clear(pod);
     return -(e && e->code ? e->code : GS_EINVAL);

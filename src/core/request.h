@@ -128,14 +128,26 @@ struct core_pod {
     char policy[32];           /* gpusched.io/policy annotation, "" = default */
     int n_pod_terms;           /* preferred pod (anti-)affinity, soft spread */
     struct core_pod_term *pod_terms;
-    /* Set by a caller that knows the other pods (the extender): for each
-     * term, how many pods in the node's domain it picks
-     * (core_pod_term_picks) into counts[n_pod_terms]. NULL: the terms are
-     * not applied (the simulator's pods have none). */
-    void (*pod_terms_count)(void *ud, const struct core_pod *pod, const struct core_node *node,
-                            long long *counts);
+    /* Set by a caller that knows the placed pods (the extender); NULL: no
+     * pod terms apply (the simulator's pods have none).
+     * pod_terms_count: for each of the pod's terms, how many pods in the
+     * node's domain it picks (core_pod_term_picks) into
+     * counts[n_pod_terms]; returns what the terms of placed pods that pick
+     * this pod add to the node (kube-scheduler's symmetric half of
+     * InterPodAffinity: each such term's weight when the node shares the
+     * placed pod's domain). pod_terms_picked: whether any such term
+     * exists, so that a pod without terms of its own is ranked by them. */
+    long long (*pod_terms_count)(void *ud, const struct core_pod *pod,
+                                 const struct core_node *node, long long *counts);
+    int (*pod_terms_picked)(void *ud, const struct core_pod *pod);
     void *pod_terms_ud;
+    const json_t *pod_terms_obj; /* the Pod object (borrowed): the labels they pick */
 };
+
+/* kube-scheduler's hardPodAffinityWeight (InterPodAffinityArgs, default 1):
+ * what a placed pod's required pod affinity term that picks a pod adds to
+ * the nodes of its domain in that pod's score. */
+#define CORE_HARD_POD_AFFINITY_WEIGHT 1
 
 /* Parses a Kubernetes quantity ("16Gi", "500m", "1.5", "2e3") and returns it
  * multiplied by `scale` (1 for bytes/counts, 1000 for milli-units), rounded
@@ -154,6 +166,15 @@ int core_quantity_parse(const char *s, int64_t scale, int64_t *out, const char *
 int core_pod_parse(const json_t *pod, const struct core_names *names, struct core_pod *pod_out,
                    struct gs_err *e);
 void core_pod_clear(struct core_pod *pod);
+
+/* Parses only what the pod's pod (anti-)affinity terms pick other pods
+ * with, for a pod already placed whose terms may pick a pod to come
+ * (kube-scheduler's symmetric half of InterPodAffinity): its namespace,
+ * name and UID, and as pod_terms its preferred podAffinity (weight > 0),
+ * preferred podAntiAffinity (weight < 0) and required podAffinity terms
+ * (CORE_HARD_POD_AFFINITY_WEIGHT); not its spread constraints. Returns the
+ * number of terms, or -GS_EINVAL naming the field (*pod cleared). */
+int core_pod_affinity_parse(const json_t *pod, struct core_pod *out, struct gs_err *e);
 
 /* One container's own request, checked as core_pod_parse() checks it; `list`
  * ("containers" / "initContainers") and `idx` only name it in messages. For

@@ -142,8 +142,7 @@ int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, siz
     }
     /* pod (anti-)affinity and spread decide the choice too; their picks
      * depend on the pod's namespace and on the other pods, whose changes
-     * move the cluster version (labels changed on a placed pod count from
-     * the next change) */
+     * move the cluster version or the labels generation */
     put_i64(&b, pod->n_pod_terms);
     for (int t = 0; t < pod->n_pod_terms; t++) {
         const struct core_pod_term *pt = &pod->pod_terms[t];
@@ -157,8 +156,19 @@ int ext_memo_key(const struct core_pod *pod, const char *policy, char **key, siz
         put_i64(&b, pt->selects);
         put_term(&b, &pt->selector);
     }
-    if (pod->n_pod_terms)
+    if (pod->n_pod_terms || pod->pod_terms_obj)
         put_str(&b, pod->ns);
+    /* placed pods' terms pick the pod by its labels (pod_terms_obj is set
+     * while any placed pod has terms): pods of one shape differ in them */
+    if (pod->pod_terms_obj) {
+        const json_t *labels =
+            json_object_get(json_object_get(pod->pod_terms_obj, "metadata"), "labels");
+        char *l = labels ? json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+                         : NULL;
+        b.oom |= labels && !l;
+        put_str(&b, l ? l : "");
+        free(l);
+    }
     put_i64(&b, pod->n_tolerations);
     for (int i = 0; i < pod->n_tolerations; i++) {
         const struct core_toleration *t = &pod->tolerations[i];

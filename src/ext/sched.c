@@ -248,7 +248,7 @@ void ext_sched_free(struct ext_sched *s)
     ext_memo_free(s->memo);
     ext_namelist_put(s->base);
     ext_namecache_free(s->lists);
-    sched_podaff_free(s->podaff);
+    sched_podaff_free(s);
     sched_held_free(s->held);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->bind_came);
@@ -433,6 +433,7 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
         track_nomination(s, p);
+        sched_podaff_owner_put(s, p->uid, obj);
     }
     p->seq = ++s->seq;
     to_newest(s, p);
@@ -455,7 +456,10 @@ static void forget(struct ext_sched *s, struct pod *p)
     if (p->need_restore)
         s->n_need_restore--;
     unlink_pod(s, p);
-    pod_free(sched_smap_del(&s->pods, p->uid));
+    char uid[sizeof p->uid];
+    snprintf(uid, sizeof uid, "%s", p->uid);
+    pod_free(sched_smap_del(&s->pods, uid));
+    sched_podaff_owner_drop(s, uid);
 }
 
 static int32_t pod_priority(const json_t *pod)

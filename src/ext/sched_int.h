@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -108,6 +109,9 @@ struct ext_sched {
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
     struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
+    struct smap owners;   /* uid -> struct core_pod: the pods remembered or counted whose
+                             pod affinity terms may pick others (sched_podaff.c) */
+    atomic_int n_owners;  /* owners.n, for sched_podaff_attach outside the lock */
     unsigned long labels_gen; /* bumped when a counted pod's labels change (they are
                                  not in core_cluster_version, which podaff is kept at) */
     struct smap nominated; /* uid -> struct pod, of the remembered pods with a nomination
@@ -119,11 +123,19 @@ struct ext_sched {
 /* ---- preferred pod affinity (ext/sched_podaff.c) ----------------------------- */
 
 struct sched_podaff;
-/* Has the core score pod's preferred pod (anti-)affinity terms and soft
- * topology spread constraints over the GPU pods s holds (nothing for a pod
- * without them). */
-void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod);
-void sched_podaff_free(struct sched_podaff *pa);
+/* Has the core score pod (parsed from obj, which must outlive it) by its
+ * preferred pod (anti-)affinity terms and soft topology spread constraints
+ * over the pods s counts, and by the terms of placed pods that pick it
+ * (nothing when neither exists). Lock not needed. */
+void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod, const json_t *obj);
+/* Pod uid (obj) is remembered or counted: its pod affinity terms, if it has
+ * any, pick the pods to come while it is placed. Lock held. */
+void sched_podaff_owner_put(struct ext_sched *s, const char *uid, const json_t *obj);
+/* Pod uid was forgotten or no longer counts: its terms go once neither
+ * holds it. Lock held. */
+void sched_podaff_owner_drop(struct ext_sched *s, const char *uid);
+/* Frees s->podaff and the owners. */
+void sched_podaff_free(struct ext_sched *s);
 
 /* ---- pods nominated to a node by a preemption (ext/sched_nominated.c) -------
  * Lock held for all of them. */
@@ -161,6 +173,8 @@ void sched_usage_drop(struct ext_sched *s, const char *uid);
 int sched_labels_same(const json_t *a, const json_t *b);
 /* Forgets every pod (a relist counts them again). */
 void sched_usage_clear(struct ext_sched *s);
+/* The node pod uid counts on, or NULL. */
+const char *sched_usage_node(const struct ext_sched *s, const char *uid);
 /* Gives the core node's sums (after the node joined the core). */
 void sched_usage_push(struct ext_sched *s, const char *node);
 /* Calls fn for every pod counted, with a Pod object that holds its

@@ -1,6 +1,7 @@
 /*
  * ext/sched_podaff.c - a pod's preferred pod affinity and anti-affinity, and
- * its soft topology spread, counted by the extender itself.
+ * its soft topology spread, counted by the extender itself; and the terms
+ * of the pods already placed that pick it.
  *
  * deploy/ gives the extender weight 100 so that the policy decides where a
  * GPU pod goes; kube-scheduler's own InterPodAffinity and PodTopologySpread
@@ -8,17 +9,25 @@
  * prefers its replicas on different nodes would have them packed on one.
  * So the core ranks nodes by the pod's terms before its policy
  * (core/framework.c, soft preferences), and this file gives it what each
- * node's score is made of: for each term, the pods bound to a node in the
- * node's topology domain (same value of the term's topologyKey) that the
- * term picks: the GPU pods this replica holds an allocation for and the
- * pods without GPUs of ours (sched_usage.c), as kube-scheduler counts every
- * pod. The terms of the pods already placed (kube-scheduler's symmetric
- * half of InterPodAffinity) do not count.
+ * node's score is made of:
+ *  - for each of the pod's terms, the pods bound to a node in the node's
+ *    topology domain (same value of the term's topologyKey) that the term
+ *    picks: the GPU pods this replica holds an allocation for and the pods
+ *    without GPUs of ours (sched_usage.c), as kube-scheduler counts every
+ *    pod;
+ *  - kube-scheduler's symmetric half: for each placed pod whose preferred
+ *    podAffinity (+weight), podAntiAffinity (-weight) or required
+ *    podAffinity term (+1, hardPodAffinityWeight) picks this pod, the
+ *    term's weight on every node of that pod's domain. So a pod that wants
+ *    to be away from a kind of pod keeps it away, even when that pod says
+ *    nothing itself. The placed pods with such terms (the owners) are kept
+ *    parsed by UID; a pod's affinity cannot change, so each is parsed once.
  *
- * The counts per domain are built once per pod, cluster version and labels
+ * Both are built once per pod (and its labels), cluster version and labels
  * generation (one decision asks for every candidate node; a placed pod
  * relabelled moves no version) and kept in s->podaff.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,38 +44,51 @@ struct podaff_term {
     struct podaff_sum *sums;
 };
 
+struct podaff_key {         /* the owners' terms of one topologyKey */
+    char *key;
+    struct podaff_term domains; /* their summed weights per domain */
+};
+
 struct sched_podaff {
     char uid[64];        /* the pod the sums are for (its terms pick in ns) */
     char ns[CORE_NAME_MAX];
+    json_t *labels;      /* its labels (a reference): what owners' terms pick */
     uint64_t version;    /* core_cluster_version they were built at */
     unsigned long labels_gen; /* and s->labels_gen */
     int n_terms;
     struct podaff_term *terms;
+    int with_owners;     /* the owners were counted (pod_terms_obj given) */
+    int n_keys;
+    struct podaff_key *keys;
 };
+
+static void term_clear(struct podaff_term *t)
+{
+    for (int i = 0; i < t->n; i++)
+        free(t->sums[i].value);
+    free(t->sums);
+}
 
 static void podaff_clear(struct sched_podaff *pa)
 {
-    for (int t = 0; t < pa->n_terms; t++) {
-        for (int i = 0; i < pa->terms[t].n; i++)
-            free(pa->terms[t].sums[i].value);
-        free(pa->terms[t].sums);
-    }
+    for (int t = 0; t < pa->n_terms; t++)
+        term_clear(&pa->terms[t]);
     free(pa->terms);
+    for (int k = 0; k < pa->n_keys; k++) {
+        free(pa->keys[k].key);
+        term_clear(&pa->keys[k].domains);
+    }
+    free(pa->keys);
+    json_decref(pa->labels);
     memset(pa, 0, sizeof *pa);
 }
 
-void sched_podaff_free(struct sched_podaff *pa)
-{
-    if (pa)
-        podaff_clear(pa);
-    free(pa);
-}
-
-static int add(struct podaff_term *t, const char *value)
+/* Adds w to value's sum in t. 0, or -1 out of memory. */
+static int add(struct podaff_term *t, const char *value, long long w)
 {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->sums[i].value, value) == 0) {
-            t->sums[i].sum++;
+            t->sums[i].sum += w;
             return 0;
         }
     struct podaff_sum *ns = realloc(t->sums, (size_t)(t->n + 1) * sizeof *ns);
@@ -75,7 +97,7 @@ static int add(struct podaff_term *t, const char *value)
     t->sums = ns;
     if (!(ns[t->n].value = strdup(value)))
         return -1;
-    ns[t->n++].sum = 1;
+    ns[t->n++].sum = w;
     return 0;
 }
 
@@ -93,7 +115,7 @@ static int add_pod(struct ext_sched *s, struct sched_podaff *pa, const struct co
     for (int t = 0; m && t < pod->n_pod_terms; t++) {
         const struct core_pod_term *pt = &pod->pod_terms[t];
         const char *v = core_node_label(m, pt->topology_key);
-        if (v && core_pod_term_picks(pod, pt, other) && add(&pa->terms[t], v) < 0)
+        if (v && core_pod_term_picks(pod, pt, other) && add(&pa->terms[t], v, 1) < 0)
             return -1;
     }
     return 0;
@@ -114,69 +136,212 @@ static int add_other(void *ud, const char *uid, const char *node, const json_t *
     return add_pod(x->s, x->pa, x->pod, node, other);
 }
 
-/* The counts for pod at the cluster's version: 0, or -1 out of memory (the
- * terms then count nothing). */
+/* The placed node of an owner: its allocation's, or where it counts
+ * without GPUs of ours; NULL while it has none. */
+static const char *placed_on(struct ext_sched *s, const char *uid)
+{
+    const struct core_alloc *a = core_alloc_find(s->c, uid);
+    return a ? a->node : sched_usage_node(s, uid);
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(((const struct podaff_key *)a)->key, ((const struct podaff_key *)b)->key);
+}
+
+/* The owners' terms that pick pod (its object: pod->pod_terms_obj), summed
+ * per topologyKey and domain into pa->keys. 0, or -1 out of memory. */
+static int build_owners(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
+{
+    SMAP_FOREACH(&s->owners, it)
+    {
+        const struct core_pod *o = it->val;
+        const char *node = strcmp(it->key, pod->uid) ? placed_on(s, it->key) : NULL;
+        const struct core_node *m = node ? core_cluster_find(s->c, node) : NULL;
+        for (int t = 0; m && t < o->n_pod_terms; t++) {
+            const struct core_pod_term *pt = &o->pod_terms[t];
+            const char *v = core_node_label(m, pt->topology_key);
+            if (!v || !core_pod_term_picks(o, pt, pod->pod_terms_obj))
+                continue;
+            int k = 0;
+            while (k < pa->n_keys && strcmp(pa->keys[k].key, pt->topology_key) != 0)
+                k++;
+            if (k == pa->n_keys) {
+                struct podaff_key *nk = realloc(pa->keys, (size_t)(k + 1) * sizeof *nk);
+                if (!nk)
+                    return -1;
+                pa->keys = nk;
+                memset(&nk[k], 0, sizeof *nk);
+                if (!(nk[k].key = strdup(pt->topology_key)))
+                    return -1;
+                pa->n_keys++;
+            }
+            if (add(&pa->keys[k].domains, v, pt->weight) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static const json_t *labels_of(const json_t *pod)
+{
+    return json_object_get(json_object_get(pod, "metadata"), "labels");
+}
+
+/* The counts for pod at the cluster's version: 0, or -1 out of memory
+ * (the terms then count nothing). */
 static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
 {
     uint64_t ver = core_cluster_version(s->c);
-    if (pa->terms && pa->version == ver && pa->labels_gen == s->labels_gen &&
-        strcmp(pa->uid, pod->uid) == 0 &&
-        strcmp(pa->ns, pod->ns) == 0 && pa->n_terms == pod->n_pod_terms)
+    const json_t *labels = labels_of(pod->pod_terms_obj);
+    if (pa->uid[0] && pa->version == ver && pa->labels_gen == s->labels_gen &&
+        strcmp(pa->uid, pod->uid) == 0 && strcmp(pa->ns, pod->ns) == 0 &&
+        pa->n_terms == pod->n_pod_terms && pa->with_owners == (pod->pod_terms_obj != NULL) &&
+        (pa->labels == labels || (pa->labels && labels && json_equal(pa->labels, labels))))
         return 0;
     podaff_clear(pa);
-    if (!(pa->terms = calloc((size_t)pod->n_pod_terms, sizeof *pa->terms)))
+    if (!(pa->terms = calloc((size_t)pod->n_pod_terms + 1, sizeof *pa->terms)))
         return -1;
     pa->n_terms = pod->n_pod_terms;
-    int n = core_cluster_alloc_count(s->c);
+    int n = pa->n_terms ? core_cluster_alloc_count(s->c) : 0;
     for (int i = 0; i < n; i++) {
         const struct core_alloc *a = core_cluster_alloc(s->c, i);
         const struct pod *p = sched_smap_get(&s->pods, a->pod_uid);
         if (!p || !p->obj || strcmp(a->pod_uid, pod->uid) == 0)
             continue;
-        if (add_pod(s, pa, pod, a->node, p->obj) < 0) {
-            podaff_clear(pa);
-            return -1;
-        }
+        if (add_pod(s, pa, pod, a->node, p->obj) < 0)
+            goto oom;
     }
-    if (sched_usage_each(s, add_other, &(struct other_ctx){s, pa, pod}) < 0) {
-        podaff_clear(pa);
-        return -1;
-    }
+    if ((pa->n_terms && sched_usage_each(s, add_other, &(struct other_ctx){s, pa, pod}) < 0) ||
+        (pod->pod_terms_obj && build_owners(s, pa, pod) < 0))
+        goto oom;
     for (int t = 0; t < pa->n_terms; t++) /* for bsearch in count() */
         if (pa->terms[t].n > 1) /* (qsort must not get NULL, even for 0) */
             qsort(pa->terms[t].sums, (size_t)pa->terms[t].n, sizeof *pa->terms[t].sums,
                   cmp_sum);
+    for (int k = 0; k < pa->n_keys; k++)
+        if (pa->keys[k].domains.n > 1)
+            qsort(pa->keys[k].domains.sums, (size_t)pa->keys[k].domains.n,
+                  sizeof *pa->keys[k].domains.sums, cmp_sum);
+    if (pa->n_keys > 1)
+        qsort(pa->keys, (size_t)pa->n_keys, sizeof *pa->keys, cmp_key);
     snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);
     snprintf(pa->ns, sizeof pa->ns, "%s", pod->ns);
+    pa->labels = json_incref((json_t *)labels);
+    pa->with_owners = pod->pod_terms_obj != NULL;
     pa->version = ver;
     pa->labels_gen = s->labels_gen;
     return 0;
+oom:
+    podaff_clear(pa);
+    return -1;
+}
+
+/* The sum in t of the node's value of key (0 without one). */
+static long long sum_at(const struct podaff_term *t, const struct core_node *nd, const char *key)
+{
+    struct podaff_sum k = {(char *)core_node_label(nd, key), 0};
+    const struct podaff_sum *hit =
+        k.value && t->n ? bsearch(&k, t->sums, (size_t)t->n, sizeof *t->sums, cmp_sum) : NULL;
+    return hit ? hit->sum : 0;
+}
+
+/* s->podaff built for pod, or NULL out of memory. */
+static struct sched_podaff *built(struct ext_sched *s, const struct core_pod *pod)
+{
+    if ((!s->podaff && !(s->podaff = calloc(1, sizeof *s->podaff))) ||
+        build(s, s->podaff, pod) < 0)
+        return NULL;
+    return s->podaff;
 }
 
 /* core_pod.pod_terms_count. Lock held (every core call of a verb is made
  * under it). */
-static void count(void *ud, const struct core_pod *pod, const struct core_node *nd,
-                  long long *counts)
+static long long count(void *ud, const struct core_pod *pod, const struct core_node *nd,
+                       long long *counts)
 {
     struct ext_sched *s = ud;
+    struct sched_podaff *pa = built(s, pod);
+    long long sym = 0;
     memset(counts, 0, (size_t)pod->n_pod_terms * sizeof *counts);
-    if ((!s->podaff && !(s->podaff = calloc(1, sizeof *s->podaff))) ||
-        build(s, s->podaff, pod) < 0)
-        return;
-    for (int t = 0; t < pod->n_pod_terms; t++) {
-        struct podaff_sum key = {(char *)core_node_label(nd, pod->pod_terms[t].topology_key), 0};
-        const struct podaff_term *pt = &s->podaff->terms[t];
-        const struct podaff_sum *hit =
-            key.value && pt->n ? bsearch(&key, pt->sums, (size_t)pt->n, sizeof *pt->sums, cmp_sum)
-                               : NULL;
-        counts[t] = hit ? hit->sum : 0;
-    }
+    if (!pa)
+        return 0;
+    for (int t = 0; t < pod->n_pod_terms; t++)
+        counts[t] = sum_at(&pa->terms[t], nd, pod->pod_terms[t].topology_key);
+    for (int k = 0; k < pa->n_keys; k++)
+        sym += sum_at(&pa->keys[k].domains, nd, pa->keys[k].key);
+    return sym;
 }
 
-void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod)
+/* core_pod.pod_terms_picked. Lock held. */
+static int picked(void *ud, const struct core_pod *pod)
 {
-    if (pod->n_pod_terms > 0) {
+    struct sched_podaff *pa = built(ud, pod);
+    return pa && pa->n_keys > 0;
+}
+
+void sched_podaff_attach(struct ext_sched *s, struct core_pod *pod, const json_t *obj)
+{
+    /* an owner placed after this read counts from the pod's next verb */
+    int owners = atomic_load(&s->n_owners) > 0;
+    if (pod->n_pod_terms > 0 || owners) {
         pod->pod_terms_count = count;
         pod->pod_terms_ud = s;
     }
+    if (owners) {
+        pod->pod_terms_picked = picked;
+        pod->pod_terms_obj = obj;
+    }
+}
+
+/* ---- the owners ------------------------------------------------------------ */
+
+static int has_pod_terms(const json_t *obj)
+{
+    const json_t *aff = json_object_get(json_object_get(obj, "spec"), "affinity");
+    return json_object_get(aff, "podAffinity") || json_object_get(aff, "podAntiAffinity");
+}
+
+void sched_podaff_owner_put(struct ext_sched *s, const char *uid, const json_t *obj)
+{
+    struct core_pod *o;
+    if (!has_pod_terms(obj) || sched_smap_get(&s->owners, uid) || !(o = malloc(sizeof *o)))
+        return;
+    /* a pod whose terms the parser refuses adds nothing, as kube-scheduler
+     * would not have placed it */
+    if (core_pod_affinity_parse(obj, o, NULL) <= 0 || sched_smap_put(&s->owners, uid, o) < 0) {
+        core_pod_clear(o);
+        free(o);
+        return;
+    }
+    atomic_store(&s->n_owners, (int)s->owners.n);
+    s->labels_gen++; /* kept counts and /prioritize replies see it */
+}
+
+void sched_podaff_owner_drop(struct ext_sched *s, const char *uid)
+{
+    if (sched_smap_get(&s->pods, uid) || sched_usage_node(s, uid))
+        return; /* still held */
+    struct core_pod *o = sched_smap_del(&s->owners, uid);
+    if (!o)
+        return;
+    core_pod_clear(o);
+    free(o);
+    atomic_store(&s->n_owners, (int)s->owners.n);
+    s->labels_gen++;
+}
+
+void sched_podaff_free(struct ext_sched *s)
+{
+    if (s->podaff)
+        podaff_clear(s->podaff);
+    free(s->podaff);
+    s->podaff = NULL;
+    SMAP_FOREACH(&s->owners, it)
+    {
+        struct core_pod *o = sched_smap_del(&s->owners, it->key);
+        core_pod_clear(o);
+        free(o);
+    }
+    free(s->owners.b);
 }

@@ -84,11 +84,18 @@ void sched_usage_push(struct ext_sched *s, const char *node)
     push(s, node, sched_smap_get(&s->usage_nodes, node));
 }
 
+const char *sched_usage_node(const struct ext_sched *s, const char *uid)
+{
+    const struct usage_pod *p = sched_smap_get(&s->usage_pods, uid);
+    return p ? p->node->name : NULL;
+}
+
 void sched_usage_drop(struct ext_sched *s, const char *uid)
 {
     struct usage_pod *p = sched_smap_del(&s->usage_pods, uid);
     if (!p)
         return;
+    sched_podaff_owner_drop(s, uid);
     struct usage_node *u = p->node;
     u->cpu -= p->cpu;
     u->mem -= p->mem;
@@ -139,6 +146,7 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
         return;
     }
     *p = (struct usage_pod){u, cpu, mem, meta};
+    sched_podaff_owner_put(s, uid, pod);
     u->cpu += cpu;
     u->mem += mem;
     u->pods++;
@@ -147,7 +155,14 @@ void sched_usage_put(struct ext_sched *s, const json_t *pod, const char *uid, co
 
 void sched_usage_clear(struct ext_sched *s)
 {
-    SMAP_FOREACH(&s->usage_pods, it) usage_pod_free(sched_smap_del(&s->usage_pods, it->key));
+    SMAP_FOREACH(&s->usage_pods, it)
+    {
+        char *uid = strdup(it->key); /* (out of memory: its terms stay, never placed) */
+        usage_pod_free(sched_smap_del(&s->usage_pods, it->key));
+        if (uid)
+            sched_podaff_owner_drop(s, uid);
+        free(uid);
+    }
     SMAP_FOREACH(&s->usage_nodes, it)
     {
         struct usage_node *u = sched_smap_del(&s->usage_nodes, it->key);

@@ -79,7 +79,7 @@ int sched_pod_and_policy(struct ext_sched *s, const json_t *obj, struct core_pod
         *reply = ext_error("pod %s: %s", kube_meta_str(obj, "name"), e.msg);
         return -1;
     }
-    sched_podaff_attach(s, pod);
+    sched_podaff_attach(s, pod, obj);
     *pol = s->policy;
     if (pod->policy[0] && !(*pol = core_policy_find(pod->policy))) {
         *reply = ext_error("pod %s/%s: annotation %spolicy: '%s' is not a known policy", pod->ns,

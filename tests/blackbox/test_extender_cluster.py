@@ -763,6 +763,99 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
+    """kube-scheduler's symmetric half of InterPodAffinity: the terms of pods already
+    placed that pick an incoming pod rank the nodes for it, though it has no terms of
+    its own. A CPU-only guard that prefers no app=noisy beside it keeps a noisy GPU pod
+    off its node (weight -100), where the policy packs a plain pod of the same shape;
+    a GPU pod bound with such a term does the same; a
+    required podAffinity term adds hardPodAffinityWeight (1). Kept answers never mix
+    the two pods."""
+    H = "kubernetes.io/hostname"
+    for n in ("h1", "h2"):
+        kw = node_kwargs(n)
+        kw["labels"] = {H: n}
+        api.add_node(n, **kw)
+
+    def term(kind, app, weight=None):
+        t = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": H}
+        if weight is None:
+            return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [t]}}
+        return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": weight, "podAffinityTerm": t}]}}
+
+    def cpu_pod(name, node, affinity):  # (a pod's affinity never changes)
+        api.create("/api/v1/namespaces/default/pods", {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "affinity": affinity, "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"}})
+
+    def gpu(name, labels=None, affinity=None):
+        p = pod(name, {"nvidia.com/gpu": "1"})
+        p["metadata"]["labels"] = labels or {}
+        p["metadata"]["annotations"] = {PREFIX + "policy": "binpack"}
+        if affinity:
+            p["spec"]["affinity"] = affinity
+        return api.create("/api/v1/namespaces/default/pods", p)
+
+    cpu_pod("guard", "h2", term("podAntiAffinity", "noisy", 100))
+    noisy, plain = gpu("noisy", {"app": "noisy"}), gpu("plain", {"app": "quiet"})
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.debug(noisy).status_code == 200, what="pods seen")
+
+        def ranked(p):
+            r = e.post("prioritize", {"Pod": p, "NodeNames": ["h1", "h2"]})
+            assert r.status_code == 200, r.text
+            pref = {n["node"]: n.get("preference") or 0 for n in e.debug(p).json()["nodes"]}
+            return max(r.json(), key=lambda h: h["Score"])["Host"], pref
+
+        def alike(p):
+            return len(set(ranked(p)[1].values())) == 1
+
+        def scores(p, nodes):
+            r = e.post("prioritize", {"Pod": p, "NodeNames": nodes})
+            return {h["Host"]: h["Score"] for h in r.json()}
+
+        # a GPU pod on h2: the policy packs the next one there
+        base = gpu("base")
+        wait_for(lambda: e.filter(base, ["h2"])["NodeNames"], what="base seen")
+        assert e.bind(base, "h2").status_code == 200
+        wait_for(lambda: ranked(noisy)[0] == "h1", what="noisy kept off the guard's node")
+        best, pref = ranked(noisy)
+        assert pref["h1"] > pref["h2"], pref
+        for _ in range(2):  # asked in turn: a kept answer for one is not the other's
+            assert alike(plain), ranked(plain)
+            # the same shape, another label: not noisy's kept reply (a list only
+            # plain is asked with has none)
+            assert scores(plain, ["h1", "h2"]) == scores(plain, ["h2", "h1"])
+            assert ranked(plain)[0] == "h2"  # packed
+            assert ranked(noisy)[0] == "h1"
+        # the guard ends: its term goes with it
+        api.update("pods", "guard", "default",
+                   fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: alike(noisy), what="the guard's term gone")
+        # a required podAffinity term adds 1 to its node's domain
+        cpu_pod("buddy", "h2", term("podAffinity", "noisy"))
+        wait_for(lambda: ranked(noisy)[1]["h2"] > ranked(noisy)[1]["h1"], what="buddy's pull")
+        assert ranked(noisy)[0] == "h2" and alike(plain)
+        api.delete("pods", "buddy", "default")
+        wait_for(lambda: alike(noisy), what="buddy deleted")
+        # a GPU pod bound with an anti-affinity term: its node is avoided; once it
+        # ends, not
+        g = gpu("gguard", affinity=term("podAntiAffinity", "noisy", 50))
+        wait_for(lambda: e.filter(g, ["h1"])["NodeNames"], what="gguard seen")
+        assert e.bind(g, "h1").status_code == 200
+        wait_for(lambda: ranked(noisy)[0] == "h2", what="noisy kept off gguard's node")
+        assert ranked(noisy)[1]["h2"] > ranked(noisy)[1]["h1"] and alike(plain)
+        api.update("pods", "gguard", "default",
+                   fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: alike(noisy), what="gguard's term gone")
+    finally:
+        e.stop()
+
+
 def test_a_replica_that_does_not_lead_nudges_the_pods_it_refused(gpusched_bin, api, tmp_path):
     """A non-leader answers a /filter itself when it cannot reach the leader (here b
     cannot: a's identity names no address); only b knows that the pod found no node,

@@ -5,8 +5,10 @@
  * (all nodes, or part of them as /prioritize gets) and through a fresh one
  * (so kept /prioritize verdicts meet every change below), bind, release, a
  * node updated (healthy or not, labels, taint), removed or added, a quota set, a pod
- * without GPUs bound (its CPU taken) or ended, a pending pod nominated to a
- * node (its GPUs kept) or no longer. Every change is made to a second
+ * without GPUs bound (its CPU taken) or ended, some with pod (anti-)affinity
+ * terms that pick the pods asked by their labels (the symmetric half of
+ * InterPodAffinity), a pending pod nominated to a node (its GPUs kept) or
+ * no longer. Every change is made to a second
  * scheduler that keeps nothing (opts.no_keep) as well, and every answer
  * must be byte for byte its answer to the same request, and the answer
  * through the fresh array; abort() otherwise. An ask also sends
@@ -43,12 +45,15 @@ static void node(struct ext_sched *s, int i, int healthy, int zone, int tainted)
 }
 
 /* The pod of shape b (bits: GPUs 0-3, selector, toleration, CPU, GPU
- * memory shared). */
-static void pod(char *buf, size_t cap, const char *name, unsigned b)
+ * memory shared), labelled app=x or app=y (what placed pods' terms pick
+ * it by, not its shape). */
+static void pod(char *buf, size_t cap, const char *name, unsigned b, int y)
 {
-    snprintf(buf, cap, "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
+    snprintf(buf, cap, "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\","
+             "\"labels\":{\"app\":\"%s\"}},"
              "\"spec\":{%s%s\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{"
              "%s\"nvidia.com/gpu\":\"%u\",\"cpu\":\"%u\"}}}]}}", name, name,
+             y ? "y" : "x",
              b & 4 ? "\"nodeSelector\":{\"zone\":\"a\"}," : "",
              b & 8 ? "\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\"}]," : "",
              b & 64 ? "\"nvidia.com/gpu-memory\":\"600Mi\"," : "", b & 3, (b >> 4) & 3);
@@ -107,7 +112,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned op = data[k] % 8, b = data[k + 1];
         snprintf(name, sizeof name, "p%u", b % 6);
         if (op <= 1) { /* ask, /filter or /prioritize */
-            pod(p, sizeof p, name, b);
+            /* the pod asked: its name (and labels) by its place too, so
+             * that pods of one shape differ in them */
+            unsigned who = (b + (unsigned)(k >> 1)) % 6;
+            snprintf(name, sizeof name, "p%u", who);
+            pod(p, sizeof p, name, b, who & 1);
             const char *arr = b & 128 ? part : names;
             snprintf(kept, sizeof kept, "{\"Pod\":%s,\"NodeNames\":%s}", p, arr);
             /* an array of its own in every ask: decided afresh, never kept */
@@ -179,13 +188,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             }
             default:
-                if (b & 128) { /* a pod without GPUs bound to a node, or ended */
-                    char w[320];
+                if (b & 128) { /* a pod without GPUs bound to a node, or ended;
+                                  w0 avoids app=x in its zone, w1 must be
+                                  with app=y (terms that pick the pods asked) */
+                    static const char *const aff[] = {
+                        "\"affinity\":{\"podAntiAffinity\":{\"preferredDuringScheduling"
+                        "IgnoredDuringExecution\":[{\"weight\":100,\"podAffinityTerm\":{"
+                        "\"topologyKey\":\"zone\",\"labelSelector\":{\"matchLabels\":"
+                        "{\"app\":\"x\"}}}}]}},",
+                        "\"affinity\":{\"podAffinity\":{\"requiredDuringScheduling"
+                        "IgnoredDuringExecution\":[{\"topologyKey\":\"zone\",\"labelSelector\":"
+                        "{\"matchLabels\":{\"app\":\"y\"}}}]}},",
+                        ""};
+                    char w[800];
                     snprintf(w, sizeof w, "{\"metadata\":{\"name\":\"w%u\",\"namespace\":"
-                             "\"d\",\"uid\":\"w%u\"},\"spec\":{\"nodeName\":\"n%u\","
+                             "\"d\",\"uid\":\"w%u\"},\"spec\":{%s\"nodeName\":\"n%u\","
                              "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
                              "{\"cpu\":\"%u\"}}}]},\"status\":{\"phase\":\"%s\"}}", b % 3,
-                             b % 3, (b >> 2) % NODES, (b >> 4) & 3,
+                             b % 3, aff[b % 3], (b >> 2) % NODES, (b >> 4) & 3,
                              b & 1 ? "Succeeded" : "Running");
                     json_t *j = json_loads(w, 0, NULL);
                     ext_sched_observe_pod(x, j, 0);
@@ -195,7 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (b & 64) { /* a pending GPU pod nominated to a node (or no longer) */
                     char q[1024], qn[8];
                     snprintf(qn, sizeof qn, "q%u", b & 1);
-                    pod(q, sizeof q, qn, (b >> 1) & 3);
+                    pod(q, sizeof q, qn, (b >> 1) & 3, 0);
                     json_t *j = json_loads(q, 0, NULL);
                     if (j && !(b & 32))
                         json_object_set_new(j, "status", json_pack("{s:s}", "nominatedNodeName",

@@ -339,14 +339,23 @@ static void test_soft_preferences(void)
 }
 
 /* The counts a caller gives (the extender's, from its pods): per node
- * (a, b, c) and term. */
-static long long pa_cnt[3][2];
-static void pa_count(void *ud, const struct core_pod *pod, const struct core_node *n,
-                     long long *counts)
+ * (a, b, c) and term; and what placed pods' terms that pick the pod add
+ * per node (pa_sym). */
+static long long pa_cnt[3][2], pa_sym[3];
+static long long pa_count(void *ud, const struct core_pod *pod, const struct core_node *n,
+                          long long *counts)
 {
     (void)ud;
     for (int t = 0; t < pod->n_pod_terms; t++)
         counts[t] = pa_cnt[n->name[0] - 'a'][t];
+    return pa_sym[n->name[0] - 'a'];
+}
+
+static int pa_picked(void *ud, const struct core_pod *pod)
+{
+    (void)ud;
+    (void)pod;
+    return pa_sym[0] || pa_sym[1] || pa_sym[2];
 }
 
 #define PA_SET(a0, b0, c0) (pa_cnt[0][0] = (a0), pa_cnt[1][0] = (b0), pa_cnt[2][0] = (c0))
@@ -389,6 +398,44 @@ static void test_pod_terms_first(void)
     /* a node without the key scores 0 for the spread: others first */
     terms[1].topology_key = (char *)"rack";
     ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no node has it: all alike */
+    core_cluster_free(c);
+}
+
+/* The terms of placed pods that pick a pod (kube-scheduler's symmetric
+ * half of InterPodAffinity) rank nodes for a pod without terms of its own,
+ * and add to its own terms' sums before they are normalised. */
+static void test_placed_pods_terms_first(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    soft_node(c, "a", "x", 0);
+    soft_node(c, "b", "y", 0);
+    soft_node(c, "c", "x", 0);
+    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0); /* binpack takes a */
+    struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    memset(pa_cnt, 0, sizeof pa_cnt);
+    pa_sym[0] = pa_sym[2] = -10, pa_sym[1] = 0; /* a pod in zone x avoids p */
+    p.pod_terms_count = pa_count;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a"); /* no picked callback: not asked */
+    p.pod_terms_picked = pa_picked;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "b");
+    pa_sym[1] = -20; /* y avoids it more */
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    pa_sym[0] = pa_sym[1] = pa_sym[2] = 0; /* none picks it: the policy alone */
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    /* its own term prefers a (3 x 5); a placed pod's anti-affinity on a and
+     * c (-20) outweighs it: b */
+    char zone[] = "zone";
+    struct core_pod_term term = {.weight = 5, .topology_key = zone};
+    p.n_pod_terms = 1;
+    p.pod_terms = &term;
+    PA_SET(3, 0, 0);
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    pa_sym[0] = pa_sym[2] = -20;
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "b");
+    pa_sym[0] = pa_sym[2] = -10; /* 15 - 10 on a, -10 on c: a */
+    ASSERT_STREQ(soft_choice(c, "binpack", &p), "a");
+    memset(pa_sym, 0, sizeof pa_sym);
     core_cluster_free(c);
 }
 
@@ -1252,6 +1299,7 @@ int test_core(void)
     test_taints_labels();
     test_soft_preferences();
     test_pod_terms_first();
+    test_placed_pods_terms_first();
     test_reserve();
     test_others();
     test_mig();

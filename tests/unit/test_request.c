@@ -730,8 +730,91 @@ static void container_tests(void)
     json_decref(c);
 }
 
+/* What a placed pod's terms pick pods to come with (the symmetric half of
+ * InterPodAffinity): preferred affinity +weight, anti-affinity -weight,
+ * required affinity +1; not required anti-affinity (kube-scheduler's filter)
+ * nor spread, nor anything of its containers. */
+static void placed_terms_tests(void)
+{
+    struct core_pod pod;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *j = json_loads(
+        "{\"metadata\":{\"name\":\"o\",\"namespace\":\"ml\",\"uid\":\"u1\"},"
+        "\"spec\":{\"affinity\":{\"podAffinity\":{"
+        "\"requiredDuringSchedulingIgnoredDuringExecution\":[{\"topologyKey\":\"zone\","
+        "\"labelSelector\":{\"matchLabels\":{\"app\":\"db\"}}}],"
+        "\"preferredDuringSchedulingIgnoredDuringExecution\":[{\"weight\":7,"
+        "\"podAffinityTerm\":{\"topologyKey\":\"h\",\"labelSelector\":{}}}]},"
+        "\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":["
+        "{\"topologyKey\":\"h\",\"labelSelector\":{}}],"
+        "\"preferredDuringSchedulingIgnoredDuringExecution\":[{\"weight\":40,"
+        "\"podAffinityTerm\":{\"topologyKey\":\"h\",\"namespaces\":[\"web\"],"
+        "\"labelSelector\":{\"matchLabels\":{\"app\":\"x\"}}}}]}},"
+        "\"topologySpreadConstraints\":[{\"maxSkew\":1,\"topologyKey\":\"h\","
+        "\"whenUnsatisfiable\":\"ScheduleAnyway\"}],"
+        "\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"junk\"}}}]}}",
+        0, NULL);
+    ASSERT_EQ(core_pod_affinity_parse(j, &pod, &e), 3);
+    ASSERT_STREQ(pod.ns, "ml");
+    ASSERT_STREQ(pod.uid, "u1");
+    ASSERT_EQ(pod.pod_terms[0].weight, 7);
+    ASSERT_EQ(pod.pod_terms[1].weight, CORE_HARD_POD_AFFINITY_WEIGHT);
+    ASSERT_STREQ(pod.pod_terms[1].topology_key, "zone");
+    ASSERT_EQ(pod.pod_terms[2].weight, -40);
+    {
+        json_t *db = json_loads("{\"metadata\":{\"namespace\":\"ml\",\"labels\":"
+                                "{\"app\":\"db\"}}}", 0, NULL);
+        json_t *x = json_loads("{\"metadata\":{\"namespace\":\"web\",\"labels\":"
+                               "{\"app\":\"x\"}}}", 0, NULL);
+        ASSERT_TRUE(core_pod_term_picks(&pod, &pod.pod_terms[1], db)); /* its namespace */
+        ASSERT_TRUE(!core_pod_term_picks(&pod, &pod.pod_terms[1], x));
+        ASSERT_TRUE(core_pod_term_picks(&pod, &pod.pod_terms[2], x));
+        ASSERT_TRUE(!core_pod_term_picks(&pod, &pod.pod_terms[2], db));
+        json_decref(db);
+        json_decref(x);
+    }
+    core_pod_clear(&pod);
+    json_decref(j);
+
+    j = json_loads("{\"metadata\":{},\"spec\":{\"containers\":[{}]}}", 0, NULL);
+    ASSERT_EQ(core_pod_affinity_parse(j, &pod, &e), 0); /* none */
+    ASSERT_STREQ(pod.ns, "default");
+    core_pod_clear(&pod);
+    json_decref(j);
+
+    static const struct { const char *json, *want; } errs[] = {
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"requiredDuringScheduling"
+         "IgnoredDuringExecution\":{}}}}}",
+         "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution: must be a "
+         "list"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"requiredDuringScheduling"
+         "IgnoredDuringExecution\":[{\"labelSelector\":{}}]}}}}",
+         "podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: missing"},
+        {"{\"spec\":{\"affinity\":{\"podAffinity\":{\"requiredDuringScheduling"
+         "IgnoredDuringExecution\":[7]}}}}",
+         "requiredDuringSchedulingIgnoredDuringExecution[0]: must be an object"},
+        {"{\"spec\":{\"affinity\":{\"podAntiAffinity\":{\"preferredDuringScheduling"
+         "IgnoredDuringExecution\":[{\"weight\":0}]}}}}",
+         "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: must be an "
+         "integer 1..100"},
+        {"{\"spec\":{\"affinity\":[]}}", "spec.affinity: must be an object"},
+        {"[]", "pod: must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
+        struct gs_err ee = GS_ERR_INIT;
+        j = json_loads(errs[i].json, 0, NULL);
+        ASSERT_TRUE(j != NULL);
+        ASSERT_EQ(core_pod_affinity_parse(j, &pod, &ee), -GS_EINVAL);
+        if (!strstr(ee.msg, errs[i].want))
+            TEST_FAIL_("%s: got '%s', want '%s'", errs[i].json, ee.msg, errs[i].want);
+        ASSERT_EQ(pod.n_pod_terms, 0);
+        json_decref(j);
+    }
+}
+
 int test_request(void)
 {
+    placed_terms_tests();
     container_tests();
     quantity_tests();
     forms_tests();
