@@ -219,7 +219,8 @@ def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
     ScheduleAnyway topology spread constraint) goes to another node, where the
     policy would have put it beside them: the extender scores them itself
     (kube-scheduler's InterPodAffinity and PodTopologySpread scores are outvoted at
-    weight 100)."""
+    weight 100). So does a pod without terms that a placed pod's term avoids
+    (InterPodAffinity's symmetric half)."""
     def allocations():
         return [cluster.extender_metric(i, "gpusched_allocations")
                 for i in range(len(cluster.proxy.backends))]
@@ -264,6 +265,12 @@ def test_preferred_pod_anti_affinity_comes_before_the_policy(cluster, pods):
     drop("aa-2")
     # a soft topology spread constraint (ScheduleAnyway) the same way
     assert place("aa-4", {"app": "aa"}, spread={"app": "aa"}) == other
+    drop("aa-4")
+    # the symmetric half: a replica placed with a term that avoids app=bb keeps a
+    # pod labelled app=bb, which has no terms of its own, off its node
+    drop("aa-1")
+    place("aa-5", {"app": "aa"}, node=packed, anti={"app": "bb"})
+    assert place("bb-1", {"app": "bb"}) == other
 
 
 def extender_reason(cluster, name, node):
