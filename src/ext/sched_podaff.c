@@ -39,8 +39,14 @@ struct podaff_sum {
     long long sum;  /* picked pods in that domain */
 };
 
+/* Built in two steps: add() appends one entry per picked pod, its value
+ * borrowed from the node (valid under the lock); merge() sorts them, sums
+ * each value's entries and copies the values, once. Appending and sorting
+ * costs O(n log n) in the pods picked, where a search per pod among the
+ * domains cost pods x domains (10,000 pods over 1,000 hostnames: 20 ms). */
 struct podaff_term {
-    int n;
+    int n, cap;
+    int owned;      /* merged: the values are copies */
     struct podaff_sum *sums;
 };
 
@@ -64,7 +70,7 @@ struct sched_podaff {
 
 static void term_clear(struct podaff_term *t)
 {
-    for (int i = 0; i < t->n; i++)
+    for (int i = 0; t->owned && i < t->n; i++)
         free(t->sums[i].value);
     free(t->sums);
 }
@@ -83,28 +89,52 @@ static void podaff_clear(struct sched_podaff *pa)
     memset(pa, 0, sizeof *pa);
 }
 
-/* Adds w to value's sum in t. 0, or -1 out of memory. */
-static int add(struct podaff_term *t, const char *value, long long w)
-{
-    for (int i = 0; i < t->n; i++)
-        if (strcmp(t->sums[i].value, value) == 0) {
-            t->sums[i].sum += w;
-            return 0;
-        }
-    struct podaff_sum *ns = realloc(t->sums, (size_t)(t->n + 1) * sizeof *ns);
-    if (!ns)
-        return -1;
-    t->sums = ns;
-    if (!(ns[t->n].value = strdup(value)))
-        return -1;
-    ns[t->n++].sum = w;
-    return 0;
-}
-
 static int cmp_sum(const void *a, const void *b)
 {
     return strcmp(((const struct podaff_sum *)a)->value, ((const struct podaff_sum *)b)->value);
 }
+
+/* Appends w for value (borrowed until merge()) to t. 0, or -1 out of
+ * memory. */
+static int add(struct podaff_term *t, const char *value, long long w)
+{
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 16;
+        struct podaff_sum *ns = realloc(t->sums, (size_t)cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        t->sums = ns;
+        t->cap = cap;
+    }
+    t->sums[t->n++] = (struct podaff_sum){(char *)value, w};
+    return 0;
+}
+
+/* One entry per value, summed, sorted for bsearch in sum_at(), the values
+ * copied. 0, or -1 out of memory (t then holds nothing). */
+static int merge(struct podaff_term *t)
+{
+    int n = 0;
+    if (t->n > 1) /* (qsort must not get NULL, even for 0) */
+        qsort(t->sums, (size_t)t->n, sizeof *t->sums, cmp_sum);
+    for (int i = 0; i < t->n; i++) {
+        if (n > 0 && strcmp(t->sums[n - 1].value, t->sums[i].value) == 0)
+            t->sums[n - 1].sum += t->sums[i].sum;
+        else
+            t->sums[n++] = t->sums[i];
+    }
+    t->n = n;
+    for (int i = 0; i < n; i++)
+        if (!(t->sums[i].value = strdup(t->sums[i].value))) {
+            for (int j = 0; j < i; j++)
+                free(t->sums[j].value);
+            t->n = 0;
+            return -1;
+        }
+    t->owned = 1;
+    return 0;
+}
+
 
 /* Adds a placed pod (a Pod object: namespace and labels) on node to the
  * counts of each term of pod that picks it. 0, or -1 out of memory. */
@@ -156,12 +186,20 @@ static int build_owners(struct ext_sched *s, struct sched_podaff *pa, const stru
     SMAP_FOREACH(&s->owners, it)
     {
         const struct core_pod *o = it->val;
-        const char *node = strcmp(it->key, pod->uid) ? placed_on(s, it->key) : NULL;
-        const struct core_node *m = node ? core_cluster_find(s->c, node) : NULL;
-        for (int t = 0; m && t < o->n_pod_terms; t++) {
+        const struct core_node *m = NULL;
+        int looked = 0;
+        for (int t = 0; t < o->n_pod_terms; t++) {
             const struct core_pod_term *pt = &o->pod_terms[t];
-            const char *v = core_node_label(m, pt->topology_key);
-            if (!v || !core_pod_term_picks(o, pt, pod->pod_terms_obj))
+            /* the pick first: most owners pick no given pod, and finding
+             * where one is placed costs more */
+            if (!core_pod_term_picks(o, pt, pod->pod_terms_obj))
+                continue;
+            if (!looked++) {
+                const char *node = strcmp(it->key, pod->uid) ? placed_on(s, it->key) : NULL;
+                m = node ? core_cluster_find(s->c, node) : NULL;
+            }
+            const char *v = m ? core_node_label(m, pt->topology_key) : NULL;
+            if (!v)
                 continue;
             int k = 0;
             while (k < pa->n_keys && strcmp(pa->keys[k].key, pt->topology_key) != 0)
@@ -215,14 +253,12 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
     if ((pa->n_terms && sched_usage_each(s, add_other, &(struct other_ctx){s, pa, pod}) < 0) ||
         (pod->pod_terms_obj && build_owners(s, pa, pod) < 0))
         goto oom;
-    for (int t = 0; t < pa->n_terms; t++) /* for bsearch in count() */
-        if (pa->terms[t].n > 1) /* (qsort must not get NULL, even for 0) */
-            qsort(pa->terms[t].sums, (size_t)pa->terms[t].n, sizeof *pa->terms[t].sums,
-                  cmp_sum);
+    for (int t = 0; t < pa->n_terms; t++)
+        if (merge(&pa->terms[t]) < 0)
+            goto oom;
     for (int k = 0; k < pa->n_keys; k++)
-        if (pa->keys[k].domains.n > 1)
-            qsort(pa->keys[k].domains.sums, (size_t)pa->keys[k].domains.n,
-                  sizeof *pa->keys[k].domains.sums, cmp_sum);
+        if (merge(&pa->keys[k].domains) < 0)
+            goto oom;
     if (pa->n_keys > 1)
         qsort(pa->keys, (size_t)pa->n_keys, sizeof *pa->keys, cmp_key);
     snprintf(pa->uid, sizeof pa->uid, "%s", pod->uid);

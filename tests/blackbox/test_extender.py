@@ -530,6 +530,12 @@ def test_preferred_pod_affinity_comes_first(gpusched_bin, tmp_path):
         # the new placement counts at once for the next pod
         e.place(labelled("web-2", {"app": "web"}), ["n2"])
         assert top(prefers("spread-2", "podAntiAffinity", 100, H, {"app": "web"})) == "n3"
+        # two pods picked in one domain add up: zone b holds web-2 and web-3
+        e.place(labelled("web-3", {"app": "web"}), ["n3"])
+        z = prefers("zones-2", "podAntiAffinity", 10, "zone", {"app": "web"})
+        assert top(z) == "n1"
+        trace = {n["node"]: n.get("preference") for n in e.debug(z).json()["nodes"]}
+        assert trace == {"n1": 150, "n2": 100, "n3": 100}, trace  # a: -10, b: -20
         bad = prefers("bad", "podAntiAffinity", 0, H, {"app": "web"})
         f = e.filter(bad, names)
         assert "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight" in \
