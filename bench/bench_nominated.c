@@ -48,8 +48,7 @@ static double time_filters(struct ext_sched *s, const char *body, int rounds, in
         }
         t[r] = (bench_now() - t0) * 1e6 / reps;
     }
-    qsort(t, (size_t)rounds, sizeof t[0], bench_cmp_double);
-    return t[rounds / 2];
+    return bench_median(t, rounds);
 }
 
 int main(int argc, char **argv)

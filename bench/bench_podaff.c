@@ -84,8 +84,7 @@ static double time_pods(struct ext_sched *s, json_t *names, const char *app, int
         }
         t[r] = sum * 1e6 / reps;
     }
-    qsort(t, (size_t)rounds, sizeof t[0], bench_cmp_double);
-    return t[rounds / 2];
+    return bench_median(t, rounds);
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,7 @@
 /*
  * bench_util.h - the few helpers the benchmark programs share (each bench_*.c
  * is its own program): a monotonic clock in seconds, the order of doubles
- * for medians, an in-process node (with jansson) and a libcurl write
+ * and medians, an in-process node (with jansson) and a libcurl write
  * callback that collects a reply into a gs_buf.
  */
 #ifndef GPUSCHED_BENCH_UTIL_H
@@ -23,6 +23,15 @@ static inline int bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+#include <stdlib.h>
+
+/* The median of t[0..n) (sorted in place). */
+static inline double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof t[0], bench_cmp_double);
+    return t[n / 2];
 }
 
 #ifdef JANSSON_H

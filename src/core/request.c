@@ -1251,6 +1251,24 @@ static int parse_tolerations(json_t *spec, struct core_pod *pod, struct gs_err *
 
 /* ---- the pod --------------------------------------------------------------- */
 
+/* The pod's name, namespace ("default" when none) and UID, and its
+ * metadata into *meta. */
+static int parse_identity(json_t *p, struct core_pod *pod, json_t **meta, struct gs_err *e)
+{
+    if (!json_is_object(p))
+        return gs_errf(e, GS_EINVAL, "pod: must be a JSON object");
+    if (get_obj(p, "metadata", "metadata", meta, e) < 0 ||
+        copy_str(pod->name, sizeof pod->name, json_object_get(*meta, "name"), "metadata.name",
+                 e) < 0 ||
+        copy_str(pod->ns, sizeof pod->ns, json_object_get(*meta, "namespace"),
+                 "metadata.namespace", e) < 0 ||
+        copy_str(pod->uid, sizeof pod->uid, json_object_get(*meta, "uid"), "metadata.uid", e) < 0)
+        return -GS_EINVAL;
+    if (!pod->ns[0])
+        strcpy(pod->ns, "default");
+    return 0;
+}
+
 int core_pod_parse(const json_t *jpod, const struct core_names *names, struct core_pod *pod,
                    struct gs_err *e)
 {
@@ -1259,20 +1277,7 @@ int core_pod_parse(const json_t *jpod, const struct core_names *names, struct co
     memset(pod, 0, sizeof *pod);
     if (!names)
         names = core_names_default();
-    if (!json_is_object(p)) {
-        gs_errf(e, GS_EINVAL, "pod: must be a JSON object");
-        goto fail;
-    }
-    if (get_obj(p, "metadata", "metadata", &meta, e) < 0 ||
-        copy_str(pod->name, sizeof pod->name, json_object_get(meta, "name"), "metadata.name",
-                 e) < 0 ||
-        copy_str(pod->ns, sizeof pod->ns, json_object_get(meta, "namespace"),
-                 "metadata.namespace", e) < 0 ||
-        copy_str(pod->uid, sizeof pod->uid, json_object_get(meta, "uid"), "metadata.uid", e) < 0)
-        goto fail;
-    if (!pod->ns[0])
-        strcpy(pod->ns, "default");
-    if (get_obj(p, "spec", "spec", &spec, e) < 0)
+    if (parse_identity(p, pod, &meta, e) < 0 || get_obj(p, "spec", "spec", &spec, e) < 0)
         goto fail;
     if (!spec) {
         gs_errf(e, GS_EINVAL, "spec: missing");
@@ -1303,17 +1308,7 @@ int core_pod_affinity_parse(const json_t *jpod, struct core_pod *pod, struct gs_
     json_t *p = (json_t *)jpod, *meta, *spec, *aff, *pa, *panti;
 
     memset(pod, 0, sizeof *pod);
-    if (!json_is_object(p)) {
-        gs_errf(e, GS_EINVAL, "pod: must be a JSON object");
-        goto fail;
-    }
-    if (get_obj(p, "metadata", "metadata", &meta, e) < 0 ||
-        copy_str(pod->name, sizeof pod->name, json_object_get(meta, "name"), "metadata.name",
-                 e) < 0 ||
-        copy_str(pod->ns, sizeof pod->ns, json_object_get(meta, "namespace"),
-                 "metadata.namespace", e) < 0 ||
-        copy_str(pod->uid, sizeof pod->uid, json_object_get(meta, "uid"), "metadata.uid", e) < 0 ||
-        get_obj(p, "spec", "spec", &spec, e) < 0 ||
+    if (parse_identity(p, pod, &meta, e) < 0 || get_obj(p, "spec", "spec", &spec, e) < 0 ||
         get_obj(spec, "affinity", "spec.affinity", &aff, e) < 0 ||
         get_obj(aff, "podAffinity", "spec.affinity.podAffinity", &pa, e) < 0 ||
         get_obj(aff, "podAntiAffinity", "spec.affinity.podAntiAffinity", &panti, e) < 0 ||
@@ -1321,8 +1316,6 @@ int core_pod_affinity_parse(const json_t *jpod, struct core_pod *pod, struct gs_
                         e) < 0 ||
         parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, 0, pod, e) < 0)
         goto fail;
-    if (!pod->ns[0])
-        strcpy(pod->ns, "default");
     return pod->n_pod_terms;
 fail:
     core_pod_clear(pod);

@@ -692,6 +692,15 @@ def test_pods_without_gpus_take_their_nodes_cpu(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def ranked_on(e, p, nodes):
+    """The node of pod p's top /prioritize score among nodes, and each node's
+    preference (its soft score, /debug/pods; 0 where none applies)."""
+    r = e.post("prioritize", {"Pod": p, "NodeNames": nodes})
+    assert r.status_code == 200, r.text
+    pref = {n["node"]: n.get("preference") or 0 for n in e.debug(p).json()["nodes"]}
+    return max(r.json(), key=lambda h: h["Score"])["Host"], pref
+
+
 def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
     """Preferred pod (anti-)affinity picks pods without GPUs too, as kube-scheduler's
     InterPodAffinity counts every pod: a GPU pod that prefers its CPU-only cache's
@@ -718,11 +727,7 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         wait_for(lambda: e.debug(near).status_code == 200, what="pods seen")
 
         def ranked(p):
-            r = e.post("prioritize", {"Pod": p, "NodeNames": ["h1", "h2"]})
-            assert r.status_code == 200, r.text
-            best = max(r.json(), key=lambda h: h["Score"])["Host"]
-            pref = {n["node"]: n.get("preference") for n in e.debug(p).json()["nodes"]}
-            return best, pref
+            return ranked_on(e, p, ["h1", "h2"])
         best, pref = ranked(near)
         assert best == "h2" and pref["h2"] > pref["h1"], (best, pref)
         best, pref = ranked(away)
@@ -806,10 +811,7 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
         wait_for(lambda: e.debug(noisy).status_code == 200, what="pods seen")
 
         def ranked(p):
-            r = e.post("prioritize", {"Pod": p, "NodeNames": ["h1", "h2"]})
-            assert r.status_code == 200, r.text
-            pref = {n["node"]: n.get("preference") or 0 for n in e.debug(p).json()["nodes"]}
-            return max(r.json(), key=lambda h: h["Score"])["Host"], pref
+            return ranked_on(e, p, ["h1", "h2"])
 
         def alike(p):
             return len(set(ranked(p)[1].values())) == 1

@@ -358,6 +358,18 @@ static int pa_picked(void *ud, const struct core_pod *pod)
     return pa_sym[0] || pa_sym[1] || pa_sym[2];
 }
 
+/* Nodes a and c in zone x, b in y; a 1-GPU pod on a (binpack's choice next). */
+static struct core_cluster *pa_cluster(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    soft_node(c, "a", "x", 0);
+    soft_node(c, "b", "y", 0);
+    soft_node(c, "c", "x", 0);
+    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0);
+    return c;
+}
+
 #define PA_SET(a0, b0, c0) (pa_cnt[0][0] = (a0), pa_cnt[1][0] = (b0), pa_cnt[2][0] = (c0))
 
 /* Preferred pod (anti-)affinity and soft topology spread come before the
@@ -366,12 +378,7 @@ static int pa_picked(void *ud, const struct core_pod *pod)
  * (fewest in the domain best, x2), and only where a caller counts them. */
 static void test_pod_terms_first(void)
 {
-    struct core_cluster *c = core_cluster_new();
-    soft_node(c, "a", "x", 0);
-    soft_node(c, "b", "y", 0);
-    soft_node(c, "c", "x", 0);
-    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
-    ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0); /* binpack takes a */
+    struct core_cluster *c = pa_cluster();
     struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
     char zone[] = "zone";
     struct core_pod_term terms[2] = {{.weight = -10}, {.max_skew = 1, .topology_key = zone}};
@@ -406,12 +413,7 @@ static void test_pod_terms_first(void)
  * and add to its own terms' sums before they are normalised. */
 static void test_placed_pods_terms_first(void)
 {
-    struct core_cluster *c = core_cluster_new();
-    soft_node(c, "a", "x", 0);
-    soft_node(c, "b", "y", 0);
-    soft_node(c, "c", "x", 0);
-    struct core_pod w = tc_pod("w", CORE_REQ_WHOLE, 1, 0, 0, 1000);
-    ASSERT_EQ(tc_place(c, "a", &w, "binpack"), 0); /* binpack takes a */
+    struct core_cluster *c = pa_cluster();
     struct core_pod p = tc_pod("p", CORE_REQ_WHOLE, 1, 0, 0, 1000);
     memset(pa_cnt, 0, sizeof pa_cnt);
     pa_sym[0] = pa_sym[2] = -10, pa_sym[1] = 0; /* a pod in zone x avoids p */
