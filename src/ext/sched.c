@@ -399,7 +399,7 @@ static void track_nomination(struct ext_sched *s, struct pod *p)
 }
 
 /* Remembers (or refreshes) a pod; the key is its UID, or NS/NAME without one. */
-struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
+struct pod *sched_remember(struct ext_sched *s, const json_t *obj, int watched)
 {
     const char *uid, *ns, *name;
     char key[64 + 2 * CORE_NAME_MAX];
@@ -432,7 +432,8 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj)
         s->labels_gen += p->obj && !sched_labels_same(p->obj, obj);
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
-        track_nomination(s, p);
+        if (watched)
+            track_nomination(s, p);
         sched_podaff_owner_put(s, p->uid, obj);
     }
     p->seq = ++s->seq;
@@ -690,7 +691,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     const json_t *node = json_object_get(json_object_get(pod, "spec"), "nodeName");
     if (ext_annot_node(ann, s->opts.names->annot_prefix)) {
         sched_usage_drop(s, uid); /* its allocation counts it */
-        if ((p = sched_remember(s, pod))) {
+        if ((p = sched_remember(s, pod, 1))) {
             p->unschedulable = 0;
             restore_pod(s, p);
             lock_observe(s, p, ann);
@@ -717,7 +718,7 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
         if (cp.req.kind != CORE_REQ_NONE)
-            sched_remember(s, pod);
+            sched_remember(s, pod, 1);
         core_pod_clear(&cp);
     }
     return freed;

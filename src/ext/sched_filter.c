@@ -289,7 +289,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         ok = 0;
         goto done;
     }
-    struct pod *p = gpu ? sched_remember(s, a->pod) : NULL;
+    struct pod *p = gpu ? sched_remember(s, a->pod, 0) : NULL;
     sched_drop_orphan(s, p, "filter"); /* its GPUs are the pod's to take again */
     /* per-request checks, never kept: quotas and the GPUs of pods nominated
      * to a node by a preemption (sched_nominated.c) */

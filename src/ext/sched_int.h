@@ -229,8 +229,11 @@ int sched_pod_orphaned(const struct ext_sched *s, const struct pod *p);
 int sched_drop_orphan(struct ext_sched *s, struct pod *p, const char *verb);
 /* The remembered pod ns/name, or NULL. Lock held. */
 struct pod *sched_find_by_name(struct ext_sched *s, const char *ns, const char *name);
-/* Remembers (or refreshes) a pod; NULL when it cannot. Lock held. */
-struct pod *sched_remember(struct ext_sched *s, const json_t *obj);
+/* Remembers (or refreshes) a pod; NULL when it cannot. Lock held. Only a
+ * watched object (watched != 0) sets or withdraws its nomination: the copy
+ * kube-scheduler sends with a verb may lag the watch, and would set again a
+ * nomination the watch withdrew. */
+struct pod *sched_remember(struct ext_sched *s, const json_t *obj, int watched);
 /* Sets p's bind_busy, keeping the count of such pods. Lock held. */
 void sched_set_bind_busy(struct ext_sched *s, struct pod *p, int v);
 /* Brings quota usage up to date for the pod's namespace; 1 when it has a

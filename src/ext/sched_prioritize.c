@@ -39,7 +39,7 @@ int ext_sched_prioritize(struct ext_sched *s, const char *body, size_t len, stru
 
     pthread_mutex_lock(&s->mu);
     if (gpu) {
-        sched_remember(s, a->pod);
+        sched_remember(s, a->pod, 0);
         sched_expect_bind_again(s, pod->uid);
     }
     if (memo && (col = ext_memo_col_get(s->memo, v.key, v.klen, core_cluster_node_count(s->c))))

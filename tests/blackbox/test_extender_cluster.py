@@ -768,6 +768,43 @@ def test_pods_without_gpus_count_for_pod_affinity(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_a_lagging_pod_copy_sets_no_nomination(gpusched_bin, api, tmp_path):
+    """kube-scheduler sends its informer's copy of a pod, which may lag the watch:
+    a /filter or /prioritize whose Pod still names a nomination the watch has
+    withdrawn does not set it again (it would keep the node's GPUs for that pod
+    until its next change), nor does one naming a nomination the watch has not
+    told. Only the watch sets and withdraws them."""
+    add_gpu_pod(api, "high", "2", priority=1000)
+    add_gpu_pod(api, "low", "2", priority=100)
+    e = start(gpusched_bin, api, tmp_path)
+
+    def nominated():
+        return e.metric("gpusched_extender_nominated_pods")
+
+    def low_fits_g1():
+        return e.filter(api.get("pods", "low", "default"), ["g1"])["NodeNames"] == ["g1"]
+    try:
+        wait_for(low_fits_g1, what="low seen")
+        api.update("pods", "high", "default",
+                   fn=lambda p: p["status"].__setitem__("nominatedNodeName", "g1"))
+        stale = api.get("pods", "high", "default")
+        wait_for(lambda: nominated() == 1, what="high nominated")
+        assert not low_fits_g1()  # g1's 2 GPUs kept for high
+        api.update("pods", "high", "default",
+                   fn=lambda p: p["status"].pop("nominatedNodeName"))
+        wait_for(lambda: nominated() == 0, what="the nomination withdrawn")
+        for verb in ("filter", "prioritize"):  # kube-scheduler's lagging copy
+            assert e.post(verb, {"Pod": stale, "NodeNames": ["g1", "g2"]}).status_code == 200
+            assert nominated() == 0, verb
+            assert low_fits_g1(), verb
+        ahead = api.get("pods", "high", "default")
+        ahead["status"]["nominatedNodeName"] = "g1"
+        e.filter(ahead, ["g1", "g2"])
+        assert nominated() == 0 and low_fits_g1()
+    finally:
+        e.stop()
+
+
 def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
     """kube-scheduler's symmetric half of InterPodAffinity: the terms of pods already
     placed that pick an incoming pod rank the nodes for it, though it has no terms of
