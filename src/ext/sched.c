@@ -198,6 +198,10 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->m_others = metrics_add(m, METRIC_GAUGE, "gpusched_extender_other_pods",
                                   "Pods bound without GPUs of ours, counted on their nodes.",
                                   NULL, NULL, 0, e);
+        s->m_owners = metrics_add(m, METRIC_GAUGE, "gpusched_extender_pod_term_owners",
+                                  "Pods remembered or counted whose pod (anti-)affinity terms "
+                                  "may pick the pods to come (each decision walks them).",
+                                  NULL, NULL, 0, e);
         s->m_nominated = metrics_add(m, METRIC_GAUGE, "gpusched_extender_nominated_pods",
                                      "Pending GPU pods nominated to a node by a preemption, "
                                      "whose GPUs there are kept for them.",

@@ -491,7 +491,7 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
     core_quotas_foreach_usage(s->quotas, usage_metric, s);
     core_quotas_foreach(s->quotas, quota_metric, s);
     size_t others = s->usage_pods.n;
-    size_t nominated = s->nominated.n;
+    size_t nominated = s->nominated.n, owners = s->owners.n;
     pthread_mutex_unlock(&s->mu);
     metric_reset(s->m_gpus);
     metric_reset(s->m_gpus_alloc);
@@ -511,4 +511,5 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
     metric_set(s->m_allocs, NULL, st.pods);
     metric_set(s->m_others, NULL, (double)others);
     metric_set(s->m_nominated, NULL, (double)nominated);
+    metric_set(s->m_owners, NULL, (double)owners);
 }

@@ -95,7 +95,8 @@ struct ext_sched {
     int n_need_restore;
     struct metric *m_kept, *m_redecided; /* kept answers (ext/memo.h) */
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,
-        *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others, *m_nominated;
+        *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others, *m_nominated,
+        *m_owners;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
     /* the GPU pod /filter last found nodes for, whose /bind is still to come

@@ -862,6 +862,7 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
         wait_for(lambda: e.filter(base, ["h2"])["NodeNames"], what="base seen")
         assert e.bind(base, "h2").status_code == 200
         wait_for(lambda: ranked(noisy)[0] == "h1", what="noisy kept off the guard's node")
+        assert e.metric("gpusched_extender_pod_term_owners") == 1  # the guard
         best, pref = ranked(noisy)
         assert pref["h1"] > pref["h2"], pref
         for _ in range(2):  # asked in turn: a kept answer for one is not the other's
@@ -891,6 +892,7 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
         api.update("pods", "gguard", "default",
                    fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
         wait_for(lambda: alike(noisy), what="gguard's term gone")
+        assert e.metric("gpusched_extender_pod_term_owners") == 0
     finally:
         e.stop()
 
