@@ -9,7 +9,7 @@
 
 #include "sim/sim_report.h"
 
-static int cmp_double(const void *a, const void *b)
+int sim_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -22,12 +22,11 @@ static int sorted_values(const double *v, int n, double *out)
     for (int i = 0; i < n; i++)
         if (!isnan(v[i]))
             out[k++] = v[i];
-    qsort(out, (size_t)k, sizeof *out, cmp_double);
+    qsort(out, (size_t)k, sizeof *out, sim_cmp_double);
     return k;
 }
 
-/* Quantile of sorted x[0..k) with linear interpolation; NaN when k = 0. */
-static double quantile(const double *x, int k, double q)
+double sim_quantile(const double *x, int k, double q)
 {
     if (k == 0)
         return NAN;
@@ -53,7 +52,7 @@ struct sim_stat sim_stat_of(const double *v, int n)
         for (int i = 0; i < k; i++)
             ss += (x[i] - s.mean) * (x[i] - s.mean);
         s.sd = k > 1 ? sqrt(ss / (k - 1)) : 0;
-        s.median = quantile(x, k, 0.5);
+        s.median = sim_quantile(x, k, 0.5);
     }
     free(x);
     return s;
@@ -87,9 +86,9 @@ void sim_summarize(const struct sim_run_result *runs, int n_seeds, struct sim_su
         for (int i = 0; i < n_seeds; i++)
             v[i] = runs[i].unalloc[b];
         int k = sorted_values(v, n_seeds, x);
-        out->median[b] = quantile(x, k, 0.5);
-        out->q25[b] = quantile(x, k, 0.25);
-        out->q75[b] = quantile(x, k, 0.75);
+        out->median[b] = sim_quantile(x, k, 0.5);
+        out->q25[b] = sim_quantile(x, k, 0.25);
+        out->q75[b] = sim_quantile(x, k, 0.75);
     }
     free(v);
     free(x);

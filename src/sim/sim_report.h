@@ -27,6 +27,10 @@ struct sim_summary {
 
 /* Mean, sample sd and median of v[0..n) ignoring NaNs. */
 struct sim_stat sim_stat_of(const double *v, int n);
+/* qsort's ascending order for doubles. */
+int sim_cmp_double(const void *a, const void *b);
+/* The quantile q of sorted x[0..k), interpolated linearly; NaN when k = 0. */
+double sim_quantile(const double *x, int k, double q);
 
 /* Summarises the n_seeds runs of one policy. */
 void sim_summarize(const struct sim_run_result *runs, int n_seeds, struct sim_summary *out);

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "sim/sim_report.h"
 #include "sim/sim_time.h"
 #include "util/clock.h"
 
@@ -142,23 +143,6 @@ static int cmp_arrival(const void *a, const void *b, void *arg)
     if (tp[x].arrive != tp[y].arrive)
         return tp[x].arrive < tp[y].arrive ? -1 : 1;
     return (x > y) - (x < y);
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Quantile of sorted x[0..k), linear interpolation; NaN when k = 0. */
-static double qtile(const double *x, int k, double q)
-{
-    if (k == 0)
-        return NAN;
-    double pos = q * (k - 1);
-    int lo = (int)floor(pos);
-    int hi = lo + 1 < k ? lo + 1 : lo;
-    return x[lo] + (x[hi] - x[lo]) * (pos - lo);
 }
 
 static double backoff_s(int attempts)
@@ -563,15 +547,15 @@ int sim_time_run(const struct sim_config *cfg, const struct sim_time_opts *o,
                 s.delays[k] = s.tp[i].placed - s.tp[i].arrive;
                 sum += s.delays[k++];
             }
-        qsort(s.delays, (size_t)k, sizeof *s.delays, cmp_dbl);
+        qsort(s.delays, (size_t)k, sizeof *s.delays, sim_cmp_double);
         r->n_delay[cls] = k;
-        r->delay[cls][0] = qtile(s.delays, k, 0.50);
-        r->delay[cls][1] = qtile(s.delays, k, 0.90);
-        r->delay[cls][2] = qtile(s.delays, k, 0.99);
+        r->delay[cls][0] = sim_quantile(s.delays, k, 0.50);
+        r->delay[cls][1] = sim_quantile(s.delays, k, 0.90);
+        r->delay[cls][2] = sim_quantile(s.delays, k, 0.99);
         r->delay_mean[cls] = k ? sum / k : NAN;
         if (cls == SIM_CLS_ALL)
             for (int q = 0; q < SIM_CDF_POINTS; q++)
-                r->cdf[q] = qtile(s.delays, k, (double)q / (SIM_CDF_POINTS - 1));
+                r->cdf[q] = sim_quantile(s.delays, k, (double)q / (SIM_CDF_POINTS - 1));
     }
 out:
     state_free(&s);
