@@ -1,6 +1,7 @@
-/* tests/fuzz/fuzz_request.c - core_pod_parse and core_quantity_parse on
- * arbitrary bytes: no crash, no leak, and every accepted request within the
- * bounds the rest of the project relies on. */
+/* tests/fuzz/fuzz_request.c - core_pod_parse, core_pod_affinity_parse (a
+ * placed pod's terms) and core_quantity_parse on arbitrary bytes: no crash,
+ * no leak, and every accepted request within the bounds the rest of the
+ * project relies on. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (pod.n_terms || pod.n_tolerations || pod.n_selector || pod.n_pod_terms ||
                !e.msg[0]) {
         abort(); /* a failed parse leaves the pod cleared and says why */
+    }
+    struct gs_err ea = GS_ERR_INIT;
+    int nt = core_pod_affinity_parse(j, &pod, &ea);
+    if (nt >= 0) { /* affinity terms only: a weight each, no spread */
+        if (nt != pod.n_pod_terms || !pod.ns[0])
+            abort();
+        for (int t = 0; t < nt; t++) {
+            const struct core_pod_term *pt = &pod.pod_terms[t];
+            if (pt->weight < -100 || pt->weight > 100 || pt->weight == 0 || pt->max_skew ||
+                !pt->topology_key)
+                abort();
+            (void)core_pod_term_picks(&pod, pt, j);
+        }
+        core_pod_clear(&pod);
+    } else if (pod.n_pod_terms || !ea.msg[0]) {
+        abort();
     }
     json_decref(j);
     return 0;
