@@ -6,7 +6,8 @@
  * each with a preferred podAntiAffinity term on the hostname that picks
  * app=web (as many charts set it). Every pod asked is new (its own UID), as
  * kube-scheduler asks pod after pod: labelled app=web (the terms pick it)
- * or app=batch (they do not), and bound after its /prioritize, so the
+ * or app=batch (they do not), or app=web in namespace b (where the terms,
+ * of namespace default, do not pick), and bound after its /prioritize, so the
  * next pod finds the cluster changed (no kept reply). Prints the median
  * time of one pod's /filter and /prioritize over all nodes (the bind not
  * counted), for K = 0, 100, 1,000, 10,000.
@@ -23,10 +24,10 @@
 
 #define HOST "kubernetes.io/hostname"
 
-static json_t *gpu_pod(const char *name, const char *app)
+static json_t *gpu_pod(const char *name, const char *app, const char *ns)
 {
     return json_pack("{s:{s:s, s:s, s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}, s:{s:s}}",
-                     "metadata", "name", name, "namespace", "default", "uid", name, "labels",
+                     "metadata", "name", name, "namespace", ns, "uid", name, "labels",
                      "app", app, "spec", "containers", "name", "main", "image", "cuda",
                      "resources", "limits", "nvidia.com/gpu", "1", "status", "phase", "Pending");
 }
@@ -46,9 +47,9 @@ static json_t *owner(const char *name, const char *node)
 
 /* The pod's /filter and /prioritize; its bind to node `to` is not timed. */
 static double ask(struct ext_sched *s, json_t *names, const char *uid, const char *app,
-                  const char *to)
+                  const char *ns, const char *to)
 {
-    json_t *args = json_pack("{s:o, s:O}", "Pod", gpu_pod(uid, app), "NodeNames", names);
+    json_t *args = json_pack("{s:o, s:O}", "Pod", gpu_pod(uid, app, ns), "NodeNames", names);
     char *body = json_dumps(args, JSON_COMPACT);
     struct ext_reply rep;
     size_t len;
@@ -59,8 +60,8 @@ static double ask(struct ext_sched *s, json_t *names, const char *uid, const cha
     ext_sched_prioritize(s, body, strlen(body), &rep);
     free(ext_reply_take(&rep, &len));
     double t = bench_now() - t0;
-    snprintf(bind, sizeof bind, "{\"PodName\":\"%s\",\"PodNamespace\":\"default\","
-             "\"PodUID\":\"%s\",\"Node\":\"%s\"}", uid, uid, to);
+    snprintf(bind, sizeof bind, "{\"PodName\":\"%s\",\"PodNamespace\":\"%s\","
+             "\"PodUID\":\"%s\",\"Node\":\"%s\"}", uid, ns, uid, to);
     ext_sched_bind(s, bind, strlen(bind), &rep);
     free(ext_reply_take(&rep, &len));
     free(body);
@@ -69,7 +70,8 @@ static double ask(struct ext_sched *s, json_t *names, const char *uid, const cha
 }
 
 /* The median over rounds of the mean time of `reps` new pods, in µs. */
-static double time_pods(struct ext_sched *s, json_t *names, const char *app, int rounds)
+static double time_pods(struct ext_sched *s, json_t *names, const char *app, const char *ns,
+                        int rounds)
 {
     static int seq;
     double t[64];
@@ -79,7 +81,7 @@ static double time_pods(struct ext_sched *s, json_t *names, const char *app, int
         for (int k = 0; k < reps; k++, seq++) {
             char uid[32];
             snprintf(uid, sizeof uid, "asked-%d", seq);
-            sum += ask(s, names, uid, app, json_string_value(json_array_get(
+            sum += ask(s, names, uid, app, ns, json_string_value(json_array_get(
                                                names, (size_t)seq % json_array_size(names))));
         }
         t[r] = sum * 1e6 / reps;
@@ -111,7 +113,7 @@ int main(int argc, char **argv)
     }
     printf("%d nodes of 8 GPUs; each pod new, /filter + /prioritize over all nodes, "
            "median of %d rounds of 20 pods (us per pod)\n", nodes, rounds);
-    printf("%8s %12s %12s\n", "owners", "app=web", "app=batch");
+    printf("%8s %12s %12s %16s\n", "owners", "app=web", "app=batch", "app=web, ns b");
     int done = 0;
     for (int k = 0; k <= 10000; k = k ? k * 10 : 100) {
         for (; done < k; done++) {
@@ -122,10 +124,11 @@ int main(int argc, char **argv)
             ext_sched_observe_pod(s, p, 0);
             json_decref(p);
         }
-        time_pods(s, names, "web", 1); /* warm */
-        double web = time_pods(s, names, "web", rounds);
-        double batch = time_pods(s, names, "batch", rounds);
-        printf("%8d %12.1f %12.1f\n", k, web, batch);
+        time_pods(s, names, "web", "default", 1); /* warm */
+        double web = time_pods(s, names, "web", "default", rounds);
+        double batch = time_pods(s, names, "batch", "default", rounds);
+        double other = time_pods(s, names, "web", "b", rounds);
+        printf("%8d %12.1f %12.1f %16.1f\n", k, web, batch, other);
     }
     json_decref(nl);
     json_decref(names);

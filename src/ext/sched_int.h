@@ -110,8 +110,10 @@ struct ext_sched {
     pthread_cond_t bind_came;
     struct metric *m_filter_waits;
     struct sched_podaff *podaff; /* pod term counts of the last pod asked (sched_podaff.c) */
-    struct smap owners;   /* uid -> struct core_pod: the pods remembered or counted whose
-                             pod affinity terms may pick others (sched_podaff.c) */
+    struct smap owners;   /* uid -> struct sched_owner: the pods remembered or counted
+                             whose pod affinity terms may pick others (sched_podaff.c) */
+    struct smap owner_groups; /* namespace ("*": any) -> the owners whose terms pick
+                                 pods there (sched_podaff.c) */
     atomic_int n_owners;  /* owners.n, for sched_podaff_attach outside the lock */
     unsigned long labels_gen; /* bumped when a counted pod's labels change (they are
                                  not in core_cluster_version, which podaff is kept at) */

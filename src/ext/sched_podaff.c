@@ -22,6 +22,9 @@
  *    to be away from a kind of pod keeps it away, even when that pod says
  *    nothing itself. The placed pods with such terms (the owners) are kept
  *    parsed by UID; a pod's affinity cannot change, so each is parsed once.
+ *    They are grouped by the namespace their terms pick in (their own,
+ *    unless a term names namespaces or selects them): a pod walks only the
+ *    owners of its namespace and those of any.
  *
  * Both are built once per pod (and its labels), cluster version and labels
  * generation (one decision asks for every candidate node; a placed pod
@@ -179,45 +182,75 @@ static int cmp_key(const void *a, const void *b)
     return strcmp(((const struct podaff_key *)a)->key, ((const struct podaff_key *)b)->key);
 }
 
+struct owner_group; /* the owners whose terms pick in one namespace */
+
+/* A placed pod whose terms may pick others, in the group of the
+ * namespace they pick in (at group->v[idx]). */
+struct sched_owner {
+    char key[64]; /* its key in s->owners */
+    struct core_pod pod;
+    struct owner_group *group;
+    int idx;
+};
+
+struct owner_group {
+    int n, cap;
+    struct sched_owner **v;
+};
+
+#define ANY_NAMESPACE "*" /* (no namespace has a '*') */
+
+/* What owner ow's terms that pick pod add, per topologyKey and domain, to
+ * pa->keys. 0, or -1 out of memory. */
+static int add_owner(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod,
+                     const struct sched_owner *ow)
+{
+    const struct core_pod *o = &ow->pod;
+    const struct core_node *m = NULL;
+    int looked = 0;
+    for (int t = 0; t < o->n_pod_terms; t++) {
+        const struct core_pod_term *pt = &o->pod_terms[t];
+        /* the pick first: most owners pick no given pod, and finding where
+         * one is placed costs more */
+        if (!core_pod_term_picks(o, pt, pod->pod_terms_obj))
+            continue;
+        if (!looked++) {
+            const char *node = strcmp(ow->key, pod->uid) ? placed_on(s, ow->key) : NULL;
+            m = node ? core_cluster_find(s->c, node) : NULL;
+        }
+        const char *v = m ? core_node_label(m, pt->topology_key) : NULL;
+        if (!v)
+            continue;
+        int k = 0;
+        while (k < pa->n_keys && strcmp(pa->keys[k].key, pt->topology_key) != 0)
+            k++;
+        if (k == pa->n_keys) {
+            struct podaff_key *nk = realloc(pa->keys, (size_t)(k + 1) * sizeof *nk);
+            if (!nk)
+                return -1;
+            pa->keys = nk;
+            memset(&nk[k], 0, sizeof *nk);
+            if (!(nk[k].key = strdup(pt->topology_key)))
+                return -1;
+            pa->n_keys++;
+        }
+        if (add(&pa->keys[k].domains, v, pt->weight) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The owners' terms that pick pod (its object: pod->pod_terms_obj), summed
- * per topologyKey and domain into pa->keys. 0, or -1 out of memory. */
+ * per topologyKey and domain into pa->keys: the owners of its namespace's
+ * group and of the group of any. 0, or -1 out of memory. */
 static int build_owners(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod)
 {
-    SMAP_FOREACH(&s->owners, it)
-    {
-        const struct core_pod *o = it->val;
-        const struct core_node *m = NULL;
-        int looked = 0;
-        for (int t = 0; t < o->n_pod_terms; t++) {
-            const struct core_pod_term *pt = &o->pod_terms[t];
-            /* the pick first: most owners pick no given pod, and finding
-             * where one is placed costs more */
-            if (!core_pod_term_picks(o, pt, pod->pod_terms_obj))
-                continue;
-            if (!looked++) {
-                const char *node = strcmp(it->key, pod->uid) ? placed_on(s, it->key) : NULL;
-                m = node ? core_cluster_find(s->c, node) : NULL;
-            }
-            const char *v = m ? core_node_label(m, pt->topology_key) : NULL;
-            if (!v)
-                continue;
-            int k = 0;
-            while (k < pa->n_keys && strcmp(pa->keys[k].key, pt->topology_key) != 0)
-                k++;
-            if (k == pa->n_keys) {
-                struct podaff_key *nk = realloc(pa->keys, (size_t)(k + 1) * sizeof *nk);
-                if (!nk)
-                    return -1;
-                pa->keys = nk;
-                memset(&nk[k], 0, sizeof *nk);
-                if (!(nk[k].key = strdup(pt->topology_key)))
-                    return -1;
-                pa->n_keys++;
-            }
-            if (add(&pa->keys[k].domains, v, pt->weight) < 0)
+    const struct owner_group *groups[2] = {sched_smap_get(&s->owner_groups, pod->ns),
+                                           sched_smap_get(&s->owner_groups, ANY_NAMESPACE)};
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; groups[g] && i < groups[g]->n; i++)
+            if (add_owner(s, pa, pod, groups[g]->v[i]) < 0)
                 return -1;
-        }
-    }
     return 0;
 }
 
@@ -338,16 +371,82 @@ static int has_pod_terms(const json_t *obj)
     return json_object_get(aff, "podAffinity") || json_object_get(aff, "podAntiAffinity");
 }
 
+/* The namespace owner o's terms pick in: its own, or any (ANY_NAMESPACE)
+ * when a term names namespaces or selects them. */
+static const char *picks_in(const struct core_pod *o)
+{
+    for (int t = 0; t < o->n_pod_terms; t++)
+        if (o->pod_terms[t].all_namespaces || o->pod_terms[t].n_namespaces)
+            return ANY_NAMESPACE;
+    return o->ns;
+}
+
+static void owner_free(struct sched_owner *ow)
+{
+    core_pod_clear(&ow->pod);
+    free(ow);
+}
+
+/* Adds ow to its namespace's group. 0, or -1 out of memory. */
+static int group_add(struct ext_sched *s, struct sched_owner *ow)
+{
+    const char *ns = picks_in(&ow->pod);
+    struct owner_group *g = sched_smap_get(&s->owner_groups, ns);
+    if (!g) {
+        if (!(g = calloc(1, sizeof *g)))
+            return -1;
+        if (sched_smap_put(&s->owner_groups, ns, g) < 0) {
+            free(g);
+            return -1;
+        }
+    }
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 8;
+        struct sched_owner **v = realloc(g->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        g->v = v;
+        g->cap = cap;
+    }
+    ow->group = g;
+    ow->idx = g->n;
+    g->v[g->n++] = ow;
+    return 0;
+}
+
+/* Takes ow out of its group (the last one moves to its place). */
+static void group_del(struct ext_sched *s, struct sched_owner *ow)
+{
+    struct owner_group *g = ow->group;
+    g->v[ow->idx] = g->v[--g->n];
+    g->v[ow->idx]->idx = ow->idx;
+    if (g->n == 0) {
+        sched_smap_del(&s->owner_groups, picks_in(&ow->pod));
+        free(g->v);
+        free(g);
+    }
+}
+
 void sched_podaff_owner_put(struct ext_sched *s, const char *uid, const json_t *obj)
 {
-    struct core_pod *o;
-    if (!has_pod_terms(obj) || sched_smap_get(&s->owners, uid) || !(o = malloc(sizeof *o)))
+    struct sched_owner *ow;
+    if (!has_pod_terms(obj) || strlen(uid) >= sizeof ow->key ||
+        sched_smap_get(&s->owners, uid) || !(ow = calloc(1, sizeof *ow)))
         return;
+    snprintf(ow->key, sizeof ow->key, "%s", uid);
     /* a pod whose terms the parser refuses adds nothing, as kube-scheduler
      * would not have placed it */
-    if (core_pod_affinity_parse(obj, o, NULL) <= 0 || sched_smap_put(&s->owners, uid, o) < 0) {
-        core_pod_clear(o);
-        free(o);
+    if (core_pod_affinity_parse(obj, &ow->pod, NULL) <= 0) {
+        owner_free(ow);
+        return;
+    }
+    if (group_add(s, ow) < 0) {
+        owner_free(ow);
+        return;
+    }
+    if (sched_smap_put(&s->owners, uid, ow) < 0) {
+        group_del(s, ow);
+        owner_free(ow);
         return;
     }
     atomic_store(&s->n_owners, (int)s->owners.n);
@@ -358,11 +457,11 @@ void sched_podaff_owner_drop(struct ext_sched *s, const char *uid)
 {
     if (sched_smap_get(&s->pods, uid) || sched_usage_node(s, uid))
         return; /* still held */
-    struct core_pod *o = sched_smap_del(&s->owners, uid);
-    if (!o)
+    struct sched_owner *ow = sched_smap_del(&s->owners, uid);
+    if (!ow)
         return;
-    core_pod_clear(o);
-    free(o);
+    group_del(s, ow);
+    owner_free(ow);
     atomic_store(&s->n_owners, (int)s->owners.n);
     s->labels_gen++;
 }
@@ -375,9 +474,10 @@ void sched_podaff_free(struct ext_sched *s)
     s->podaff = NULL;
     SMAP_FOREACH(&s->owners, it)
     {
-        struct core_pod *o = sched_smap_del(&s->owners, it->key);
-        core_pod_clear(o);
-        free(o);
+        struct sched_owner *ow = sched_smap_del(&s->owners, it->key);
+        group_del(s, ow);
+        owner_free(ow);
     }
     free(s->owners.b);
+    free(s->owner_groups.b);
 }

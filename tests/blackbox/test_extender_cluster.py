@@ -812,7 +812,7 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
     off its node (weight -100), where the policy packs a plain pod of the same shape;
     a GPU pod bound with such a term does the same; a
     required podAffinity term adds hardPodAffinityWeight (1). Kept answers never mix
-    the two pods."""
+    the two pods. A term picks in its own pod's namespace unless it names others."""
     H = "kubernetes.io/hostname"
     for n in ("h1", "h2"):
         kw = node_kwargs(n)
@@ -826,9 +826,9 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
         return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": weight, "podAffinityTerm": t}]}}
 
-    def cpu_pod(name, node, affinity):  # (a pod's affinity never changes)
-        api.create("/api/v1/namespaces/default/pods", {
-            "metadata": {"name": name, "namespace": "default"},
+    def cpu_pod(name, node, affinity, ns="default"):  # (a pod's affinity never changes)
+        api.create(f"/api/v1/namespaces/{ns}/pods", {
+            "metadata": {"name": name, "namespace": ns},
             "spec": {"nodeName": node, "affinity": affinity, "containers": [
                 {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
             "status": {"phase": "Running"}})
@@ -893,6 +893,16 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
                    fn=lambda q: q["status"].__setitem__("phase", "Succeeded"))
         wait_for(lambda: alike(noisy), what="gguard's term gone")
         assert e.metric("gpusched_extender_pod_term_owners") == 0
+        # a term picks in its own pod's namespace unless it names others
+        cpu_pod("guard-b", "h2", term("podAntiAffinity", "noisy", 100), ns="team-b")
+        wait_for(lambda: e.metric("gpusched_extender_pod_term_owners") == 1, what="guard-b")
+        assert alike(noisy) and ranked(noisy)[0] == "h2"  # packed beside base
+        named = term("podAntiAffinity", "noisy", 100)
+        named["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+            "podAffinityTerm"]["namespaces"] = ["default"]
+        cpu_pod("guard-c", "h2", named, ns="team-c")
+        wait_for(lambda: ranked(noisy)[0] == "h1", what="guard-c's term, naming default")
+        assert alike(plain)
     finally:
         e.stop()
 

@@ -190,7 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             default:
                 if (b & 128) { /* a pod without GPUs bound to a node, or ended;
                                   w0 avoids app=x in its zone, w1 must be
-                                  with app=y (terms that pick the pods asked) */
+                                  with app=y (terms that pick the pods asked),
+                                  w2, of namespace e, avoids app=x of d */
                     static const char *const aff[] = {
                         "\"affinity\":{\"podAntiAffinity\":{\"preferredDuringScheduling"
                         "IgnoredDuringExecution\":[{\"weight\":100,\"podAffinityTerm\":{"
@@ -199,13 +200,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         "\"affinity\":{\"podAffinity\":{\"requiredDuringScheduling"
                         "IgnoredDuringExecution\":[{\"topologyKey\":\"zone\",\"labelSelector\":"
                         "{\"matchLabels\":{\"app\":\"y\"}}}]}},",
-                        ""};
+                        "\"affinity\":{\"podAntiAffinity\":{\"preferredDuringScheduling"
+                        "IgnoredDuringExecution\":[{\"weight\":30,\"podAffinityTerm\":{"
+                        "\"topologyKey\":\"zone\",\"namespaces\":[\"d\"],\"labelSelector\":"
+                        "{\"matchLabels\":{\"app\":\"x\"}}}}]}},"};
                     char w[800];
                     snprintf(w, sizeof w, "{\"metadata\":{\"name\":\"w%u\",\"namespace\":"
-                             "\"d\",\"uid\":\"w%u\"},\"spec\":{%s\"nodeName\":\"n%u\","
+                             "\"%s\",\"uid\":\"w%u\"},\"spec\":{%s\"nodeName\":\"n%u\","
                              "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":"
                              "{\"cpu\":\"%u\"}}}]},\"status\":{\"phase\":\"%s\"}}", b % 3,
-                             b % 3, aff[b % 3], (b >> 2) % NODES, (b >> 4) & 3,
+                             b % 3 == 2 ? "e" : "d", b % 3, aff[b % 3], (b >> 2) % NODES, (b >> 4) & 3,
                              b & 1 ? "Succeeded" : "Running");
                     json_t *j = json_loads(w, 0, NULL);
                     ext_sched_observe_pod(x, j, 0);
