@@ -267,9 +267,17 @@ static int build(struct ext_sched *s, struct sched_podaff *pa, const struct core
     const json_t *labels = labels_of(pod->pod_terms_obj);
     if (pa->uid[0] && pa->version == ver && pa->labels_gen == s->labels_gen &&
         strcmp(pa->uid, pod->uid) == 0 && strcmp(pa->ns, pod->ns) == 0 &&
-        pa->n_terms == pod->n_pod_terms && pa->with_owners == (pod->pod_terms_obj != NULL) &&
-        (pa->labels == labels || (pa->labels && labels && json_equal(pa->labels, labels))))
-        return 0;
+        pa->n_terms == pod->n_pod_terms && pa->with_owners == (pod->pod_terms_obj != NULL)) {
+        if (pa->labels == labels)
+            return 0;
+        if (pa->labels && labels && json_equal(pa->labels, labels)) {
+            /* the same labels in this request's object: keep its reference,
+             * so the next node's call compares pointers, not objects */
+            json_decref(pa->labels);
+            pa->labels = json_incref((json_t *)labels);
+            return 0;
+        }
+    }
     podaff_clear(pa);
     if (!(pa->terms = calloc((size_t)pod->n_pod_terms + 1, sizeof *pa->terms)))
         return -1;
