@@ -29,6 +29,7 @@ GPUSCHED_LIMITER_DIR):
 Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
 """
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -156,7 +157,7 @@ def shared_budget(lib, ledger):
             holder.wait()
 
 
-def rate(lib, ledger, secs=15, **limits):
+def rate(lib, ledger, secs=10, **limits):
     out = py(BENCH % {"secs": secs}, env_for(lib, ledger, **limits), timeout=secs + 120)
     for line in out.splitlines():
         if line.startswith("matmuls_per_s "):
@@ -168,7 +169,7 @@ def compute(lib, ledger):
     bare = rate(None, ledger)
     pre = rate(lib, ledger)
     mem_only = rate(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB)
-    share = rate(lib, ledger, CUDA_DEVICE_SM_LIMIT=30, secs=30)
+    share = rate(lib, ledger, CUDA_DEVICE_SM_LIMIT=30, secs=20)
     print("  matmuls/s: no limiter %.2f, limiter without limits %.2f, memory limit only %.2f, "
           "30 %% compute share %.2f" % (bare, pre, mem_only, share))
     if bare <= 0:
@@ -187,6 +188,19 @@ def rate_proc(lib, ledger, secs, **limits):
                             stderr=subprocess.STDOUT, text=True)
 
 
+def util_permille(ledger):
+    """GPU 0's entry of the util file the plugin wrote (limiter/lim_util.h)."""
+    try:
+        with open(os.path.join(ledger, "util"), "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return "(%s)" % e.strerror
+    if len(data) < 32 or data[:8] != b"GSUTIL01":
+        return "(not a util file: %d bytes)" % len(data)
+    stamp, permille = struct.unpack_from("=QI", data, 16)
+    return "%d" % permille if stamp else "(no sample)"
+
+
 def neighbours(lib, gpusched, d):
     """Two 30 % containers on GPU 0 at once, the device plugin writing each one's own
     utilisation into its ledger directory (no kubelet needed for that part)."""
@@ -194,9 +208,11 @@ def neighbours(lib, gpusched, d):
                           capture_output=True, text=True, timeout=60).stdout.strip()
     limdir, kdir = os.path.join(d, "lim"), os.path.join(d, "kubelet")
     os.makedirs(kdir)
+    os.makedirs(limdir)  # the plugin enforces shares only where the directory exists
+    log = open(os.path.join(d, "plugin.log"), "w+")
     plugin = subprocess.Popen([gpusched, "device-plugin", "--kubelet-dir", kdir, "--no-api",
                                "--limiter-dir", limdir, "--limiter-lib", lib],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=log, stderr=subprocess.STDOUT)
     try:
         time.sleep(3)
         ledgers = []
@@ -208,8 +224,12 @@ def neighbours(lib, gpusched, d):
                 f.write("default/%s/main\n1\n%s\n" % (name, uuid))
             ledgers.append(c)
         bare = rate(None, ledgers[0])
-        procs = [rate_proc(lib, c, 30, CUDA_DEVICE_SM_LIMIT=30, CUDA_VISIBLE_DEVICES=uuid)
+        procs = [rate_proc(lib, c, 20, CUDA_DEVICE_SM_LIMIT=30, CUDA_VISIBLE_DEVICES=uuid)
                  for c in ledgers]
+        for _ in range(3):  # mid-run: what the plugin measured for each container
+            time.sleep(5)
+            print("  util (GPU 0, per mille): %s" % ", ".join(
+                "%s %s" % (os.path.basename(c), util_permille(c)) for c in ledgers))
         got = []
         for p in procs:
             out, _ = p.communicate(timeout=300)
@@ -225,9 +245,14 @@ def neighbours(lib, gpusched, d):
     finally:
         plugin.terminate()
         plugin.wait()
+        log.seek(0)
+        print("  plugin log (last lines):\n    " +
+              "\n    ".join(log.read().strip().splitlines()[-15:]))
+        log.close()
 
 
 def main():
+    only = os.environ.get("CHECK_LIMITER_ONLY", "")
     lib = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/libgpusched-cuda.so")
     if not os.path.exists(lib):
         print("check_limiter: %s not found (build it: cmake --build build)" % lib)
@@ -241,6 +266,11 @@ def main():
         print("check_limiter: the GPU needs more than %d GiB" % (SHARE_GIB + 2))
         return 2
     with tempfile.TemporaryDirectory(prefix="gs-limiter-") as d:
+        if only == "neighbours":
+            neighbours(lib, os.path.abspath(sys.argv[2]), d)
+            print("check_limiter: %s" % ("all checks passed" if not failures else
+                                         "%d FAILED" % failures))
+            return 1 if failures else 0
         print("== memory: %d GiB share of a %s GiB GPU" % (SHARE_GIB, total.strip()))
         memory(lib, os.path.join(d, "a"))
         memory(lib, os.path.join(d, "b"), "expandable_segments:True")

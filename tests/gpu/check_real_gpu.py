@@ -109,7 +109,8 @@ def shared(binary, gpus, check):
               "4 replica devices of each GPU")
         uuids = [g["uuid"] for g in gpus]
         free = list(ids)
-        for name, mem, cores in (("infer-a", 20, 30), ("infer-b", 30, 50), ("too-big", 40, 10)):
+        big = gpus[0]["memory_mib"] // 1024 - (20 + 30) + 10  # 10 GiB more than is left
+        for name, mem, cores in (("infer-a", 20, 30), ("infer-b", 30, 50), ("too-big", big, 10)):
             api.add_pod("default", name, containers=[{"name": "main", "image": "cuda", "resources": {
                 "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "%dGi" % mem,
                            "nvidia.com/gpu-cores": str(cores)}}}])
