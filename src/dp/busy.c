@@ -140,15 +140,25 @@ static void sample_gpu(struct dp_busy *st, struct dp_backend *b, const char *uui
     int n = last ? b->proc_util(b, uuid, last, s, DP_PROC_SAMPLES_MAX, &e) : -1;
     if (n <= 0)
         return; /* nothing new (or unreadable): no sample for this GPU */
-    /* a process may have several samples since the last pass: their mean */
+    /* the sampling periods since the last pass: their samples share a stamp */
+    int periods = 0;
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < i && s[j].ts_us != s[i].ts_us)
+            j++;
+        periods += j == i;
+    }
+    /* a container's part is its processes' sum over those periods, a period
+     * that names none of them counting 0: some drivers name one process a
+     * period, the one that ran most (an H200 named either of two busy
+     * processes at 99 %, never both), so one period alone says little */
     for (int i = 0; i < n; i++) {
         if (s[i].pid <= 0)
             continue;
-        int sum = s[i].sm, cnt = 1;
+        int sum = s[i].sm;
         for (int j = i + 1; j < n; j++)
             if (s[j].pid == s[i].pid) {
                 sum += s[j].sm;
-                cnt++;
                 s[j].pid = 0;
             }
         uint64_t ns;
@@ -167,12 +177,14 @@ static void sample_gpu(struct dp_busy *st, struct dp_backend *b, const char *uui
                 }
         for (int d = 0; who >= 0 && !many && d < c[who].n_gpus; d++)
             if (strcmp(c[who].uuid[d], uuid) == 0)
-                c[who].permille[d] += sum * 10 / cnt;
+                c[who].permille[d] += sum * 10;
     }
     for (int k = 0; k < nc; k++)
         for (int d = 0; d < c[k].n_gpus; d++)
-            if (strcmp(c[k].uuid[d], uuid) == 0)
+            if (strcmp(c[k].uuid[d], uuid) == 0) {
+                c[k].permille[d] /= periods;
                 c[k].sampled[d] = 1;
+            }
 }
 
 int dp_busy_pass(struct dp_busy *st, const char *dir, struct dp_backend *b,

@@ -12,8 +12,12 @@
  * pass, finds each sampled process's namespace and pid there through
  * /proc (which shows every process only in the node's pid namespace: the
  * DaemonSet's hostPID), adds its SM percent to the container that holds
- * it, and writes each container's sums to its util file
- * (limiter/lim_util.h), by the container's CUDA device order.
+ * it, and writes each container's mean over the sampling periods of the
+ * pass (a period that names none of its processes counts 0) to its util
+ * file (limiter/lim_util.h), by the container's CUDA device order. One
+ * period says little: a driver may name only one process a period, the
+ * whole GPU's busy time given to it (an H200 did, with two busy
+ * processes), so the limiter averages these over seconds.
  *
  * A process's namespace link (/proc/PID/ns/pid) is readable only with
  * ptrace access to it, which a plugin without CAP_SYS_PTRACE lacks for a

@@ -449,8 +449,10 @@ static int fake_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last
     if (i < 0)
         n = gs_errf(e, GS_ENOENT, "%s: not found", uuid);
     else if (now > *last_us)
-        for (; n < f->st.nproc[i] && n < max; n++)
+        for (; n < f->st.nproc[i] && n < max; n++) {
             out[n] = f->st.procs[i][n];
+            out[n].ts_us = now;
+        }
     pthread_mutex_unlock(&f->mu);
     if (n >= 0 && now > *last_us)
         *last_us = now;

@@ -73,8 +73,9 @@ struct dp_event {
 
 /* One process's utilisation sample of a GPU. */
 struct dp_proc_sample {
-    int pid;  /* in the node's (the host's) pid namespace */
-    int sm;   /* percent of the GPU's SM time, 0..100 */
+    int pid;        /* in the node's (the host's) pid namespace */
+    int sm;         /* percent of the GPU's SM time in its period, 0..100 */
+    uint64_t ts_us; /* when its period ended: the samples of one period share it */
 };
 #define DP_PROC_SAMPLES_MAX 256
 

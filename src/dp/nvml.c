@@ -411,6 +411,7 @@ static int nvml_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last
             *last_us = s[i].timeStamp;
         out[k].pid = (int)s[i].pid;
         out[k].sm = s[i].smUtil > 100 ? 100 : (int)s[i].smUtil;
+        out[k].ts_us = s[i].timeStamp;
         k++;
     }
     return k;

@@ -16,7 +16,10 @@
  * The utilisation is the container's own when the device plugin measures
  * it (<ledger dir>/util, lim_util.h: NVML's per-process samples of the
  * container's processes, fresh for UTIL_FRESH_S; the rate is then set once
- * per new sample, from what was launched since the one before). Otherwise
+ * per new sample). One such sample says little (a driver may give a whole
+ * period's busy time to one of two busy tenants), so the cost launched per
+ * second and the container's busy percent are both averaged over about
+ * UTIL_TAU_S and the rate is set from their ratio. Otherwise
  * it is the whole GPU's (nvmlDeviceGetUtilizationRates): other tenants'
  * work counts against this container, so with busy neighbours it gets
  * less than its share, never more.
@@ -30,13 +33,15 @@
 
 #define WINDOW_S 0.1
 #define UTIL_FRESH_S 1.0 /* the plugin's sample of the container is used this long */
+#define UTIL_TAU_S 1.5   /* the plugin's samples are averaged over about this long */
 
 struct bucket {
     pthread_mutex_t mu;
     double rate, tokens;
     double last;
     double window_cost;
-    int measured, throttled, used;
+    double cost_rate, busy; /* averages over UTIL_TAU_S, with the plugin's samples */
+    int measured, throttled, used, averaged;
 };
 
 static struct bucket g_b[LIM_MAX_DEV];
@@ -66,8 +71,8 @@ static void buckets_init(void)
 
 /* The busy percent to steer by on device d, and the seconds it covers, in
  * *u and *dt: the container's own (the plugin's util file, while fresh and
- * new since *seen) or else the whole GPU's over the last window. 1 when
- * there is one; 0 to wait (the file is fresh but has nothing new). */
+ * new since *seen): 2; or else the whole GPU's over the last window: 1.
+ * 0 to wait (the file is fresh but has nothing new). */
 static int busy_pct(int d, const struct lim_util *uf, int have_uf, double now, uint64_t *seen,
                     nvmlDevice_t h, nv_util_fn util, double *u, double *dt)
 {
@@ -78,7 +83,7 @@ static int busy_pct(int d, const struct lim_util *uf, int have_uf, double now, u
         *dt = *seen && ud->stamp_ns > *seen ? (double)(ud->stamp_ns - *seen) / 1e9 : WINDOW_S;
         *seen = ud->stamp_ns;
         *u = (ud->permille > 1000 ? 1000 : ud->permille) / 10.0; /* a torn or bad file */
-        return 1;
+        return 2;
     }
     nvmlUtilization_t nu;
     if (!h || util(h, &nu) != 0)
@@ -116,11 +121,22 @@ static void *watch(void *arg)
                 continue;
             if (!h[d] && lim_nvml_handle(d, &h[d]) != 0)
                 h[d] = NULL;
-            if (!busy_pct(d, &uf, have_uf, now_s(), &seen[d], h[d], util, &u, &dt))
+            int own = busy_pct(d, &uf, have_uf, now_s(), &seen[d], h[d], util, &u, &dt);
+            if (!own)
                 continue;
             pthread_mutex_lock(&b->mu);
             double c = b->window_cost;
             b->window_cost = 0;
+            if (own == 2) { /* like with like: both averaged over the same time */
+                double w = b->averaged ? dt / (UTIL_TAU_S + dt) : 1;
+                b->cost_rate += w * (c / dt - b->cost_rate);
+                b->busy += w * (u - b->busy);
+                b->averaged = 1;
+                c = b->cost_rate * dt;
+                u = b->busy;
+            } else {
+                b->averaged = 0;
+            }
             if (u >= 1 && c > 0) {
                 double est = c / dt * share / u;
                 b->rate = b->measured ? 0.5 * b->rate + 0.5 * est : est;

@@ -23,8 +23,12 @@ GPUSCHED_LIMITER_DIR):
 - with no limit, the preloaded limiter costs at most 2 % of throughput;
 - given the gpusched binary too (second argument), two such loops of 30 %
   each at once, with the device plugin measuring each one's own
-  utilisation (src/dp/busy.h), each run at 20-40 % of unlimited: steered by
-  the whole GPU's utilisation they held each other to about 15 %.
+  utilisation (src/dp/busy.h), each run at 20-45 % of unlimited (a 30 %
+  share alone ran at 38-39 % on an H200: the share is SM busy time, not
+  matmul throughput): steered by the whole GPU's utilisation they held each
+  other to 13-22 %; steered by single per-process samples, which that
+  driver gives to one process a period, they ran at 40 and 49 %.
+  CHECK_LIMITER_ONLY=neighbours runs this check alone.
 
 Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
 """
@@ -240,8 +244,8 @@ def neighbours(lib, gpusched, d):
         print("  matmuls/s: unlimited %.2f, two 30 %% neighbours %s, util files %s" % (
             bare, got, util))
         check(all(util), "the plugin wrote both containers' own utilisation")
-        check(bare > 0 and len(got) == 2 and all(0.20 <= g / bare <= 0.40 for g in got),
-              "two 30 %% neighbours each run at 20-40 %% of unlimited")
+        check(bare > 0 and len(got) == 2 and all(0.20 <= g / bare <= 0.45 for g in got),
+              "two 30 %% neighbours each run at 20-45 %% of unlimited")
     finally:
         plugin.terminate()
         plugin.wait()

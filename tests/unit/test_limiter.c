@@ -277,9 +277,11 @@ static void test_prune(void)
 }
 
 /* A stand-in backend: GPU-b has one sample of pid busy_pid at 37 %, and
- * one of pid 1 (no container's) at 50 %; GPU-a has a sample of pid 1 only
- * when busy_a is set. */
-static int busy_pid, busy_a;
+ * one of pid 1 (no container's) at 50 %, over two sampling periods; GPU-a
+ * has a sample of pid 1 only when busy_a is set. With busy_one, GPU-b names
+ * one process a period, as an H200 did: busy_pid at 99 % in one period,
+ * pid 1 at 99 % in the next. */
+static int busy_pid, busy_a, busy_one;
 
 static int stub_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last_us,
                           struct dp_proc_sample *out, int max, struct gs_err *e)
@@ -288,14 +290,19 @@ static int stub_proc_util(struct dp_backend *b, const char *uuid, uint64_t *last
     (void)e;
     (void)max;
     *last_us += 1;
+    if (strcmp(uuid, "GPU-b") == 0 && busy_one) {
+        out[0] = (struct dp_proc_sample){busy_pid, 99, 100};
+        out[1] = (struct dp_proc_sample){1, 99, 300};
+        return 2;
+    }
     if (strcmp(uuid, "GPU-b") == 0) {
-        out[0] = (struct dp_proc_sample){busy_pid, 30};
-        out[1] = (struct dp_proc_sample){1, 50};
-        out[2] = (struct dp_proc_sample){busy_pid, 44}; /* two of it: their mean */
+        out[0] = (struct dp_proc_sample){busy_pid, 30, 100};
+        out[1] = (struct dp_proc_sample){1, 50, 100};
+        out[2] = (struct dp_proc_sample){busy_pid, 44, 300}; /* two periods: the mean */
         return 3;
     }
     if (strcmp(uuid, "GPU-a") == 0 && busy_a) {
-        out[0] = (struct dp_proc_sample){1, 50};
+        out[0] = (struct dp_proc_sample){1, 50, 100};
         return 1;
     }
     return strcmp(uuid, "GPU-x") == 0 ? -GS_EIO : 0;
@@ -352,6 +359,12 @@ static void test_busy(void)
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(st.last_us[i], 2);
     busy_a = 0;
+    /* one process named a period: ours in one of the two, so half its 99 % */
+    busy_one = 1;
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 1);
+    ASSERT_EQ(lim_util_read(cdir, &u), 0);
+    ASSERT_EQ(u.dev[1].permille, 495);
+    busy_one = 0;
 
     /* a /proc whose namespace links cannot be read (a plugin without
      * CAP_SYS_PTRACE): the process is found by its pod's UID (cgroup) and its
