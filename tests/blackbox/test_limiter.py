@@ -421,6 +421,42 @@ def test_throttle_steers_by_the_containers_own_utilisation(ledger_dir):
     assert bench(ledger_dir, 3, **extra) / full <= 0.15
 
 
+def test_throttle_averages_one_process_a_period(ledger_dir):
+    """Some drivers name one process per sampling period, with the whole GPU's busy
+    time (an H200 named either of two busy processes at 99 %, never both). The
+    plugin then writes, every 200 ms, either the GPU's busy percent (this
+    container's turn) or 0 (the neighbour's): right on average only. Here the
+    test plays that plugin beside a 60 % neighbour, a period going to this
+    container with the odds of its part of the busy time. Steered by each
+    sample alone, a 0 read as idle raised the rate by half: it ran at 0.35-0.38
+    of unlimited here (40 and 49 % on the H200); averaged, 0.28."""
+    import random
+    import threading
+    full = bench(ledger_dir, 2)
+    busy = os.path.join(os.path.dirname(ledger_dir), "busy")
+    stop, rng = threading.Event(), random.Random(7)
+
+    def plugin():
+        prev_b, prev_t = gpu_busy_s(busy), time.monotonic()
+        while not stop.wait(0.2):
+            b, t = gpu_busy_s(busy), time.monotonic()
+            own = min(1.0, (b - prev_b) / (t - prev_t))
+            total = min(1.0, own + 0.6)
+            mine = rng.random() < own / total
+            write_util(ledger_dir, int(total * 1000) if mine else 0, time.monotonic_ns())
+            prev_b, prev_t = b, t
+    th = threading.Thread(target=plugin)
+    th.start()
+    try:
+        got = bench(ledger_dir, 6, FAKE_NVML_EXTRA_BUSY=60, CUDA_DEVICE_SM_LIMIT=30) / full
+    finally:
+        stop.set()
+        th.join()
+    print(f"30 % share beside a 60 % neighbour, one process named a period: {got:.2f} of "
+          "unlimited", file=sys.stderr)
+    assert 0.20 <= got <= 0.33, f"it ran at {got:.2f} of unlimited"
+
+
 def gpu_busy_s(path):
     """Seconds of work the stand-in GPU has done: fake_cuda.c's busy counter
     (8 bytes, native-endian nanoseconds), 0 before the first launch."""
