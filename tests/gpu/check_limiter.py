@@ -245,7 +245,7 @@ def neighbours(lib, gpusched, d):
             bare, got, util))
         check(all(util), "the plugin wrote both containers' own utilisation")
         check(bare > 0 and len(got) == 2 and all(0.20 <= g / bare <= 0.45 for g in got),
-              "two 30 %% neighbours each run at 20-45 %% of unlimited")
+              "two 30 % neighbours each run at 20-45 % of unlimited")
     finally:
         plugin.terminate()
         plugin.wait()
