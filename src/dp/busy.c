@@ -232,8 +232,17 @@ int dp_busy_pass(struct dp_busy *st, const char *dir, struct dp_backend *b,
             memset(&u, 0, sizeof u);
         for (int g = 0; g < c[k].n_gpus; g++)
             if (c[k].sampled[g]) {
+                uint32_t v = (uint32_t)(c[k].permille[g] > 1000 ? 1000 : c[k].permille[g]);
+                uint64_t prev = u.dev[g].stamp_ns;
+                double dt = prev && prev < now ? (double)(now - prev) / 1e9 : 0;
+                double avg = u.dev[g].avg_ppm > 1000000 ? 1000000 : u.dev[g].avg_ppm;
+                if (dt > 0 && dt < 3 * LIM_UTIL_AVG_S) /* else start from this sample */
+                    avg += dt / (LIM_UTIL_AVG_S + dt) * (v * 1000.0 - avg);
+                else
+                    avg = v * 1000.0;
                 u.dev[g].stamp_ns = now;
-                u.dev[g].permille = (uint32_t)(c[k].permille[g] > 1000 ? 1000 : c[k].permille[g]);
+                u.dev[g].permille = v;
+                u.dev[g].avg_ppm = (uint32_t)(avg + 0.5);
                 any = 1;
             }
         if (any && lim_util_write(c[k].dir, &u) == 0)

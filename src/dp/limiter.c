@@ -177,7 +177,7 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
             u.util = have_ut && ut.dev[i].stamp_ns &&
                              (double)now.tv_sec + now.tv_nsec / 1e9 -
                                      (double)ut.dev[i].stamp_ns / 1e9 < DP_UTIL_FRESH_S
-                         ? (int)ut.dev[i].permille
+                         ? (int)(((ut.dev[i].avg_ppm > 1000000 ? 1000000 : ut.dev[i].avg_ppm) + 500) / 1000)
                          : -1;
             if (i < devs || u.used)
                 fn(ud, &u);

@@ -57,7 +57,8 @@ struct dp_limiter_usage {
     int dev;
     uint64_t used, limit;
     int procs;
-    int util; /* the container's own utilisation of it (dp/busy.h), permille; -1 none fresh */
+    int util; /* the container's own utilisation of it (dp/busy.h), permille, averaged
+               * over about LIM_UTIL_AVG_S; -1 none fresh */
 };
 
 /* Does the row count memory (a limit or use)? A compute share alone has none. */

@@ -26,9 +26,13 @@
 
 struct lim_util_dev {
     uint64_t stamp_ns;  /* CLOCK_MONOTONIC when the plugin sampled it; 0: no sample */
-    uint32_t permille;  /* the container's processes' SM utilisation, 0..1000 */
-    uint32_t reserved;
+    uint32_t permille;  /* the container's processes' SM utilisation, 0..1000, in the
+                         * sampling periods since the plugin's last write */
+    uint32_t avg_ppm;   /* the same averaged over about LIM_UTIL_AVG_S, 0..1000000:
+                         * what people are shown (one write alone may read 0 or
+                         * the whole GPU on a driver that names one process a period) */
 };
+#define LIM_UTIL_AVG_S 10.0
 
 struct lim_util {
     char magic[8];

@@ -347,6 +347,7 @@ static void test_busy(void)
     ASSERT_EQ(u.dev[0].stamp_ns, 0);  /* GPU-a: nothing new */
     ASSERT_TRUE(u.dev[1].stamp_ns > 0);
     ASSERT_EQ(u.dev[1].permille, 370); /* (30 + 44) / 2, pid 1 not ours */
+    ASSERT_EQ(u.dev[1].avg_ppm, 370000); /* the first sample starts the average */
     ASSERT_EQ(u.dev[2].stamp_ns, 0);  /* GPU-x: unreadable */
     uint64_t first = u.dev[1].stamp_ns;
     busy_a = 1;
@@ -364,6 +365,15 @@ static void test_busy(void)
     ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 1);
     ASSERT_EQ(lim_util_read(cdir, &u), 0);
     ASSERT_EQ(u.dev[1].permille, 495);
+    /* people are shown the average over about LIM_UTIL_AVG_S: one pass moves
+     * it by a hair; an average older than 3 of those starts from the sample */
+    ASSERT_TRUE(u.dev[1].avg_ppm >= 370000 && u.dev[1].avg_ppm < 371000);
+    u.dev[1].stamp_ns = 1;
+    u.dev[1].avg_ppm = 999000;
+    ASSERT_EQ(lim_util_write(cdir, &u), 0);
+    ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 1);
+    ASSERT_EQ(lim_util_read(cdir, &u), 0);
+    ASSERT_EQ(u.dev[1].avg_ppm, 495000);
     busy_one = 0;
 
     /* a /proc whose namespace links cannot be read (a plugin without
