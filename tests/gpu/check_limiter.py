@@ -15,7 +15,8 @@ GPUSCHED_LIMITER_DIR):
   can be allocated, 21 GiB raises torch.cuda.OutOfMemoryError, and
   nvidia-smi in the same environment shows 20480 MiB total; the same with
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API:
-  cuMemCreate);
+  cuMemCreate) and with backend:cudaMallocAsync (stream-ordered pools:
+  cuMemAllocAsync, cuMemAllocFromPoolAsync);
 - two processes share the 20 GiB: while one holds 12 GiB the other cannot
   take 12 GiB, and can once the first is killed;
 - a compute-bound loop (fp16 matmuls) with a 30 % share runs at 25-40 % of
@@ -278,6 +279,7 @@ def main():
         print("== memory: %d GiB share of a %s GiB GPU" % (SHARE_GIB, total.strip()))
         memory(lib, os.path.join(d, "a"))
         memory(lib, os.path.join(d, "b"), "expandable_segments:True")
+        memory(lib, os.path.join(d, "b2"), "backend:cudaMallocAsync")
         print("== two processes, one budget")
         shared_budget(lib, os.path.join(d, "c"))
         print("== compute")
