@@ -82,6 +82,7 @@ a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
 for _ in range(20):
     b = a @ a
 torch.cuda.synchronize()
+print("ready", flush=True)
 t0, n = time.time(), 0
 while time.time() - t0 < %(secs)s:
     for _ in range(10):
