@@ -237,7 +237,7 @@ int dp_busy_pass(struct dp_busy *st, const char *dir, struct dp_backend *b,
                 double dt = prev && prev < now ? (double)(now - prev) / 1e9 : 0;
                 double avg = u.dev[g].avg_ppm > 1000000 ? 1000000 : u.dev[g].avg_ppm;
                 if (dt > 0 && dt < 3 * LIM_UTIL_AVG_S) /* else start from this sample */
-                    avg += dt / (LIM_UTIL_AVG_S + dt) * (v * 1000.0 - avg);
+                    avg = lim_util_avg(avg, v * 1000.0, dt, LIM_UTIL_AVG_S);
                 else
                     avg = v * 1000.0;
                 u.dev[g].stamp_ns = now;

@@ -138,7 +138,6 @@ static int merge(struct podaff_term *t)
     return 0;
 }
 
-
 /* Adds a placed pod (a Pod object: namespace and labels) on node to the
  * counts of each term of pod that picks it. 0, or -1 out of memory. */
 static int add_pod(struct ext_sched *s, struct sched_podaff *pa, const struct core_pod *pod,

@@ -128,9 +128,9 @@ static void *watch(void *arg)
             double c = b->window_cost;
             b->window_cost = 0;
             if (own == 2) { /* like with like: both averaged over the same time */
-                double w = b->averaged ? dt / (UTIL_TAU_S + dt) : 1;
-                b->cost_rate += w * (c / dt - b->cost_rate);
-                b->busy += w * (u - b->busy);
+                b->cost_rate = b->averaged ? lim_util_avg(b->cost_rate, c / dt, dt, UTIL_TAU_S)
+                                           : c / dt;
+                b->busy = b->averaged ? lim_util_avg(b->busy, u, dt, UTIL_TAU_S) : u;
                 b->averaged = 1;
                 c = b->cost_rate * dt;
                 u = b->busy;

@@ -34,6 +34,13 @@ struct lim_util_dev {
 };
 #define LIM_UTIL_AVG_S 10.0
 
+/* avg moved toward v by a step of dt seconds of an average over about tau
+ * seconds (the plugin's avg_ppm, the throttle's cost and busy averages). */
+static inline double lim_util_avg(double avg, double v, double dt, double tau)
+{
+    return avg + dt / (tau + dt) * (v - avg);
+}
+
 struct lim_util {
     char magic[8];
     uint32_t n_dev;     /* LIM_MAX_DEV */
