@@ -25,11 +25,14 @@ GPUSCHED_LIMITER_DIR):
 - given the gpusched binary too (second argument), two such loops of 30 %
   each at once, with the device plugin measuring each one's own
   utilisation (src/dp/busy.h), each run at 20-45 % of unlimited (a 30 %
-  share alone ran at 38-39 % on an H200: the share is SM busy time, not
-  matmul throughput): steered by the whole GPU's utilisation they held each
-  other to 13-22 %; steered by single per-process samples, which that
-  driver gives to one process a period, they ran at 40 and 49 %.
-  CHECK_LIMITER_ONLY=neighbours runs this check alone.
+  share alone ran at 37-39 % on an H200 and an H100: the share is SM busy
+  time, not matmul throughput): steered by the whole GPU's utilisation they
+  held each other to 13-22 %; steered by single per-process samples, which
+  the driver gives to one process a period, they ran at 40 and 49 %;
+- then a 20 % and a 60 % loop at once run at 10-35 % and 45-85 % of
+  unlimited, the 60 % one at least 1.8 times as fast (on an H200: 0.29 and
+  0.60, ratio 2.0; alone 0.26 and 0.75, which together the GPU cannot give).
+  CHECK_LIMITER_ONLY=neighbours runs these two checks alone.
 
 Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
 """
@@ -208,8 +211,9 @@ def util_permille(ledger):
 
 
 def neighbours(lib, gpusched, d):
-    """Two 30 % containers on GPU 0 at once, the device plugin writing each one's own
-    utilisation into its ledger directory (no kubelet needed for that part)."""
+    """Two shared containers on GPU 0 at once, the device plugin writing each one's own
+    utilisation into its ledger directory (no kubelet needed for that part): two of 30 %,
+    then one of 20 % beside one of 60 %."""
     uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
                           capture_output=True, text=True, timeout=60).stdout.strip()
     limdir, kdir = os.path.join(d, "lim"), os.path.join(d, "kubelet")
@@ -221,33 +225,21 @@ def neighbours(lib, gpusched, d):
                               stdout=log, stderr=subprocess.STDOUT)
     try:
         time.sleep(3)
-        ledgers = []
-        for name in ("a", "b"):
-            c = os.path.join(limdir, "containers", "uid%s_main" % name)
-            os.makedirs(c)
-            os.chmod(c, 0o1777)
-            with open(os.path.join(c, "owner"), "w") as f:
-                f.write("default/%s/main\n1\n%s\n" % (name, uuid))
-            ledgers.append(c)
-        bare = rate(None, ledgers[0])
-        procs = [rate_proc(lib, c, 20, CUDA_DEVICE_SM_LIMIT=30, CUDA_VISIBLE_DEVICES=uuid)
-                 for c in ledgers]
-        for _ in range(3):  # mid-run: what the plugin measured for each container
-            time.sleep(5)
-            print("  util (GPU 0, per mille): %s" % ", ".join(
-                "%s %s" % (os.path.basename(c), util_permille(c)) for c in ledgers))
-        got = []
-        for p in procs:
-            out, _ = p.communicate(timeout=300)
-            print("    " + out.strip().replace("\n", "\n    ")[-800:])
-            got += [float(l.split()[1]) for l in out.splitlines()
-                    if l.startswith("matmuls_per_s ")]
-        util = [os.path.exists(os.path.join(c, "util")) for c in ledgers]
-        print("  matmuls/s: unlimited %.2f, two 30 %% neighbours %s, util files %s" % (
-            bare, got, util))
-        check(all(util), "the plugin wrote both containers' own utilisation")
-        check(bare > 0 and len(got) == 2 and all(0.20 <= g / bare <= 0.45 for g in got),
-              "two 30 % neighbours each run at 20-45 % of unlimited")
+        bare = rate(None, os.path.join(d, "bare"))
+        print("  matmuls/s unlimited: %.2f" % bare)
+        if bare <= 0:
+            check(False, "the benchmark ran")
+            return
+        got = pair(lib, limdir, uuid, "p30", (30, 30))
+        check(len(got) == 2 and all(0.20 <= g / bare <= 0.45 for g in got),
+              "two 30 %% neighbours each run at 20-45 %% of unlimited: %s" % fractions(got, bare))
+        got = pair(lib, limdir, uuid, "p2060", (20, 60))
+        check(len(got) == 2 and 0.10 <= got[0] / bare <= 0.35 and 0.45 <= got[1] / bare <= 0.85,
+              "20 %% and 60 %% neighbours run at 10-35 %% and 45-85 %% of unlimited: %s" %
+              fractions(got, bare))
+        check(len(got) == 2 and got[1] >= 1.8 * got[0],
+              "the 60 %% share runs at least 1.8 times the 20 %% share: %s" %
+              ("%.2f" % (got[1] / got[0]) if len(got) == 2 and got[0] > 0 else "-"))
     finally:
         plugin.terminate()
         plugin.wait()
@@ -255,6 +247,40 @@ def neighbours(lib, gpusched, d):
         print("  plugin log (last lines):\n    " +
               "\n    ".join(log.read().strip().splitlines()[-15:]))
         log.close()
+
+
+def fractions(got, bare):
+    return "[%s]" % ", ".join("%.2f" % (g / bare) for g in got)
+
+
+def pair(lib, limdir, uuid, tag, shares):
+    """Runs one 20 s loop per share at once, each in its own container's ledger directory
+    (with an owner file naming GPU 0, as the plugin writes it); returns their matmuls/s."""
+    print("== %s on one GPU at once, the plugin measuring each" %
+          " and ".join("%d %%" % s for s in shares))
+    ledgers = []
+    for i in range(len(shares)):
+        c = os.path.join(limdir, "containers", "uid%s%d_main" % (tag, i))
+        os.makedirs(c)
+        os.chmod(c, 0o1777)
+        with open(os.path.join(c, "owner"), "w") as f:
+            f.write("default/%s-%d/main\n1\n%s\n" % (tag, i, uuid))
+        ledgers.append(c)
+    procs = [rate_proc(lib, c, 20, CUDA_DEVICE_SM_LIMIT=s, CUDA_VISIBLE_DEVICES=uuid)
+             for c, s in zip(ledgers, shares)]
+    for _ in range(3):  # mid-run: what the plugin measured for each container
+        time.sleep(5)
+        print("  util (GPU 0, per mille): %s" % ", ".join(
+            "%s %s" % (os.path.basename(c), util_permille(c)) for c in ledgers))
+    got = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        print("    " + out.strip().replace("\n", "\n    ")[-800:])
+        got += [float(l.split()[1]) for l in out.splitlines() if l.startswith("matmuls_per_s ")]
+    util = [os.path.exists(os.path.join(c, "util")) for c in ledgers]
+    print("  matmuls/s: %s, util files %s" % (got, util))
+    check(all(util), "the plugin wrote each container's own utilisation")
+    return got
 
 
 def main():
@@ -286,7 +312,6 @@ def main():
         print("== compute")
         compute(lib, os.path.join(d, "d"))
         if len(sys.argv) > 2:
-            print("== two 30 % containers on one GPU, the plugin measuring each")
             neighbours(lib, os.path.abspath(sys.argv[2]), d)
     print("check_limiter: %s" % ("all checks passed" if not failures else "%d FAILED" % failures))
     return 1 if failures else 0
