@@ -12,6 +12,13 @@
  * first sample nothing waits; a share of 1000 (or none) is off and the
  * launch wrappers call straight through.
  *
+ * NVML's utilisation is that of its last sampling period, so it lags the
+ * launches: read first, it still covers the time before the container
+ * started (a few %), and C * s / u would let a GPU-bound start run
+ * unthrottled for a second (seen on an H100). So the first estimate takes
+ * the launches as if they had kept the GPU busy (u = 100), and an estimate
+ * is never more than twice what the window launched.
+ *
  * CUDA device d is NVML's device named by entry d of CUDA_VISIBLE_DEVICES.
  * The utilisation is the container's own when the device plugin measures
  * it (<ledger dir>/util, lim_util.h: NVML's per-process samples of the
@@ -138,7 +145,9 @@ static void *watch(void *arg)
                 b->averaged = 0;
             }
             if (u >= 1 && c > 0) {
-                double est = c / dt * share / u;
+                double launched = c / dt;
+                double est = b->measured ? dmin(launched * share / u, 2 * launched)
+                                         : launched * share / 100;
                 b->rate = b->measured ? 0.5 * b->rate + 0.5 * est : est;
                 b->measured = 1;
             } else if (b->throttled && u < share) {

@@ -362,6 +362,20 @@ def test_compute_share_throttles_launches(ledger_dir):
     assert off / full >= 0.8, f"100 % share ran at {off / full:.2f} of unlimited"
 
 
+def test_a_stale_first_reading_does_not_let_the_start_run_free(ledger_dir):
+    # NVML's figure lags by a sampling period: first read, it is the GPU
+    # before the container started (3 %). Taken at its word, 30 % of it
+    # asks ten times what was launched, and a GPU-bound start ran
+    # unthrottled for about a second on an H100.
+    full = bench(ledger_dir, 1)
+    first = bench(ledger_dir, 1, CUDA_DEVICE_SM_LIMIT=30, FAKE_NVML_UTIL_LAG=1)
+    steady = bench(ledger_dir, 4, CUDA_DEVICE_SM_LIMIT=30, FAKE_NVML_UTIL_LAG=1)
+    print(f"30 % share, lagging utilisation: first second {first / full:.2f}, "
+          f"four seconds {steady / full:.2f} of unlimited", file=sys.stderr)
+    assert first / full <= 0.45, f"the first second ran at {first / full:.2f} of unlimited"
+    assert 0.20 <= steady / full <= 0.40, f"30 % share ran at {steady / full:.2f} of unlimited"
+
+
 def test_throttle_watches_the_containers_gpu(ledger_dir):
     # CUDA device 0 is NVML's GPU 1 (CUDA_VISIBLE_DEVICES in assignment
     # order): its utilisation, not GPU 0's, drives the throttle

@@ -22,6 +22,10 @@
  *                   process (the limiter's tests); other GPUs are idle.
  *   FAKE_NVML_EXTRA_BUSY  a percent added to that utilisation (a busy
  *                   neighbour on the GPU);
+ *   FAKE_NVML_UTIL_LAG  when set, each query answers the previous one's
+ *                   utilisation, and the first one 3 %: a real GPU's
+ *                   figure is that of its last sampling period, from
+ *                   before the container started when first read;
  *   FAKE_NVML_PROCS lines "<gpu index> <pid> <sm %>": each
  *                   nvmlDeviceGetProcessUtilization answers one sample per
  *                   line of its GPU, stamped now (none: NOT_FOUND).
@@ -147,6 +151,7 @@ ret_t nvmlDeviceGetUtilizationRates(handle_t h, util_t *u)
 {
     static unsigned long long prev_busy;
     static double prev_t;
+    static unsigned lagged = 3;
     const char *f = getenv("FAKE_CUDA_BUSY");
     unsigned long long b = 0;
     struct timespec ts;
@@ -166,6 +171,11 @@ ret_t nvmlDeviceGetUtilizationRates(handle_t h, util_t *u)
         if (getenv("FAKE_NVML_EXTRA_BUSY"))
             pct += atof(getenv("FAKE_NVML_EXTRA_BUSY"));
         u->gpu = pct > 100 ? 100 : (unsigned)(pct + 0.5);
+    }
+    if (getenv("FAKE_NVML_UTIL_LAG")) {
+        unsigned now_pct = u->gpu;
+        u->gpu = lagged;
+        lagged = now_pct;
     }
     prev_busy = b;
     prev_t = t;
