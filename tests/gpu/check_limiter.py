@@ -25,13 +25,14 @@ GPUSCHED_LIMITER_DIR):
 - given the gpusched binary too (second argument), two such loops of 30 %
   each at once, with the device plugin measuring each one's own
   utilisation (src/dp/busy.h), each run at 20-45 % of unlimited (a 30 %
-  share alone ran at 37-39 % on an H200 and an H100: the share is SM busy
+  share alone ran at 36-39 % on an H200 and an H100: the share is SM busy
   time, not matmul throughput): steered by the whole GPU's utilisation they
   held each other to 13-22 %; steered by single per-process samples, which
   the driver gives to one process a period, they ran at 40 and 49 %;
 - then a 20 % and a 60 % loop at once run at 10-35 % and 45-85 % of
   unlimited, the 60 % one at least 1.8 times as fast (on an H200: 0.29 and
-  0.60, ratio 2.0; alone 0.26 and 0.75, which together the GPU cannot give).
+  0.60, ratio 2.0, then 0.18 and 0.66 after the throttle's start-up change;
+  alone 0.26 and 0.75, which together the GPU cannot give).
   CHECK_LIMITER_ONLY=neighbours runs these two checks alone.
 
 Prints a transcript; exits 1 when a check fails, 2 when it cannot run.
