@@ -146,9 +146,10 @@ static void *watch(void *arg)
             }
             if (u >= 1 && c > 0) {
                 double launched = c / dt;
-                double est = b->measured ? dmin(launched * share / u, 2 * launched)
-                                         : launched * share / 100;
-                b->rate = b->measured ? 0.5 * b->rate + 0.5 * est : est;
+                if (b->measured)
+                    b->rate = 0.5 * b->rate + 0.5 * dmin(launched * share / u, 2 * launched);
+                else
+                    b->rate = launched * share / 100; /* u may cover the time before */
                 b->measured = 1;
             } else if (b->throttled && u < share) {
                 b->rate *= 1.5;
