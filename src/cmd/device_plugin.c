@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
+#include "core/request.h"
 #include "dp/grpc.h"
 #include "dp/kube.h"
 #include "dp/limiter.h"
@@ -59,7 +60,8 @@ static void metrics_handler(void *ud, const struct http_request *req, struct htt
 }
 
 /* The limiter library to install: --limiter-lib, else the one beside the
- * binary (a build tree, or /usr/bin + /usr/lib/gpusched in the image). */
+ * binary (a build tree), else ../lib/gpusched/ from it (the image's
+ * /usr/local/bin and /usr/local/lib/gpusched), else /usr/lib/gpusched/. */
 static const char *limiter_source(const char *given, char *buf, size_t cap)
 {
     char exe[512];
@@ -161,7 +163,7 @@ int cmd_device_plugin(int argc, char **argv)
                 "injection is on when it exists"),
         OPT_STR("limiter-lib", &limiter_lib, "PATH",
                 "libgpusched-cuda.so to install there (default: beside the binary, else "
-                "/usr/lib/gpusched/)"),
+                "../lib/gpusched/ from it, else /usr/lib/gpusched/)"),
         OPT_BOOL("no-limiter", &no_limiter, "do not inject the limiter into shared containers"),
         OPT_STR("log-level", &log_level, "LEVEL", "debug, info, warn or error"),
         OPT_STR("log-format", &log_format, "FORMAT", "text or json"),
@@ -179,9 +181,9 @@ int cmd_device_plugin(int argc, char **argv)
     }
     log_set_level(lv);
     log_set_format(lf);
-    if (!prefix[0] || prefix[strlen(prefix) - 1] != '/' || strlen(prefix) > 24) {
-        fprintf(stderr, "gpusched device-plugin: --resource-prefix: '%s' must end in '/' and be "
-                        "at most 24 characters\n", prefix);
+    struct core_names_store names; /* the prefixes checked as the webhook and status do */
+    if (core_names_prefixed(&names, prefix, annot_prefix, &e) < 0) {
+        fprintf(stderr, "gpusched device-plugin: %s\n", e.msg);
         return 2;
     }
 

@@ -26,6 +26,7 @@
 #include "cmd/cmd.h"
 #include "core/cluster.h"
 #include "core/quota.h"
+#include "core/request.h"
 #include "ext/annot.h"
 #include "ext/journal.h"
 #include "ext/nodes.h"
@@ -575,8 +576,9 @@ static void print_json(struct status *st)
 int cmd_status(int argc, char **argv)
 {
     const char *kubeconfig = NULL, *state_dir = NULL, *nodes = NULL, *quota_file = NULL;
-    const char *output = NULL;
+    const char *output = NULL, *res_prefix = "nvidia.com/", *annot_prefix = "gpusched.io/";
     int quotas = 0, npos;
+    struct core_names_store names;
     struct gs_err e = GS_ERR_INIT;
     const struct opt opts[] = {
         OPT_STR("kubeconfig", &kubeconfig, "FILE", "read the cluster through this kubeconfig"),
@@ -586,6 +588,8 @@ int cmd_status(int argc, char **argv)
         OPT_STR("o", &output, "wide|json", "output format"),
         OPT_STR("output", &output, "wide|json", "output format"),
         OPT_BOOL("quotas", &quotas, "also show GPUQuota use per namespace"),
+        OPT_STR("resource-prefix", &res_prefix, "PREFIX", "resource names' prefix (nvidia.com/)"),
+        OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),
         OPT_END(),
     };
     const char *usage = "gpusched status [--kubeconfig FILE | --state-dir DIR --nodes FILE] "
@@ -608,17 +612,26 @@ int cmd_status(int argc, char **argv)
                         "list)\n");
         return 2;
     }
+    if (core_names_prefixed(&names, res_prefix, annot_prefix, &e) < 0) {
+        fprintf(stderr, "gpusched status: %s\n", e.msg);
+        return 2;
+    }
+    /* as kubectl: $KUBECONFIG's first file, else ~/.kube/config when it
+     * exists, else the service account of the pod it runs in */
     if (!state_dir && !kubeconfig) {
         static char def[4096];
         const char *env = getenv("KUBECONFIG"), *home = getenv("HOME");
         if (env && env[0])
             snprintf(def, sizeof def, "%.*s", (int)strcspn(env, ":"), env);
-        else if (home && !getenv("KUBERNETES_SERVICE_HOST"))
+        else if (home) {
             snprintf(def, sizeof def, "%s/.kube/config", home);
+            if (access(def, F_OK) != 0 && getenv("KUBERNETES_SERVICE_HOST"))
+                def[0] = '\0'; /* in a pod, without one */
+        }
         kubeconfig = def[0] ? def : NULL;
     }
 
-    struct status st = {core_names_default(), core_cluster_new(), NULL, 0, json_array()};
+    struct status st = {&names.names, core_cluster_new(), NULL, 0, json_array()};
     if (!st.c || !st.usage) {
         json_decref(st.usage);
         core_cluster_free(st.c);

@@ -184,7 +184,8 @@ int cmd_webhook(int argc, char **argv)
     const char *listen = "0.0.0.0:8443", *cert = NULL, *key = NULL, *quotas = NULL;
     const char *nodes = NULL, *max_mem = NULL, *max_model = NULL, *sched = "gpu-scheduler";
     const char *defaults = NULL, *level = "info", *format = "text", *kubeconfig = NULL;
-    const char *assigners = NULL;
+    const char *assigners = NULL, *res_prefix = "nvidia.com/", *annot_prefix = "gpusched.io/";
+    struct core_names_store names;
     long max_gpus = 0, max_body = 1 << 20;
     int in_cluster = 0;
     int npos;
@@ -208,6 +209,8 @@ int cmd_webhook(int argc, char **argv)
                 "(the extender's service account; default: anyone)"),
         OPT_INT("max-body", &max_body, "BYTES", "largest AdmissionReview accepted (default 1 MiB)",
                 4096, 64 << 20),
+        OPT_STR("resource-prefix", &res_prefix, "PREFIX", "resource names' prefix (nvidia.com/)"),
+        OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),
         OPT_STR("log-level", &level, "LEVEL", "debug, info, warn or error"),
         OPT_STR("log-format", &format, "FORMAT", "text or json"),
         OPT_END(),
@@ -247,7 +250,11 @@ int cmd_webhook(int argc, char **argv)
     o.tls_key = key;
     o.quota_file = quotas;
     o.max_body = (size_t)max_body;
-    o.config.names = *core_names_default();
+    if (core_names_prefixed(&names, res_prefix, annot_prefix, &e) < 0) {
+        fprintf(stderr, "gpusched webhook: %s\n", e.msg);
+        return 2;
+    }
+    o.config.names = names.names;
     o.config.scheduler_name = sched;
     o.config.assigners = assigners;
     if (defaults && wh_parse_defaults(defaults, &o.config, &e) < 0) {

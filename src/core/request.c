@@ -37,6 +37,35 @@ const struct core_names *core_names_default(void)
     return &n;
 }
 
+int core_prefix_check(const char *what, const char *prefix, size_t max, struct gs_err *e)
+{
+    size_t n = strlen(prefix), host = n ? n - 1 : 0;
+    if (n < 2 || n > max || prefix[host] != '/' ||
+        strspn(prefix, "abcdefghijklmnopqrstuvwxyz0123456789-.") != host ||
+        !isalnum((unsigned char)prefix[0]) || !isalnum((unsigned char)prefix[host - 1]))
+        return gs_errf(e, GS_EINVAL,
+                       "%s '%.*s': must be a DNS subdomain followed by '/' (lower-case "
+                       "letters, digits, '-' and '.', like 'example.com/'), at most %zu "
+                       "characters", what, n > 80 ? 80 : (int)n, prefix, max);
+    return 0;
+}
+
+int core_names_prefixed(struct core_names_store *st, const char *res_prefix,
+                        const char *annot_prefix, struct gs_err *e)
+{
+    static const char *const suffix[6] = {"gpu", "gpu-memory", "gpu-cores",
+                                          "vcuda-core", "vcuda-memory", "mig-"};
+    if (core_prefix_check("resource prefix", res_prefix, CORE_RES_PREFIX_MAX, e) < 0 ||
+        core_prefix_check("annotation prefix", annot_prefix, CORE_ANNOT_PREFIX_MAX, e) < 0)
+        return -GS_EINVAL;
+    for (int i = 0; i < 6; i++)
+        snprintf(st->res[i], sizeof st->res[i], "%s%s", res_prefix, suffix[i]);
+    snprintf(st->annot, sizeof st->annot, "%s", annot_prefix);
+    st->names = (struct core_names){st->res[0], st->res[1], st->res[2], st->res[3],
+                                    st->res[4], st->res[5], st->annot};
+    return 0;
+}
+
 /* ---- quantities ----------------------------------------------------------- */
 
 struct suffix {

@@ -40,7 +40,8 @@ enum core_req_kind {
 };
 
 /* Resource and annotation names; defaults from core_names_default(),
- * configurable in the extender/webhook config. */
+ * each configurable in the extender's config; the device plugin, the
+ * webhook and status take them as two prefixes (core_names_prefixed). */
 struct core_names {
     const char *gpu;          /* "nvidia.com/gpu" */
     const char *gpu_memory;   /* "nvidia.com/gpu-memory" */
@@ -51,6 +52,26 @@ struct core_names {
     const char *annot_prefix; /* "gpusched.io/" */
 };
 const struct core_names *core_names_default(void);
+
+#define CORE_RES_PREFIX_MAX 24    /* "nvidia.com/": the device plugin's names */
+#define CORE_ANNOT_PREFIX_MAX 63
+
+/* Checks a name prefix ("nvidia.com/", "gpusched.io/"): a DNS subdomain
+ * (lower-case letters, digits, '-' and '.') then '/', at most max bytes.
+ * `what` names it in the error. */
+int core_prefix_check(const char *what, const char *prefix, size_t max, struct gs_err *e);
+
+/* Names with every resource under one prefix, the defaults' names after it
+ * (gpu, gpu-memory, gpu-cores, vcuda-core, vcuda-memory, mig-), and the
+ * annotations under another: --resource-prefix and --annotation-prefix of
+ * the device plugin, the webhook and status. st->names points into st. */
+struct core_names_store {
+    char res[6][CORE_RES_PREFIX_MAX + 16];
+    char annot[CORE_ANNOT_PREFIX_MAX + 1];
+    struct core_names names;
+};
+int core_names_prefixed(struct core_names_store *st, const char *res_prefix,
+                        const char *annot_prefix, struct gs_err *e);
 
 /* One GPU request, summed over the pod's containers as Kubernetes sums them
  * (max of the init containers' and the sum of the app containers'). */

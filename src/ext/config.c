@@ -187,6 +187,8 @@ int ext_config_finish(struct ext_config *c, struct gs_err *e)
     if (!c->listen || !c->policy || !c->res_gpu || !c->res_gpu_memory || !c->res_gpu_cores ||
         !c->res_vcuda_core || !c->res_vcuda_memory || !c->res_mig_prefix || !c->annotation_prefix)
         return gs_errf(e, GS_EINVAL, "listen, policy and resource names must not be empty");
+    if (core_prefix_check("annotation_prefix", c->annotation_prefix, CORE_ANNOT_PREFIX_MAX, e) < 0)
+        return -GS_EINVAL;
     if (log_parse_level(c->log_level ? c->log_level : "", &lv) < 0)
         return gs_errf(e, GS_EINVAL, "log_level: '%s' is not debug, info, warn or error",
                        c->log_level ? c->log_level : "");

@@ -370,6 +370,16 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             reply_json(resp, 200, json_pack("{s:s}", "released", who));
         return "release";
     }
+    /* a known path asked with another method */
+    static const char *const gets[] = {"/healthz", "/readyz", "/version", "/metrics",
+                                       "/debug/workload"};
+    int get = ns_name(path, "/debug/pods/", ns, name, sizeof ns) == 0;
+    for (size_t i = 0; !get && i < sizeof gets / sizeof gets[0]; i++)
+        get = strcmp(path, gets[i]) == 0;
+    if (get || ns_name(path, "/allocations/", ns, name, sizeof ns) == 0) {
+        reply_json(resp, 405, ext_error("%.200s: use %s", path, get ? "GET" : "DELETE"));
+        return "other";
+    }
     reply_json(resp, 404, ext_error("no route for %s %.200s", req->method, path));
     return "other";
 }

@@ -166,3 +166,19 @@ def test_extender_may_use_its_lease_and_workload_configmap():
     assert named[("leases", ("get", "update"))] == [cfg["lease_name"]]
     assert named[("configmaps", ("get", "update"))] == [cfg["workload_configmap"]]
     assert ("configmaps", ("create",)) in named
+
+
+def test_every_gpusched_container_runs_the_image_make_image_builds():
+    """README and docs/deploy.md: `make image` builds gpusched:latest, imported into
+    each node's containerd; every manifest must run that image, pulled only if absent."""
+    seen = []
+    for name in sorted(os.listdir(DEPLOY)):
+        for doc in load(name):
+            spec = ((doc or {}).get("spec", {}).get("template") or {}).get("spec") or {}
+            for c in spec.get("containers", []) + spec.get("initContainers", []):
+                if "kube-scheduler" in c["image"]:
+                    continue  # the cluster's own scheduler image
+                seen.append(name)
+                assert c["image"] == "gpusched:latest", (name, c["name"], c["image"])
+                assert c.get("imagePullPolicy") == "IfNotPresent", (name, c["name"])
+    assert sorted(set(seen)) == ["device-plugin.yaml", "extender.yaml", "webhook.yaml"], seen

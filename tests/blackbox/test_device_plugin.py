@@ -521,3 +521,17 @@ def test_bad_flags(gpusched_bin, kdir):
     assert r.returncode == 1 and "/nonexistent/dir: not a directory" in r.stderr
     r = run(gpusched_bin, "device-plugin", "--help", timeout=10)
     assert r.returncode == 0 and "--fake-gpus" in r.stdout
+    for flag, bad in (("--resource-prefix", "example.com"), ("--annotation-prefix", "Sched/")):
+        r = run(gpusched_bin, "device-plugin", flag, bad, "--fake-gpus", FAKE, "--no-api",
+                timeout=10)
+        what = flag[2:].replace("-", " ")
+        assert r.returncode == 2 and f"{what} '{bad}': must be a DNS subdomain" in r.stderr, \
+            r.stderr
+
+
+def test_renamed_resource(kubelet, plugin_factory, gpus_file):
+    """--resource-prefix: the plugin registers <prefix>gpu and lists the GPUs under it."""
+    plugin_factory(gpus_file, "--resource-prefix", "example.com/")
+    p = kubelet.wait_plugin("example.com/gpu")
+    assert sorted(d.ID for d in p.wait(lambda d: len(d) == 4)) == GPU
+    assert "nvidia.com/gpu" not in kubelet.plugins

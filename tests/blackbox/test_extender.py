@@ -648,6 +648,14 @@ def test_bad_input_is_rejected_and_state_untouched(ext):
     f = ext.filter(pod("bad", {"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "150"}))
     assert "gpu-cores" in f["Error"]
     assert requests.get(ext.url + "/filter", timeout=5).status_code == 405
+    # known paths asked with another method: 405 saying which; unknown paths: 404
+    r = requests.post(ext.url + "/healthz", timeout=5)
+    assert r.status_code == 405 and "use GET" in r.json()["error"], r.text
+    assert requests.delete(ext.url + "/metrics", timeout=5).status_code == 405
+    assert requests.post(ext.url + "/debug/pods/default/real", timeout=5).status_code == 405
+    r = requests.get(ext.url + "/allocations/default/real", timeout=5)
+    assert r.status_code == 405 and "use DELETE" in r.json()["error"], r.text
+    assert requests.post(ext.url + "/no-such-path", timeout=5).status_code == 404
     huge = b'{"Pod": "' + b"x" * (9 << 20) + b'"}'
     r = requests.post(ext.url + "/filter", data=huge, timeout=30)
     assert r.status_code == 413
@@ -884,6 +892,10 @@ def test_config_file_and_json_logs(gpusched_bin, nodes_file, tmp_path):
     cfg.write_text("tls_ca: /etc/ca.crt\n")
     r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
     assert r.returncode == 2 and "tls_ca needs tls_cert and tls_key" in r.stderr
+    cfg.write_text("annotation_prefix: gpusched.io\n")  # the '/' left out
+    r = run(gpusched_bin, "extender", "--config", str(cfg), timeout=10)
+    assert r.returncode == 2 and "annotation_prefix 'gpusched.io': must be a DNS subdomain" \
+        in r.stderr, r.stderr
 
 
 def test_bad_nodes_file_names_the_node(gpusched_bin, tmp_path):

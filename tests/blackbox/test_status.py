@@ -185,6 +185,14 @@ def test_cluster(gpusched_bin, tmp_path):
         r = run(gpusched_bin, "status", env=env)
         assert r.returncode == 0 and "ml/a" in r.stdout, r.stderr
         assert any(line.startswith("old ") and " stale " in line for line in r.stdout.splitlines())
+        # no KUBECONFIG: ~/.kube/config when it exists, even inside a pod (as kubectl)
+        home = tmp_path / "home"
+        (home / ".kube").mkdir(parents=True)
+        (home / ".kube" / "config").write_text(open(kc).read())
+        env_home = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env_home.update(HOME=str(home), KUBERNETES_SERVICE_HOST="10.0.0.1")
+        r = run(gpusched_bin, "status", env=env_home)
+        assert r.returncode == 0 and "ml/a" in r.stdout, r.stderr
         # `kubectl gpusched` alone runs the plugin with no arguments: status
         plugin = tmp_path / "kubectl-gpusched"
         os.symlink(os.path.abspath(gpusched_bin), plugin)
@@ -192,6 +200,33 @@ def test_cluster(gpusched_bin, tmp_path):
         assert r.returncode == 0 and "ml/a" in r.stdout, r.stderr
     r = run(gpusched_bin, "status", "--kubeconfig", kc)
     assert r.returncode == 1 and "gpusched status:" in r.stderr  # server gone: clear error
+
+
+def renamed(d):
+    return {k.replace("gpusched.io/", "sched.example.com/").replace("nvidia.com/gpu",
+                                                                    "example.com/gpu"): v
+            for k, v in d.items()}
+
+
+def test_cluster_with_renamed_resources_and_annotations(gpusched_bin, tmp_path):
+    """--resource-prefix and --annotation-prefix read a cluster whose device plugins and
+    extender use other names; the default names then hold nothing."""
+    with FakeApiServer() as api:
+        n = gpu_node("g1", n=2)
+        api.add_node("g1", labels={}, annotations=renamed(n["metadata"]["annotations"]),
+                     capacity=renamed(n["status"]["allocatable"]))
+        whole = pod("w", {"example.com/gpu": "1"})["spec"]["containers"]
+        api.add_pod("ml", "a", annotations=renamed(assigned("g1", ["GPU-g1-0"])), node="g1",
+                    phase="Running", containers=whole)
+        kc = api.write_kubeconfig(tmp_path / "kubeconfig")
+        doc, err = status_json(gpusched_bin, "--kubeconfig", kc, "--resource-prefix",
+                               "example.com/", "--annotation-prefix", "sched.example.com/")
+        g = gpus_by_node(doc)["g1"]
+        assert g[0]["pods"] == ["ml/a"] and g[0]["milli_used"] == 1000, (doc, err)
+        doc, _ = status_json(gpusched_bin, "--kubeconfig", kc)
+        assert not any(x["pods"] for n in doc["nodes"] for x in n["gpus"]), doc
+    r = run(gpusched_bin, "status", "--kubeconfig", kc, "--annotation-prefix", "sched")
+    assert r.returncode == 2 and "annotation prefix 'sched': must be a DNS subdomain" in r.stderr
 
 
 def test_cluster_in_container_use(gpusched_bin, tmp_path):

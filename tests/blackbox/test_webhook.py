@@ -316,6 +316,51 @@ def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
     assert validate(env, placed, user="alice")["allowed"] is True
 
 
+def test_renamed_resources_and_annotations(env, gpusched_bin, tmp_path):
+    """--resource-prefix and --annotation-prefix (the device plugin's flags, the extender's
+    resource names and annotation_prefix): the webhook checks, routes and guards the names
+    the cluster uses, and the default names are nobody's GPUs there."""
+    wh = Webhook(gpusched_bin, str(env["tmp"]), env["certs"], "--resource-prefix",
+                 "example.com/", "--annotation-prefix", "sched.example.com/", "--assigners",
+                 "admin")
+    try:
+        def call(path, obj, **kw):
+            return answer(wh.post(path, review(obj, **kw)))
+        r = call("/validate", pod({"example.com/gpu": "1", "example.com/gpu-cores": "150"}))
+        assert r["allowed"] is False, r
+        assert ("containers[0].limits[example.com/gpu-cores]: '150' is out of range 1..100"
+                in r["status"]["message"]), r
+        assert call("/validate", pod({"nvidia.com/gpu": "1", "nvidia.com/gpu-cores": "150"}))[
+            "allowed"] is True
+        r = call("/mutate", pod({"example.com/gpu": "1", "example.com/gpu-memory": "2Gi"}))
+        out = apply_patch(pod({"example.com/gpu": "1", "example.com/gpu-memory": "2Gi"}),
+                          json.loads(base64.b64decode(r["patch"])))
+        assert out["spec"]["schedulerName"] == "gpu-scheduler"
+        assert out["metadata"]["annotations"]["sched.example.com/request"] == \
+            "kind=shared,gpus=1,memory-mib=2048,milli=0", out
+        assert "patch" not in call("/mutate", pod({"nvidia.com/gpu": "1"}))
+        renamed = {k.replace("gpusched.io/", "sched.example.com/"): v
+                   for k, v in ASSIGNMENT.items()}
+        placed = pod({"example.com/gpu": "1"}, annotations=renamed)
+        r = call("/validate", placed, user="alice")
+        assert r["allowed"] is False and r["status"]["code"] == 403, r
+        assert "sched.example.com/" in r["status"]["message"], r
+        assert call("/validate", placed, user="admin")["allowed"] is True
+        # the default annotations are not the assignment here
+        assert call("/validate", pod({"example.com/gpu": "1"}, annotations=ASSIGNMENT),
+                    user="alice")["allowed"] is True
+    finally:
+        assert wh.stop() == 0
+    certs = env["certs"]
+    for flag, bad in (("--resource-prefix", "Example.com/"), ("--resource-prefix", "example.com"),
+                      ("--annotation-prefix", "-x/"), ("--resource-prefix", "a" * 30 + "/")):
+        r = start_fails(gpusched_bin, "--tls-cert", str(certs / "tls.crt"), "--tls-key",
+                        str(certs / "tls.key"), flag, bad)
+        what = flag[2:].replace("-", " ")
+        assert r.returncode == 2 and f"{what} '{bad}': must be a DNS subdomain" in r.stderr, \
+            r.stderr
+
+
 def test_copied_assignment_removed_on_create(env, gpusched_bin):
     """A pod created without a node but with assignment annotations (copied from a
     placed pod: `kubectl get -o yaml` replayed, a backup restored) gets them removed

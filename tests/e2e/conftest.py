@@ -100,15 +100,15 @@ def env_of(cluster, ns, name, container):
     return env
 
 
-def split_uuids(pod):
+def split_uuids(pod, res="nvidia.com/", prefix=kcluster.PREFIX):
     """{container: [uuids]} as docs/annotations.md splits the pod's assignment."""
     ann = pod["metadata"].get("annotations", {})
-    uuids = [u for u in ann.get(kcluster.PREFIX + "gpu-uuids", "").split(",") if u]
+    uuids = [u for u in ann.get(prefix + "gpu-uuids", "").split(",") if u]
     out, i = {}, 0
     for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
         lim = c.get("resources", {}).get("limits", {})
         n = sum(int(v or 0) for k, v in lim.items()
-                if k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-"))
+                if k == res + "gpu" or k.startswith(res + "mig-"))
         if n:
             out[c["name"]] = [uuids[(i + k) % len(uuids)] for k in range(n)]
             i += n
@@ -122,22 +122,23 @@ def check_pod_gpus(cluster, pod, memory_mib=None, milli=None):
     Returns the assigned UUIDs."""
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     ann = pod["metadata"].get("annotations", {})
+    P = cluster.annot_prefix
     where = f"{ns}/{name}"
     node = pod["spec"].get("nodeName")
-    assert ann.get(kcluster.PREFIX + "node") == node, f"{where}: gpusched.io/node vs nodeName"
-    uuids = [u for u in ann.get(kcluster.PREFIX + "gpu-uuids", "").split(",") if u]
+    assert ann.get(P + "node") == node, f"{where}: gpusched.io/node vs nodeName"
+    uuids = [u for u in ann.get(P + "gpu-uuids", "").split(",") if u]
     assert uuids, f"{where}: no gpusched.io/gpu-uuids: {ann}"
     gpus = cluster.node(node).read_fake_gpus()["gpus"]
     on_node = {g["uuid"] for g in gpus} | {m["uuid"] for g in gpus for m in g.get("mig", [])}
     assert set(uuids) <= on_node, f"{where}: {uuids} not all GPUs of {node}"
-    kind = ann.get(kcluster.PREFIX + "request-kind")
-    mem = ann.get(kcluster.PREFIX + "gpu-memory")
-    mil = ann.get(kcluster.PREFIX + "gpu-milli")
+    kind = ann.get(P + "request-kind")
+    mem = ann.get(P + "gpu-memory")
+    mil = ann.get(P + "gpu-milli")
     if memory_mib is not None:
         assert mem == str(memory_mib), f"{where}: gpu-memory {mem}, asked {memory_mib}"
     if milli is not None:
         assert mil == str(milli), f"{where}: gpu-milli {mil}, asked {milli}"
-    for cname, want in split_uuids(pod).items():
+    for cname, want in split_uuids(pod, cluster.res_prefix, P).items():
         env = env_of(cluster, ns, name, cname)
         ctx = f"{where}/{cname} env {env}"
         assert env.get("NVIDIA_VISIBLE_DEVICES") == ",".join(want), ctx

@@ -877,8 +877,8 @@ state = "{d}/containerd/state"
             self.c.gpusched, "device-plugin", "--kubeconfig", self.c.kubeconfig,
             "--node-name", self.name, "--fake-gpus", self.fake_gpus_path,
             "--kubelet-dir", "/var/lib/kubelet/device-plugins",
-            "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.dp_args),
-            self.c.logdir)
+            "--metrics-listen", f"127.0.0.1:{self.dp_metrics_port}"] + self.c.names_args() +
+            self.dp_args), self.c.logdir)
         ngpus = len(self.read_fake_gpus()["gpus"])
         self.dp_replicas = self.c.wait(lambda: logged_replicas(self.dp), 30,
                                        f"{self.name}: the device plugin's 'devices per GPU' line",
@@ -890,8 +890,9 @@ state = "{d}/containerd/state"
                 raise AssertionError(f"{self.name}: device plugin started with --replicas {flag} "
                                      f"says {self.dp_replicas} devices per GPU")
         want = str(ngpus * self.dp_replicas)
-        self.c.wait(lambda: self.allocatable().get("nvidia.com/gpu") == want, 30,
-                    f"{self.name}: allocatable nvidia.com/gpu = {want}", proc=self.dp)
+        gpu = self.c.res_prefix + "gpu"
+        self.c.wait(lambda: self.allocatable().get(gpu) == want, 30,
+                    f"{self.name}: allocatable {gpu} = {want}", proc=self.dp)
 
     def restart_device_plugin(self, dp_args=None):
         if dp_args is not None:
@@ -900,8 +901,9 @@ state = "{d}/containerd/state"
         # kubelet marks a stopped plugin's devices unhealthy (allocatable 0): wait for
         # that, or a new plugin with the same device count would find the old count
         # still posted and be taken as registered before kubelet has seen it go
-        self.c.wait(lambda: self.allocatable().get("nvidia.com/gpu", "0") == "0", 30,
-                    f"{self.name}: allocatable nvidia.com/gpu = 0 after the device plugin stopped")
+        gpu = self.c.res_prefix + "gpu"
+        self.c.wait(lambda: self.allocatable().get(gpu, "0") == "0", 30,
+                    f"{self.name}: allocatable {gpu} = 0 after the device plugin stopped")
         self.start_device_plugin()
 
     def restart_kubelet(self):
@@ -950,8 +952,12 @@ state = "{d}/containerd/state"
 
 class Cluster:
     def __init__(self, gpusched_bin, nodes=(), extender_replicas=2, proxy_mode="service",
-                 workdir=None, bins=None, extender_config=None, extender_tls=False):
+                 workdir=None, bins=None, extender_config=None, extender_tls=False,
+                 res_prefix="nvidia.com/", annot_prefix=PREFIX):
         self.gpusched = os.path.abspath(gpusched_bin)
+        # renamed resources and annotations (docs/resources.md, Renaming): every
+        # component gets them as a user sets them
+        self.res_prefix, self.annot_prefix = res_prefix, annot_prefix
         # keys over deploy/'s: a dict, or f(index, port) -> dict per replica
         self.extender_config = extender_config or {}
         self.node_specs = list(nodes)
@@ -971,6 +977,18 @@ class Cluster:
         self.session.verify = False
 
     # -- helpers ---------------------------------------------------------------
+    def names_args(self):
+        """--resource-prefix/--annotation-prefix of the device plugin and webhook"""
+        return [f"--resource-prefix={self.res_prefix}", f"--annotation-prefix={self.annot_prefix}"]
+
+    def names_config(self):
+        """the same names as the extender's config keys"""
+        r = self.res_prefix
+        return {"resource_gpu": r + "gpu", "resource_gpu_memory": r + "gpu-memory",
+                "resource_gpu_cores": r + "gpu-cores", "resource_vcuda_core": r + "vcuda-core",
+                "resource_vcuda_memory": r + "vcuda-memory", "resource_mig_prefix": r + "mig-",
+                "annotation_prefix": self.annot_prefix}
+
     def wait(self, pred, timeout, what, interval=0.2, proc=None):
         deadline = time.time() + timeout
         last = None
@@ -1234,7 +1252,7 @@ class Cluster:
             f"--kubeconfig={self.kubeconfig}", "--scheduler-name=gpu-scheduler",
             # every component here uses the admin token (deploy/ names the extender's
             # service account); test_webhook.py acts as another user to be refused
-            f"--assigners={ASSIGNER}"])
+            f"--assigners={ASSIGNER}"] + self.names_args())
 
         def up():
             requests.get(f"https://127.0.0.1:{port}/healthz", verify=f"{d}/ca.crt", timeout=1)
@@ -1321,6 +1339,7 @@ class Cluster:
                         "identity": f"extender-{i}@127.0.0.1:{port}",
                         "lease_namespace": "gpusched",
                         "log_format": "text"})
+            cfg.update(self.names_config())
             extra = self.extender_config
             cfg.update(extra(i, port) if callable(extra) else extra)
             path = os.path.join(self.workdir, f"extender-{i}.yaml")
@@ -1372,6 +1391,10 @@ class Cluster:
             for ext in cfg.get("extenders", []):
                 ext["enableHTTPS"] = True
                 ext["tlsConfig"] = {"caData": ca}
+        for ext in cfg.get("extenders", []):  # the names the extender manages
+            for r in ext.get("managedResources", []):
+                if r["name"].startswith("nvidia.com/"):
+                    r["name"] = self.res_prefix + r["name"][len("nvidia.com/"):]
         if edit:
             edit(cfg)
         self.scheduler_cfg = cfg

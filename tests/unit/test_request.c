@@ -710,6 +710,44 @@ static void names_tests(void)
     ASSERT_EQ(pod.req.mem_mib, 2048);
     core_pod_clear(&pod);
     json_decref(j);
+
+    /* two prefixes: every default name under the resource prefix */
+    struct core_names_store st;
+    ASSERT_EQ(core_names_prefixed(&st, "example.com/", "sched.example.com/", &e), 0);
+    const struct core_names *d = core_names_default();
+    const char *got[] = {st.names.gpu, st.names.gpu_memory, st.names.gpu_cores,
+                         st.names.vcuda_core, st.names.vcuda_memory, st.names.mig_prefix};
+    const char *def[] = {d->gpu, d->gpu_memory, d->gpu_cores, d->vcuda_core, d->vcuda_memory,
+                         d->mig_prefix};
+    for (int i = 0; i < 6; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "example.com/%s", def[i] + strlen("nvidia.com/"));
+        ASSERT_STREQ(got[i], want);
+    }
+    ASSERT_STREQ(st.names.annot_prefix, "sched.example.com/");
+    ASSERT_EQ(core_names_prefixed(&st, "nvidia.com/", "gpusched.io/", &e), 0);
+    ASSERT_STREQ(st.names.gpu_cores, d->gpu_cores);
+    ASSERT_STREQ(st.names.mig_prefix, d->mig_prefix);
+    static const struct {
+        const char *res, *annot, *want;
+    } bad[] = {
+        {"example.com", "a.io/", "resource prefix 'example.com': must be a DNS subdomain"},
+        {"Example.com/", "a.io/", "resource prefix 'Example.com/'"},
+        {"/", "a.io/", "resource prefix '/'"},
+        {"", "a.io/", "resource prefix ''"},
+        {"a/b/", "a.io/", "resource prefix 'a/b/'"},
+        {"-a.com/", "a.io/", "resource prefix '-a.com/'"},
+        {"a.com./", "a.io/", "resource prefix 'a.com./'"},
+        {"abcdefghijklmnopqrstuvwx/", "a.io/", "at most 24 characters"},
+        {"a.io/", "a.io", "annotation prefix 'a.io'"},
+        {"a.io/", "a_b.io/", "annotation prefix 'a_b.io/'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct gs_err ee = GS_ERR_INIT;
+        ASSERT_EQ(core_names_prefixed(&st, bad[i].res, bad[i].annot, &ee), -GS_EINVAL);
+        ASSERT_CONTAINS(ee.msg, bad[i].want);
+    }
+    ASSERT_EQ(core_prefix_check("x", "abcdefghijklmnopqrstuvw/", CORE_RES_PREFIX_MAX, &e), 0);
 }
 
 static void container_tests(void)
