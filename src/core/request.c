@@ -55,9 +55,15 @@ int core_names_prefixed(struct core_names_store *st, const char *res_prefix,
 {
     static const char *const suffix[6] = {"gpu", "gpu-memory", "gpu-cores",
                                           "vcuda-core", "vcuda-memory", "mig-"};
+    size_t n = strlen(res_prefix);
     if (core_prefix_check("resource prefix", res_prefix, CORE_RES_PREFIX_MAX, e) < 0 ||
         core_prefix_check("annotation prefix", annot_prefix, CORE_ANNOT_PREFIX_MAX, e) < 0)
         return -GS_EINVAL;
+    /* kubelet takes a name with "kubernetes.io/" for a native resource and
+     * refuses a device plugin's */
+    if (n >= 14 && strcmp(res_prefix + n - 14, "kubernetes.io/") == 0)
+        return gs_errf(e, GS_EINVAL, "resource prefix '%s': the kubernetes.io domain is "
+                       "Kubernetes' own; extended resources need another", res_prefix);
     for (int i = 0; i < 6; i++)
         snprintf(st->res[i], sizeof st->res[i], "%s%s", res_prefix, suffix[i]);
     snprintf(st->annot, sizeof st->annot, "%s", annot_prefix);

@@ -49,6 +49,8 @@ struct dp_gpu {
     int mig_enabled;
     int n_mig;
     struct dp_mig mig[DP_MAX_MIG];
+    int mig_unnamed;                 /* MIG devices left out: their compute instance
+                                        is smaller than their GPU instance */
     uint8_t link[DP_MAX_GPUS];       /* enum core_link to the GPU at that position */
     int nvlinks[DP_MAX_GPUS];        /* NVLink count to that GPU */
     int healthy;                     /* set by dp/health.c */

@@ -149,17 +149,11 @@ static int numa_of(const char *bus_id)
     return node;
 }
 
-/* MIG profile name the way NVIDIA's plugin spells it: "1g.10gb", or
- * "1c.2g.20gb" when compute slices differ from GPU-instance slices. */
+/* MIG profile name the way NVIDIA's plugin spells it: "1g.10gb". */
 static void mig_profile(const nvmlDeviceAttributes_t *a, char *out, size_t cap)
 {
     unsigned long long gb = (a->memorySizeMB + 1023) / 1024;
-
-    if (a->computeInstanceSliceCount != a->gpuInstanceSliceCount)
-        snprintf(out, cap, "%uc.%ug.%llugb", a->computeInstanceSliceCount,
-                 a->gpuInstanceSliceCount, gb);
-    else
-        snprintf(out, cap, "%ug.%llugb", a->gpuInstanceSliceCount, gb);
+    snprintf(out, cap, "%ug.%llugb", a->gpuInstanceSliceCount, gb);
 }
 
 static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
@@ -183,6 +177,13 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
             continue;
         memset(&a, 0, sizeof a);
         if (v->nvmlDeviceGetAttributes_v2 && v->nvmlDeviceGetAttributes_v2(m, &a) == NVML_SUCCESS) {
+            /* a compute instance smaller than its GPU instance ("1c.2g.20gb"):
+             * left out, as NVIDIA's mixed strategy does; no resource, scheduler
+             * config or request form names it */
+            if (a.computeInstanceSliceCount != a.gpuInstanceSliceCount) {
+                g->mig_unnamed++;
+                continue;
+            }
             mig_profile(&a, mi->profile, sizeof mi->profile);
             mi->memory_mib = (int64_t)a.memorySizeMB;
         } else {

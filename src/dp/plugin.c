@@ -33,6 +33,18 @@ static void now_rfc3339(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* MIG devices discovery left out (dp_gpu.mig_unnamed): said, so that an
+ * operator who split a GPU instance into compute instances knows why
+ * they are not offered. */
+static void warn_unnamed(const struct dp_inventory *inv)
+{
+    for (int i = 0; i < inv->n; i++)
+        if (inv->gpu[i].mig_unnamed)
+            log_warn("dp", "GPU %s: %d MIG devices not advertised: their compute instance is "
+                     "smaller than their GPU instance (use one compute instance per GPU "
+                     "instance)", inv->gpu[i].uuid, inv->gpu[i].mig_unnamed);
+}
+
 static void wake(struct dp_plugin *p)
 {
     uint64_t one = 1;
@@ -192,6 +204,7 @@ static void rediscover_locked(struct dp_plugin *p)
                   e.msg[0] ? e.msg : "out of memory");
         goto out;
     }
+    warn_unnamed(inv);
     dp_health_carry(&p->inv, &p->hs, inv, hs);
     int n = dp_devices_build(inv, &p->cfg.devices, res, DP_MAX_RESOURCES);
     if (!same_names(p->res, p->n_res, res, n))
@@ -501,6 +514,7 @@ int dp_plugin_new(const struct dp_plugin_cfg *cfg, struct dp_backend *b, struct 
         dp_plugin_free(p);
         return rc;
     }
+    warn_unnamed(&p->inv);
     p->n_res = dp_devices_build(&p->inv, &p->cfg.devices, p->res, DP_MAX_RESOURCES);
     p->publish_needed = 1;
     *out = p;

@@ -75,7 +75,11 @@ def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
         assert inv[1]["links"][0] == {"gpu": 0, "type": "nvlink", "nvlinks": 4}
         assert inv[0]["links"][1] == {"gpu": 2, "type": "sys"}
         assert inv[2]["mig_enabled"] is True
+        # the second MIG device, a 1-slice compute instance of a 2-slice GPU instance
+        # ("1c.2g.20gb"), is left out as NVIDIA's plugin leaves it out, and said so
         assert inv[2]["mig"] == [{"uuid": MIG, "profile": "1g.10gb", "memory_mib": 9856}]
+        assert sorted(k.plugins) == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"], k.plugins
+        assert "1 MIG devices not advertised" in pl.output()
         r = p.allocate([G[1]])
         assert r.envs["NVIDIA_VISIBLE_DEVICES"] == G[1]
     finally:

@@ -109,10 +109,15 @@ def test_crd_and_rbac_applied(cluster):
                            "gpuquotas.gpusched.io")
     assert r.status_code == 200
     ext = "gpusched:gpusched-extender"
-    for verb, res in (("list", "nodes"), ("watch", "pods"), ("patch", "pods"),
+    # every call the extender makes (src/ext/cluster.c, quotas.c, kube/lease.c)
+    for verb, res in (("list", "nodes"), ("watch", "nodes"), ("list", "pods"),
+                      ("watch", "pods"), ("get", "pods"), ("patch", "pods"),
                       ("create", "pods/binding"), ("create", "events"),
-                      ("watch", "gpuquotas.gpusched.io")):
+                      ("list", "gpuquotas.gpusched.io"), ("watch", "gpuquotas.gpusched.io")):
         assert can(cluster, ext, verb, res), f"extender cannot {verb} {res}"
+    assert can(cluster, ext, "create", "leases.coordination.k8s.io", "gpusched")
+    assert can(cluster, ext, "get", "leases.coordination.k8s.io", "gpusched",
+               "gpusched-extender")
     assert can(cluster, ext, "update", "leases.coordination.k8s.io", "gpusched",
                "gpusched-extender")
     assert not can(cluster, ext, "update", "leases.coordination.k8s.io", "gpusched", "other")
@@ -124,3 +129,23 @@ def test_crd_and_rbac_applied(cluster):
     assert not can(cluster, ext, "get", "configmaps", "kube-system", "gpusched-workload")
     assert not can(cluster, ext, "delete", "pods")
     assert not can(cluster, ext, "patch", "nodes")
+    assert not can(cluster, ext, "patch", "events")
+
+
+def test_webhook_rbac_grants_what_it_uses(cluster):
+    """deploy/webhook.yaml's ServiceAccount and ClusterRole, applied for real: the
+    webhook lists and watches GPUQuotas and Nodes (src/wh/wh_server.c, wh_nodes.c),
+    and may do nothing else with them."""
+    with open(os.path.join(kcluster.ROOT, "deploy", "webhook.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole",
+                                             "ClusterRoleBinding")]
+    assert len(rbac) == 3, [d["kind"] for d in rbac]
+    cluster.apply(rbac)
+    wh = "gpusched:gpusched-webhook"
+    for verb, res in (("list", "nodes"), ("watch", "nodes"), ("list", "gpuquotas.gpusched.io"),
+                      ("watch", "gpuquotas.gpusched.io")):
+        assert can(cluster, wh, verb, res), f"webhook cannot {verb} {res}"
+    for verb, res in (("patch", "nodes"), ("list", "pods"), ("create", "gpuquotas.gpusched.io"),
+                      ("list", "secrets")):
+        assert not can(cluster, wh, verb, res), f"webhook may {verb} {res}"

@@ -40,7 +40,7 @@ typedef int ret_t;
 enum { OK = 0, INVALID_ARG = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6, TIMEOUT = 10, GPU_LOST = 15 };
 
 struct dev {
-    int idx, mig_parent, is_mig;
+    int idx, mig_parent, is_mig, slot; /* slot: the MIG device's index on its parent */
 };
 typedef struct dev *handle_t;
 
@@ -62,8 +62,11 @@ typedef struct {
     unsigned long long mem_mb;
 } attr_t;
 
-static struct dev gpus[3] = {{0, -1, 0}, {1, -1, 0}, {2, -1, 0}};
-static struct dev mig0 = {2, 2, 1};
+static struct dev gpus[3] = {{0, -1, 0, 0}, {1, -1, 0, 0}, {2, -1, 0, 0}};
+static struct dev mig0 = {2, 2, 1, 0};
+/* one compute instance of 1 slice in a GPU instance of 2 ("1c.2g.20gb"):
+ * NVIDIA's plugin leaves it out, and so must ours */
+static struct dev mig1 = {2, 2, 1, 1};
 static int inited;
 static int registered[3];
 
@@ -97,7 +100,7 @@ ret_t nvmlDeviceGetUUID(handle_t h, char *buf, unsigned len)
     if (lost(h))
         return GPU_LOST;
     if (h->is_mig)
-        snprintf(buf, len, "MIG-fake0000-0000-4000-8000-00000000000%d", h->idx);
+        snprintf(buf, len, "MIG-fake0000-0000-4000-8000-0000000000%02d", h->idx + 10 * h->slot);
     else
         snprintf(buf, len, "GPU-fake0000-0000-4000-8000-00000000000%d", h->idx);
     return OK;
@@ -204,9 +207,9 @@ ret_t nvmlDeviceGetMigMode(handle_t h, unsigned *cur, unsigned *pend)
 ret_t nvmlDeviceGetMaxMigDeviceCount(handle_t h, unsigned *n) { *n = h->idx == 2 ? 7 : 0; return OK; }
 ret_t nvmlDeviceGetMigDeviceHandleByIndex(handle_t h, unsigned i, handle_t *m)
 {
-    if (h->idx != 2 || i != 0)
+    if (h->idx != 2 || i > 1)
         return NOT_FOUND;
-    *m = &mig0;
+    *m = i ? &mig1 : &mig0;
     return OK;
 }
 ret_t nvmlDeviceGetGpuInstanceId(handle_t h, unsigned *id) { *id = h->is_mig ? 7 : 0; return OK; }
@@ -216,8 +219,9 @@ ret_t nvmlDeviceGetAttributes_v2(handle_t h, attr_t *a)
     if (!h->is_mig)
         return NOT_SUPPORTED;
     memset(a, 0, sizeof *a);
-    a->gi_slices = a->ci_slices = 1;
-    a->mem_mb = 9856;
+    a->gi_slices = 1 + h->slot;
+    a->ci_slices = 1;
+    a->mem_mb = 9856 * (1 + (unsigned long long)h->slot);
     return OK;
 }
 ret_t nvmlDeviceGetTopologyCommonAncestor(handle_t a, handle_t b, int *level)

@@ -741,6 +741,8 @@ static void names_tests(void)
         {"abcdefghijklmnopqrstuvwx/", "a.io/", "at most 24 characters"},
         {"a.io/", "a.io", "annotation prefix 'a.io'"},
         {"a.io/", "a_b.io/", "annotation prefix 'a_b.io/'"},
+        {"kubernetes.io/", "a.io/", "resource prefix 'kubernetes.io/': the kubernetes.io"},
+        {"gpu.kubernetes.io/", "a.io/", "the kubernetes.io domain is Kubernetes' own"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct gs_err ee = GS_ERR_INIT;
