@@ -122,7 +122,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
     int no_limiter = 0;
-    long replicas = 0, transient_s = 10, fatal_s = 300, publish_s = 60;
+    long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
     struct gs_err e = GS_ERR_INIT;
@@ -144,7 +144,8 @@ int cmd_device_plugin(int argc, char **argv)
         OPT_INT("reprobe-transient", &transient_s, "SECONDS",
                 "re-probe a GPU this long after a transient XID", 1, 86400),
         OPT_INT("reprobe-fatal", &fatal_s, "SECONDS",
-                "re-probe a GPU this long after a fatal XID", 1, 7 * 86400),
+                "re-probe a GPU this long after a fatal XID (default 0: never, it stays "
+                "unhealthy until the plugin restarts)", 0, 7 * 86400),
         OPT_STR("pod-resources-socket", &podres, "PATH", "kubelet's pod-resources socket"),
         OPT_STR("dev-dir", &dev_dir, "DIR", "where the NVIDIA device nodes are on the host"),
         OPT_STR("nvidia-caps-dir", &caps_dir, "DIR",

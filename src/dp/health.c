@@ -23,7 +23,15 @@ void dp_health_cfg_default(struct dp_health_cfg *c)
     for (size_t i = 0; i < sizeof default_ignored / sizeof *default_ignored; i++)
         c->ignored[c->n_ignored++] = default_ignored[i];
     c->transient_ms = 10 * 1000;
-    c->fatal_ms = 5 * 60 * 1000;
+    c->fatal_ms = 0;
+}
+
+/* When a GPU unhealthy from an XID of class k is probed again. */
+static int64_t recheck(const struct dp_health_cfg *c, enum dp_xid_class k, int64_t now_ms)
+{
+    if (k != DP_XID_FATAL)
+        return now_ms + c->transient_ms;
+    return c->fatal_ms > 0 ? now_ms + c->fatal_ms : INT64_MAX;
 }
 
 int dp_health_parse_ignored(struct dp_health_cfg *c, const char *list, struct gs_err *e)
@@ -93,7 +101,7 @@ int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
 
     if (c->disabled || k == DP_XID_IGNORED)
         return 0;
-    int64_t at = now_ms + (k == DP_XID_FATAL ? c->fatal_ms : c->transient_ms);
+    int64_t at = recheck(c, k, now_ms);
     for (int i = 0; i < inv->n; i++) {
         struct dp_gpu *g = &inv->gpu[i];
         int hit = ev->all || strcmp(g->uuid, ev->uuid) == 0;
@@ -123,8 +131,7 @@ int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
         } else {
             snprintf(g->reason, sizeof g->reason, "re-probe failed after XID %llu: %.80s",
                      (unsigned long long)hs->last_xid[i], e.msg);
-            enum dp_xid_class k = dp_health_classify(c, hs->last_xid[i]);
-            hs->recheck_at[i] = now_ms + (k == DP_XID_FATAL ? c->fatal_ms : c->transient_ms);
+            hs->recheck_at[i] = recheck(c, dp_health_classify(c, hs->last_xid[i]), now_ms);
         }
     }
     return changed;

@@ -7,10 +7,12 @@
  * with --ignore-xids, or "all" to switch health checks off), the rest are
  * split into fatal XIDs (the GPU needs a reset: ECC double-bit, fell off the
  * bus, GSP/PMU halts, uncontained errors, NVLink down) and transient ones,
- * and every unhealthy GPU is re-probed: after transient_ms for a transient
- * XID, after fatal_ms for a fatal one. A GPU that passes the backend's
- * probe turns Healthy again; one that fails stays Unhealthy with the
- * probe's reason and is tried again after the same delay.
+ * and an unhealthy GPU is re-probed after transient_ms for a transient XID.
+ * After a fatal one it stays Unhealthy until the plugin restarts, as with
+ * NVIDIA's plugin: a GPU that needs a reset still answers the probe's
+ * queries. fatal_ms > 0 re-probes those too. A GPU that passes the
+ * backend's probe turns Healthy again; one that fails stays Unhealthy with
+ * the probe's reason and is tried again after the same delay.
  *
  * The state lives in the inventory (gpu.healthy / gpu.reason) plus
  * struct dp_health_state; the caller holds whatever lock guards them.
@@ -29,12 +31,13 @@ struct dp_health_cfg {
     int n_ignored;
     uint64_t ignored[DP_HEALTH_MAX_IGNORED];
     int64_t transient_ms;                   /* re-probe delay after a transient XID */
-    int64_t fatal_ms;                       /* re-probe delay after a fatal XID */
+    int64_t fatal_ms;                       /* re-probe delay after a fatal XID; 0 never */
 };
 
 enum dp_xid_class { DP_XID_IGNORED, DP_XID_TRANSIENT, DP_XID_FATAL };
 
-/* Defaults: NVIDIA's ignored XIDs, re-probes after 10 s and 5 min. */
+/* Defaults: NVIDIA's ignored XIDs, re-probes after 10 s, none after a
+ * fatal XID. */
 void dp_health_cfg_default(struct dp_health_cfg *c);
 /* Adds a comma-separated XID list ("43,74") to the ignored ones, or
  * disables health checks for "all". Errors name the bad entry. */

@@ -328,11 +328,15 @@ def test_transient_xid_recovers_after_a_passing_reprobe(kubelet, plugin_factory,
     pl = plugin_factory(gpus_file, "--reprobe-transient", "1")
     p = kubelet.wait_plugin("nvidia.com/gpu")
     p.wait(lambda d: len(d) == 4)
-    edit(gpus_file, lambda d: d["gpus"][2].update(xids=[94]))
+    edit(gpus_file, lambda d: (d["gpus"][2].update(xids=[94]), d["gpus"][3].update(xids=[79])))
     p.wait(lambda d: health(d)[GPU[2]] == "Unhealthy", timeout=2)
     assert pl.get("/inventory").json()["gpus"][2]["reason"] == "XID 94 (transient)"
     p.wait(lambda d: health(d)[GPU[2]] == "Healthy", timeout=4)
     assert pl.get("/inventory").json()["gpus"][2]["reason"] == ""
+    # a fatal XID is not re-probed (no --reprobe-fatal): the GPU would pass
+    time.sleep(1.5)
+    assert health(p.devices())[GPU[3]] == "Unhealthy"
+    assert pl.get("/inventory").json()["gpus"][3]["reason"] == "XID 79 (fatal)"
 
 
 def test_gpu_failing_its_reprobe_stays_unhealthy(kubelet, plugin_factory, gpus_file):
@@ -521,6 +525,7 @@ def test_bad_flags(gpusched_bin, kdir):
     assert r.returncode == 1 and "/nonexistent/dir: not a directory" in r.stderr
     r = run(gpusched_bin, "device-plugin", "--help", timeout=10)
     assert r.returncode == 0 and "--fake-gpus" in r.stdout
+    assert "fatal XID (default 0: never" in " ".join(r.stdout.split()), r.stdout
     for flag, bad in (("--resource-prefix", "example.com"), ("--annotation-prefix", "Sched/")):
         r = run(gpusched_bin, "device-plugin", flag, bad, "--fake-gpus", FAKE, "--no-api",
                 timeout=10)

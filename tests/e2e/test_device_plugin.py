@@ -101,4 +101,4 @@ def test_unhealthy_gpu_leaves_allocatable_and_placement(cluster):
     finally:
         cluster.delete_pods(NS, made)
         node.write_fake_gpus(doc)
-        node.restart_device_plugin()       # a fatal XID is re-probed only after 300 s
+        node.restart_device_plugin()       # a fatal XID is never re-probed by default

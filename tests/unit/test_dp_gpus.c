@@ -179,6 +179,28 @@ static void test_health(void)
     ASSERT_CONTAINS(inv.gpu[1].reason, "re-probe failed after XID 79: GPU-b: still broken");
     ASSERT_EQ(hs.recheck_at[1], 120000);
 
+    /* By default a fatal XID is never re-probed: a GPU that needs a reset
+     * still answers the probe. */
+    struct dp_health_cfg d;
+    struct dp_health_state hd;
+    dp_health_cfg_default(&d);
+    memset(&hd, 0, sizeof hd);
+    ASSERT_EQ(d.fatal_ms, 0);
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev2, 0), 0); /* GPU-b already unhealthy */
+    inv.gpu[1].healthy = 1;
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev2, 0), 1);
+    probe_result = 0;
+    ASSERT_EQ(dp_health_reprobe(&d, &inv, &hd, &b, (int64_t)3e12), 0); /* a century later */
+    ASSERT_EQ(inv.gpu[1].healthy, 0);
+    ASSERT_STREQ(inv.gpu[1].reason, "XID 79 (fatal)");
+    ev.xid = 63; /* a transient one still is, after 10 s */
+    inv.gpu[0].healthy = 1;
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev, 0), 1);
+    ASSERT_EQ(dp_health_reprobe(&d, &inv, &hd, &b, 10000), 1);
+    ASSERT_EQ(inv.gpu[0].healthy, 1);
+    inv.gpu[1].healthy = 0;
+    probe_result = 1;
+
     /* The event source failed: every GPU. */
     struct dp_event all = {"", 1, 999};
     ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, 0), 1);
