@@ -10,6 +10,7 @@
  * concurrent and later Allocates skip containers already served; only that
  * bookkeeping is done under the plugin's lock, never the API calls.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,8 +176,15 @@ static int collect_claimed(struct dp_plugin *p, const char *resource, char ***ou
     struct gs_err e = GS_ERR_INIT;
     int cap;
 
-    if (dp_podres_list(p->cfg.podres_socket, resource, PODRES_TIMEOUT_MS, &pr, &e) != 0)
-        log_debug("dp", "pod-resources not used: %s", e.msg);
+    static atomic_int warned; /* said once, then at debug level */
+    if (dp_podres_list(p->cfg.podres_socket, resource, PODRES_TIMEOUT_MS, &pr, &e) != 0) {
+        if (!atomic_exchange(&warned, 1))
+            log_warn("dp", "kubelet's PodResources v1 (kubelet 1.20 and later) did not answer: %s; "
+                     "the devices containers already hold are known from this plugin's own "
+                     "Allocates only (said once)", e.msg);
+        else
+            log_debug("dp", "pod-resources not used: %s", e.msg);
+    }
     pthread_mutex_lock(&p->mu);
     cap = 2 * p->n_claims + pr.n + 1;
     *out = calloc((size_t)cap, sizeof **out);

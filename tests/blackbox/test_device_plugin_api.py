@@ -152,6 +152,21 @@ def test_allocate_gives_the_extenders_gpus_and_marks_the_pod(world):
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_without_pod_resources_allocate_serves_and_says_so_once(world):
+    """kubelet before 1.20 serves no PodResources v1: Allocate works from the plugin's own
+    record, and the plugin says once what it cannot check."""
+    world.podres.stop()
+    pl = world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 16)
+    assigned_pod(world.api, "a", [GPU[3]], "2026-11-22T15:20:01.000000000Z")
+    assert p.allocate([GPU[0] + "::2"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[3]
+    assigned_pod(world.api, "b", [GPU[2]], "2026-11-22T15:20:02.000000000Z")
+    assert p.allocate([GPU[0] + "::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
+    out = pl.output()
+    assert out.count("PodResources v1 (kubelet 1.20 and later) did not answer") == 1, out
+
+
 def test_shared_gpu_limits_and_multi_container_split(world):
     world.start()
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
