@@ -295,6 +295,7 @@ static void on_event(void *ud, const char *type, const json_t *obj)
 }
 
 #define QUOTAS_PATH "/apis/gpusched.io/v1/gpuquotas"
+#define QUOTAS_RECHECK_S 30 /* at most, between lists of a CRD not installed */
 
 int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publish, void *ud,
                      struct metrics *m, struct ext_quotas **out, struct gs_err *e)
@@ -306,20 +307,19 @@ int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publ
     *out = NULL;
     rc = kube_get(kc, QUOTAS_PATH "?limit=1", &probe, e);
     json_decref(probe);
-    if (rc == -GS_ENOENT) {
-        log_info("quota", "the GPUQuota CRD is not installed; no quotas "
-                 "(deploy/crd-gpuquota.yaml)");
-        return 0;
-    }
-    if (rc < 0)
+    if (rc == -GS_ENOENT) /* the watch lists again until it is there */
+        log_info("quota", "the GPUQuota CRD is not installed (deploy/crd-gpuquota.yaml): no "
+                 "quotas until it is; looking again every %d s", QUOTAS_RECHECK_S);
+    else if (rc < 0)
         return rc;
     struct ext_quotas *x = quotas_new(publish, ud, m, e);
     if (!x)
         return -GS_ENOMEM;
     x->kc = kc;
     x->events = events;
-    if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = QUOTAS_PATH}, &ops, x, &x->w,
-                               e)) < 0) {
+    struct kube_watch_opts wo = {.path = QUOTAS_PATH, .absent_ok = 1,
+                                 .backoff_max_s = QUOTAS_RECHECK_S};
+    if ((rc = kube_watch_start(kc, &wo, &ops, x, &x->w, e)) < 0) {
         ext_quotas_stop(x);
         return rc;
     }

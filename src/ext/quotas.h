@@ -5,8 +5,9 @@
  * Standalone: a file (--quotas FILE: a YAML or JSON list of GPUQuota
  * objects, docs/quotas.md), re-read within a second when it changes; a file
  * that cannot be read keeps the quotas in force. Cluster: a list+watch of
- * gpuquotas.gpusched.io (skipped, with one log line, when the CRD is not
- * installed). Either way every change hands a fresh set to the caller's
+ * gpuquotas.gpusched.io (when the CRD is not installed yet: one log line,
+ * no quotas, and the list is tried again every 30 s at most, so a CRD
+ * installed later counts without a restart). Either way every change hands a fresh set to the caller's
  * publish function (the extender: ext_sched_set_quotas(), which counts usage
  * from its own allocation state, exact after restarts; the webhook: its
  * admission check).
@@ -41,8 +42,8 @@ typedef void (*ext_quotas_publish)(void *ud, struct core_quotas *set);
 /* Fails when the file cannot be read at start. */
 int ext_quotas_from_file(const char *path, ext_quotas_publish publish, void *ud,
                          struct metrics *m, struct ext_quotas **out, struct gs_err *e);
-/* events: post Warning Events on broken objects. *out stays NULL (and 0 is
- * returned) when the CRD is not installed. */
+/* events: post Warning Events on broken objects. A CRD not installed is no
+ * error (see above). */
 int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publish, void *ud,
                      struct metrics *m, struct ext_quotas **out, struct gs_err *e);
 void ext_quotas_stop(struct ext_quotas *q);

@@ -189,7 +189,10 @@ static int do_list(struct kube_watch *w)
     if (*w->query)
         path[strlen(path) - 1] = '\0'; /* drop the trailing '&' */
     if (kube_get(w->c, path, &list, &e) < 0) {
-        log_warn("kube", "list %s: %s", w->path, e.msg);
+        if (w->opts.absent_ok && e.code == GS_ENOENT)
+            log_debug("kube", "list %s: %s", w->path, e.msg);
+        else
+            log_warn("kube", "list %s: %s", w->path, e.msg);
         json_decref(list);
         return -1;
     }

@@ -38,6 +38,8 @@ struct kube_watch_opts {
     double backoff_min_s;        /* 0 = 0.5 */
     double backoff_max_s;        /* 0 = 30 */
     size_t max_event;            /* bytes per event line; 0 = 16 MiB */
+    int absent_ok;               /* a list answered 404 (a CRD not installed yet) is
+                                    logged at debug level and tried again */
 };
 
 struct kube_watch_stats {

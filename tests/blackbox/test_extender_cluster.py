@@ -563,6 +563,31 @@ def test_gpuquota_objects_are_watched(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_gpuquota_crd_installed_after_the_start_counts(gpusched_bin, api, tmp_path):
+    """A GPUQuota CRD installed after the extender started (here: its API answers 404 to
+    the start's probe and the next three lists) is found by the watch's next lists,
+    without a restart."""
+    add_gpu_pod(api, "q", "1")
+    api.fail("GET", r"/apis/gpusched\.io/v1/gpuquotas", 404, times=4,
+             message="the server could not find the requested resource")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "none", "namespace": "default"},
+                    "spec": {"total": {"gpus": 0}}})
+        f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
+            e.filter(api.get("pods", "q", "default"), ["g1", "g2"])), timeout=20,
+            what="the quota applied once the CRD answers")
+        assert all("GPUQuota default/none" in r for r in f["FailedNodes"].values()), f
+    finally:
+        err = e.stop()
+    assert "GPUQuota CRD is not installed" in err, err
+    assert "list /apis/gpusched.io/v1/gpuquotas" not in err  # 404s are not warned about
+
+
 def _self_signed(tmp_path, cn):
     import subprocess as sp
     cert, key = tmp_path / f"{cn}.crt", tmp_path / f"{cn}.key"
