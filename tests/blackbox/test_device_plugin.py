@@ -136,6 +136,20 @@ def test_registers_and_lists_every_gpu(kubelet, plugin_factory, gpus_file):
     assert numa == {GPU[0]: [0], GPU[1]: [0], GPU[2]: [1], GPU[3]: [1]}
 
 
+def test_stale_socket_path_and_gpus_without_numa(kubelet, plugin_factory, gpus_file, kdir):
+    """A regular file left where the plugin's socket goes is replaced (kubelet only
+    deletes sockets); a GPU whose NUMA node is unknown (-1) has no topology in the list,
+    as NVIDIA's plugin reports it, rather than a NUMA node 0 or -1."""
+    with open(os.path.join(kdir, "gpusched-gpu.sock"), "w") as f:
+        f.write("left by a crash\n")
+    edit(gpus_file, lambda d: d["gpus"][2].update(numa_node=-1))
+    plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    devs = {d.ID: d for d in p.wait(lambda d: len(d) == 4)}
+    assert not devs[GPU[2]].HasField("topology")
+    assert [n.ID for n in devs[GPU[3]].topology.nodes] == [1]
+
+
 def test_inventory_and_metrics(kubelet, plugin_factory, gpus_file):
     pl = plugin_factory(gpus_file)
     kubelet.wait_plugin("nvidia.com/gpu")
