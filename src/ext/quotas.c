@@ -309,7 +309,7 @@ int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publ
     json_decref(probe);
     if (rc == -GS_ENOENT) /* the watch lists again until it is there */
         log_info("quota", "the GPUQuota CRD is not installed (deploy/crd-gpuquota.yaml): no "
-                 "quotas until it is; looking again every %d s", QUOTAS_RECHECK_S);
+                 "quotas until it is; looking again, at most %d s apart", QUOTAS_RECHECK_S);
     else if (rc < 0)
         return rc;
     struct ext_quotas *x = quotas_new(publish, ud, m, e);
