@@ -117,7 +117,8 @@ int cmd_device_plugin(int argc, char **argv)
     const char *kubelet_dir = "/var/lib/kubelet/device-plugins";
     const char *podres = "/var/lib/kubelet/pod-resources/kubelet.sock";
     const char *fake = NULL, *node = NULL, *kubeconfig = NULL, *nvml_lib = NULL;
-    const char *prefix = "nvidia.com/", *annot_prefix = "gpusched.io/", *ignore_xids = NULL;
+    const char *prefix = CORE_RES_PREFIX_DEFAULT, *annot_prefix = CORE_ANNOT_PREFIX_DEFAULT;
+    const char *ignore_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;

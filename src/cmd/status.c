@@ -576,7 +576,8 @@ static void print_json(struct status *st)
 int cmd_status(int argc, char **argv)
 {
     const char *kubeconfig = NULL, *state_dir = NULL, *nodes = NULL, *quota_file = NULL;
-    const char *output = NULL, *res_prefix = "nvidia.com/", *annot_prefix = "gpusched.io/";
+    const char *output = NULL, *res_prefix = CORE_RES_PREFIX_DEFAULT;
+    const char *annot_prefix = CORE_ANNOT_PREFIX_DEFAULT;
     int quotas = 0, npos;
     struct core_names_store names;
     struct gs_err e = GS_ERR_INIT;

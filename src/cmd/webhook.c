@@ -184,7 +184,8 @@ int cmd_webhook(int argc, char **argv)
     const char *listen = "0.0.0.0:8443", *cert = NULL, *key = NULL, *quotas = NULL;
     const char *nodes = NULL, *max_mem = NULL, *max_model = NULL, *sched = "gpu-scheduler";
     const char *defaults = NULL, *level = "info", *format = "text", *kubeconfig = NULL;
-    const char *assigners = NULL, *res_prefix = "nvidia.com/", *annot_prefix = "gpusched.io/";
+    const char *assigners = NULL, *res_prefix = CORE_RES_PREFIX_DEFAULT;
+    const char *annot_prefix = CORE_ANNOT_PREFIX_DEFAULT;
     struct core_names_store names;
     long max_gpus = 0, max_body = 1 << 20;
     int in_cluster = 0;

@@ -29,11 +29,12 @@ typedef unsigned __int128 u128;
 
 const struct core_names *core_names_default(void)
 {
+#define R CORE_RES_PREFIX_DEFAULT
     static const struct core_names n = {
-        "nvidia.com/gpu",         "nvidia.com/gpu-memory",  "nvidia.com/gpu-cores",
-        "nvidia.com/vcuda-core",  "nvidia.com/vcuda-memory", "nvidia.com/mig-",
-        "gpusched.io/",
+        R "gpu", R "gpu-memory", R "gpu-cores", R "vcuda-core", R "vcuda-memory", R "mig-",
+        CORE_ANNOT_PREFIX_DEFAULT,
     };
+#undef R
     return &n;
 }
 
@@ -53,8 +54,9 @@ int core_prefix_check(const char *what, const char *prefix, size_t max, struct g
 int core_names_prefixed(struct core_names_store *st, const char *res_prefix,
                         const char *annot_prefix, struct gs_err *e)
 {
-    static const char *const suffix[6] = {"gpu", "gpu-memory", "gpu-cores",
-                                          "vcuda-core", "vcuda-memory", "mig-"};
+    const struct core_names *d = core_names_default();
+    const char *def[6] = {d->gpu, d->gpu_memory, d->gpu_cores,
+                          d->vcuda_core, d->vcuda_memory, d->mig_prefix};
     size_t n = strlen(res_prefix);
     if (core_prefix_check("resource prefix", res_prefix, CORE_RES_PREFIX_MAX, e) < 0 ||
         core_prefix_check("annotation prefix", annot_prefix, CORE_ANNOT_PREFIX_MAX, e) < 0)
@@ -65,7 +67,8 @@ int core_names_prefixed(struct core_names_store *st, const char *res_prefix,
         return gs_errf(e, GS_EINVAL, "resource prefix '%s': the kubernetes.io domain is "
                        "Kubernetes' own; extended resources need another", res_prefix);
     for (int i = 0; i < 6; i++)
-        snprintf(st->res[i], sizeof st->res[i], "%s%s", res_prefix, suffix[i]);
+        snprintf(st->res[i], sizeof st->res[i], "%s%s", res_prefix,
+                 def[i] + strlen(CORE_RES_PREFIX_DEFAULT));
     snprintf(st->annot, sizeof st->annot, "%s", annot_prefix);
     st->names = (struct core_names){st->res[0], st->res[1], st->res[2], st->res[3],
                                     st->res[4], st->res[5], st->annot};

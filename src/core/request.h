@@ -53,6 +53,8 @@ struct core_names {
 };
 const struct core_names *core_names_default(void);
 
+#define CORE_RES_PREFIX_DEFAULT "nvidia.com/"
+#define CORE_ANNOT_PREFIX_DEFAULT "gpusched.io/"
 #define CORE_RES_PREFIX_MAX 24    /* "nvidia.com/": the device plugin's names */
 #define CORE_ANNOT_PREFIX_MAX 63
 

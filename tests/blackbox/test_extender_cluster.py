@@ -541,19 +541,26 @@ def test_api_server_errors_do_not_stop_serving(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def zero_gpu_quota_applies(e, api):
+    """Once pod default/q is cached, a GPUQuota of 0 GPUs in its namespace: /filter
+    refuses every node naming the quota."""
+    wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
+             what="pod cached")
+    api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
+               {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                "metadata": {"name": "none", "namespace": "default"},
+                "spec": {"total": {"gpus": 0}}})
+    f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
+        e.filter(api.get("pods", "q", "default"), ["g1", "g2"])),
+        what="quota applied")
+    assert all("GPUQuota default/none" in r for r in f["FailedNodes"].values()), f
+
+
 def test_gpuquota_objects_are_watched(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "q", "1")
     e = start(gpusched_bin, api, tmp_path)
     try:
-        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
-                 what="pod cached")
-        api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
-                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
-                    "metadata": {"name": "none", "namespace": "default"},
-                    "spec": {"total": {"gpus": 0}}})
-        f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
-            e.filter(api.get("pods", "q", "default"), ["g1", "g2"])), what="quota applied")
-        assert all("GPUQuota default/none" in r for r in f["FailedNodes"].values()), f
+        zero_gpu_quota_applies(e, api)
         r = e.bind(api.get("pods", "q", "default"), "g1")
         assert r.status_code == 409 and "GPUQuota" in r.json()["error"], r.text
         api.delete("gpuquotas", "none", "default", prefix="/apis/gpusched.io/v1")
@@ -572,16 +579,7 @@ def test_gpuquota_crd_installed_after_the_start_counts(gpusched_bin, api, tmp_pa
              message="the server could not find the requested resource")
     e = start(gpusched_bin, api, tmp_path)
     try:
-        wait_for(lambda: e.filter(api.get("pods", "q", "default"), ["g1"])["NodeNames"],
-                 what="pod cached")
-        api.create("/apis/gpusched.io/v1/namespaces/default/gpuquotas",
-                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
-                    "metadata": {"name": "none", "namespace": "default"},
-                    "spec": {"total": {"gpus": 0}}})
-        f = wait_for(lambda: (lambda r: r if not r["NodeNames"] else None)(
-            e.filter(api.get("pods", "q", "default"), ["g1", "g2"])), timeout=20,
-            what="the quota applied once the CRD answers")
-        assert all("GPUQuota default/none" in r for r in f["FailedNodes"].values()), f
+        zero_gpu_quota_applies(e, api)
     finally:
         err = e.stop()
     assert "GPUQuota CRD is not installed" in err, err
