@@ -270,6 +270,35 @@ static int ns_name(const char *path, const char *prefix, char *ns, char *name, s
     return 0;
 }
 
+/* kube-scheduler reads the body of a 200 reply only: for any other status
+ * the pod's event says "code 409" and the reason is lost. So a /bind that
+ * is refused (lost a race, node held, not leading, API failure) is answered
+ * 200 with the reason in Error, which kube-scheduler shows ("binding
+ * rejected: ..."); only a request that is itself wrong keeps its 4xx. A
+ * forwarded answer that carries no Error (an older leader, a proxy's page)
+ * gets one naming its status. */
+static void bind_refusal(struct ext_reply *r, int *status)
+{
+    if (*status == 200 || *status == 400 || *status == 405 || *status == 413)
+        return;
+    if (!r->json && r->text) {
+        json_t *j = json_loadb(r->text, r->len, 0, NULL);
+        if (json_is_string(json_object_get(j, "Error")) &&
+            json_string_length(json_object_get(j, "Error")) > 0)
+            r->json = j;
+        else {
+            json_decref(j);
+            r->json = ext_error("the leader answered /bind with status %d", *status);
+        }
+        free(r->text);
+        r->text = NULL;
+    } else if (!json_is_string(json_object_get(r->json, "Error"))) {
+        json_decref(r->json);
+        r->json = ext_error("/bind failed with status %d", *status);
+    }
+    *status = 200;
+}
+
 /* *before_s: time the request spent parked before this run (its latency). */
 static const char *route(struct ext_server *s, const struct http_request *req,
                          struct http_response *resp, int *parked, double *before_s)
@@ -310,6 +339,8 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         } else {
             resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
         }
+        if (verbs[i].fn == ext_sched_bind)
+            bind_refusal(&reply, &resp->status);
         resp->content_type = "application/json";
         if (reply.shared) { /* sent from the kept text, not copied */
             resp->body = reply.shared->buf;

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 import test_extender
+from test_extender import refused
 from test_extender_cluster import add_gpu_pod, api, start, wait_for  # noqa: F401
 
 PREFIX = "gpusched.io/"
@@ -69,7 +70,7 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
                           headers={"X-Gpusched-Forwarded-By": "c"},
                           json={"PodName": "f2", "PodNamespace": "default",
                                 "PodUID": q["metadata"]["uid"], "Node": "g1"})
-        assert r.status_code == 503 and "leader" in r.json()["error"], r.text
+        refused(r, "leader")
 
         # the leader dies without releasing the lease: 503 (the forward fails),
         # then b takes over and binds itself
@@ -80,7 +81,7 @@ def test_follower_forwards_bind_to_leader(gpusched_bin, api, tmp_path):
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
         r = b.bind(q, "g1")
-        assert r.status_code == 503 and "did not answer" in r.json()["Error"], r.text
+        refused(r, "did not answer")
         # /filter is answered from b's own view, without asking the dead leader
         # again for a while
         assert b.filter(q, ["g1"])["NodeNames"] == ["g1"]
@@ -136,8 +137,7 @@ def test_follower_forwards_over_https_to_a_leader_with_its_key(gpusched_bin, api
         p2 = api.get("pods", "s2", "default")
         wait_for(lambda: c.filter(p2, ["g1"])["NodeNames"], what="c knows s2")
         r = c.bind(p2, "g1")
-        assert r.status_code == 503, r.text
-        assert "public key" in r.json()["Error"], r.text
+        refused(r, "public key")
         assert c.metric(FWD % ("bind", "0")) >= 1
         assert a.metric("gpusched_extender_forwarded_total") == 0
     finally:
@@ -279,7 +279,7 @@ def test_leader_rotated_first_is_trusted_through_the_ca(gpusched_bin, api, tmp_p
         p2 = api.get("pods", "ca2", "default")
         wait_for(lambda: c.filter(p2, ["g1"])["NodeNames"], what="c knows ca2")
         r = c.bind(p2, "g1")
-        assert r.status_code == 503 and "public key" in r.json()["Error"], r.text
+        refused(r, "public key")
     finally:
         for e in (c, b, a):
             if e:
@@ -295,7 +295,7 @@ def test_identity_without_address_is_not_forwarded(gpusched_bin, api, tmp_path):
         p = api.get("pods", "n1", "default")
         wait_for(lambda: b.filter(p, ["g1"])["NodeNames"], what="b has seen the pod")
         r = b.bind(p, "g1")
-        assert r.status_code == 503 and "leader" in r.json()["error"], r.text
+        refused(r, "leader")
         assert b.metric("gpusched_extender_forwarded_total") == 0
     finally:
         a.stop()
@@ -346,7 +346,7 @@ def test_forwarded_bind_holds_no_http_worker(gpusched_bin, api, tmp_path):
 class SlowLeader:
     """A stand-in leader at 127.0.0.1:port: answers /filter at once (every node it was
     asked about) and /prioritize and /preempt after `hold` seconds, with answers of its
-    own that a follower can only have relayed."""
+    own that a follower can only have relayed; /bind gets a proxy's 502 page."""
 
     def __init__(self, hold):
         leader = self
@@ -362,6 +362,13 @@ class SlowLeader:
                     leader.asked[verb] = leader.asked.get(verb, 0) + 1
                 if verb == "filter":
                     out = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+                elif verb == "bind":
+                    page = b"<html>502 Bad Gateway</html>"
+                    self.send_response(502)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
                 elif verb == "prioritize":
                     time.sleep(hold)
                     out = [{"Host": n, "Score": 7} for n in body["NodeNames"]]
@@ -428,6 +435,9 @@ def test_forwarded_prioritize_and_preempt_hold_no_http_worker(gpusched_bin, api,
             assert out["r"].status_code == 200 and out["r"].json() == want, out["r"].text
             assert out["took"] >= 2.5, out
             assert b.metric(FWD % (verb, "200")) == 1
+        # a leader's /bind answer without an Error still reaches kube-scheduler's event
+        refused(b.bind(p, "g1"), "the leader answered /bind with status 502")
+        assert b.metric(FWD % ("bind", "502")) == 1
     finally:
         if b:
             b.stop()

@@ -13,7 +13,7 @@ import requests
 
 from conftest import free_port  # noqa: F401  (conftest's fixtures come with it)
 from fake_apiserver import FakeApiServer
-from test_extender import Extender, gpu_node, inventory, pod, write_nodes
+from test_extender import Extender, bound, gpu_node, inventory, pod, write_nodes
 from test_extender_cluster import node_kwargs, start, wait_for
 
 NODES = [gpu_node(f"n{i}", n=2) for i in range(6)]
@@ -68,7 +68,7 @@ def test_kept_answers_follow_binds_under_load(gpusched_bin, tmp_path):
                 p = pod(f"b{i}", shape)
                 f = e.filter(p, NAMES)
                 node = f["NodeNames"][0]
-                assert e.bind(p, node).status_code == 200
+                assert bound(e.bind(p, node))
         finally:
             stop.set()
             for t in threads:
@@ -143,7 +143,7 @@ def test_kept_answers_follow_watch_events(gpusched_bin, tmp_path):
                 api.add_pod("default", name, containers=p["spec"]["containers"])
                 got = api.get("pods", name, "default")
                 wait_for(lambda: e.filter(got, ["g3"])["NodeNames"] == ["g3"], what=name)
-                assert e.bind(got, "g3").status_code == 200
+                assert bound(e.bind(got, "g3"))
             f = a.same("filter", q, names)
             assert f["NodeNames"] == [] and "0 free GPUs" in f["FailedNodes"]["g3"]
             api.delete("pods", "p1", "default")
@@ -173,7 +173,7 @@ def test_kept_answers_are_counted(gpusched_bin, tmp_path):
         assert kept("filter") == 2 and kept("prioritize") == 1
         p = pod("b", {"nvidia.com/gpu": "1"})
         node = e.filter(p, NAMES)["NodeNames"][0]
-        assert e.bind(p, node).status_code == 200
+        assert bound(e.bind(p, node))
         before = e.metric(redecided)
         assert e.post("filter", None, raw=raw).status_code == 200
         assert e.metric(redecided) - before == 1      # only the node the bind changed

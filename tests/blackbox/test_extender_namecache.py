@@ -10,7 +10,7 @@ import json
 import requests
 
 from conftest import free_port  # noqa: F401  (conftest's fixtures come with it)
-from test_extender import Extender, gpu_node, pod, write_nodes
+from test_extender import Extender, bound, gpu_node, pod, write_nodes
 
 NODES = [gpu_node(f"n{i}", n=1) for i in range(4)]
 NAMES = [n["metadata"]["name"] for n in NODES] + ["ghost"]
@@ -40,14 +40,14 @@ def test_repeated_bytes_same_reply_and_fresh_state(gpusched_bin, tmp_path):
         assert [h["Host"] for h in p1.json()] == NAMES[:4]
 
         # each node has one GPU: bind q to n2, then the same bytes must reject n2
-        assert e.bind(q, "n2").status_code == 200
+        assert bound(e.bind(q, "n2"))
         f = e.post("filter", None, raw=raw).json()
         assert f["NodeNames"] == ["n0", "n1", "n3"]
         assert "n2" in f["FailedNodes"] or "n2" in f["FailedAndUnresolvableNodes"]
         # another pod with the same names array: n2 stays taken
         r = pod("r", {"nvidia.com/gpu": "1"})
         assert e.filter(r, NAMES)["NodeNames"] == ["n0", "n1", "n3"]
-        assert e.bind(r, "n0").status_code == 200
+        assert bound(e.bind(r, "n0"))
         assert e.post("filter", None, raw=body(r, NAMES)).json()["NodeNames"] == ["n1", "n3"]
 
         # released: the same bytes find the GPU free again

@@ -4,6 +4,8 @@ the device plugin's Allocate, and each container's environment holds exactly the
 GPUs and limits of its pod's annotations (docs/annotations.md, docs/device-plugin.md).
 Nodes (conftest): e2e-node-a 4 x H100 80GB, e2e-node-b 2 x A100 40GB."""
 import json
+import os
+import signal
 import time
 import urllib.request
 
@@ -313,3 +315,35 @@ def test_fits_nowhere_stays_pending_with_reason(cluster, pods):
     # it stays Pending
     time.sleep(2)
     assert not cluster.pod(NS, "too-big")["spec"].get("nodeName")
+
+
+def test_refused_bind_says_why_in_the_event(cluster, pods):
+    """kube-scheduler 1.20 reads the body of a 200 extender reply only: a /bind refused
+    with another status leaves the pod's event with "code 503" and nothing else, so the
+    extender answers a refusal 200 with the reason in Error (docs/extender.md). Here
+    node-a's kubelet is stopped (SIGSTOP): a GPU pod bound there is never admitted, so
+    the node stays held (the node lock), and a second GPU pod's /bind waits bind_wait
+    and is refused. Its FailedScheduling event must name the pod that holds the node.
+    Once kubelet goes on, both run."""
+    kubelet = cluster.node(NODE_A).kubelet
+    names = ["held-first", "held-second"]
+    os.killpg(kubelet.pid, signal.SIGSTOP)
+    try:
+        pods.append(names[0])
+        cluster.apply(gpu_pod(names[0], {"nvidia.com/gpu": "1"}, node=NODE_A))
+        cluster.wait(lambda: cluster.pod(NS, names[0])["spec"].get("nodeName"), 30,
+                     f"{names[0]} bound")
+        pods.append(names[1])
+        cluster.apply(gpu_pod(names[1], {"nvidia.com/gpu": "1"}, node=NODE_A))
+
+        def refusals():
+            return [e.get("message", "") for e in cluster.events(NS, names[1])
+                    if e.get("reason") == "FailedScheduling"] or None
+        msgs = cluster.wait(refusals, 40, f"a FailedScheduling event for {names[1]}")
+        assert any(f"{NS}/{names[0]}" in m and "waited" in m for m in msgs), msgs
+        assert not any("code 5" in m or "code 4" in m for m in msgs), msgs
+    finally:
+        os.killpg(kubelet.pid, signal.SIGCONT)
+    got = cluster.wait_pods(NS, names, timeout=90, ready_log=READY)
+    a, b = (check_pod_gpus(cluster, got[n]) for n in names)
+    assert len(a) == 1 and len(b) == 1 and a != b, (a, b)
