@@ -512,6 +512,7 @@ static struct core_node *node_build(struct core_cluster *c, const struct core_no
                 memcpy(g->mig[m].uuid, gs->mig[m].uuid, sizeof g->mig[m].uuid);
                 memcpy(g->mig[m].profile, gs->mig[m].profile, sizeof g->mig[m].profile);
                 g->mig[m].mem_mib = gs->mig[m].mem_mib;
+                g->mig[m].unhealthy = gs->mig[m].unhealthy;
             }
         }
     }

@@ -58,6 +58,7 @@ struct core_mig_spec {
     char uuid[CORE_UUID_MAX];
     char profile[CORE_MIG_PROFILE_MAX]; /* "1g.10gb" */
     int64_t mem_mib;
+    int unhealthy;             /* the instance faulted (its GPU may be healthy) */
 };
 
 struct core_gpu_spec {
@@ -95,6 +96,7 @@ struct core_mig {
     char profile[CORE_MIG_PROFILE_MAX];
     int64_t mem_mib;
     int used;                  /* reserved by a pod */
+    int unhealthy;             /* no new pod; its GPU's health counts too */
 };
 
 struct core_gpu {

@@ -135,8 +135,8 @@ static enum core_code f_mig(const struct core_cycle *cy, const struct core_node 
         for (int m = 0; m < g->n_mig; m++)
             if (strcmp(g->mig[m].profile, r->mig_profile) == 0) {
                 present++;
-                total += g->healthy;
-                free_ += g->healthy && !g->mig[m].used;
+                total += g->healthy && !g->mig[m].unhealthy;
+                free_ += g->healthy && !g->mig[m].unhealthy && !g->mig[m].used;
             }
     }
     if (free_ >= r->mig_count)

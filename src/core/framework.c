@@ -536,7 +536,8 @@ static int pick_mig(const struct core_cycle *cy, const struct core_node *n, stru
         if (!g->healthy || !g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
             continue;
         for (int m = 0; m < g->n_mig; m++)
-            free_on[i] += !g->mig[m].used && strcmp(g->mig[m].profile, r->mig_profile) == 0;
+            free_on[i] += !g->mig[m].used && !g->mig[m].unhealthy &&
+                          strcmp(g->mig[m].profile, r->mig_profile) == 0;
         if (free_on[i])
             order[k++] = i;
     }
@@ -550,7 +551,8 @@ static int pick_mig(const struct core_cycle *cy, const struct core_node *n, stru
     for (int o = 0; o < k && a->n < r->mig_count; o++) {
         const struct core_gpu *g = &n->gpus[order[o]];
         for (int m = 0; m < g->n_mig && a->n < r->mig_count; m++)
-            if (!g->mig[m].used && strcmp(g->mig[m].profile, r->mig_profile) == 0) {
+            if (!g->mig[m].used && !g->mig[m].unhealthy &&
+                strcmp(g->mig[m].profile, r->mig_profile) == 0) {
                 a->gpu[a->n] = order[o];
                 a->mig[a->n] = m;
                 a->mem_mib[a->n] = g->mig[m].mem_mib;

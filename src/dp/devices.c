@@ -95,7 +95,8 @@ int dp_devices_pack_list(const struct dp_resource *r, const struct dp_inventory 
         const struct dp_gpu *g = &inv->gpu[r->dev[i].gpu];
         v1beta1__device__init(&devs[i]);
         devs[i].id = (char *)r->dev[i].id;
-        devs[i].health = (char *)(g->healthy ? "Healthy" : "Unhealthy");
+        int ok = g->healthy && (r->dev[i].mig < 0 || g->mig[r->dev[i].mig].healthy);
+        devs[i].health = (char *)(ok ? "Healthy" : "Unhealthy");
         if (g->numa_node >= 0) {
             v1beta1__topology_info__init(&topo[i]);
             v1beta1__numanode__init(&numa[i]);

@@ -10,7 +10,8 @@
  *     goes; the extender decides which GPU and how much of it.
  *   - nvidia.com/mig-<profile>: every MIG instance of that profile (NVIDIA's
  *     "mixed" strategy), ID = the MIG UUID.
- * A device is healthy when its GPU is; its NUMA node is its GPU's.
+ * A device is healthy when its GPU is (and its MIG instance, for one); its
+ * NUMA node is its GPU's.
  *
  * GetPreferredAllocation picks whole GPUs by the scheduling core's
  * topology choice, so kubelet's pick matches what the extender would do.

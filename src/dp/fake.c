@@ -92,8 +92,29 @@ static int get_bool(json_t *o, const char *key, int *out, const char *where, str
     return 0;
 }
 
-static int parse_mig(json_t *arr, struct dp_gpu *g, const char *where, struct gs_err *e)
+/* An "xids" array of at most max XIDs into out[], *n. */
+static int parse_xids(const json_t *v, uint64_t *out, int max, int *n, const char *w,
+                      struct gs_err *e)
 {
+    size_t k;
+    json_t *xv;
+    if (!json_is_array(v) || json_array_size(v) > (size_t)max)
+        return gs_errf(e, GS_EINVAL, "%s.xids: must be an array of at most %d integers", w, max);
+    json_array_foreach(v, k, xv) {
+        if (!json_is_integer(xv) || json_integer_value(xv) < 0 ||
+            json_integer_value(xv) > 100000)
+            return gs_errf(e, GS_EINVAL, "%s.xids[%zu]: must be an integer 0..100000", w, k);
+        out[k] = (uint64_t)json_integer_value(xv);
+    }
+    *n = (int)json_array_size(v);
+    return 0;
+}
+
+static int parse_mig(json_t *arr, struct dp_fake_state *st, int gpu, const char *where,
+                     struct gs_err *e)
+{
+    struct dp_gpu *g = &st->inv.gpu[gpu];
+    const json_t *xs;
     char w[96];
     size_t i;
     json_t *m;
@@ -121,6 +142,10 @@ static int parse_mig(json_t *arr, struct dp_gpu *g, const char *where, struct gs
         if (get_int(m, "ci", 0, 1000, 0, &x, w, e))
             return -GS_EINVAL;
         mi->ci = (unsigned)x;
+        mi->healthy = 1;
+        if ((xs = json_object_get(m, "xids")) &&
+            parse_xids(xs, st->mig_xids[gpu][i], 8, &st->mig_nxid[gpu][i], w, e))
+            return -GS_EINVAL;
         for (size_t j = 0; j < i; j++)
             if (strcmp(g->mig[j].uuid, mi->uuid) == 0)
                 return gs_errf(e, GS_EINVAL, "%s.uuid: '%s' appears twice", w, mi->uuid);
@@ -198,7 +223,7 @@ static int parse_gpu(json_t *o, struct dp_fake_state *st, int i, int n, struct g
     snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:%02X:00.0", 0x10 + i);
     if (get_str(o, "pci_bus_id", 0, g->pci_bus_id, sizeof g->pci_bus_id, w, e))
         return -GS_EINVAL;
-    if ((v = json_object_get(o, "mig")) && parse_mig(v, g, w, e))
+    if ((v = json_object_get(o, "mig")) && parse_mig(v, st, i, w, e))
         return -GS_EINVAL;
     if (get_bool(o, "mig_enabled", &g->mig_enabled, w, e))
         return -GS_EINVAL;
@@ -206,19 +231,8 @@ static int parse_gpu(json_t *o, struct dp_fake_state *st, int i, int n, struct g
         g->mig_enabled = 1;
     if ((v = json_object_get(o, "links")) && parse_links(v, st, i, n, w, e))
         return -GS_EINVAL;
-    if ((v = json_object_get(o, "xids"))) {
-        size_t k;
-        json_t *xv;
-        if (!json_is_array(v) || json_array_size(v) > 16)
-            return gs_errf(e, GS_EINVAL, "%s.xids: must be an array of at most 16 integers", w);
-        json_array_foreach(v, k, xv) {
-            if (!json_is_integer(xv) || json_integer_value(xv) < 0 ||
-                json_integer_value(xv) > 100000)
-                return gs_errf(e, GS_EINVAL, "%s.xids[%zu]: must be an integer 0..100000", w, k);
-            st->xids[i][k] = (uint64_t)json_integer_value(xv);
-        }
-        st->nxid[i] = (int)json_array_size(v);
-    }
+    if ((v = json_object_get(o, "xids")) && parse_xids(v, st->xids[i], 16, &st->nxid[i], w, e))
+        return -GS_EINVAL;
     if ((v = json_object_get(o, "procs"))) {
         size_t k;
         json_t *pv;
@@ -386,6 +400,12 @@ static int refresh(struct fake *f)
         }
         for (int k = f->st.nxid[old]; k < nst->nxid[i]; k++)
             push(f, nst->inv.gpu[i].uuid, nst->xids[i][k]);
+        const struct dp_gpu *ng = &nst->inv.gpu[i], *og = &f->st.inv.gpu[old];
+        for (int m = 0; m < ng->n_mig; m++)
+            for (int n = 0; n < og->n_mig; n++)
+                if (strcmp(ng->mig[m].uuid, og->mig[n].uuid) == 0)
+                    for (int k = f->st.mig_nxid[old][n]; k < nst->mig_nxid[i][m]; k++)
+                        push(f, ng->mig[m].uuid, nst->mig_xids[i][m][k]);
         if (nst->lost[i] && !f->st.lost[old])
             push(f, nst->inv.gpu[i].uuid, 79); /* GPU has fallen off the bus */
         if (memcmp(&nst->inv.gpu[i], &f->st.inv.gpu[old], sizeof nst->inv.gpu[i]) != 0)

@@ -31,11 +31,15 @@
 #define DP_UUID_MAX 96
 #define DP_NAME_MAX 96
 
+#define DP_NO_INSTANCE 0xFFFFFFFFu /* NVML: no GPU / compute instance id */
+
 struct dp_mig {
     char uuid[DP_UUID_MAX];
     char profile[32];        /* "1g.10gb" */
     int64_t memory_mib;
-    unsigned gi, ci;         /* GPU / compute instance ids */
+    unsigned gi, ci;         /* GPU / compute instance ids; DP_NO_INSTANCE unknown */
+    int healthy;             /* set by dp/health.c; a device is usable when it */
+    char reason[96];         /* and its GPU are healthy; "" when healthy */
 };
 
 struct dp_gpu {
@@ -65,12 +69,21 @@ struct dp_inventory {
 
 /* Finds a GPU by UUID, or a MIG instance's parent GPU by MIG UUID. */
 const struct dp_gpu *dp_inventory_find(const struct dp_inventory *inv, const char *uuid);
+/* The MIG instance of that UUID, or NULL (a GPU's UUID, unknown). */
+const struct dp_mig *dp_inventory_find_mig(const struct dp_inventory *inv, const char *uuid);
+/* Whether the GPU or MIG instance of that UUID is healthy (0 unknown); the
+ * reason (its own, or its GPU's) in *why when not. */
+int dp_inventory_healthy(const struct dp_inventory *inv, const char *uuid, const char **why);
 
 /* One health event from a backend. */
 struct dp_event {
-    char uuid[DP_UUID_MAX];  /* the GPU; "" with all = 1 */
+    char uuid[DP_UUID_MAX];  /* the GPU or MIG instance; "" with all = 1 */
     int all;                 /* the event source failed: every GPU is suspect */
     uint64_t xid;            /* XID number (999 = unknown) */
+    int instance;            /* 1: gi (and ci unless DP_NO_INSTANCE) name the MIG
+                                instance of GPU uuid it happened on (NVML's event
+                                data); one no MIG instance matches is the GPU's */
+    unsigned gi, ci;
 };
 
 /* One process's utilisation sample of a GPU. */
@@ -111,13 +124,15 @@ int dp_backend_open_none(struct dp_backend **out, struct gs_err *e);
 int dp_backend_open_fake(const char *path, struct dp_backend **out, struct gs_err *e);
 
 /* Parses the fake-GPU JSON (exposed for unit tests and the fuzzer). Also
- * returns, per GPU, the XIDs listed in the file (xids[i][...], nxid[i]),
+ * returns, per GPU and per MIG instance, the XIDs listed in the file,
  * whether the file marks it lost or failing probes, and the processes
  * whose utilisation its every per-process sample reports. */
 struct dp_fake_state {
     struct dp_inventory inv;
     int nxid[DP_MAX_GPUS];
     uint64_t xids[DP_MAX_GPUS][16];
+    int mig_nxid[DP_MAX_GPUS][DP_MAX_MIG];        /* a MIG instance's own "xids" */
+    uint64_t mig_xids[DP_MAX_GPUS][DP_MAX_MIG][8];
     int lost[DP_MAX_GPUS];
     int probe_fails[DP_MAX_GPUS];
     struct dp_proc_sample procs[DP_MAX_GPUS][16]; /* "procs": what proc_util samples */

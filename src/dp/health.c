@@ -77,20 +77,52 @@ const char *dp_xid_class_name(enum dp_xid_class k)
     return k == DP_XID_FATAL ? "fatal" : k == DP_XID_TRANSIENT ? "transient" : "ignored";
 }
 
-static int mark(struct dp_gpu *g, struct dp_health_state *hs, int i, uint64_t xid,
-                enum dp_xid_class k, int64_t at)
-{
-    int changed = g->healthy;
+/* One thing with a health of its own: a GPU or a MIG instance. */
+struct unit {
+    int *healthy;
+    char *reason;
+    size_t cap;
+    int64_t *recheck_at;
+    uint64_t *last_xid;
+};
 
-    g->healthy = 0;
-    snprintf(g->reason, sizeof g->reason, "XID %llu (%s)", (unsigned long long)xid,
-             dp_xid_class_name(k));
-    hs->xids[i]++;
-    hs->last_xid[i] = xid;
+static struct unit gpu_unit(struct dp_gpu *g, struct dp_health_state *hs, int i)
+{
+    return (struct unit){&g->healthy, g->reason, sizeof g->reason, &hs->recheck_at[i],
+                         &hs->last_xid[i]};
+}
+
+static struct unit mig_unit(struct dp_gpu *g, struct dp_health_state *hs, int i, int m)
+{
+    return (struct unit){&g->mig[m].healthy, g->mig[m].reason, sizeof g->mig[m].reason,
+                         &hs->mig_recheck_at[i][m], &hs->mig_last_xid[i][m]};
+}
+
+static int mark(struct unit u, uint64_t xid, enum dp_xid_class k, int64_t at)
+{
+    int changed = *u.healthy;
+
+    *u.healthy = 0;
+    snprintf(u.reason, u.cap, "XID %llu (%s)", (unsigned long long)xid, dp_xid_class_name(k));
+    *u.last_xid = xid;
     /* A fatal XID after a transient one pushes the re-probe out. */
-    if (hs->recheck_at[i] < at)
-        hs->recheck_at[i] = at;
+    if (*u.recheck_at < at)
+        *u.recheck_at = at;
     return changed;
+}
+
+/* The MIG instance of GPU g an event is for, or -1 (the whole GPU). */
+static int event_mig(const struct dp_gpu *g, const struct dp_event *ev)
+{
+    for (int m = 0; m < g->n_mig; m++) {
+        const struct dp_mig *mi = &g->mig[m];
+        if (strcmp(mi->uuid, ev->uuid) == 0)
+            return m;
+        if (ev->instance && strcmp(g->uuid, ev->uuid) == 0 && mi->gi != DP_NO_INSTANCE &&
+            mi->gi == ev->gi && (ev->ci == DP_NO_INSTANCE || mi->ci == ev->ci))
+            return m;
+    }
+    return -1;
 }
 
 int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
@@ -104,13 +136,33 @@ int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
     int64_t at = recheck(c, k, now_ms);
     for (int i = 0; i < inv->n; i++) {
         struct dp_gpu *g = &inv->gpu[i];
-        int hit = ev->all || strcmp(g->uuid, ev->uuid) == 0;
-        for (int m = 0; !hit && m < g->n_mig; m++)
-            hit = strcmp(g->mig[m].uuid, ev->uuid) == 0;
-        if (hit)
-            changed |= mark(g, hs, i, ev->xid, k, at);
+        int m = ev->all ? -1 : event_mig(g, ev);
+        if (m < 0 && !ev->all && strcmp(g->uuid, ev->uuid) != 0)
+            continue;
+        hs->xids[i]++;
+        changed |= mark(m < 0 ? gpu_unit(g, hs, i) : mig_unit(g, hs, i, m), ev->xid, k, at);
     }
     return changed;
+}
+
+/* Re-probes u through the GPU of that UUID when its time has come: 1 when
+ * it turned healthy. */
+static int reprobe(const struct dp_health_cfg *c, struct unit u, const char *uuid,
+                   struct dp_backend *b, int64_t now_ms)
+{
+    struct gs_err e = GS_ERR_INIT;
+    if (*u.healthy || !*u.recheck_at || *u.recheck_at > now_ms)
+        return 0;
+    if (b->probe(b, uuid, &e) == 0) {
+        *u.healthy = 1;
+        u.reason[0] = '\0';
+        *u.recheck_at = 0;
+        return 1;
+    }
+    snprintf(u.reason, u.cap, "re-probe failed after XID %llu: %s",
+             (unsigned long long)*u.last_xid, e.msg);
+    *u.recheck_at = recheck(c, dp_health_classify(c, *u.last_xid), now_ms);
+    return 0;
 }
 
 int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
@@ -120,21 +172,22 @@ int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
 
     for (int i = 0; i < inv->n; i++) {
         struct dp_gpu *g = &inv->gpu[i];
-        struct gs_err e = GS_ERR_INIT;
-        if (g->healthy || !hs->recheck_at[i] || hs->recheck_at[i] > now_ms)
-            continue;
-        if (b->probe(b, g->uuid, &e) == 0) {
-            g->healthy = 1;
-            g->reason[0] = '\0';
-            hs->recheck_at[i] = 0;
-            changed++;
-        } else {
-            snprintf(g->reason, sizeof g->reason, "re-probe failed after XID %llu: %.80s",
-                     (unsigned long long)hs->last_xid[i], e.msg);
-            hs->recheck_at[i] = recheck(c, dp_health_classify(c, hs->last_xid[i]), now_ms);
-        }
+        changed += reprobe(c, gpu_unit(g, hs, i), g->uuid, b, now_ms);
+        for (int m = 0; m < g->n_mig; m++)
+            changed += reprobe(c, mig_unit(g, hs, i, m), g->uuid, b, now_ms);
     }
     return changed;
+}
+
+static void carry(int healthy, const char *reason, int64_t recheck_at, uint64_t last_xid,
+                  struct unit to)
+{
+    if (!healthy) {
+        *to.healthy = 0;
+        snprintf(to.reason, to.cap, "%s", reason);
+    }
+    *to.recheck_at = recheck_at;
+    *to.last_xid = last_xid;
 }
 
 void dp_health_carry(const struct dp_inventory *prev, const struct dp_health_state *hprev,
@@ -143,15 +196,18 @@ void dp_health_carry(const struct dp_inventory *prev, const struct dp_health_sta
     memset(hnext, 0, sizeof *hnext);
     for (int i = 0; i < next->n; i++)
         for (int j = 0; j < prev->n; j++) {
-            if (strcmp(next->gpu[i].uuid, prev->gpu[j].uuid) != 0)
+            struct dp_gpu *to = &next->gpu[i];
+            const struct dp_gpu *from = &prev->gpu[j];
+            if (strcmp(to->uuid, from->uuid) != 0)
                 continue;
-            if (!prev->gpu[j].healthy) {
-                next->gpu[i].healthy = 0;
-                snprintf(next->gpu[i].reason, sizeof next->gpu[i].reason, "%s",
-                         prev->gpu[j].reason);
-            }
-            hnext->recheck_at[i] = hprev->recheck_at[j];
+            carry(from->healthy, from->reason, hprev->recheck_at[j], hprev->last_xid[j],
+                  gpu_unit(to, hnext, i));
             hnext->xids[i] = hprev->xids[j];
-            hnext->last_xid[i] = hprev->last_xid[j];
+            for (int m = 0; m < to->n_mig; m++)
+                for (int n = 0; n < from->n_mig; n++)
+                    if (strcmp(to->mig[m].uuid, from->mig[n].uuid) == 0)
+                        carry(from->mig[n].healthy, from->mig[n].reason,
+                              hprev->mig_recheck_at[j][n], hprev->mig_last_xid[j][n],
+                              mig_unit(to, hnext, i, m));
         }
 }

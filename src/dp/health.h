@@ -14,8 +14,16 @@
  * backend's probe turns Healthy again; one that fails stays Unhealthy with
  * the probe's reason and is tried again after the same delay.
  *
- * The state lives in the inventory (gpu.healthy / gpu.reason) plus
- * struct dp_health_state; the caller holds whatever lock guards them.
+ * A MIG instance has a health of its own: an event on it (NVML names the
+ * instance by its GPU and GPU/compute instance ids) marks that instance
+ * only, as NVIDIA's plugin does, so one faulting slice does not take the
+ * GPU's other instances, and their pods' neighbours, off the node. It is
+ * re-probed through its GPU. An event on the GPU itself marks the GPU,
+ * and with it every instance on it.
+ *
+ * The state lives in the inventory (gpu.healthy / gpu.reason, the same
+ * per MIG instance) plus struct dp_health_state; the caller holds whatever
+ * lock guards them.
  */
 #ifndef GPUSCHED_DP_HEALTH_H
 #define GPUSCHED_DP_HEALTH_H
@@ -48,21 +56,23 @@ const char *dp_xid_class_name(enum dp_xid_class k);
 
 struct dp_health_state {
     int64_t recheck_at[DP_MAX_GPUS];  /* ms; 0 = nothing scheduled */
-    uint64_t xids[DP_MAX_GPUS];       /* events counted per GPU */
+    uint64_t xids[DP_MAX_GPUS];       /* events counted per GPU, its MIG instances' too */
     uint64_t last_xid[DP_MAX_GPUS];
+    int64_t mig_recheck_at[DP_MAX_GPUS][DP_MAX_MIG]; /* the same per MIG instance */
+    uint64_t mig_last_xid[DP_MAX_GPUS][DP_MAX_MIG];
 };
 
 /* Applies one event at time now_ms. Returns 1 if any GPU's health changed. */
 int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
                     struct dp_health_state *hs, const struct dp_event *ev, int64_t now_ms);
 
-/* Re-probes the unhealthy GPUs whose time has come, with b->probe.
- * Returns the number of GPUs whose health changed. */
+/* Re-probes the unhealthy GPUs and MIG instances whose time has come, with
+ * b->probe (a MIG instance's GPU). Returns the number whose health changed. */
 int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
                       struct dp_health_state *hs, struct dp_backend *b, int64_t now_ms);
 
-/* Carries health across a re-discovery: GPUs in `next` that were in `prev`
- * (same UUID) keep their health, reason and schedule. */
+/* Carries health across a re-discovery: GPUs and MIG instances in `next`
+ * that were in `prev` (same UUID) keep their health, reason and schedule. */
 void dp_health_carry(const struct dp_inventory *prev, const struct dp_health_state *hprev,
                      struct dp_inventory *next, struct dp_health_state *hnext);
 

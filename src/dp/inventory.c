@@ -21,10 +21,15 @@ json_t *dp_inventory_json(const struct dp_inventory *inv, const char *now)
                 json_object_set_new(l, "nvlinks", json_integer(g->nvlinks[j]));
             json_array_append_new(links, l);
         }
-        for (int m = 0; m < g->n_mig; m++)
-            json_array_append_new(mig, json_pack("{s:s, s:s, s:I}", "uuid", g->mig[m].uuid,
-                                                 "profile", g->mig[m].profile, "memory_mib",
-                                                 (json_int_t)g->mig[m].memory_mib));
+        for (int m = 0; m < g->n_mig; m++) {
+            json_t *mj = json_pack("{s:s, s:s, s:I}", "uuid", g->mig[m].uuid, "profile",
+                                   g->mig[m].profile, "memory_mib",
+                                   (json_int_t)g->mig[m].memory_mib);
+            if (mj && !g->mig[m].healthy) /* only then: healthy instances read as before */
+                json_object_update_new(mj, json_pack("{s:b, s:s}", "healthy", 0, "reason",
+                                                     g->mig[m].reason));
+            json_array_append_new(mig, mj);
+        }
         json_array_append_new(
             gpus, json_pack("{s:i, s:s, s:s, s:I, s:i, s:s, s:b, s:s, s:o, s:b, s:o}", "index",
                             g->index, "uuid", g->uuid, "model", g->model, "memory_mib",

@@ -189,10 +189,14 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
         } else {
             snprintf(mi->profile, sizeof mi->profile, "unknown");
         }
-        if (v->nvmlDeviceGetGpuInstanceId)
-            v->nvmlDeviceGetGpuInstanceId(m, &mi->gi);
-        if (v->nvmlDeviceGetComputeInstanceId)
-            v->nvmlDeviceGetComputeInstanceId(m, &mi->ci);
+        /* the ids health events name the instance by (dp/health.c) */
+        if (!v->nvmlDeviceGetGpuInstanceId ||
+            v->nvmlDeviceGetGpuInstanceId(m, &mi->gi) != NVML_SUCCESS)
+            mi->gi = DP_NO_INSTANCE;
+        if (!v->nvmlDeviceGetComputeInstanceId ||
+            v->nvmlDeviceGetComputeInstanceId(m, &mi->ci) != NVML_SUCCESS)
+            mi->ci = DP_NO_INSTANCE;
+        mi->healthy = 1;
         g->n_mig++;
     }
 }
@@ -366,6 +370,10 @@ static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, 
             snprintf(ev->uuid, sizeof ev->uuid, "%s", v->uuid[i]);
     if (!ev->uuid[0] && v->nvmlDeviceGetUUID(d.device, ev->uuid, sizeof ev->uuid) != NVML_SUCCESS)
         ev->all = 1;
+    /* on a MIG instance: the GPU's handle, and the instance by its ids */
+    ev->instance = d.gpuInstanceId != DP_NO_INSTANCE;
+    ev->gi = d.gpuInstanceId;
+    ev->ci = d.computeInstanceId;
     return 1;
 }
 

@@ -262,10 +262,15 @@ static void *health_thread(void *arg)
             changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, dp_now_ms());
             /* A failing event source repeats at once: say it when it
              * changes something, and do not spin on it. */
-            if (!ev.all || changed)
-                log_info("dp", "health event on %s: XID %llu (%s)%s%s",
-                         ev.all ? "all GPUs" : ev.uuid, (unsigned long long)ev.xid,
+            if (!ev.all || changed) {
+                char inst[48] = "";
+                if (ev.instance)
+                    snprintf(inst, sizeof inst, " (MIG instance gi %u ci %d)", ev.gi,
+                             ev.ci == DP_NO_INSTANCE ? -1 : (int)ev.ci);
+                log_info("dp", "health event on %s%s: XID %llu (%s)%s%s",
+                         ev.all ? "all GPUs" : ev.uuid, inst, (unsigned long long)ev.xid,
                          dp_xid_class_name(k), e.msg[0] ? ": " : "", e.msg);
+            }
         } else if (rc == 2) {
             rediscover_locked(p);
             changed = 1;
@@ -642,7 +647,20 @@ char *dp_plugin_metrics(struct dp_plugin *p)
         fprintf(f, "gpusched_dp_gpu_healthy{uuid=\"%s\",index=\"%d\",model=\"%s\",reason=\"%s\"} %d\n",
                 p->inv.gpu[i].uuid, p->inv.gpu[i].index, model, reason, p->inv.gpu[i].healthy);
     }
-    fprintf(f, "# HELP gpusched_dp_gpu_xid_events_total Health events counted per GPU.\n"
+    fprintf(f, "# HELP gpusched_dp_mig_healthy 1 if the MIG instance is healthy (its GPU is "
+               "gpusched_dp_gpu_healthy); reason says why not.\n"
+               "# TYPE gpusched_dp_mig_healthy gauge\n");
+    for (int i = 0; i < p->inv.n; i++)
+        for (int m = 0; m < p->inv.gpu[i].n_mig; m++) {
+            const struct dp_mig *mi = &p->inv.gpu[i].mig[m];
+            char reason[300];
+            esc(mi->reason, reason, sizeof reason);
+            fprintf(f, "gpusched_dp_mig_healthy{uuid=\"%s\",gpu_uuid=\"%s\",profile=\"%s\","
+                       "reason=\"%s\"} %d\n", mi->uuid, p->inv.gpu[i].uuid, mi->profile, reason,
+                    mi->healthy);
+        }
+    fprintf(f, "# HELP gpusched_dp_gpu_xid_events_total Health events counted per GPU "
+               "(its MIG instances' included).\n"
                "# TYPE gpusched_dp_gpu_xid_events_total counter\n");
     for (int i = 0; i < p->inv.n; i++)
         fprintf(f, "gpusched_dp_gpu_xid_events_total{uuid=\"%s\"} %llu\n", p->inv.gpu[i].uuid,

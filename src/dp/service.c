@@ -277,13 +277,13 @@ static int assign_from_api(struct dp_server *s, char *const *ids, size_t n_ids, 
         pthread_mutex_lock(&p->mu);
         if (!claimed_locked(p, a)) {
             for (int i = 0; i < a->n && rc == 0; i++) {
-                const struct dp_gpu *g = dp_inventory_find(&p->inv, a->uuids[i]);
-                if (!g)
+                const char *why;
+                if (!dp_inventory_find(&p->inv, a->uuids[i]))
                     rc = gs_errf(e, GS_ENOENT, "pod %s/%s: assigned GPU %s is not on node %s",
                                  a->ns, a->pod, a->uuids[i], p->cfg.node_name);
-                else if (!g->healthy)
+                else if (!dp_inventory_healthy(&p->inv, a->uuids[i], &why))
                     rc = gs_errf(e, GS_ECONFLICT, "pod %s/%s: assigned GPU %s is unhealthy: %s",
-                                 a->ns, a->pod, a->uuids[i], g->reason);
+                                 a->ns, a->pod, a->uuids[i], why);
             }
             if (rc == 0) {
                 add_claim_locked(p, a, s->name, ids_key(ids, n_ids));

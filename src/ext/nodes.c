@@ -104,6 +104,10 @@ static int parse_gpu(const json_t *g, int i, struct core_gpu_spec *out, struct g
             (rc = int_field(m, "memory_mib", 0, 1LL << 40, 0, &v, w2, e)) < 0)
             return rc;
         ms->mem_mib = v;
+        const json_t *mh = json_object_get(m, "healthy");
+        if (mh && !json_is_boolean(mh))
+            return gs_errf(e, GS_EINVAL, "%s.healthy: not a boolean", w2);
+        ms->unhealthy = mh && !json_is_true(mh);
         out->n_mig++;
     }
     return 0;

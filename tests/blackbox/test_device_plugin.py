@@ -472,9 +472,18 @@ def test_mig_instances_get_their_own_resource(kubelet, plugin_factory, gpus_file
     assert m1.allocate([mig[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == mig[1]
     inv = pl.get("/inventory").json()
     assert inv["gpus"][3]["mig_enabled"] and len(inv["gpus"][3]["mig"]) == 3
+    # An XID on one MIG instance takes that instance only.
+    edit(gpus_file, lambda d: d["gpus"][3]["mig"][1].update(xids=[79]))
+    devs = m1.wait(lambda d: health(d)[mig[1]] == "Unhealthy")
+    assert health(devs)[mig[0]] == "Healthy"
+    assert health(m3.devices())[mig[2]] == "Healthy"
+    inv = pl.get("/inventory").json()["gpus"][3]
+    assert inv["healthy"] is True and inv["mig"][1]["reason"] == "XID 79 (fatal)", inv
+    assert "healthy" not in inv["mig"][0], inv
     # An XID on the parent GPU takes its MIG devices down too.
     edit(gpus_file, lambda d: d["gpus"][3].update(xids=[79]))
     m1.wait(lambda d: all(x.health == "Unhealthy" for x in d))
+    m3.wait(lambda d: all(x.health == "Unhealthy" for x in d))
     # Reconfigured without MIG: the MIG resources go, the GPU joins nvidia.com/gpu.
     t0 = time.monotonic()
     edit(gpus_file, lambda d: d["gpus"][3].pop("mig"))

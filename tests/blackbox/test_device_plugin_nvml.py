@@ -118,6 +118,42 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
     assert code == 0
 
 
+def test_nvml_xid_on_a_mig_instance_marks_that_instance(gpusched_bin, env, fake_nvml):
+    """NVML names a MIG instance's event by its GPU's handle and the instance's GPU and
+    compute instance ids: that instance turns Unhealthy, its GPU and the other
+    resources stay Healthy, and a transient XID is re-probed away. An event whose ids
+    name no advertised instance (here the left-out 1c.2g one) marks the whole GPU."""
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        m = k.wait_plugin("nvidia.com/mig-1g.10gb")
+        p.wait(lambda d: len(d) == 2)
+        m.wait(lambda d: len(d) == 1)
+        put(os.path.join(ctl, "xid"), "2 94 7 0\n")
+        m.wait(lambda d: health(d)[MIG] == "Unhealthy", timeout=2)
+        inv = pl.get("/inventory").json()["gpus"][2]
+        assert inv["healthy"] is True, inv
+        assert inv["mig"][0]["healthy"] is False and inv["mig"][0]["reason"] == \
+            "XID 94 (transient)", inv
+        assert all(h == "Healthy" for h in health(p.devices()).values())
+        metrics = pl.get("/metrics").text
+        assert f'gpusched_dp_mig_healthy{{uuid="{MIG}",gpu_uuid="{G[2]}",' \
+               f'profile="1g.10gb",reason="XID 94 (transient)"}} 0' in metrics, metrics
+        assert f"health event on {G[2]} (MIG instance gi 7 ci 0): XID 94" in pl.output()
+        m.wait(lambda d: health(d)[MIG] == "Healthy", timeout=4)
+        assert "healthy" not in pl.get("/inventory").json()["gpus"][2]["mig"][0]
+        put(os.path.join(ctl, "xid"), "2 94 9 0\n")
+        m.wait(lambda d: health(d)[MIG] == "Unhealthy", timeout=2)
+        inv = pl.get("/inventory").json()["gpus"][2]
+        assert inv["healthy"] is False and "healthy" not in inv["mig"][0], inv
+        m.wait(lambda d: health(d)[MIG] == "Healthy", timeout=4)
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
 def test_nvml_event_wait_failing_marks_every_gpu_until_reprobed(gpusched_bin, env, fake_nvml):
     kdir, k = env
     pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")

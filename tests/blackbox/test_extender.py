@@ -245,6 +245,29 @@ def test_unresolvable_reasons_are_in_failed_nodes_too(ext):
     assert f["NodeNames"] == ["a100-2"]
 
 
+def test_a_faulted_mig_instance_takes_no_pod(gpusched_bin, tmp_path):
+    """The device plugin marks a MIG instance that took an XID (its GPU healthy):
+    the extender places MIG pods on the others only, and says why when too few are
+    left (docs/device-plugin.md, Health)."""
+    m = gpu_node("m", n=1, mig=True)
+    inv = json.loads(m["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
+    for k in range(1, 7):  # instances 1..6 faulted, 0 healthy
+        inv["gpus"][0]["mig"][k].update(healthy=False, reason="XID 94 (transient)")
+    m["metadata"]["annotations"]["gpusched.io/gpu-inventory"] = json.dumps(inv)
+    e = Extender(gpusched_bin, ["--nodes", write_nodes(tmp_path / "n.json", [m])])
+    try:
+        f = e.filter(pod("two", {"nvidia.com/mig-1g.10gb": "2"}), ["m"])
+        assert f["FailedAndUnresolvableNodes"]["m"] == (
+            "node has 1 healthy MIG instances of 1g.10gb (of 7), pod needs 2"), f
+        one = pod("one", {"nvidia.com/mig-1g.10gb": "1"})
+        e.place(one, ["m"])
+        assert e.allocation(one)["gpusched.io/gpu-uuids"] == "MIG-m-0-0"
+        f = e.filter(pod("next", {"nvidia.com/mig-1g.10gb": "1"}), ["m"])
+        assert f["FailedNodes"]["m"] == "node has 0 free MIG instances of 1g.10gb, pod needs 1"
+    finally:
+        e.stop()
+
+
 def test_never_more_pods_than_kubelet_has_devices(gpusched_bin, tmp_path):
     """kubelet counts devices per node: with the device plugin's --replicas 1
     a 4-GPU node has 4 nvidia.com/gpu devices, so a fifth shared pod, which

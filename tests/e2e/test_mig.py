@@ -140,3 +140,26 @@ def test_mig_pod_waits_for_a_free_instance(cluster, mig_node, pods):
     cluster.delete_pods(NS, ["mig-one"])
     p = cluster.wait_pods(NS, ["mig-wait"], timeout=60, ready_log=READY)["mig-wait"]
     assert check_pod_gpus(cluster, p) == [held["mig-one"]]
+
+
+def test_faulted_instance_is_passed_over(cluster, mig_node, pods):
+    """A fatal XID on one 1g.5gb instance (its GPU healthy, the fake-GPU file's
+    per-instance "xids"): the device plugin reports that device Unhealthy, so the real
+    kubelet's allocatable drops to one 1g.5gb; the inventory marks the instance, and a
+    1g.5gb pod gets the other one, where the first free instance was picked before.
+    Last in the module: the instance stays Unhealthy until the file is put back."""
+    node = cluster.node(NODE_B)
+    doc = node.read_fake_gpus()
+    doc["gpus"][1]["mig"][0]["xids"] = [79]
+    node.write_fake_gpus(doc)
+
+    def faulted():
+        node_obj = cluster.api("GET", f"/api/v1/nodes/{NODE_B}").json()
+        inv = json.loads(node_obj["metadata"]["annotations"][kcluster.PREFIX + "gpu-inventory"])
+        gpu = [g for g in inv["gpus"] if g["uuid"] == mig_node["gpu"]][0]
+        return gpu["healthy"] and gpu["mig"][0].get("healthy") is False
+    cluster.wait(lambda: node_allocatable(node)["nvidia.com/mig-1g.5gb"] == "1", 30,
+                 f"{NODE_B}: one healthy 1g.5gb device", proc=node.dp)
+    cluster.wait(faulted, 30, f"{NODE_B}: the inventory marks the instance", proc=node.dp)
+    got = start(cluster, pods, gpu_pod("mig-healthy", {"nvidia.com/mig-1g.5gb": "1"}))
+    assert check_pod_gpus(cluster, got["mig-healthy"]) == [mig_node["1g"][1]]

@@ -11,8 +11,12 @@
  * It models two H100s, NVLinked (4 links) and on one PCIe switch, plus a
  * third GPU in MIG mode with one 1g.10gb instance. Control files, named by
  * environment variables:
- *   FAKE_NVML_XID   "<gpu index> <xid>": the next nvmlEventSetWait_v2
- *                   returns that XID event, then the file is removed;
+ *   FAKE_NVML_XID   "<gpu index> <xid> [<gi> <ci>]": the next
+ *                   nvmlEventSetWait_v2 returns that XID event (on the MIG
+ *                   instance of those GPU / compute instance ids, as NVML
+ *                   names one: the GPU's handle and the ids), then the file
+ *                   is removed. The MIG instances have GPU instance ids 7
+ *                   and 9, compute instance id 0;
  *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
@@ -212,7 +216,13 @@ ret_t nvmlDeviceGetMigDeviceHandleByIndex(handle_t h, unsigned i, handle_t *m)
     *m = i ? &mig1 : &mig0;
     return OK;
 }
-ret_t nvmlDeviceGetGpuInstanceId(handle_t h, unsigned *id) { *id = h->is_mig ? 7 : 0; return OK; }
+ret_t nvmlDeviceGetGpuInstanceId(handle_t h, unsigned *id)
+{
+    if (!h->is_mig)
+        return INVALID_ARG;
+    *id = h->slot ? 9 : 7;
+    return OK;
+}
 ret_t nvmlDeviceGetComputeInstanceId(handle_t h, unsigned *id) { (void)h; *id = 0; return OK; }
 ret_t nvmlDeviceGetAttributes_v2(handle_t h, attr_t *a)
 {
@@ -245,7 +255,8 @@ ret_t nvmlEventSetCreate(void **set) { static int s; *set = &s; return OK; }
 ret_t nvmlEventSetFree(void *set) { (void)set; return OK; }
 ret_t nvmlDeviceGetSupportedEventTypes(handle_t h, unsigned long long *mask)
 {
-    *mask = h->idx == 2 ? 0 : 0xff9f; /* what an H100 reports */
+    (void)h;
+    *mask = 0xff9f; /* what an H100 reports, in MIG mode too */
     return OK;
 }
 ret_t nvmlDeviceRegisterEvents(handle_t h, unsigned long long mask, void *set)
@@ -260,8 +271,9 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
 {
     const char *f = getenv("FAKE_NVML_XID");
     FILE *fp = f ? fopen(f, "r") : NULL;
-    int idx;
+    int idx, n;
     unsigned long long xid;
+    unsigned gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
 
     (void)set;
     const char *wf = getenv("FAKE_NVML_WAIT_FAIL");
@@ -271,15 +283,16 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
         return 999; /* NVML_ERROR_UNKNOWN */
     }
     if (fp) {
-        int n = fscanf(fp, "%d %llu", &idx, &xid);
+        n = fscanf(fp, "%d %llu %u %u", &idx, &xid, &gi, &ci);
         fclose(fp);
         unlink(f);
-        if (n == 2 && idx >= 0 && idx < 3 && registered[idx]) {
+        if ((n == 2 || n == 4) && idx >= 0 && idx < 3 && registered[idx]) {
             memset(ev, 0, sizeof *ev);
             ev->device = &gpus[idx];
             ev->type = 0x8;
             ev->data = xid;
-            ev->gi = ev->ci = 0xFFFFFFFFu;
+            ev->gi = gi;
+            ev->ci = ci;
             return OK;
         }
     }

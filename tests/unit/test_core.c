@@ -690,6 +690,23 @@ static void test_mig(void)
     ASSERT_EQ(core_alloc_find(c, "w")->gpu[0], 1);
     ASSERT_EQ(core_unreserve(c, "m", &e), 0);
     ASSERT_TRUE(!n->gpus[0].mig[0].used && !n->gpus[0].mig[1].used);
+
+    /* a faulted instance (its GPU healthy) takes no pod; the other does */
+    s.gpus[0].mig[0].unhealthy = 1;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+    n = core_cluster_find(c, "mig");
+    snprintf(q.req.mig_profile, sizeof q.req.mig_profile, "1g.5gb");
+    q.req.mig_count = 2;
+    ASSERT_EQ(core_filter(c, n, &q, &st), 0);
+    ASSERT_EQ(st.code, CORE_UNRESOLVABLE);
+    ASSERT_STREQ(st.reason, "node has 1 healthy MIG instances of 1g.5gb (of 2), pod needs 2");
+    q.req.mig_count = 1;
+    ASSERT_EQ(tc_place(c, "mig", &q, "binpack"), 0);
+    ASSERT_EQ(core_alloc_find(c, "q")->mig[0], 1);
+    struct core_pod r = q;
+    snprintf(r.uid, sizeof r.uid, "r");
+    ASSERT_EQ(core_filter(c, n, &r, &st), 0);
+    ASSERT_STREQ(st.reason, "node has 0 free MIG instances of 1g.5gb, pod needs 1");
     core_cluster_free(c);
 }
 

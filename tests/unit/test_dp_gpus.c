@@ -93,6 +93,14 @@ static void test_parse(void)
         {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
          " \"mig\": [{\"uuid\": \"M\", \"profile\": \"1g.5gb\"}]}]}",
          "gpus[0].mig[0].memory_mib: missing"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"mig\": [{\"uuid\": \"M\", \"profile\": \"1g.5gb\", \"memory_mib\": 1,"
+         " \"xids\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}]}]}",
+         "gpus[0].mig[0].xids: must be an array of at most 8 integers"},
+        {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1,"
+         " \"mig\": [{\"uuid\": \"M\", \"profile\": \"1g.5gb\", \"memory_mib\": 1,"
+         " \"xids\": [-1]}]}]}",
+         "gpus[0].mig[0].xids[0]: must be an integer 0..100000"},
         {"{\"gpus\": [{\"uuid\": \"G\", \"name\": \"X\", \"memory_mib\": 1, \"index\": 1},"
          " {\"uuid\": \"H\", \"name\": \"X\", \"memory_mib\": 1}]}",
          "gpus[1].index: 1 appears twice"},
@@ -144,12 +152,16 @@ static void test_health(void)
     snprintf(inv.gpu[0].uuid, sizeof inv.gpu[0].uuid, "GPU-a");
     snprintf(inv.gpu[1].uuid, sizeof inv.gpu[1].uuid, "GPU-b");
     snprintf(inv.gpu[1].mig[0].uuid, sizeof inv.gpu[1].mig[0].uuid, "MIG-b0");
-    inv.gpu[1].n_mig = 1;
+    snprintf(inv.gpu[1].mig[1].uuid, sizeof inv.gpu[1].mig[1].uuid, "MIG-b1");
+    inv.gpu[1].mig[0].gi = 3;
+    inv.gpu[1].mig[1].gi = 5;
+    inv.gpu[1].n_mig = 2;
     inv.gpu[0].healthy = inv.gpu[1].healthy = 1;
+    inv.gpu[1].mig[0].healthy = inv.gpu[1].mig[1].healthy = 1;
     c.transient_ms = 1000;
     c.fatal_ms = 60000;
 
-    struct dp_event ev = {"GPU-a", 0, 13};
+    struct dp_event ev = {.uuid = "GPU-a", .xid = 13};
     ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, 0), 0); /* application error */
     ASSERT_EQ(inv.gpu[0].healthy, 1);
     ev.xid = 63;
@@ -168,27 +180,62 @@ static void test_health(void)
     ASSERT_EQ(inv.gpu[0].healthy, 1);
     ASSERT_STREQ(inv.gpu[0].reason, "");
 
-    /* A fatal XID on a MIG instance takes the parent; a failing probe keeps
-     * it unhealthy and reschedules. */
-    struct dp_event ev2 = {"MIG-b0", 0, 79};
+    /* A fatal XID on a MIG instance takes that instance only; a failing
+     * probe (of its GPU) keeps it unhealthy and reschedules. */
+    struct dp_event ev2 = {.uuid = "MIG-b0", .xid = 79};
     ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev2, 0), 1);
+    ASSERT_EQ(inv.gpu[1].healthy, 1);
+    ASSERT_EQ(inv.gpu[1].mig[0].healthy, 0);
+    ASSERT_EQ(inv.gpu[1].mig[1].healthy, 1);
+    ASSERT_STREQ(inv.gpu[1].mig[0].reason, "XID 79 (fatal)");
+    ASSERT_EQ(hs.mig_recheck_at[1][0], 60000);
+    ASSERT_EQ(hs.recheck_at[1], 0);
+    ASSERT_EQ(hs.xids[1], 1);
+    probe_result = 1;
+    ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 60000), 0);
+    ASSERT_CONTAINS(inv.gpu[1].mig[0].reason,
+                    "re-probe failed after XID 79: GPU-b: still broken");
+    ASSERT_EQ(hs.mig_recheck_at[1][0], 120000);
+    /* NVML's form: the GPU's UUID and the instance's ids */
+    struct dp_event byid = {.uuid = "GPU-b", .xid = 63, .instance = 1, .gi = 5,
+                            .ci = DP_NO_INSTANCE};
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, 0), 1);
+    ASSERT_EQ(inv.gpu[1].mig[1].healthy, 0);
+    ASSERT_EQ(inv.gpu[1].healthy, 1);
+    const char *why;
+    ASSERT_EQ(dp_inventory_healthy(&inv, "MIG-b1", &why), 0);
+    ASSERT_STREQ(why, "XID 63 (transient)");
+    ASSERT_EQ(dp_inventory_healthy(&inv, "GPU-b", &why), 1);
+    ASSERT_EQ(dp_inventory_healthy(&inv, "GPU-x", &why), 0);
+    probe_result = 0;
+    ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 1000), 1); /* transient: back */
+    ASSERT_EQ(inv.gpu[1].mig[1].healthy, 1);
+    ASSERT_EQ(inv.gpu[1].mig[0].healthy, 0);                   /* not due */
+    /* ids no instance has (nor an unknown id): the whole GPU */
+    byid.gi = 9;
+    inv.gpu[1].mig[1].gi = DP_NO_INSTANCE;
+    byid.xid = 79;
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, 0), 1);
     ASSERT_EQ(inv.gpu[1].healthy, 0);
+    ASSERT_EQ(inv.gpu[1].mig[1].healthy, 1);
+    ASSERT_EQ(dp_inventory_healthy(&inv, "MIG-b1", &why), 0); /* its GPU is not */
+    ASSERT_STREQ(why, "XID 79 (fatal)");
     ASSERT_EQ(hs.recheck_at[1], 60000);
     probe_result = 1;
     ASSERT_EQ(dp_health_reprobe(&c, &inv, &hs, &b, 60000), 0);
-    ASSERT_CONTAINS(inv.gpu[1].reason, "re-probe failed after XID 79: GPU-b: still broken");
     ASSERT_EQ(hs.recheck_at[1], 120000);
 
     /* By default a fatal XID is never re-probed: a GPU that needs a reset
      * still answers the probe. */
     struct dp_health_cfg d;
     struct dp_health_state hd;
+    struct dp_event evb = {.uuid = "GPU-b", .xid = 79};
     dp_health_cfg_default(&d);
     memset(&hd, 0, sizeof hd);
     ASSERT_EQ(d.fatal_ms, 0);
-    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev2, 0), 0); /* GPU-b already unhealthy */
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, 0), 0); /* GPU-b already unhealthy */
     inv.gpu[1].healthy = 1;
-    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev2, 0), 1);
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, 0), 1);
     probe_result = 0;
     ASSERT_EQ(dp_health_reprobe(&d, &inv, &hd, &b, (int64_t)3e12), 0); /* a century later */
     ASSERT_EQ(inv.gpu[1].healthy, 0);
@@ -202,22 +249,32 @@ static void test_health(void)
     probe_result = 1;
 
     /* The event source failed: every GPU. */
-    struct dp_event all = {"", 1, 999};
+    struct dp_event all = {.all = 1, .xid = 999};
     ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, 0), 1);
     ASSERT_EQ(inv.gpu[0].healthy, 0);
 
-    /* Health survives a re-discovery, by UUID, whatever the order. */
+    /* Health survives a re-discovery, by UUID, whatever the order; a MIG
+     * instance's too. */
     struct dp_inventory next;
     struct dp_health_state hn;
     memset(&next, 0, sizeof next);
     next.n = 2;
     snprintf(next.gpu[0].uuid, sizeof next.gpu[0].uuid, "GPU-b");
     snprintf(next.gpu[1].uuid, sizeof next.gpu[1].uuid, "GPU-new");
+    snprintf(next.gpu[0].mig[0].uuid, sizeof next.gpu[0].mig[0].uuid, "MIG-b1");
+    snprintf(next.gpu[0].mig[1].uuid, sizeof next.gpu[0].mig[1].uuid, "MIG-b0");
+    next.gpu[0].n_mig = 2;
     next.gpu[0].healthy = next.gpu[1].healthy = 1;
+    next.gpu[0].mig[0].healthy = next.gpu[0].mig[1].healthy = 1;
     dp_health_carry(&inv, &hs, &next, &hn);
     ASSERT_EQ(next.gpu[0].healthy, 0);
     ASSERT_EQ(hn.recheck_at[0], 120000);
     ASSERT_EQ(next.gpu[1].healthy, 1);
+    ASSERT_EQ(next.gpu[0].mig[0].healthy, 1);
+    ASSERT_EQ(next.gpu[0].mig[1].healthy, 0);
+    ASSERT_CONTAINS(next.gpu[0].mig[1].reason, "re-probe failed after XID 79");
+    ASSERT_EQ(hn.mig_recheck_at[0][1], 120000);
+    ASSERT_EQ(hn.mig_last_xid[0][1], 79);
 
     /* "all" switches health checks off. */
     ASSERT_EQ(dp_health_parse_ignored(&c, "all", &e), 0);

@@ -72,7 +72,11 @@ static const char *INV =
     "{\"version\":1,\"updated_at\":\"2026-11-22T15:20:01Z\",\"gpus\":["
     "{\"index\":0,\"uuid\":\"GPU-0\",\"model\":\"H100\",\"memory_mib\":81559,\"numa_node\":0,"
     "\"links\":[{\"gpu\":1,\"type\":\"nvlink\"}]},"
-    "{\"index\":1,\"uuid\":\"GPU-1\",\"model\":\"H100\",\"memory_mib\":81559,\"healthy\":false}]}";
+    "{\"index\":1,\"uuid\":\"GPU-1\",\"model\":\"H100\",\"memory_mib\":81559,\"healthy\":false},"
+    "{\"index\":2,\"uuid\":\"GPU-2\",\"model\":\"H100\",\"memory_mib\":81559,\"mig_enabled\":true,"
+    "\"mig\":[{\"uuid\":\"MIG-a\",\"profile\":\"1g.10gb\",\"memory_mib\":9856},"
+    "{\"uuid\":\"MIG-b\",\"profile\":\"1g.10gb\",\"memory_mib\":9856,\"healthy\":false,"
+    "\"reason\":\"XID 94 (transient)\"}]}]}";
 
 static json_t *node_json(const char *name, const char *inv)
 {
@@ -94,9 +98,13 @@ static void test_nodes(void)
     json_t *n = node_json("n1", INV);
 
     ASSERT_EQ(ext_node_spec(n, core_names_default(), &spec, &buf, &t, &e), 0);
-    ASSERT_EQ(spec.n_gpus, 2);
+    ASSERT_EQ(spec.n_gpus, 3);
     ASSERT_EQ(spec.gpus[0].link[1], CORE_LINK_NVLINK);
     ASSERT_EQ(spec.gpus[1].healthy, 0);
+    ASSERT_EQ(spec.gpus[2].healthy, 1);
+    ASSERT_EQ(spec.gpus[2].n_mig, 2);
+    ASSERT_EQ(spec.gpus[2].mig[0].unhealthy, 0);
+    ASSERT_EQ(spec.gpus[2].mig[1].unhealthy, 1);
     ASSERT_EQ(spec.cpu_milli, 8000);
     ASSERT_EQ(spec.max_pods, 110);
     ASSERT_EQ(spec.n_labels, 1);
@@ -136,6 +144,9 @@ static void test_nodes(void)
          "[{\"gpu\":1,\"type\":\"warp\"}]}]}", "links[0].type"},
         {"{\"version\":1,\"updated_at\":\"yesterday\",\"gpus\":[]}", "updated_at"},
         {"[", "not JSON"},
+        {"{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"a\",\"model\":\"m\",\"mig\":"
+         "[{\"uuid\":\"M\",\"profile\":\"1g.5gb\",\"memory_mib\":1,\"healthy\":\"no\"}]}]}",
+         "gpus[0].mig[0].healthy: not a boolean"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         n = node_json("bad", bad[i].inv);
