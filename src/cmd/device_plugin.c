@@ -118,7 +118,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *podres = "/var/lib/kubelet/pod-resources/kubelet.sock";
     const char *fake = NULL, *node = NULL, *kubeconfig = NULL, *nvml_lib = NULL;
     const char *prefix = CORE_RES_PREFIX_DEFAULT, *annot_prefix = CORE_ANNOT_PREFIX_DEFAULT;
-    const char *ignore_xids = NULL;
+    const char *ignore_xids = NULL, *health_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
@@ -142,6 +142,9 @@ int cmd_device_plugin(int argc, char **argv)
         OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),
         OPT_STR("ignore-xids", &ignore_xids, "LIST",
                 "XIDs to ignore besides 13,31,43,45,68,109; 'all' disables health checks"),
+        OPT_STR("health-xids", &health_xids, "LIST",
+                "XIDs that count even when ignored (e.g. 43 for a GPU that must not run "
+                "faulting jobs); not with --ignore-xids all"),
         OPT_INT("reprobe-transient", &transient_s, "SECONDS",
                 "re-probe a GPU this long after a transient XID", 1, 86400),
         OPT_INT("reprobe-fatal", &fatal_s, "SECONDS",
@@ -206,8 +209,14 @@ int cmd_device_plugin(int argc, char **argv)
     dp_health_cfg_default(&cfg.health);
     cfg.health.transient_ms = transient_s * 1000;
     cfg.health.fatal_ms = fatal_s * 1000;
-    if (ignore_xids && dp_health_parse_ignored(&cfg.health, ignore_xids, &e) != 0) {
+    if ((ignore_xids && dp_health_parse_ignored(&cfg.health, ignore_xids, &e) != 0) ||
+        (health_xids && dp_health_parse_forced(&cfg.health, health_xids, &e) != 0)) {
         fprintf(stderr, "gpusched device-plugin: %s\n", e.msg);
+        return 2;
+    }
+    if (health_xids && cfg.health.disabled) {
+        fprintf(stderr, "gpusched device-plugin: --health-xids: health checks are off "
+                        "(--ignore-xids all)\n");
         return 2;
     }
     cfg.alloc.dev_dir = no_device_specs ? NULL : dev_dir;

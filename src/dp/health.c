@@ -34,42 +34,58 @@ static int64_t recheck(const struct dp_health_cfg *c, enum dp_xid_class k, int64
     return c->fatal_ms > 0 ? now_ms + c->fatal_ms : INT64_MAX;
 }
 
-int dp_health_parse_ignored(struct dp_health_cfg *c, const char *list, struct gs_err *e)
+/* A comma-separated XID list into out[], *n (flag names it in errors). */
+static int parse_list(const char *flag, const char *list, uint64_t *out, int *n,
+                      struct gs_err *e)
 {
     char buf[512], *save = NULL;
 
-    if (strcmp(list, "all") == 0) {
-        c->disabled = 1;
-        return 0;
-    }
     if (strlen(list) >= sizeof buf)
-        return gs_errf(e, GS_EINVAL, "--ignore-xids: list is too long");
+        return gs_errf(e, GS_EINVAL, "%s: list is too long", flag);
     snprintf(buf, sizeof buf, "%s", list);
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *end;
         errno = 0;
         unsigned long long x = strtoull(tok, &end, 10);
         if (errno || end == tok || *end || tok[0] == '-' || x > 100000)
-            return gs_errf(e, GS_EINVAL, "--ignore-xids: '%s' is not an XID number", tok);
-        if (c->n_ignored == DP_HEALTH_MAX_IGNORED)
-            return gs_errf(e, GS_EINVAL, "--ignore-xids: more than %d XIDs",
-                           DP_HEALTH_MAX_IGNORED);
-        c->ignored[c->n_ignored++] = x;
+            return gs_errf(e, GS_EINVAL, "%s: '%s' is not an XID number", flag, tok);
+        if (*n == DP_HEALTH_MAX_IGNORED)
+            return gs_errf(e, GS_EINVAL, "%s: more than %d XIDs", flag, DP_HEALTH_MAX_IGNORED);
+        out[(*n)++] = x;
     }
+    return 0;
+}
+
+int dp_health_parse_ignored(struct dp_health_cfg *c, const char *list, struct gs_err *e)
+{
+    if (strcmp(list, "all") == 0) {
+        c->disabled = 1;
+        return 0;
+    }
+    return parse_list("--ignore-xids", list, c->ignored, &c->n_ignored, e);
+}
+
+int dp_health_parse_forced(struct dp_health_cfg *c, const char *list, struct gs_err *e)
+{
+    return parse_list("--health-xids", list, c->forced, &c->n_forced, e);
+}
+
+static int listed(const uint64_t *xs, int n, uint64_t xid)
+{
+    for (int i = 0; i < n; i++)
+        if (xs[i] == xid)
+            return 1;
     return 0;
 }
 
 enum dp_xid_class dp_health_classify(const struct dp_health_cfg *c, uint64_t xid)
 {
-    if (c->disabled)
+    if (c->disabled || (listed(c->ignored, c->n_ignored, xid) &&
+                        !listed(c->forced, c->n_forced, xid)))
         return DP_XID_IGNORED;
-    for (int i = 0; i < c->n_ignored; i++)
-        if (c->ignored[i] == xid)
-            return DP_XID_IGNORED;
-    for (size_t i = 0; i < sizeof fatal_xids / sizeof *fatal_xids; i++)
-        if (fatal_xids[i] == xid)
-            return DP_XID_FATAL;
-    return DP_XID_TRANSIENT;
+    return listed(fatal_xids, (int)(sizeof fatal_xids / sizeof *fatal_xids), xid)
+               ? DP_XID_FATAL
+               : DP_XID_TRANSIENT;
 }
 
 const char *dp_xid_class_name(enum dp_xid_class k)

@@ -38,6 +38,8 @@ struct dp_health_cfg {
     int disabled;                           /* "all": events never change health */
     int n_ignored;
     uint64_t ignored[DP_HEALTH_MAX_IGNORED];
+    int n_forced;                           /* counted even when ignored above */
+    uint64_t forced[DP_HEALTH_MAX_IGNORED];
     int64_t transient_ms;                   /* re-probe delay after a transient XID */
     int64_t fatal_ms;                       /* re-probe delay after a fatal XID; 0 never */
 };
@@ -50,6 +52,10 @@ void dp_health_cfg_default(struct dp_health_cfg *c);
 /* Adds a comma-separated XID list ("43,74") to the ignored ones, or
  * disables health checks for "all". Errors name the bad entry. */
 int dp_health_parse_ignored(struct dp_health_cfg *c, const char *list, struct gs_err *e);
+/* Adds a comma-separated XID list to those that count even when ignored by
+ * default or by --ignore-xids (NVIDIA's DP_ENABLE_HEALTHCHECKS); "all" still
+ * switches every check off. Errors name the bad entry. */
+int dp_health_parse_forced(struct dp_health_cfg *c, const char *list, struct gs_err *e);
 
 enum dp_xid_class dp_health_classify(const struct dp_health_cfg *c, uint64_t xid);
 const char *dp_xid_class_name(enum dp_xid_class k);

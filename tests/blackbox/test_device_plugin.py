@@ -338,6 +338,21 @@ def test_application_xids_are_ignored(kubelet, plugin_factory, gpus_file):
     assert all(health(d)[GPU[0]] == "Healthy" for _, d in p.lists[n:])
 
 
+def test_health_xids_count_ignored_ones(kubelet, plugin_factory, gpus_file, gpusched_bin):
+    """--health-xids (NVIDIA's DP_ENABLE_HEALTHCHECKS): an application XID an operator
+    wants counted turns the GPU Unhealthy; the other default-ignored ones still do not."""
+    plugin_factory(gpus_file, "--health-xids", "43")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    edit(gpus_file, lambda d: d["gpus"][0].update(xids=[13]))
+    edit(gpus_file, lambda d: d["gpus"][1].update(xids=[43]))
+    devs = p.wait(lambda d: health(d)[GPU[1]] == "Unhealthy")
+    assert health(devs)[GPU[0]] == "Healthy"
+    r = subprocess.run([gpusched_bin, "device-plugin", "--ignore-xids", "all", "--health-xids",
+                        "43"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "health checks are off" in r.stderr, r.stderr
+
+
 def test_transient_xid_recovers_after_a_passing_reprobe(kubelet, plugin_factory, gpus_file):
     pl = plugin_factory(gpus_file, "--reprobe-transient", "1")
     p = kubelet.wait_plugin("nvidia.com/gpu")

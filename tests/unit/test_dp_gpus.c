@@ -145,6 +145,15 @@ static void test_health(void)
     ASSERT_EQ(dp_health_parse_ignored(&c, "7,,x", &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "'x' is not an XID number");
     ASSERT_EQ(dp_health_parse_ignored(&c, "-3", &e), -GS_EINVAL);
+    /* forced on: counted although ignored by default or by --ignore-xids */
+    ASSERT_EQ(dp_health_parse_forced(&c, "43,31,48", &e), 0);
+    ASSERT_EQ(dp_health_classify(&c, 43), DP_XID_TRANSIENT);
+    ASSERT_EQ(dp_health_classify(&c, 31), DP_XID_TRANSIENT);
+    ASSERT_EQ(dp_health_classify(&c, 48), DP_XID_FATAL);
+    ASSERT_EQ(dp_health_classify(&c, 13), DP_XID_IGNORED);
+    ASSERT_EQ(dp_health_parse_forced(&c, "1,x", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "--health-xids: 'x' is not an XID number");
+    c.n_forced = 0;
 
     memset(&inv, 0, sizeof inv);
     memset(&hs, 0, sizeof hs);
