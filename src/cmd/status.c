@@ -348,6 +348,15 @@ static int mig_used(const struct core_gpu *gpu)
     return k;
 }
 
+/* MIG instances the device plugin marked unhealthy (their GPU may be fine). */
+static int mig_unhealthy(const struct core_gpu *gpu)
+{
+    int k = 0;
+    for (int i = 0; i < gpu->n_mig; i++)
+        k += gpu->mig[i].unhealthy != 0;
+    return k;
+}
+
 /* MIG GPUs count the memory of their used instances. */
 static int64_t gpu_mem_used(const struct core_gpu *gpu)
 {
@@ -412,8 +421,15 @@ static void print_table(struct status *st, int wide, const struct colours *co)
             const struct core_gpu *gpu = &n->gpus[g];
             int used_milli = 1000 - gpu->free_milli;
             int64_t used_mem = gpu_mem_used(gpu);
-            const char *health = !gpu->healthy ? "unhealthy" : !n->available ? "stale" : "ok";
-            const char *hc = !gpu->healthy || !n->available ? co->red : co->green;
+            char bad[24];
+            snprintf(bad, sizeof bad, "%d/%d bad", mig_unhealthy(gpu), gpu->n_mig);
+            const char *health = !gpu->healthy     ? "unhealthy"
+                                 : !n->available   ? "stale"
+                                 : mig_unhealthy(gpu) ? bad /* some MIG instances */
+                                                      : "ok";
+            const char *hc = !gpu->healthy || !n->available ? co->red
+                             : mig_unhealthy(gpu)          ? co->yellow
+                                                           : co->green;
             const char *uc = used_milli >= 1000 ? co->yellow : "";
             pods_on_gpu(c, n, g, pods, sizeof pods, NULL);
             snprintf(mem, sizeof mem, "%lld/%lld MiB", (long long)used_mem,
@@ -538,12 +554,14 @@ static void print_json(struct status *st)
             const struct core_gpu *gpu = &n->gpus[g];
             json_t *pl = json_array();
             pods_on_gpu(c, n, g, pods, sizeof pods, pl);
-            json_array_append_new(
-                gpus, json_pack("{s:i, s:s, s:s, s:I, s:I, s:i, s:b, s:o}", "index", gpu->index,
-                                "uuid", gpu->uuid, "model", gpu->model, "memory_mib",
-                                (json_int_t)gpu->mem_mib, "memory_used_mib",
-                                (json_int_t)gpu_mem_used(gpu), "milli_used",
-                                1000 - gpu->free_milli, "healthy", gpu->healthy, "pods", pl));
+            json_t *gj = json_pack("{s:i, s:s, s:s, s:I, s:I, s:i, s:b, s:o}", "index",
+                                   gpu->index, "uuid", gpu->uuid, "model", gpu->model,
+                                   "memory_mib", (json_int_t)gpu->mem_mib, "memory_used_mib",
+                                   (json_int_t)gpu_mem_used(gpu), "milli_used",
+                                   1000 - gpu->free_milli, "healthy", gpu->healthy, "pods", pl);
+            if (gj && gpu->mig_enabled)
+                json_object_set_new(gj, "mig_unhealthy", json_integer(mig_unhealthy(gpu)));
+            json_array_append_new(gpus, gj);
         }
         json_array_append_new(nodes, json_pack("{s:s, s:b, s:o}", "name", n->name, "available",
                                                n->available, "gpus", gpus));

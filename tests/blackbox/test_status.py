@@ -97,6 +97,24 @@ def test_standalone_table_and_quotas(gpusched_bin, standalone):
     assert "GPUQuota 1 ignored: GPUQuota ml/typo: spec.total.gpu: unknown field" in r.stderr
 
 
+def test_faulted_mig_instances_are_shown(gpusched_bin, tmp_path):
+    n = gpu_node("m", n=1, mig=True)
+    inv = json.loads(n["metadata"]["annotations"]["gpusched.io/gpu-inventory"])
+    inv["gpus"][0]["mig"][3].update(healthy=False, reason="XID 94 (transient)")
+    n["metadata"]["annotations"]["gpusched.io/gpu-inventory"] = json.dumps(inv)
+    nodes = write_nodes(tmp_path / "nodes.json", [n, gpu_node("w", n=1)])
+    state = tmp_path / "state"
+    Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(state)]).stop()
+    doc, _ = status_json(gpusched_bin, "--state-dir", str(state), "--nodes", nodes)
+    g = gpus_by_node(doc)
+    assert g["m"][0]["healthy"] is True and g["m"][0]["mig_unhealthy"] == 1
+    assert "mig_unhealthy" not in g["w"][0]
+    r = run(gpusched_bin, "status", "--state-dir", str(state), "--nodes", nodes)
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("m "))
+    assert "0/7 mig" in row and "1/7 bad" in row, row
+
+
 def test_wide_and_kubectl_plugin(gpusched_bin, standalone, tmp_path):
     plugin = tmp_path / "kubectl-gpusched"
     os.symlink(os.path.abspath(gpusched_bin), plugin)
