@@ -83,7 +83,7 @@ def run(gpusched, bins, workdirs, top_k, seq):
                 if verb == "prioritize" and status == 200:
                     name = args["Pod"]["metadata"]["name"]
                     prio[name] = {h["Host"]: h["Score"] for h in json.loads(data) or []}
-                elif verb == "bind" and status == 200:
+                elif verb == "bind" and status == 200 and not json.loads(data).get("Error"):
                     binds[args["PodName"]] = args["Node"]
             except (ValueError, KeyError, TypeError):
                 pass

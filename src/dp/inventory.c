@@ -5,8 +5,21 @@
 
 #include "dp/inventory.h"
 
+/* A reason as JSON text can hold it: bytes outside printable ASCII become
+ * '?' (a backend's message cut inside a UTF-8 character would make the
+ * whole GPU's entry fail to pack). */
+static const char *ascii(const char *in, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *in && n + 1 < cap; in++)
+        out[n++] = *in >= 0x20 && *in < 0x7f ? *in : '?';
+    out[n] = '\0';
+    return out;
+}
+
 json_t *dp_inventory_json(const struct dp_inventory *inv, const char *now)
 {
+    char why[160];
     json_t *gpus = json_array();
 
     for (int i = 0; i < inv->n; i++) {
@@ -25,16 +38,19 @@ json_t *dp_inventory_json(const struct dp_inventory *inv, const char *now)
             json_t *mj = json_pack("{s:s, s:s, s:I}", "uuid", g->mig[m].uuid, "profile",
                                    g->mig[m].profile, "memory_mib",
                                    (json_int_t)g->mig[m].memory_mib);
-            if (mj && !g->mig[m].healthy) /* only then: healthy instances read as before */
-                json_object_update_new(mj, json_pack("{s:b, s:s}", "healthy", 0, "reason",
-                                                     g->mig[m].reason));
+            if (mj && !g->mig[m].healthy) { /* only then: healthy ones read as before */
+                json_object_set_new(mj, "healthy", json_false());
+                json_object_set_new(mj, "reason",
+                                    json_string(ascii(g->mig[m].reason, why, sizeof why)));
+            }
             json_array_append_new(mig, mj);
         }
         json_array_append_new(
             gpus, json_pack("{s:i, s:s, s:s, s:I, s:i, s:s, s:b, s:s, s:o, s:b, s:o}", "index",
                             g->index, "uuid", g->uuid, "model", g->model, "memory_mib",
                             (json_int_t)g->memory_mib, "numa_node", g->numa_node, "pci_bus_id",
-                            g->pci_bus_id, "healthy", g->healthy, "reason", g->reason, "links",
+                            g->pci_bus_id, "healthy", g->healthy, "reason",
+                            ascii(g->reason, why, sizeof why), "links",
                             links, "mig_enabled", g->mig_enabled, "mig", mig));
     }
     return json_pack("{s:i, s:s, s:o}", "version", 1, "updated_at", now, "gpus", gpus);

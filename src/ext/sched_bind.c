@@ -126,7 +126,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         *reply = err;
         ext_bind_clear(&b);
         sched_decision(s, "bind", "error");
-        return 400;
+        return 422; /* the pod, not the request: refused (server.c) with the reason */
     }
     json_decref(obj);
     /* the pod's identity in the allocation is the one /bind names */

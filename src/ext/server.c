@@ -81,7 +81,7 @@ static int bind_or_wait(struct ext_server *s, const struct http_request *req,
         int w = -1, parsed = ext_bind_parse(req->body, req->body_len, &b, &e) == 0;
         if (parsed && now < deadline)
             w = ext_nodelock_wait(s->opts.lock, b.node, b.pod_uid, tok, deadline, started, now);
-        if (parsed && w < 0) /* answered 503: nudged when a node is released */
+        if (parsed && w < 0) /* refused: nudged when a node is released */
             ext_sched_bind_gave_up(s->opts.sched, b.pod_uid);
         if (parsed)
             ext_bind_clear(&b);
@@ -160,7 +160,7 @@ static int leader_answer(struct ext_server *s, const char *verb, const char *bod
 }
 
 /* A forwarded /bind, run by a thread of s->fq: the leader's answer; when
- * this replica has taken the lease meanwhile, 503 (kube-scheduler retries,
+ * this replica has taken the lease meanwhile, refused (kube-scheduler retries,
  * and a replica that starts leading nudges the pods left waiting). */
 static int run_forward_bind(void *ud, const char *body, size_t len, struct ext_reply *r)
 {
@@ -292,7 +292,8 @@ static void bind_refusal(struct ext_reply *r, int *status)
         }
         free(r->text);
         r->text = NULL;
-    } else if (!json_is_string(json_object_get(r->json, "Error"))) {
+    } else if (!json_is_string(json_object_get(r->json, "Error")) ||
+               !json_string_length(json_object_get(r->json, "Error"))) {
         json_decref(r->json);
         r->json = ext_error("/bind failed with status %d", *status);
     }
@@ -455,7 +456,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                             "by kubelet (binds that waited).", NULL, wb, 10, e);
     s->m_wait_timeouts = metrics_add(opts->metrics, METRIC_COUNTER,
                                      "gpusched_extender_bind_wait_timeouts_total",
-                                     "Binds answered 503 because their node stayed held.", NULL,
+                                     "Binds refused because their node stayed held.", NULL,
                                      NULL, 0, e);
     s->m_tls = metrics_add(opts->metrics, METRIC_COUNTER, "gpusched_extender_tls_reloads_total",
                            "Reloads of a changed serving certificate (tls_cert), by result.",

@@ -143,7 +143,7 @@ def test_pods_bound_together_are_admitted_one_at_a_time(cluster):
     assert r.envs["GPUSCHED_POD"] == "default/a0" and r.envs["NVIDIA_VISIBLE_DEVICES"] == want0
     assert ANN + "allocated-at" in c.api.get("pods", "a0", "default")["metadata"]["annotations"]
     t.join(5)
-    assert out["r"].status_code == 200, out["r"].text
+    assert out["r"].status_code == 200 and out["r"].json()["Error"] == "", out["r"].text
     want1 = c.api.get("pods", "a1", "default")["metadata"]["annotations"][ANN + "gpu-uuids"]
     _, r = c.plugin.admit([g for g in GPU if g != want0], 1)
     assert r.envs["GPUSCHED_POD"] == "default/a1" and r.envs["NVIDIA_VISIBLE_DEVICES"] == want1

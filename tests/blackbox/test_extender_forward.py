@@ -4,9 +4,9 @@ kube-apiserver: when the Lease holder's identity names its address
 /bind to the leader and relays its answers, so kube-scheduler's bind succeeds
 whichever replica a Service picked, on a node chosen from the leader's view; a
 request already forwarded is never forwarded again; a leader that died leaves
-the follower answering /bind 503 (and /filter from its own view) until the
+the follower refusing /bind (and answering /filter from its own view) until the
 lease expires, then the follower binds itself and nudges the pods left
-waiting; identities without an address keep the plain 503; every forwarded
+waiting; identities without an address keep the plain refusal; every forwarded
 verb waits for the leader off the follower's HTTP workers."""
 import http.server
 import json
@@ -109,7 +109,7 @@ def test_follower_forwards_over_https_to_a_leader_with_its_key(gpusched_bin, api
     """Replicas serving HTTPS forward over HTTPS. The leader's address is its pod IP,
     which its certificate need not name: it is trusted for presenting this replica's
     own public key (deploy/ mounts one Secret in both). A replica with other keys gets
-    no answer from it: its /bind is 503, naming the pinned key."""
+    no answer from it: its /bind is refused, naming the pinned key."""
     from test_webhook import gen_certs
 
     def tls(d):
@@ -237,7 +237,7 @@ def test_leader_rotated_first_is_trusted_through_the_ca(gpusched_bin, api, tmp_p
     """With tls_ca, a follower trusts a leader whose certificate that CA signed: the
     leader's Secret copy may turn first (a new key, the same CA: gen-certs --ca) and
     the follower, still on the old pair, forwards to it. A replica without tls_ca,
-    which trusts only its own keys, gets 503 naming the key."""
+    which trusts only its own keys, is refused naming the key."""
     import shutil
     import ssl
     from test_webhook import gen_certs

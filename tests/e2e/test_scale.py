@@ -92,14 +92,14 @@ def test_reachability_shipped_config(big):
         bound, failed, pods = run_wave(big, "reach", n)
         # kube-scheduler 1.20 binds in a goroutine and starts the next pod's cycle at
         # once: that pod's /filter may reach the extender before the previous /bind
-        # reserved its GPU, and a /bind onto a node whose last GPU just went answers
-        # 409 (the pod retries after its backoff). The extender's /filter waits for
+        # reserved its GPU, and a /bind onto a node whose last GPU just went is
+        # refused (the pod retries after its backoff). The extender's /filter waits for
         # that /bind (filter_wait), but only 0.1 s: a loaded machine can still race.
         # Not a reachability failure: only refusals by the filters count here.
         races = {k: v for k, v in failed.items()
-                 if all("failed bind with extender" in m for m in v)}
+                 if all(m.startswith("binding rejected:") for m in v)}
         if races:
-            print(f"bind races (409, retried): {len(races)}: {list(races)[:5]}")
+            print(f"bind races (refused, retried): {len(races)}: {list(races)[:5]}")
         failed = {k: v for k, v in failed.items() if k not in races}
         assert not failed, (f"deploy/'s percentageOfNodesToScore ({pct}): {len(failed)} of {n} "
                             f"GPU pods refused on a first attempt while {GPU_NODES * GPUS} GPUs "

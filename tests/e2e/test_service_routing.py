@@ -1,8 +1,9 @@
 """deploy/extender.yaml's routing: kube-scheduler calls the extender through a Service
 over both replicas, and both pass their readiness probe (/readyz is 200 on any
-rebuilt replica, leader or not). A non-leader answers /bind with 503; kube-scheduler
-1.20 then puts the pod in its unschedulable queue, which it flushes after 60 s, so
-about half of all GPU pods wait a minute before they are placed.
+rebuilt replica, leader or not). A non-leader that refused /bind (it did, with 503,
+before it forwarded to the leader) made kube-scheduler 1.20 put the pod in its
+unschedulable queue, which it flushes after 60 s, so about half of all GPU pods
+waited a minute before they were placed.
 
 This switches the harness's proxy to "service" (a ready replica at random, as
 kube-proxy picks) and requires each of 6 pods, created one at a time, to be bound

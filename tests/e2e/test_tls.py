@@ -54,9 +54,11 @@ def test_https_with_a_rotated_secret(tls):
     fwd = "gpusched_extender_forwarded_total"
     ok = {"result": "ok"}
 
+    # forwarded binds answered (200: a bind the leader refused, to be retried, is
+    # 200 too), at least one per pod bind_pods saw bound
     bind_pods(c, ["tls-1", "tls-2"])
     binds = c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"})
-    assert binds == 2, binds
+    assert binds >= 2, binds
     first = served(c, lead)
     assert served(c, follow) == first
 
@@ -67,14 +69,16 @@ def test_https_with_a_rotated_secret(tls):
     c.rotate_extender_cert(order[0], c.extender_pairs[1])
     c.wait(lambda: served(c, order[0]) != first, 10, "the first replica serves the new pair")
     bind_pods(c, ["tls-3", "tls-4"])
-    assert c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"}) == 4
+    now = c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"})
+    assert now >= binds + 2, (binds, now)
+    binds = now
     assert c.extender_metric(order[0], "gpusched_extender_tls_reloads_total", ok) == 1
 
     # then the other's
     c.rotate_extender_cert(order[1], c.extender_pairs[1])
     c.wait(lambda: served(c, lead) == served(c, follow), 10, "both serve the new pair")
     bind_pods(c, ["tls-5", "tls-6"])
-    assert c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"}) == 6
+    assert c.extender_metric(follow, fwd, {"verb": "bind", "code": "200"}) >= binds + 2
     assert c.extender_metric(order[1], "gpusched_extender_tls_reloads_total", ok) == 1
     assert c.extender_metric(follow, fwd, {"code": "0"}) == 0
     # kube-scheduler opened connections with the new certificate: the follower's

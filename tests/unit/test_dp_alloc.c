@@ -38,6 +38,7 @@ static void make_inv(struct dp_inventory *inv, int mig)
             snprintf(g->mig[m].uuid, sizeof g->mig[m].uuid, "MIG-3-%d", m);
             snprintf(g->mig[m].profile, sizeof g->mig[m].profile, "1g.10gb");
             g->mig[m].memory_mib = 9856;
+            g->mig[m].healthy = 1;
         }
     }
 }
@@ -303,7 +304,24 @@ static void test_inventory(void)
     json_t *g3 = json_array_get(json_object_get(j, "gpus"), 3);
     ASSERT_STREQ(json_string_value(json_object_get(
                      json_array_get(json_object_get(g3, "mig"), 1), "profile")), "1g.10gb");
+    /* a healthy instance reads as before; a faulted one says so, whatever its
+     * reason's bytes (a message cut inside a UTF-8 character included) */
+    ASSERT_TRUE(json_object_get(json_array_get(json_object_get(g3, "mig"), 0), "healthy") ==
+                NULL);
     json_decref(j);
+    inv.gpu[3].mig[1].healthy = 0;
+    snprintf(inv.gpu[3].mig[1].reason, sizeof inv.gpu[3].mig[1].reason, "XID 94: \xc3");
+    snprintf(inv.gpu[2].reason, sizeof inv.gpu[2].reason, "probe: caf\xc3");
+    j = dp_inventory_json(&inv, "2026-11-22T15:20:01Z");
+    g3 = json_array_get(json_object_get(j, "gpus"), 3);
+    json_t *m1 = json_array_get(json_object_get(g3, "mig"), 1);
+    ASSERT_TRUE(json_is_false(json_object_get(m1, "healthy")));
+    ASSERT_STREQ(json_string_value(json_object_get(m1, "reason")), "XID 94: ?");
+    ASSERT_EQ(json_array_size(json_object_get(j, "gpus")), 4);
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "gpus"), 2),
+                                                   "reason")), "probe: caf?");
+    json_decref(j);
+    inv.gpu[3].mig[1].healthy = 1;
 
     json_t *have = json_pack("{s:s}", "nvidia.com/gpu.product", "custom");
     json_t *patch = dp_inventory_node_patch(&inv, "gpusched.io/gpu-inventory", have,
