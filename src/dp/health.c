@@ -175,8 +175,12 @@ static int reprobe(const struct dp_health_cfg *c, struct unit u, const char *uui
         *u.recheck_at = 0;
         return 1;
     }
-    snprintf(u.reason, u.cap, "re-probe failed after XID %llu: %s",
-             (unsigned long long)*u.last_xid, e.msg);
+    /* the probe's message is cut to what the reason holds (96 bytes for a
+     * MIG instance) */
+    int n = snprintf(u.reason, u.cap, "re-probe failed after XID %llu: %s",
+                     (unsigned long long)*u.last_xid, e.msg);
+    if (n >= (int)u.cap && u.cap > 4)
+        memcpy(u.reason + u.cap - 4, "...", 4);
     *u.recheck_at = recheck(c, dp_health_classify(c, *u.last_xid), now_ms);
     return 0;
 }
