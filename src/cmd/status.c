@@ -421,15 +421,16 @@ static void print_table(struct status *st, int wide, const struct colours *co)
             const struct core_gpu *gpu = &n->gpus[g];
             int used_milli = 1000 - gpu->free_milli;
             int64_t used_mem = gpu_mem_used(gpu);
+            int sick = mig_unhealthy(gpu); /* some MIG instances, the GPU healthy */
             char bad[24];
-            snprintf(bad, sizeof bad, "%d/%d bad", mig_unhealthy(gpu), gpu->n_mig);
-            const char *health = !gpu->healthy     ? "unhealthy"
-                                 : !n->available   ? "stale"
-                                 : mig_unhealthy(gpu) ? bad /* some MIG instances */
-                                                      : "ok";
+            snprintf(bad, sizeof bad, "%d/%d bad", sick, gpu->n_mig);
+            const char *health = !gpu->healthy   ? "unhealthy"
+                                 : !n->available ? "stale"
+                                 : sick          ? bad
+                                                 : "ok";
             const char *hc = !gpu->healthy || !n->available ? co->red
-                             : mig_unhealthy(gpu)          ? co->yellow
-                                                           : co->green;
+                             : sick                         ? co->yellow
+                                                            : co->green;
             const char *uc = used_milli >= 1000 ? co->yellow : "";
             pods_on_gpu(c, n, g, pods, sizeof pods, NULL);
             snprintf(mem, sizeof mem, "%lld/%lld MiB", (long long)used_mem,

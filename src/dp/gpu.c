@@ -16,19 +16,13 @@ const struct dp_gpu *dp_inventory_find(const struct dp_inventory *inv, const cha
     return NULL;
 }
 
-const struct dp_mig *dp_inventory_find_mig(const struct dp_inventory *inv, const char *uuid)
-{
-    const struct dp_gpu *g = dp_inventory_find(inv, uuid);
-    for (int m = 0; g && m < g->n_mig; m++)
-        if (strcmp(g->mig[m].uuid, uuid) == 0)
-            return &g->mig[m];
-    return NULL;
-}
-
 int dp_inventory_healthy(const struct dp_inventory *inv, const char *uuid, const char **why)
 {
     const struct dp_gpu *g = dp_inventory_find(inv, uuid);
-    const struct dp_mig *m = dp_inventory_find_mig(inv, uuid);
+    const struct dp_mig *m = NULL;
+    for (int k = 0; g && k < g->n_mig && !m; k++)
+        if (strcmp(g->mig[k].uuid, uuid) == 0)
+            m = &g->mig[k];
     *why = !g ? "not on this node" : !g->healthy ? g->reason : m && !m->healthy ? m->reason : "";
     return g && g->healthy && (!m || m->healthy);
 }

@@ -69,8 +69,6 @@ struct dp_inventory {
 
 /* Finds a GPU by UUID, or a MIG instance's parent GPU by MIG UUID. */
 const struct dp_gpu *dp_inventory_find(const struct dp_inventory *inv, const char *uuid);
-/* The MIG instance of that UUID, or NULL (a GPU's UUID, unknown). */
-const struct dp_mig *dp_inventory_find_mig(const struct dp_inventory *inv, const char *uuid);
 /* Whether the GPU or MIG instance of that UUID is healthy (0 unknown); the
  * reason (its own, or its GPU's) in *why when not. */
 int dp_inventory_healthy(const struct dp_inventory *inv, const char *uuid, const char **why);

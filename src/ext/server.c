@@ -281,21 +281,17 @@ static void bind_refusal(struct ext_reply *r, int *status)
 {
     if (*status == 200 || *status == 400 || *status == 405 || *status == 413)
         return;
-    if (!r->json && r->text) {
-        json_t *j = json_loadb(r->text, r->len, 0, NULL);
-        if (json_is_string(json_object_get(j, "Error")) &&
-            json_string_length(json_object_get(j, "Error")) > 0)
-            r->json = j;
-        else {
-            json_decref(j);
-            r->json = ext_error("the leader answered /bind with status %d", *status);
-        }
+    int forwarded = !r->json && r->text; /* the leader's text */
+    if (forwarded) {
+        r->json = json_loadb(r->text, r->len, 0, NULL);
         free(r->text);
         r->text = NULL;
-    } else if (!json_is_string(json_object_get(r->json, "Error")) ||
-               !json_string_length(json_object_get(r->json, "Error"))) {
+    }
+    const json_t *err = json_object_get(r->json, "Error");
+    if (!json_is_string(err) || !json_string_length(err)) {
         json_decref(r->json);
-        r->json = ext_error("/bind failed with status %d", *status);
+        r->json = ext_error("%s%d", forwarded ? "the leader answered /bind with status "
+                                              : "/bind refused with status ", *status);
     }
     *status = 200;
 }
