@@ -19,21 +19,28 @@
 
 struct conn_ctx;
 
-/* One libmicrohttpd daemon of the server and what it was started with. */
-struct srv_daemon {
+/* Longest certificate chain served (leaf and intermediates). */
+#define TLS_MAX_CHAIN 8
+
+/* One certificate pair as gnutls serves it. A TLS connection takes a
+ * reference in its handshake (tls_pick) and gives it back when it closes,
+ * so a reload frees a replaced pair only once no connection holds it. */
+struct tls_pair {
+    gnutls_pcert_st pcert[TLS_MAX_CHAIN];
+    unsigned n;
+    gnutls_privkey_t key;
+    int refs;              /* connections holding it; under tls_mu */
+    struct tls_pair *next; /* older pairs still held */
+};
+
+/* A TLS connection's socket context: its server and the pair it took. */
+struct tls_conn {
     struct http_server *s;
-    struct MHD_Daemon *d;
-    char *cert, *key; /* PEM contents, kept alive for the daemon */
-    int retired;      /* a TLS reload replaced it (atomic): answers close their connection */
-    time_t retired_at;
+    struct tls_pair *pair; /* under s->tls_mu */
 };
 
 struct http_server {
-    struct srv_daemon *live; /* the one accepting connections */
-    /* the one a TLS reload took the listening socket from: it serves its
-     * open connections (parked ones included) to the end and is stopped
-     * once it has none (retire_old) */
-    struct srv_daemon *old;
+    struct MHD_Daemon *d;
     /* parked requests (http_req_park), under park_mu */
     pthread_mutex_t park_mu;
     int n_parked;
@@ -41,6 +48,9 @@ struct http_server {
     int port;
     struct sockaddr_storage ss;
     unsigned flags;
+    /* the pair new handshakes get, then the replaced ones still held */
+    pthread_mutex_t tls_mu;
+    struct tls_pair *tls;
     struct timespec cert_mtime, key_mtime; /* of the files last loaded */
 };
 
@@ -87,7 +97,20 @@ static char *read_file(const char *path, struct gs_err *e)
     return buf;
 }
 
-static enum MHD_Result send_resp(struct srv_daemon *sd, struct MHD_Connection *c,
+/* Whether the connection's handshake took a pair a reload has replaced. */
+static int tls_stale(struct http_server *s, struct MHD_Connection *c)
+{
+    if (!s->tls)
+        return 0;
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct tls_conn *tc = i ? i->socket_context : NULL;
+    pthread_mutex_lock(&s->tls_mu);
+    int stale = tc && tc->pair && tc->pair != s->tls;
+    pthread_mutex_unlock(&s->tls_mu);
+    return stale;
+}
+
+static enum MHD_Result send_resp(struct http_server *s, struct MHD_Connection *c,
                                  struct http_response *r)
 {
     struct MHD_Response *mr;
@@ -109,9 +132,8 @@ static enum MHD_Result send_resp(struct srv_daemon *sd, struct MHD_Connection *c
     }
     MHD_add_response_header(mr, "Content-Type",
                             r->content_type ? r->content_type : "application/json");
-    /* the client's next request opens a connection to the new daemon,
-     * with the new certificate */
-    if (__atomic_load_n(&sd->retired, __ATOMIC_ACQUIRE))
+    /* the client's next request opens a connection with the new certificate */
+    if (tls_stale(s, c))
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(c, (unsigned)(r->status ? r->status : 200), mr);
     MHD_destroy_response(mr);
@@ -122,8 +144,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
 {
-    struct srv_daemon *sd = cls;
-    struct http_server *s = sd->s;
+    struct http_server *s = cls;
     struct conn_ctx *ctx = *con_cls;
     (void)version;
 
@@ -172,7 +193,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_response resp = {200, NULL, NULL, 0, NULL, NULL};
     if (ctx->too_big) {
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
-        return send_resp(sd, c, &resp);
+        return send_resp(s, c, &resp);
     }
     struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx};
     if (ctx->buf)
@@ -181,7 +202,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx->park = 0;
         s->opts.handler(s->opts.ud, &req, &resp);
         if (!ctx->park)
-            return send_resp(sd, c, &resp);
+            return send_resp(s, c, &resp);
         pthread_mutex_lock(&s->park_mu);
         if (ctx->woken) { /* woken while the handler was returning: run again */
             ctx->woken = 0;
@@ -326,74 +347,136 @@ static int file_mtime(const char *path, struct timespec *out)
     return 0;
 }
 
-/* Reads and checks the TLS files into *cert / *key (malloc'd). */
-static int tls_load(const struct http_server_opts *o, char **cert, char **key,
-                    struct timespec *cm, struct timespec *km, struct gs_err *e)
+static void pair_free(struct tls_pair *p)
 {
-    *cert = *key = NULL;
-    if (file_mtime(o->tls_cert_file, cm) < 0 || file_mtime(o->tls_key_file, km) < 0)
-        return gs_errf(e, GS_EIO, "cannot read '%s' or '%s': %m", o->tls_cert_file,
-                       o->tls_key_file);
-    if (!(*cert = read_file(o->tls_cert_file, e)) || !(*key = read_file(o->tls_key_file, e)) ||
-        tls_check(*cert, *key, o->tls_cert_file, o->tls_key_file, e) < 0) {
-        free(*cert);
-        free(*key);
-        *cert = *key = NULL;
-        return -GS_EINVAL;
+    if (!p)
+        return;
+    for (unsigned i = 0; i < p->n; i++)
+        gnutls_pcert_deinit(&p->pcert[i]);
+    if (p->key)
+        gnutls_privkey_deinit(p->key);
+    free(p);
+}
+
+/* The checked PEM pair cert/key as gnutls serves it. */
+static struct tls_pair *pair_make(const char *cert, const char *key, const char *cert_file,
+                                  struct gs_err *e)
+{
+    gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
+    gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
+    struct tls_pair *p = calloc(1, sizeof *p);
+    int rc;
+
+    if (!p || gnutls_privkey_init(&p->key) < 0) {
+        free(p);
+        gs_errf(e, GS_ENOMEM, "out of memory");
+        return NULL;
     }
+    p->n = TLS_MAX_CHAIN;
+    if ((rc = gnutls_pcert_list_import_x509_raw(p->pcert, &p->n, &c, GNUTLS_X509_FMT_PEM, 0)) <
+        0) {
+        p->n = 0;
+        pair_free(p);
+        gs_errf(e, GS_EINVAL, "'%s': cannot serve this chain (%s; at most %d certificates)",
+                cert_file, gnutls_strerror(rc), TLS_MAX_CHAIN);
+        return NULL;
+    }
+    if ((rc = gnutls_privkey_import_x509_raw(p->key, &k, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0) {
+        pair_free(p);
+        gs_errf(e, GS_EINVAL, "cannot load the key (%s)", gnutls_strerror(rc));
+        return NULL;
+    }
+    return p;
+}
+
+/* Reads and checks the TLS files into a pair to serve. */
+static struct tls_pair *tls_load(const struct http_server_opts *o, struct timespec *cm,
+                                 struct timespec *km, struct gs_err *e)
+{
+    char *cert = NULL, *key = NULL;
+    struct tls_pair *p = NULL;
+
+    if (file_mtime(o->tls_cert_file, cm) < 0 || file_mtime(o->tls_key_file, km) < 0)
+        gs_errf(e, GS_EIO, "cannot read '%s' or '%s': %m", o->tls_cert_file, o->tls_key_file);
+    else if ((cert = read_file(o->tls_cert_file, e)) && (key = read_file(o->tls_key_file, e)) &&
+             tls_check(cert, key, o->tls_cert_file, o->tls_key_file, e) == 0)
+        p = pair_make(cert, key, o->tls_cert_file, e);
+    free(cert);
+    free(key);
+    return p;
+}
+
+/* Drops one reference to p; a replaced pair nobody holds is freed.
+ * Under s->tls_mu. */
+static void pair_put(struct http_server *s, struct tls_pair *p)
+{
+    if (--p->refs > 0 || p == s->tls)
+        return;
+    for (struct tls_pair **pp = &s->tls->next; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            pair_free(p);
+            return;
+        }
+}
+
+/* gnutls asks which certificate to present (MHD_OPTION_HTTPS_CERT_CALLBACK):
+ * the pair loaded last, held by the connection until it closes.
+ * libmicrohttpd sets each TLS session's pointer to its connection. */
+static int tls_pick(gnutls_session_t session, const gnutls_datum_t *req_ca_dn, int nreqs,
+                    const gnutls_pk_algorithm_t *algos, int nalgos, gnutls_pcert_st **pcert,
+                    unsigned int *n, gnutls_privkey_t *key)
+{
+    struct MHD_Connection *c = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *i =
+        c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    struct tls_conn *tc = i ? i->socket_context : NULL;
+    (void)req_ca_dn, (void)nreqs, (void)algos, (void)nalgos;
+
+    if (!tc)
+        return -1; /* no context (out of memory): the handshake fails */
+    struct http_server *s = tc->s;
+    pthread_mutex_lock(&s->tls_mu);
+    if (!tc->pair) { /* one pair per connection, should gnutls ask twice */
+        tc->pair = s->tls;
+        tc->pair->refs++;
+    }
+    *pcert = tc->pair->pcert;
+    *n = tc->pair->n;
+    *key = tc->pair->key;
+    pthread_mutex_unlock(&s->tls_mu);
     return 0;
+}
+
+/* Gives every TLS connection its context, and back its pair at the end. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct http_server *s = cls;
+    struct tls_conn *tc = *socket_context;
+    (void)c;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        if ((tc = calloc(1, sizeof *tc)))
+            tc->s = s;
+        *socket_context = tc;
+        return;
+    }
+    if (!tc)
+        return;
+    if (tc->pair) {
+        pthread_mutex_lock(&s->tls_mu);
+        pair_put(s, tc->pair);
+        pthread_mutex_unlock(&s->tls_mu);
+    }
+    free(tc);
+    *socket_context = NULL;
 }
 
 /* Each connection's buffer for reading a request. libmicrohttpd's default
  * (32 KB) takes an extender request of 5,000 node names (70 KB) in five
  * reads, each after its own epoll wake-up; 256 KB takes it in one. */
 #define HTTP_CONN_MEMORY ((size_t)256 << 10)
-
-/* Starts a daemon with the pair cert/key (NULL: plain HTTP; taken over
- * either way) on s->ss, or on an inherited listening socket. */
-static struct srv_daemon *daemon_start(struct http_server *s, char *cert, char *key,
-                                       int listen_fd)
-{
-    struct srv_daemon *sd = calloc(1, sizeof *sd);
-    if (!sd) {
-        free(cert);
-        free(key);
-        return NULL;
-    }
-    sd->s = s;
-    sd->cert = cert;
-    sd->key = key;
-    struct MHD_OptionItem opts[] = {
-        {listen_fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
-         listen_fd >= 0 ? listen_fd : 0, listen_fd >= 0 ? NULL : &s->ss},
-        {MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, NULL},
-        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, sd},
-        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, NULL},
-        {MHD_OPTION_CONNECTION_TIMEOUT, 30, NULL},
-        {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    sd->d = MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, sd, MHD_OPTION_ARRAY, opts,
-                             MHD_OPTION_END);
-    if (!sd->d) {
-        free(cert);
-        free(key);
-        free(sd);
-        return NULL;
-    }
-    return sd;
-}
-
-static void daemon_stop(struct srv_daemon *sd)
-{
-    if (!sd)
-        return;
-    MHD_stop_daemon(sd->d);
-    free(sd->cert);
-    free(sd->key);
-    free(sd);
-}
 
 int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e)
 {
@@ -437,7 +520,6 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         s->opts.threads = 4;
     s->flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC |
                MHD_ALLOW_SUSPEND_RESUME;
-    pthread_mutex_init(&s->park_mu, NULL);
 
     const char *addr = opts->addr ? opts->addr : "127.0.0.1";
     if (strchr(addr, ':')) {
@@ -461,29 +543,37 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         free(s);
         return gs_errf(e, GS_EINVAL, "TLS needs both a certificate and a key file");
     }
-    char *cert = NULL, *key = NULL;
     if (opts->tls_cert_file) {
-        if (tls_load(&s->opts, &cert, &key, &s->cert_mtime, &s->key_mtime, e) < 0) {
+        if (!(s->tls = tls_load(&s->opts, &s->cert_mtime, &s->key_mtime, e))) {
             free(s);
             return -GS_EINVAL;
         }
-        /* a reload quiesces the daemon (MHD_quiesce_daemon), which on an
-         * epoll daemon with worker threads races the workers inside
-         * libmicrohttpd 0.9.75 and can abort the process ("Failed to remove
-         * listen FD from epoll set": the workers drop the listening socket
-         * from their epoll set too, unguarded). poll() has no such set: the
-         * workers are told through their ITC (tests/unit/test_http.c). */
-        s->flags = (s->flags & ~(unsigned)MHD_USE_EPOLL) | MHD_USE_POLL | MHD_USE_TLS;
+        s->flags |= MHD_USE_TLS;
     }
+    pthread_mutex_init(&s->park_mu, NULL);
+    pthread_mutex_init(&s->tls_mu, NULL);
 
-    s->live = daemon_start(s, cert, key, -1);
-    if (!s->live) {
+    struct MHD_OptionItem opts_[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, &s->ss},
+        {MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 30, NULL},
+        {s->tls ? MHD_OPTION_NOTIFY_CONNECTION : MHD_OPTION_END, (intptr_t)on_connection, s},
+        {MHD_OPTION_HTTPS_CERT_CALLBACK, 0, (void *)tls_pick},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    s->d = MHD_start_daemon(s->flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts_,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        pair_free(s->tls);
+        pthread_mutex_destroy(&s->tls_mu);
         pthread_mutex_destroy(&s->park_mu);
         free(s);
         return gs_errf(e, GS_EIO, "cannot listen on %s:%d%s (address in use?)", addr,
                        opts->port, opts->tls_cert_file ? " with TLS" : "");
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->live->d, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : opts->port;
     *out = s;
     return 0;
@@ -493,75 +583,35 @@ bad_addr:
     return gs_errf(e, GS_EINVAL, "listen address '%s' is not an IP address", addr);
 }
 
-/* How long a replaced daemon may keep connections (a client that never
- * sends again, a request parked that long) before it is stopped anyway. */
-#define OLD_DAEMON_S 120
-
-/* Stops the daemon a reload replaced once it has no connections left, or
- * after OLD_DAEMON_S with no request parked. 1 when none is left. */
-static int retire_old(struct http_server *s)
-{
-    if (!s->old)
-        return 1;
-    const union MHD_DaemonInfo *i =
-        MHD_get_daemon_info(s->old->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    if (i && i->num_connections > 0 &&
-        (time(NULL) - s->old->retired_at < OLD_DAEMON_S || parked(s)))
-        return 0;
-    daemon_stop(s->old);
-    s->old = NULL;
-    return 1;
-}
-
 int http_server_reload_tls(struct http_server *s, struct gs_err *e)
 {
     struct timespec cm, km;
-    char *cert, *key;
-    MHD_socket fd;
+    struct tls_pair *p;
 
-    if (!s->opts.tls_cert_file)
+    if (!s->tls)
         return 0;
-    if (!retire_old(s))
-        return 0; /* one replaced daemon at a time: try again on the next call */
     if (file_mtime(s->opts.tls_cert_file, &cm) < 0 || file_mtime(s->opts.tls_key_file, &km) < 0)
         return gs_errf(e, GS_EIO, "cannot stat '%s' or '%s': %m; keeping the old certificate",
                        s->opts.tls_cert_file, s->opts.tls_key_file);
     if (cm.tv_sec == s->cert_mtime.tv_sec && cm.tv_nsec == s->cert_mtime.tv_nsec &&
         km.tv_sec == s->key_mtime.tv_sec && km.tv_nsec == s->key_mtime.tv_nsec)
         return 0;
-    if (tls_load(&s->opts, &cert, &key, &cm, &km, e) < 0) {
+    if (!(p = tls_load(&s->opts, &cm, &km, e))) {
         /* a half-written pair: try again on the next change */
         s->cert_mtime = cm;
         s->key_mtime = km;
         gs_err_prefix(e, "keeping the old certificate");
         return -GS_EINVAL;
     }
-    /* hand the listening socket to a daemon with the new pair; the old one
-     * serves its open connections to the end (retire_old) */
-    fd = MHD_quiesce_daemon(s->live->d);
-    if (fd == MHD_INVALID_SOCKET) {
-        free(cert);
-        free(key);
-        return gs_errf(e, GS_EIO, "cannot take over the listening socket");
-    }
-    struct srv_daemon *fresh = daemon_start(s, cert, key, fd);
-    int failed = !fresh;
-    if (failed) { /* the old daemon no longer accepts: one with the old pair */
-        char *c = strdup(s->live->cert), *k = strdup(s->live->key);
-        if (c && k)
-            fresh = daemon_start(s, c, k, fd);
-        else
-            free(c), free(k);
-        if (!fresh)
-            return gs_errf(e, GS_EIO, "cannot serve TLS on the listening socket again");
-    }
-    s->old = s->live;
-    __atomic_store_n(&s->old->retired, 1, __ATOMIC_RELEASE);
-    s->old->retired_at = time(NULL);
-    s->live = fresh;
-    if (failed)
-        return gs_errf(e, GS_EIO, "cannot start TLS with the new certificate; keeping the "
-                                  "old one");
+    /* new handshakes get p; the connections on the old pair keep it and
+     * close after their next answer (send_resp) */
+    pthread_mutex_lock(&s->tls_mu);
+    struct tls_pair *old = s->tls;
+    p->next = old;
+    s->tls = p;
+    old->refs++; /* pair_put frees it if nobody holds it */
+    pair_put(s, old);
+    pthread_mutex_unlock(&s->tls_mu);
     s->cert_mtime = cm;
     s->key_mtime = km;
     return 1;
@@ -577,8 +627,13 @@ void http_server_stop(struct http_server *s)
      * stragglers a moment, as stopping a daemon with one is undefined */
     for (int i = 0; i < 200 && parked(s); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    daemon_stop(s->live);
-    daemon_stop(s->old);
+    MHD_stop_daemon(s->d); /* every connection gives its pair back */
+    while (s->tls) {
+        struct tls_pair *next = s->tls->next;
+        pair_free(s->tls);
+        s->tls = next;
+    }
+    pthread_mutex_destroy(&s->tls_mu);
     pthread_mutex_destroy(&s->park_mu);
     free(s);
 }

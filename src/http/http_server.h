@@ -10,12 +10,11 @@
  * TLS: certificate and key are checked at start (they parse, belong together,
  * the certificate is valid now) and can be reloaded while serving:
  * http_server_reload_tls() compares the files' modification times and, when
- * they changed, hands the listening socket to a new daemon with the new pair.
- * The old daemon serves the connections it has (in-flight and parked
- * requests, keep-alive clients) to the end, each answer closing its
- * connection so the client's next request gets the new certificate, and is
- * stopped at a later call once it has none (or after 2 minutes with nothing
- * parked). A bad new pair is refused and the old one kept. Call it from the
+ * they changed, gives the new pair to every handshake from then on (gnutls
+ * asks for the pair per handshake). A connection keeps the pair it started
+ * with, and its next answer closes it, so the client's next request meets
+ * the new certificate; the replaced pair is freed once no connection holds
+ * it. A bad new pair is refused and the old one kept. Call it from the
  * service's main loop, e.g. every second.
  *
  * Threads: a pool of `threads` workers calls the handler concurrently; the
