@@ -191,12 +191,35 @@ int ext_cluster_ready(void *ud)
 
 /* ---- the commit backend ---------------------------------------------------- */
 
+/* After a Binding that did not answer 201: where the pod is bound, if
+ * anywhere. A 409 (a retried bind) or an answer that never came (a
+ * timeout, a 5xx) says nothing of whether the Binding exists; the pod
+ * does. 1 bound to node, 2 bound to another node, 0 not bound (its
+ * resourceVersion in rv), or -GS_E* when the pod could not be read. */
+static int bound_after_all(struct ext_cluster *cl, const char *path, const char *node, char *rv,
+                           size_t cap)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *pod = NULL;
+    int rc = kube_get(cl->kc, path, &pod, &e);
+    if (rc == 0) {
+        const char *nn =
+            json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        const char *v = json_string_value(
+            json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+        snprintf(rv, cap, "%s", v ? v : "");
+        rc = !nn || !*nn ? 0 : strcmp(nn, node) == 0 ? 1 : 2;
+    }
+    json_decref(pod);
+    return rc;
+}
+
 static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
                        const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
 {
     struct ext_cluster *cl = ud;
-    char path[700];
-    json_t *patch, *binding, *pod = NULL;
+    char path[700], bpath[720], rv[64];
+    json_t *patch, *binding;
     int rc;
 
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
@@ -210,32 +233,41 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
     binding = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion", "v1",
                         "kind", "Binding", "metadata", "name", name, "namespace", ns, "uid", uid,
                         "target", "apiVersion", "v1", "kind", "Node", "name", a->node);
-    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/binding", ns, name);
-    rc = kube_create(cl->kc, path, binding, NULL, e);
+    snprintf(bpath, sizeof bpath, "%s/binding", path);
+    rc = kube_create(cl->kc, bpath, binding, NULL, e);
     json_decref(binding);
-    if (rc == -GS_ECONFLICT) { /* already bound: fine if to this node (a retried bind) */
-        struct gs_err e2 = GS_ERR_INIT;
-        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
-        if (kube_get(cl->kc, path, &pod, &e2) == 0) {
-            const json_t *nn = json_object_get(json_object_get(pod, "spec"), "nodeName");
-            if (json_is_string(nn) && strcmp(json_string_value(nn), a->node) == 0)
-                rc = 0;
+    if (rc == 0)
+        return 0;
+    gs_err_prefix(e, "creating the Binding");
+    for (int tries = 0; tries < 2; tries++) {
+        int where = bound_after_all(cl, path, a->node, rv, sizeof rv);
+        if (where == 1) {
+            log_info("extender", "pod %s/%s: %s; the pod is bound to %s all the same", ns, name,
+                     e->msg, a->node);
+            return 0;
         }
-        json_decref(pod);
-    }
-    if (rc < 0) {
+        if (where < 0) /* the assignment stays: a pod left unbound drops it at its
+                        * next /filter or /bind (sched_drop_orphan) */
+            return rc;
+        /* take the assignment back, unless the pod changed since it was
+         * read (its Binding may have landed meanwhile: read it again) */
         struct gs_err e2 = GS_ERR_INIT;
-        json_t *undo = json_object(), *nulls = json_object();
+        json_t *nulls = json_object();
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)annotations, k, v) json_object_set_new(nulls, k, json_null());
-        json_object_set_new(undo, "metadata", json_pack("{s:o}", "annotations", nulls));
-        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
-        if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, undo, NULL, &e2) < 0)
+        json_t *undo = json_pack("{s:{s:o}}", "metadata", "annotations", nulls);
+        if (where == 0 && *rv)
+            json_object_set_new(json_object_get(undo, "metadata"), "resourceVersion",
+                                json_string(rv));
+        int u = kube_patch(cl->kc, path, KUBE_PATCH_MERGE, undo, NULL, &e2);
+        json_decref(undo);
+        if (u == -GS_ECONFLICT)
+            continue;
+        if (u < 0)
             log_warn("extender", "pod %s/%s: removing the assignment after a failed bind: %s", ns,
                      name, e2.msg);
-        json_decref(undo);
-        gs_err_prefix(e, "creating the Binding");
+        break;
     }
     return rc;
 }

@@ -87,13 +87,19 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         return 404;
     }
     if (held) {
-        int same = strcmp(held->node, b.node) == 0;
-        pthread_mutex_unlock(&s->mu);
+        /* the same bind again (kube-scheduler timed out and retried) is
+         * answered once the first one's Binding exists, not before: it may
+         * still fail */
+        int same = strcmp(held->node, b.node) == 0 && !p->binding;
         if (!same)
-            *reply = ext_error("pod %s/%s already holds GPUs on node %s", p->ns, p->name,
-                               held->node);
+            *reply = p->binding && strcmp(held->node, b.node) == 0
+                         ? ext_error("pod %s/%s: an earlier bind to %s is still being "
+                                     "committed; retry", p->ns, p->name, held->node)
+                         : ext_error("pod %s/%s already holds GPUs on node %s", p->ns, p->name,
+                                     held->node);
         else
             *reply = json_pack("{s:s}", "Error", "");
+        pthread_mutex_unlock(&s->mu);
         ext_bind_clear(&b);
         sched_decision(s, "bind", same ? "bound" : "conflict");
         return same ? 200 : 409;

@@ -144,6 +144,12 @@ CURL *kube_client_handle(struct kube_client *c)
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->opts.timeout_ms < 5000 ? c->opts.timeout_ms : 5000L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* an apiserver (or a load balancer before it) that vanishes without a
+     * reset is noticed within about two minutes (Linux's 9 probes), not at a
+     * watch's timeout: an idle watch may rightly carry nothing that long */
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, c->cfg.insecure ? 0L : 1L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, c->cfg.insecure ? 0L : 2L);
     if (c->cfg.ca_data) {

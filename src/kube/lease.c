@@ -22,7 +22,8 @@ struct kube_leader {
     /* what this replica last saw, and when (monotonic) */
     char seen_holder[256], seen_renew[64];
     double seen_at;
-    double last_renew_ok; /* monotonic time of our last successful renew */
+    /* monotonic ms of our last successful renew (read by binding threads) */
+    atomic_llong last_renew_ok_ms;
     pthread_mutex_t holder_mu; /* guards holder: read by other threads */
     char holder[256];
 };
@@ -36,8 +37,10 @@ static void set_holder(struct kube_leader *l, const char *who)
 
 void kube_leader_holder(struct kube_leader *l, char *out, size_t cap)
 {
+    int stale = !kube_leader_is_leader(l);
     pthread_mutex_lock(&l->holder_mu);
-    snprintf(out, cap, "%s", l->holder);
+    /* our own lease, not renewed lately: nobody to send work to */
+    snprintf(out, cap, "%s", stale && strcmp(l->holder, l->identity) == 0 ? "" : l->holder);
     pthread_mutex_unlock(&l->holder_mu);
 }
 
@@ -87,7 +90,7 @@ static int leader_try(struct kube_leader *l, int again, struct gs_err *e)
             return again ? leader_try(l, 0, e) : 0;
         if (rc < 0)
             return rc;
-        l->last_renew_ok = now;
+        atomic_store(&l->last_renew_ok_ms, (long long)(now * 1000));
         set_holder(l, l->identity);
         return 1;
     }
@@ -124,7 +127,7 @@ static int leader_try(struct kube_leader *l, int again, struct gs_err *e)
         return 0; /* lost a race: someone else updated it */
     if (rc < 0)
         return rc;
-    l->last_renew_ok = now;
+    atomic_store(&l->last_renew_ok_ms, (long long)(now * 1000));
     set_holder(l, l->identity);
     return 1;
 }
@@ -132,6 +135,17 @@ static int leader_try(struct kube_leader *l, int again, struct gs_err *e)
 int kube_leader_try(struct kube_leader *l, struct gs_err *e)
 {
     return leader_try(l, 1, e);
+}
+
+/* Whether our last renew is recent enough that no other replica can have
+ * taken the lease: it waits a whole lease_s after it last saw the renew,
+ * which was written after `now` was taken (leader_try); we stop at 2/3 of
+ * it, whatever the election thread is doing (a renew stuck in a slow
+ * request included). */
+static int renewed_lately(struct kube_leader *l)
+{
+    double last = (double)atomic_load(&l->last_renew_ok_ms) / 1000;
+    return gs_mono_s() - last <= l->opts.lease_s * 2 / 3;
 }
 
 static int nap(struct kube_leader *l, double s) { return gs_worker_sleep(&l->wk, s, NULL); }
@@ -146,7 +160,7 @@ static void *leader_main(void *arg)
             log_warn("leader", "lease %s/%s: %s", l->ns, l->name, e.msg);
             /* a leader that cannot renew steps down before the lease can
              * expire for the others */
-            if (atomic_load(&l->leading) && gs_mono_s() - l->last_renew_ok > l->opts.lease_s * 2 / 3)
+            if (atomic_load(&l->leading) && !renewed_lately(l))
                 set_leading(l, 0);
         } else {
             set_leading(l, rc);
@@ -190,7 +204,10 @@ int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts
     return 0;
 }
 
-int kube_leader_is_leader(struct kube_leader *l) { return l && atomic_load(&l->leading); }
+int kube_leader_is_leader(struct kube_leader *l)
+{
+    return l && atomic_load(&l->leading) && renewed_lately(l);
+}
 
 unsigned long kube_leader_transitions(struct kube_leader *l)
 {

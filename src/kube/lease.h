@@ -36,13 +36,18 @@ struct kube_leader;
 
 int kube_leader_start(struct kube_client *c, const struct kube_leader_opts *opts,
                       struct kube_leader **out, struct gs_err *e);
+/* Whether this replica leads: it holds the lease and renewed it within 2/3
+ * of lease_s, so no other replica can have taken it over (a renew stuck in
+ * a slow request ends the leadership then, not when the request fails).
+ * Thread-safe. */
 int kube_leader_is_leader(struct kube_leader *l);
 /* Leader transitions observed by this replica (became or stopped leading). */
 unsigned long kube_leader_transitions(struct kube_leader *l);
 void kube_leader_stop(struct kube_leader *l);
 /* The holderIdentity this replica last read from the Lease (its own when it
- * leads; "" before the first read or when nobody holds it) into out. May
- * name a replica whose lease has expired. Thread-safe. */
+ * leads; "" before the first read, when nobody holds it, or when it is this
+ * replica's own and no longer renewed lately) into out. May name a replica
+ * whose lease has expired. Thread-safe. */
 void kube_leader_holder(struct kube_leader *l, char *out, size_t cap);
 
 /* One election step, exposed for tests: reads the lease and takes, renews

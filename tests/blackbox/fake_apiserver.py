@@ -12,6 +12,7 @@ selectors (=, ==, != on dotted paths such as spec.nodeName) are honoured.
 Faults on demand, for testing how clients cope:
 
     api.fail("POST", r"/binding$", 500)          # next matching request -> 500
+    api.fail("POST", r"/binding$", 504, after=True)  # ... carried out, answer lost
     api.fail("PUT", r"/leases/", 409, times=3)
     api.drop_watches()                            # cut every open watch stream
     api.drop_watches(gone=True)                   # ... after an ERROR 410 event
@@ -280,11 +281,14 @@ users:
         return path
 
     # ---- faults -------------------------------------------------------------
-    def fail(self, method, pattern, status, times=1, message="injected failure"):
+    def fail(self, method, pattern, status, times=1, message="injected failure", after=False):
         """The next `times` requests with this method whose path (with query)
-        matches `pattern` get `status` and a Status body."""
+        matches `pattern` get `status` and a Status body. after=True: the
+        request is carried out first (an answer lost on the way back, a
+        timeout after the write)."""
         with self.lock:
-            self.faults.append([method.upper(), re.compile(pattern), status, times, message])
+            self.faults.append([method.upper(), re.compile(pattern), status, times, message,
+                                after])
 
     def delay(self, method, pattern, seconds, times=1):
         """The next `times` requests with this method whose path matches
@@ -320,7 +324,7 @@ users:
             for f in self.faults:
                 if f[0] == method and f[1].search(path) and f[3] > 0:
                     f[3] -= 1
-                    return f[2], f[4]
+                    return f[2], f[4], f[5]
         return None
 
     # ---- object store -------------------------------------------------------
@@ -586,12 +590,16 @@ class _Handler(BaseHTTPRequestHandler):
             api.requests.append((method, self.path, body))
         time.sleep(api._take_delay(method, self.path))
         fault = api._take_fault(method, self.path)
-        if fault:
+        if fault and not fault[2]:
             return self._send(fault[0], _status(fault[0], "Injected", fault[1]))
         try:
             route = _Route(url.path)
         except KeyError:
             return self._send(404, _status(404, "NotFound", f"no route {url.path}"))
+        if fault:  # carried out, then the answer is lost
+            api.handle(method, url.path, query, body, (self.headers.get("Content-Type") or "")
+                       .split(";")[0].strip())
+            return self._send(fault[0], _status(fault[0], "Injected", fault[1]))
         if method == "GET" and query.get("watch") in ("1", "true") and route.name is None:
             return self._watch(route, query)
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -602,7 +610,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_fake/fail":
             self.api.fail(body.get("method", "GET"), body.get("pattern", ""),
                           int(body.get("status", 500)), int(body.get("times", 1)),
-                          body.get("message", "injected failure"))
+                          body.get("message", "injected failure"), bool(body.get("after")))
+        elif path == "/_fake/delay":
+            self.api.delay(body.get("method", "GET"), body.get("pattern", ""),
+                           float(body.get("seconds", 1)), int(body.get("times", 1)))
         elif path == "/_fake/drop-watches":
             self.api.drop_watches(bool(body.get("gone")))
         elif path == "/_fake/compact":

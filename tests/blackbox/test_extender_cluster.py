@@ -353,6 +353,53 @@ def test_failed_binding_holds_nothing(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_binding_whose_answer_was_lost_is_kept(gpusched_bin, api, tmp_path):
+    """The apiserver makes the Binding but its answer never arrives (a timeout,
+    a 5xx from a proxy): the pod is bound, so its assignment and GPUs must stay,
+    or it would run on GPUs the extender hands to the next pod."""
+    add_gpu_pod(api, "f", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.fail("POST", r"/pods/f/binding$", 504, after=True)
+        node, r = schedule(e, api, "f", ["g1"])
+        assert bound(r), r.text
+        got = api.get("pods", "f", "default")
+        assert got["spec"]["nodeName"] == "g1"
+        assert got["metadata"]["annotations"][PREFIX + "node"] == "g1"
+        wait_for(lambda: e.metric("gpusched_allocations") == 1, what="f holds its GPUs")
+        add_gpu_pod(api, "g", "1")
+        wait_for(lambda: e.filter(api.get("pods", "g", "default"), ["g1"])["Error"] == "",
+                 what="g cached")
+        assert e.filter(api.get("pods", "g", "default"), ["g1"])["NodeNames"] == []
+    finally:
+        e.stop()
+
+
+def test_a_bind_asked_again_while_it_commits_waits_for_it(gpusched_bin, api, tmp_path):
+    """kube-scheduler gave up on a slow /bind and asks again: the second answer
+    must not say "bound" before the first one's Binding exists."""
+    add_gpu_pod(api, "f", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.delay("PATCH", r"/pods/f$", 2.0)
+        api.fail("POST", r"/pods/f/binding$", 500)
+        res = {}
+        t = threading.Thread(target=lambda: res.__setitem__(
+            "first", e.bind(api.get("pods", "f", "default"), "g1")))
+        t.start()
+        wait_for(lambda: e.metric('gpusched_gpus_allocated{node="g1"') == 2, what="f reserved")
+        refused(e.bind(api.get("pods", "f", "default"), "g1"), "still being committed")
+        t.join(timeout=30)
+        refused(res["first"], "Binding")
+        assert not api.get("pods", "f", "default")["spec"].get("nodeName")
+    finally:
+        e.stop()
+
+
 def two_pods_for_g1(bin_, api, tmp_path):
     """Pods x and y, each wanting both of g1's GPUs, seen by a started extender."""
     add_gpu_pod(api, "x", "2")

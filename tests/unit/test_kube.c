@@ -458,6 +458,25 @@ static void test_lease(struct kube_client *c)
                                                    "holderIdentity")), "b");
     json_decref(lease);
     kube_leader_stop(b);
+
+    /* a renew stuck in a slow request: the replica stops leading at 2/3 of
+     * the lease, before anyone else may take it, not when the request ends */
+    o.identity = "c";
+    ASSERT_EQ(kube_leader_start(c, &o, &a, &e), 0);
+    for (int i = 0; i < 300 && !kube_leader_is_leader(a); i++)
+        usleep(10000);
+    ASSERT_TRUE(kube_leader_is_leader(a));
+    fake_control(c, "delay", json_pack("{s:s, s:s, s:f, s:i}", "method", "GET", "pattern",
+                                       "/leases/ext$", "seconds", 3.5, "times", 1));
+    usleep(2600000);
+    ASSERT_TRUE(!kube_leader_is_leader(a));
+    char who[64] = "x";
+    kube_leader_holder(a, who, sizeof who);
+    ASSERT_STREQ(who, ""); /* its own stale lease: nobody to forward to */
+    for (int i = 0; i < 300 && !kube_leader_is_leader(a); i++)
+        usleep(10000);
+    ASSERT_TRUE(kube_leader_is_leader(a));
+    kube_leader_stop(a);
 }
 
 int test_kube(void)
