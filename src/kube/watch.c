@@ -177,42 +177,76 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
 /* Sleeps up to `s` seconds; returns early (nonzero) when stopping. */
 static int nap(struct kube_watch *w, double s) { return gs_worker_sleep(&w->wk, s, NULL); }
 
+/* Lists the collection page by page (limit/continue): a large cluster's
+ * pods in one answer would outgrow the request timeout and the body bound.
+ * Every page comes from the first one's snapshot; a continue token that
+ * expired (410) fails the list, which starts over after the backoff. */
 static int do_list(struct kube_watch *w)
 {
     struct gs_err e = GS_ERR_INIT;
-    char path[2048];
-    json_t *list;
-    const json_t *items;
-    const char *rv;
+    json_t *all = json_array(), *list = NULL;
+    char *path = NULL, *cont = NULL, rv[sizeof w->rv] = "";
+    int pages = 0, rc = -1;
 
-    snprintf(path, sizeof path, "%s%s%s", w->path, *w->query ? "?" : "", w->query);
-    if (*w->query)
-        path[strlen(path) - 1] = '\0'; /* drop the trailing '&' */
-    if (kube_get(w->c, path, &list, &e) < 0) {
-        if (w->opts.absent_ok && e.code == GS_ENOENT)
-            log_debug("kube", "list %s: %s", w->path, e.msg);
-        else
-            log_warn("kube", "list %s: %s", w->path, e.msg);
-        json_decref(list);
+    if (!all)
         return -1;
-    }
-    items = json_object_get(list, "items");
-    rv = kube_meta_str(list, "resourceVersion");
-    if (!json_is_array(items) && !json_is_null(items) && items) {
-        log_warn("kube", "list %s: items is not an array", w->path);
+    do {
+        char esc[2048] = "";
+        free(path);
+        path = NULL;
+        if (cont && kube_escape(cont, esc, sizeof esc, &e) < 0) {
+            log_warn("kube", "list %s: continue token: %s", w->path, e.msg);
+            goto out;
+        }
+        if (asprintf(&path, "%s?%slimit=%d%s%s", w->path, w->query,
+                     w->opts.page > 0 ? w->opts.page : 500, cont ? "&continue=" : "", esc) < 0) {
+            path = NULL;
+            goto out;
+        }
+        if (kube_get(w->c, path, &list, &e) < 0) {
+            if (w->opts.absent_ok && e.code == GS_ENOENT)
+                log_debug("kube", "list %s: %s", w->path, e.msg);
+            else
+                log_warn("kube", "list %s%s: %s", w->path, cont ? " (a later page)" : "", e.msg);
+            goto out;
+        }
+        const json_t *items = json_object_get(list, "items");
+        if (items && !json_is_array(items) && !json_is_null(items)) {
+            log_warn("kube", "list %s: items is not an array", w->path);
+            goto out;
+        }
+        if (json_is_array(items) && json_array_extend(all, (json_t *)items) < 0)
+            goto out;
+        if (!pages++) {
+            const char *v = kube_meta_str(list, "resourceVersion");
+            snprintf(rv, sizeof rv, "%s", v ? v : "");
+        }
+        pthread_mutex_lock(&w->wk.mu);
+        w->st.pages++;
+        pthread_mutex_unlock(&w->wk.mu);
+        const char *next = kube_meta_str(list, "continue");
+        free(cont);
+        cont = next && *next ? strdup(next) : NULL;
         json_decref(list);
-        return -1;
-    }
-    json_t *empty = json_array();
-    w->ops.replace(w->ud, json_is_array(items) ? items : empty, rv ? rv : "");
-    json_decref(empty);
-    snprintf(w->rv, sizeof w->rv, "%s", rv ? rv : "");
+        list = NULL;
+        if (next && *next && !cont)
+            goto out;
+    } while (cont && !gs_worker_stopping(&w->wk));
+    if (cont) /* stopping */
+        goto out;
+    w->ops.replace(w->ud, all, rv);
+    snprintf(w->rv, sizeof w->rv, "%s", rv);
     pthread_mutex_lock(&w->wk.mu);
     w->st.lists++;
     w->st.synced = 1;
     pthread_mutex_unlock(&w->wk.mu);
+    rc = 0;
+out:
     json_decref(list);
-    return 0;
+    json_decref(all);
+    free(path);
+    free(cont);
+    return rc;
 }
 
 /* One watch stream. Returns 0 when it ended normally, 1 for 410 Gone (list

@@ -40,10 +40,13 @@ struct kube_watch_opts {
     size_t max_event;            /* bytes per event line; 0 = 16 MiB */
     int absent_ok;               /* a list answered 404 (a CRD not installed yet) is
                                     logged at debug level and tried again */
+    int page;                    /* objects per list request (limit/continue, as
+                                    client-go's pager); 0 = 500 */
 };
 
 struct kube_watch_stats {
     unsigned long lists;     /* successful lists (the first one included) */
+    unsigned long pages;     /* list requests answered, every page counted */
     unsigned long restarts;  /* watch streams re-opened after the first */
     unsigned long gone;      /* 410 Gone answers */
     unsigned long errors;    /* failed requests and bad events */

@@ -6,7 +6,8 @@ coordination.k8s.io/v1 leases, and any other group/version/plural path
 (custom resources) stored generically. Lists carry a resourceVersion;
 watches (``?watch=1``) stream ADDED/MODIFIED/DELETED events from any
 resourceVersion still in its history, send BOOKMARKs when asked, and end
-after ``timeoutSeconds``. Label selectors (=, ==, !=, exists, !key) and field
+after ``timeoutSeconds``. A list with ``limit`` is paged: ``metadata.continue``
+names the rest of its snapshot, 410 once compacted. Label selectors (=, ==, !=, exists, !key) and field
 selectors (=, ==, != on dotted paths such as spec.nodeName) are honoured.
 
 Faults on demand, for testing how clients cope:
@@ -212,6 +213,8 @@ class FakeApiServer:
         self.history = []      # (rv, type, coll, ns, obj)
         self.faults = []       # [method, regex, status, times, message]
         self.delays = []       # [method, regex, seconds, times]
+        self.snapshots = {}    # continue token -> (resourceVersion, the items left)
+        self.list_pages = 0
         self.requests = []
         self.watch_gen = 0     # bumped by drop_watches()
         self.drop_gone = False
@@ -414,13 +417,29 @@ users:
             objs = self.store.setdefault(route.coll, {})
             if route.name is None:
                 if method == "GET":
-                    items = [copy.deepcopy(o) for (ns, _), o in sorted(objs.items(), key=str)
-                             if (route.ns is None or ns == route.ns)
-                             and _match_labels(o, query.get("labelSelector", ""))
-                             and _match_fields(o, query.get("fieldSelector", ""))]
                     kind = KINDS.get(route.plural, route.plural.capitalize())
-                    return 200, {"kind": kind + "List", "apiVersion": "v1",
-                                 "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+                    token = query.get("continue")
+                    if token:  # a later page of a snapshot taken by the first one
+                        snap = self.snapshots.get(token)
+                        if snap is None or snap[0] < self.compacted:
+                            return 410, _status(410, "Expired", "the provided continue "
+                                                "parameter is too old")
+                        rv, items = snap
+                    else:
+                        rv = self.rv
+                        items = [copy.deepcopy(o) for (ns, _), o in sorted(objs.items(), key=str)
+                                 if (route.ns is None or ns == route.ns)
+                                 and _match_labels(o, query.get("labelSelector", ""))
+                                 and _match_fields(o, query.get("fieldSelector", ""))]
+                    meta = {"resourceVersion": str(rv)}
+                    limit = int(query.get("limit") or 0)
+                    if limit > 0 and len(items) > limit:
+                        self.list_pages += 1
+                        meta["continue"] = "page-%d" % self.list_pages
+                        self.snapshots[meta["continue"]] = (rv, items[limit:])
+                        items = items[:limit]
+                    return 200, {"kind": kind + "List", "apiVersion": "v1", "metadata": meta,
+                                 "items": items}
                 if method == "POST":
                     if not isinstance(body, dict):
                         return 400, _status(400, "BadRequest", "body must be an object")

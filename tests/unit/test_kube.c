@@ -425,10 +425,31 @@ static void test_watch(struct kube_client *c)
     ASSERT_EQ(st.gone, 2);
     ASSERT_TRUE(st.synced);
     kube_watch_stop(w);
-    json_decref(pod);
 
     ASSERT_TRUE(kube_watch_start(c, &(struct kube_watch_opts){.path = "pods"}, &ops, &s, &w, &e) <
                 0);
+
+    /* a list in pages of 2: five pods in three requests; a continue token
+     * that expired (410) starts the list over */
+    struct seen s2 = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 5; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", i);
+        json_object_set_new(json_object_get(pod, "metadata"), "name", json_string(name));
+        kube_create(c, "/api/v1/namespaces/pg/pods", pod, NULL, &e);
+    }
+    fake_control(c, "fail", json_pack("{s:s, s:s, s:i}", "method", "GET", "pattern",
+                                      "continue=", "status", 410));
+    wo.path = "/api/v1/namespaces/pg/pods";
+    wo.page = 2;
+    ASSERT_EQ(kube_watch_start(c, &wo, &ops, &s2, &w, &e), 0);
+    ASSERT_TRUE(wait_seen(&s2, 0, 1));
+    ASSERT_EQ(s2.last_items, 5);
+    kube_watch_get_stats(w, &st);
+    ASSERT_EQ(st.lists, 1);
+    ASSERT_EQ(st.pages, 4); /* one page before the 410, then three */
+    kube_watch_stop(w);
+    json_decref(pod);
 }
 
 static void test_lease(struct kube_client *c)
