@@ -121,6 +121,14 @@ static int parse_int_annot(const json_t *pod, const char *prefix, const char *na
     return 0;
 }
 
+/* A restartable init container (restartPolicy: Always): runs until the
+ * pod ends, beside everything that starts after it. */
+static int is_sidecar(const json_t *c)
+{
+    const char *rp = str_at(c, "restartPolicy", NULL);
+    return rp && strcmp(rp, "Always") == 0;
+}
+
 /* Looks for the first unclaimed container of `pod` asking for n_ids
  * devices; fills *out from the pod's annotations (and out->started,
  * out->last). 1 = found, 0 = none, negative = broken annotations. */
@@ -130,7 +138,7 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
     static const char *const lists[] = {"initContainers", "containers"};
     const json_t *spec = json_object_get(pod, "spec");
     char uu[DP_MAX_GPUS][DP_UUID_MAX];
-    int total, off = 0, found = 0, started = 0, others = 0, n_ctrs = 0;
+    int total, found = 0, started = 0, others = 0, n_ctrs = 0;
 
     memset(out, 0, sizeof *out);
     snprintf(out->ns, sizeof out->ns, "%s", or_(str_at(pod, "metadata", "namespace"), "default"));
@@ -149,10 +157,22 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
     if (is_mig_res != (strcmp(out->kind, "mig") == 0))
         return 0;
 
+    /* Where each container's devices start in gpu-uuids, as the extender
+     * sized the list (core/request.c): sidecars (restartable init
+     * containers) and then app containers take consecutive places, as they
+     * run together; an ordinary init container runs beside the sidecars
+     * started before it only, so it starts after them and app containers
+     * reuse its places (as kubelet reuses its devices). */
+    long side_total = 0, side = 0, app = 0;
+    const json_t *c;
+    size_t i;
+    json_array_foreach(json_object_get(spec, "initContainers"), i, c) {
+        long cnt = container_count(c, resource);
+        if (cnt > 0 && is_sidecar(c))
+            side_total += cnt;
+    }
     for (int l = 0; l < 2; l++) {
         const json_t *arr = json_object_get(spec, lists[l]);
-        size_t i;
-        const json_t *c;
         json_array_foreach(arr, i, c) {
             long cnt = container_count(c, resource);
             const char *cname = str_at(c, "name", NULL);
@@ -163,6 +183,11 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             if (cnt == 0)
                 continue;
             n_ctrs++;
+            long at = l == 1 ? side_total + app : side;
+            if (l == 1)
+                app += cnt;
+            else if (is_sidecar(c))
+                side += cnt;
             if (!cname)
                 return gs_errf(e, GS_EINVAL, "pod %s/%s: %s[%zu].name: missing", out->ns, out->pod,
                                lists[l], i);
@@ -178,8 +203,6 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             started |= done;
             if (found || done || cnt != n_ids) {
                 others += !done; /* a container still to be allocated */
-                if (!found)
-                    off += (int)cnt;
                 continue;
             }
             found = 1;
@@ -187,11 +210,9 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             int rc = split_uuids(annot(pod, prefix, "gpu-uuids"), out, uu, &total, e);
             if (rc)
                 return rc;
-            /* Init containers run one at a time and app containers reuse
-             * their GPUs (as kubelet reuses their devices): a container
-             * past the end of the list starts again at its beginning. */
-            if (off + cnt > total)
-                off = 0;
+            /* a list shorter than that (written by hand, or by a version
+             * that counted otherwise): start again at its beginning */
+            int off = at + cnt > total ? 0 : (int)at;
             if (cnt > total)
                 return gs_errf(e, GS_EINVAL,
                                "pod %s/%s: container %s asks for %ld devices of %s but gpu-uuids "

@@ -232,6 +232,67 @@ static void test_match(void)
     json_decref(notalist);
 }
 
+/* Init containers and sidecars: each container's place in gpu-uuids is the
+ * one the extender sized the list for (core/request.c), so containers that
+ * run at the same time never share a GPU. */
+static const char *match_one(json_t *pods, int n, char **claimed, int n_claimed, int k,
+                             struct dp_assign *a)
+{
+    static struct gs_err e;
+    e = (struct gs_err)GS_ERR_INIT;
+    if (dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", n, claimed, n_claimed,
+                       a, &e) != 0)
+        return e.msg;
+    return a->uuids[k];
+}
+
+static void test_init_containers(void)
+{
+    struct dp_assign a;
+    /* an init container of 2 GPUs, then two app containers of 1: the list is
+     * max(2, 1 + 1) = 2 long; the app containers take one each */
+    json_t *pods = json_pack(
+        "{s:[{s:{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}}, s:{s:s, s:[{s:s, s:{s:{s:s}}}],"
+        " s:[{s:s, s:{s:{s:s}}}, {s:s, s:{s:{s:s}}}]}, s:{s:s}}]}",
+        "items", "metadata", "namespace", "ns", "name", "p", "uid", "u", "annotations",
+        "gpusched.io/node", "node-a", "gpusched.io/gpu-uuids", "GPU-A,GPU-B",
+        "gpusched.io/assigned-at", "2026-11-22T15:20:00Z", "gpusched.io/request-kind", "whole",
+        "spec", "nodeName", "node-a", "initContainers", "name", "i", "resources", "limits",
+        "nvidia.com/gpu", "2", "containers", "name", "a", "resources", "limits",
+        "nvidia.com/gpu", "1", "name", "b", "resources", "limits", "nvidia.com/gpu", "1",
+        "status", "phase", "Pending");
+    ASSERT_STREQ(match_one(pods, 2, NULL, 0, 1, &a), "GPU-B");
+    ASSERT_STREQ(a.container, "i");
+    char *c1[] = {"ns/p/i", "ns/p/a"};
+    ASSERT_STREQ(match_one(pods, 1, c1, 1, 0, &a), "GPU-A");
+    ASSERT_STREQ(a.container, "a");
+    ASSERT_STREQ(match_one(pods, 1, c1, 2, 0, &a), "GPU-B"); /* was GPU-A, a's */
+    ASSERT_STREQ(a.container, "b");
+    json_decref(pods);
+
+    /* a sidecar of 1, an init container of 1, an app container of 1: the
+     * list is max(1 + 1, 1 + 1) = 2; the init container runs beside the
+     * sidecar, and so does the app container */
+    pods = json_pack(
+        "{s:[{s:{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}}, s:{s:s, s:[{s:s, s:s, s:{s:{s:s}}},"
+        " {s:s, s:{s:{s:s}}}], s:[{s:s, s:{s:{s:s}}}]}, s:{s:s}}]}",
+        "items", "metadata", "namespace", "ns", "name", "p", "uid", "u", "annotations",
+        "gpusched.io/node", "node-a", "gpusched.io/gpu-uuids", "GPU-A,GPU-B",
+        "gpusched.io/assigned-at", "2026-11-22T15:20:00Z", "gpusched.io/request-kind", "whole",
+        "spec", "nodeName", "node-a", "initContainers", "name", "s", "restartPolicy", "Always",
+        "resources", "limits", "nvidia.com/gpu", "1", "name", "i", "resources", "limits",
+        "nvidia.com/gpu", "1", "containers", "name", "a", "resources", "limits",
+        "nvidia.com/gpu", "1", "status", "phase", "Pending");
+    char *c2[] = {"ns/p/s", "ns/p/i"};
+    ASSERT_STREQ(match_one(pods, 1, NULL, 0, 0, &a), "GPU-A");
+    ASSERT_STREQ(a.container, "s");
+    ASSERT_STREQ(match_one(pods, 1, c2, 1, 0, &a), "GPU-B");
+    ASSERT_STREQ(a.container, "i");
+    ASSERT_STREQ(match_one(pods, 1, c2, 2, 0, &a), "GPU-B"); /* was GPU-A, the sidecar's */
+    ASSERT_STREQ(a.container, "a");
+    json_decref(pods);
+}
+
 static void test_pack(void)
 {
     struct dp_inventory inv;
@@ -387,6 +448,7 @@ int test_dp_alloc(void)
 {
     test_devices();
     test_match();
+    test_init_containers();
     test_pack();
     test_inventory();
     test_podres();
