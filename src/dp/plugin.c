@@ -294,13 +294,16 @@ static void *health_thread(void *arg)
 
 /* ---- control loop --------------------------------------------------------- */
 
-static void publish(struct dp_plugin *p)
+/* 0, or -1 when the API server did not take it (publish_needed is set
+ * again). */
+static int publish(struct dp_plugin *p)
 {
     struct gs_err e = GS_ERR_INIT;
     struct dp_inventory *inv = malloc(sizeof *inv);
+    int rc = 0;
 
     if (!inv)
-        return;
+        return -1;
     pthread_mutex_lock(&p->mu);
     *inv = p->inv;
     p->publish_needed = 0;
@@ -311,8 +314,10 @@ static void publish(struct dp_plugin *p)
         p->publish_needed = 1;
         p->n_publish_err++;
         pthread_mutex_unlock(&p->mu);
+        rc = -1;
     }
     free(inv);
+    return rc;
 }
 
 /* Ledger directories of pods gone from the node go with them. */
@@ -409,6 +414,10 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
 {
     struct stat st;
     int64_t next_register = 0, backoff = 100, next_publish = 0;
+    /* after a failed publish, the next one waits 1 s, doubling up to 60 s:
+     * a thousand nodes must not retry at once every 100 ms while the API
+     * server comes back (or while their RBAC forbids the patch) */
+    int64_t pub_backoff = 0, pub_retry_at = 0;
     int quiet = 0;
 
     if (stat(p->cfg.kubelet_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -470,13 +479,18 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
                 next_register = t + 1000;
             }
         }
-        if (p->cfg.api && (pub || t >= next_publish)) {
-            publish(p);
-            if (p->cfg.alloc.limiter_dir) {
+        if (p->cfg.api && ((pub && t >= pub_retry_at) || t >= next_publish)) {
+            int ok = publish(p) == 0;
+            if (ok && p->cfg.alloc.limiter_dir) {
                 prune_ledgers(p);
                 publish_usage(p);
             }
+            pub_backoff = ok ? 0 : pub_backoff ? (pub_backoff * 2 > 60000 ? 60000 : pub_backoff * 2)
+                                               : 1000;
+            pub_retry_at = t + pub_backoff;
             next_publish = t + (int64_t)p->cfg.publish_interval_s * 1000;
+            if (!ok && next_publish < pub_retry_at)
+                next_publish = pub_retry_at;
         }
     }
     log_info("dp", "stopping");

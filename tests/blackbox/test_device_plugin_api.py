@@ -108,6 +108,27 @@ def test_publishes_inventory_and_missing_labels(world):
     assert inv["gpus"][2]["reason"] == "XID 79 (fatal)"
 
 
+def test_failed_publishes_back_off(world):
+    """An API server that refuses the node's inventory (down, or RBAC) gets
+    retries 1 s, 2 s, 4 s ... apart, not every 100 ms from every node; the
+    change lands once it takes them again."""
+    world.start()
+    wait(lambda: inventory(world.api))
+    world.api.fail("GET", r"/api/v1/nodes/node-a$", 503, times=10000)
+    edit(world.gpus, lambda d: d["gpus"][2].update(xids=[79]))
+    first = wait(lambda: [i for i, r in enumerate(world.api.requests)
+                          if r[0] == "GET" and r[1].endswith("/nodes/node-a")], timeout=3)[-1]
+    time.sleep(3.5)
+    tries = [r for r in world.api.requests[first:]
+             if r[0] == "GET" and r[1].endswith("/nodes/node-a")]
+    assert 2 <= len(tries) <= 4, len(tries)  # at 0, 1 and 3 s; it was 35
+    with world.api.lock:
+        world.api.faults.clear()
+    inv = wait(lambda: (lambda i: i if not i["gpus"][2]["healthy"] else None)(
+        inventory(world.api)), timeout=8)
+    assert inv["gpus"][2]["reason"] == "XID 79 (fatal)"
+
+
 def test_default_replicas_with_an_api_server_is_10(world):
     """kubelet admits at most as many GPU pods per node as there are devices:
     one per GPU (the old default) would fail the fifth shared pod on a 4-GPU
