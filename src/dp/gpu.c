@@ -1,4 +1,5 @@
-/* dp/gpu.c - see gpu.h: inventory lookups. */
+/* dp/gpu.c - see gpu.h: inventory lookups, MIG profile names. */
+#include <stdio.h>
 #include <string.h>
 
 #include "dp/gpu.h"
@@ -25,4 +26,15 @@ int dp_inventory_healthy(const struct dp_inventory *inv, const char *uuid, const
             m = &g->mig[k];
     *why = !g ? "not on this node" : !g->healthy ? g->reason : m && !m->healthy ? m->reason : "";
     return g && g->healthy && (!m || m->healthy);
+}
+
+void dp_mig_name(unsigned slices, uint64_t mem_mib, int64_t gpu_mib, char *out, size_t cap)
+{
+    uint64_t gb = (mem_mib + 1023) / 1024;
+    if (gpu_mib > 0) {
+        uint64_t g = (uint64_t)gpu_mib;
+        uint64_t eighths = (mem_mib * 8 + g - 1) / g;
+        gb = (eighths * ((g + 1023) / 1024) + 4) / 8;
+    }
+    snprintf(out, cap, "%ug.%llugb", slices, (unsigned long long)gb);
 }

@@ -138,4 +138,11 @@ struct dp_fake_state {
 };
 int dp_fake_parse(const char *text, size_t len, struct dp_fake_state *out, struct gs_err *e);
 
+/* The MIG profile name NVIDIA's device plugin gives an instance of `slices`
+ * GPU slices and mem_mib of memory on a GPU of gpu_mib ("1g.10gb"): the
+ * instance's share of the GPU's memory rounded up to eighths, times the
+ * GPU's memory rounded up to whole GB, rounded. Without gpu_mib (0): the
+ * instance's memory rounded up to GB. */
+void dp_mig_name(unsigned slices, uint64_t mem_mib, int64_t gpu_mib, char *out, size_t cap);
+
 #endif

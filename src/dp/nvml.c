@@ -149,13 +149,6 @@ static int numa_of(const char *bus_id)
     return node;
 }
 
-/* MIG profile name the way NVIDIA's plugin spells it: "1g.10gb". */
-static void mig_profile(const nvmlDeviceAttributes_t *a, char *out, size_t cap)
-{
-    unsigned long long gb = (a->memorySizeMB + 1023) / 1024;
-    snprintf(out, cap, "%ug.%llugb", a->gpuInstanceSliceCount, gb);
-}
-
 static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
 {
     unsigned cur = 0, pend = 0, max = 0;
@@ -184,7 +177,8 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
                 g->mig_unnamed++;
                 continue;
             }
-            mig_profile(&a, mi->profile, sizeof mi->profile);
+            dp_mig_name(a.gpuInstanceSliceCount, a.memorySizeMB, g->memory_mib, mi->profile,
+                        sizeof mi->profile);
             mi->memory_mib = (int64_t)a.memorySizeMB;
         } else {
             snprintf(mi->profile, sizeof mi->profile, "unknown");

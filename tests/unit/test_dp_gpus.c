@@ -358,8 +358,35 @@ static void test_fake_proc_util(void)
     unlink(path);
 }
 
+/* MIG profile names as NVIDIA's device plugin gives them, from the memory
+ * NVML reports (A100 40GB and 80GB, H100 80GB, H200 141GB). */
+static void test_mig_names(void)
+{
+    static const struct {
+        unsigned slices;
+        uint64_t mem;
+        int64_t gpu;
+        const char *want;
+    } t[] = {
+        {1, 4864, 40960, "1g.5gb"},     {2, 9856, 40960, "2g.10gb"},
+        {3, 19968, 40960, "3g.20gb"},   {7, 40192, 40960, "7g.40gb"},
+        {1, 9728, 81920, "1g.10gb"},    {1, 19968, 81920, "1g.20gb"},
+        {3, 40192, 81920, "3g.40gb"},   {1, 9856, 81559, "1g.10gb"},
+        {4, 40192, 81559, "4g.40gb"},   {7, 80384, 81559, "7g.80gb"},
+        {1, 16384, 143771, "1g.18gb"},  {1, 32768, 143771, "1g.35gb"},
+        {3, 69888, 143771, "3g.71gb"},  {7, 139520, 143771, "7g.141gb"},
+        {1, 16384, 0, "1g.16gb"}, /* no GPU total: the instance's own GB */
+    };
+    char name[32];
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        dp_mig_name(t[i].slices, t[i].mem, t[i].gpu, name, sizeof name);
+        ASSERT_STREQ(name, t[i].want);
+    }
+}
+
 int test_dp_gpus(void)
 {
+    test_mig_names();
     test_parse();
     test_health();
     test_none_backend();
