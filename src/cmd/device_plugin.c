@@ -123,7 +123,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
     int no_limiter = 0;
-    long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60;
+    long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60, api_wait_s = 20;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
     struct gs_err e = GS_ERR_INIT;
@@ -158,6 +158,9 @@ int cmd_device_plugin(int argc, char **argv)
                  "leave device nodes to the NVIDIA container runtime"),
         OPT_INT("publish-interval", &publish_s, "SECONDS",
                 "refresh the node's inventory annotation this often", 1, 86400),
+        OPT_INT("api-wait", &api_wait_s, "SECONDS",
+                "how long Allocate waits for an API server or kubelet that does not answer "
+                "(kubelet never asks again)", 1, 600),
         OPT_STR("metrics-listen", &metrics, "ADDR:PORT",
                 "serve /metrics, /healthz and /inventory over HTTP"),
         OPT_STR("nvml-lib", &nvml_lib, "PATH", "NVML library to load (libnvidia-ml.so.1)"),
@@ -225,6 +228,7 @@ int cmd_device_plugin(int argc, char **argv)
     if (!no_limiter)
         cfg.alloc.limiter_dir = limiter_setup(limiter_dir, limiter_lib);
     cfg.publish_interval_s = (int)publish_s;
+    cfg.api_wait_s = (int)api_wait_s;
     cfg.register_timeout_ms = 15000;
 
     struct dp_backend *b = NULL;

@@ -59,6 +59,8 @@ struct dp_plugin_cfg {
     struct dp_alloc_opts alloc;
     const struct dp_api *api;     /* NULL: no API server (NVIDIA's behaviour) */
     int publish_interval_s;       /* refresh of the inventory annotation */
+    int api_wait_s;               /* how long Allocate waits for an API server or
+                                     kubelet that does not answer; 0 = 20 */
     int register_timeout_ms;      /* one Register call, kubelet dial-back included */
 };
 

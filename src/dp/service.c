@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "deviceplugin.pb-c.h"
 #include "dp/plugin_internal.h"
@@ -352,6 +353,10 @@ static int assign_from_ids(struct dp_server *s, char *const *ids, size_t n_ids, 
     return rc;
 }
 
+/* An API server or kubelet that did not answer (rather than an answer
+ * about the pod). */
+static int transient(int rc) { return rc == -GS_EUNAVAIL || rc == -GS_EIO || rc == -GS_EPROTO; }
+
 static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_reply *out)
 {
     struct dp_server *s = ud;
@@ -389,12 +394,22 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
         if (rc)
             break;
         if (p->cfg.api) {
-            rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e);
-            /* The API server or kubelet not answering is worth a retry;
-             * anything else is about the pod and needs a person. */
-            status = rc == -GS_EUNAVAIL || rc == -GS_EIO || rc == -GS_EPROTO
-                         ? DP_GRPC_UNAVAILABLE
-                         : DP_GRPC_FAILED_PRECONDITION;
+            /* The API server or kubelet not answering: kubelet never asks
+             * again (the pod fails admission for good), so wait for them
+             * here, up to api_wait_s. Anything else is about the pod and
+             * needs a person. */
+            double waited = 0, nap = 0.25, most = p->cfg.api_wait_s > 0 ? p->cfg.api_wait_s : 20;
+            while ((rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e)) &&
+                   transient(rc) && waited < most && !p->stopping) {
+                if (waited == 0)
+                    log_warn("dp", "allocate %s: %s; waiting up to %.0f s", s->name, e.msg, most);
+                nanosleep(&(struct timespec){(time_t)nap,
+                                             (long)((nap - (time_t)nap) * 1e9)}, NULL);
+                waited += nap;
+                nap = nap * 2 > 4 ? 4 : nap * 2;
+                e = (struct gs_err)GS_ERR_INIT;
+            }
+            status = transient(rc) ? DP_GRPC_UNAVAILABLE : DP_GRPC_FAILED_PRECONDITION;
         } else {
             a[i] = by_ids;
         }

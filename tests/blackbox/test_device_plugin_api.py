@@ -325,14 +325,26 @@ def test_concurrent_allocates_get_distinct_containers(world):
     assert allocated_at(world.api, "four")
 
 
-def test_api_server_down_means_a_clear_allocate_error(world):
-    pl = world.start()
+def test_api_server_down_is_waited_out_then_a_clear_allocate_error(world):
+    """kubelet never asks again after a failed Allocate (the pod fails
+    admission for good), so an API server that does not answer is waited
+    for, up to --api-wait, and only then named in the error."""
+    pl = world.start("--api-wait", "2")
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
-    world.api.fail("GET", r"/api/v1/pods", 503, times=1)
+    assigned_pod(world.api, "blip", [GPU[3]], "2026-11-22T15:20:01.000000000Z")
+    world.api.fail("GET", r"/api/v1/pods", 503, times=2)
+    t0 = time.monotonic()
+    r = p.allocate([GPU[0] + "::0"])  # two 503s, then the answer
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[3]
+    assert time.monotonic() - t0 < 2
+    world.api.fail("GET", r"/api/v1/pods", 503, times=1000)
+    t0 = time.monotonic()
     with pytest.raises(grpc.RpcError) as ei:
-        p.allocate([GPU[0] + "::0"])
+        p.allocate([GPU[1] + "::0"])
+    assert 2 <= time.monotonic() - t0 < 6
     assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "503" in ei.value.details()
+    assert "waiting up to 2 s" in pl.output()
     assert pl.proc.poll() is None
 
 
