@@ -109,6 +109,9 @@ static void pack_pref(const void *m, uint8_t *b)
     v1beta1__preferred_allocation_response__pack(m, b);
 }
 
+static int prefer_assigned(struct dp_server *s, const V1beta1__ContainerPreferredAllocationRequest *c,
+                           const char **mine);
+
 static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc_reply *out)
 {
     struct dp_server *s = ud;
@@ -132,6 +135,12 @@ static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc
         dp_grpc_fail(out, DP_GRPC_INTERNAL, "out of memory");
         goto done;
     }
+    /* with an API server, the IDs of the GPUs the extender assigned the
+     * container about to be admitted, so that what kubelet records (its
+     * PodResources, read by dcgm-exporter, and its Topology Manager) is what
+     * the container gets; the topology choice when that cannot be told */
+    int assigned = p->cfg.api && n == 1 &&
+                   prefer_assigned(s, rq->container_requests[0], ids) == 0;
     pthread_mutex_lock(&p->mu);
     const struct dp_resource *r = dp_plugin_find_res(p, s->name);
     for (size_t i = 0; i < n && !rc; i++) {
@@ -143,9 +152,10 @@ static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc
             rc = gs_errf(&e, GS_ENOENT, "resource %s is no longer served", s->name);
             break;
         }
-        rc = dp_devices_prefer(r, &p->inv, c->available_deviceids, c->n_available_deviceids,
-                               c->must_include_deviceids, c->n_must_include_deviceids,
-                               c->allocation_size, mine, &e);
+        if (!assigned)
+            rc = dp_devices_prefer(r, &p->inv, c->available_deviceids, c->n_available_deviceids,
+                                   c->must_include_deviceids, c->n_must_include_deviceids,
+                                   c->allocation_size, mine, &e);
         if (rc)
             gs_err_prefix(&e, "container_requests[%zu]", i);
         cr[i].n_deviceids = rc ? 0 : (size_t)c->allocation_size;
@@ -317,6 +327,70 @@ static int assign_from_api(struct dp_server *s, char *const *ids, size_t n_ids, 
             break;
         }
         n_claimed++;
+    }
+    json_decref(pods);
+    free_strs(claimed, n_claimed);
+    return rc;
+}
+
+/* The GPU (or MIG instance) UUID behind a device ID ("GPU-1::3" or
+ * "GPU-1"), compared over its length. */
+static int id_is(const char *id, const char *uuid)
+{
+    size_t n = strlen(uuid);
+    return strncmp(id, uuid, n) == 0 && (id[n] == '\0' || strncmp(id + n, "::", 2) == 0);
+}
+
+/* GetPreferredAllocation with an API server: one available ID for each GPU
+ * the extender assigned the container kubelet is about to admit (the same
+ * match Allocate makes, nothing claimed), the IDs kubelet must include
+ * among them. 0 with the IDs in mine, or -1 when that cannot be told. */
+static int prefer_assigned(struct dp_server *s, const V1beta1__ContainerPreferredAllocationRequest *c,
+                           const char **mine)
+{
+    struct dp_plugin *p = s->p;
+    struct gs_err e = GS_ERR_INIT;
+    struct dp_assign a;
+    json_t *pods = NULL;
+    char **claimed = NULL;
+    int n_claimed = 0, rc = -1;
+    size_t size = (size_t)c->allocation_size;
+
+    if (size == 0 || size > DP_MAX_DEVICES || size > c->n_available_deviceids)
+        return -1;
+    if (collect_claimed(p, s->name, &claimed, &n_claimed) == 0 &&
+        p->cfg.api->list_pods(p->cfg.api->ud, &pods, &e) == 0 &&
+        dp_alloc_match(pods, p->cfg.node_name, s->name, p->cfg.alloc.annot_prefix, (int)size,
+                       claimed, n_claimed, &a, &e) == 0 &&
+        (size_t)a.n == size) {
+        rc = 0;
+        for (size_t k = 0; k < size && rc == 0; k++) {
+            const char *pick = NULL;
+            /* a must-include ID of this GPU first, else any free one */
+            for (size_t j = 0; j < c->n_must_include_deviceids && !pick; j++)
+                if (id_is(c->must_include_deviceids[j], a.uuids[k]))
+                    pick = c->must_include_deviceids[j];
+            for (size_t j = 0; j < c->n_available_deviceids && !pick; j++) {
+                const char *id = c->available_deviceids[j];
+                int taken = 0;
+                for (size_t q = 0; q < k; q++)
+                    taken |= strcmp(mine[q], id) == 0;
+                if (!taken && id_is(id, a.uuids[k]))
+                    pick = id;
+            }
+            if (pick)
+                mine[k] = pick;
+            else
+                rc = -1; /* not among kubelet's: its own choice stands */
+        }
+        /* every must-include ID must be in the answer */
+        for (size_t j = 0; j < c->n_must_include_deviceids && rc == 0; j++) {
+            int in = 0;
+            for (size_t k = 0; k < size; k++)
+                in |= strcmp(mine[k], c->must_include_deviceids[j]) == 0;
+            if (!in)
+                rc = -1;
+        }
     }
     json_decref(pods);
     free_strs(claimed, n_claimed);

@@ -173,6 +173,25 @@ def test_allocate_gives_the_extenders_gpus_and_marks_the_pod(world):
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_preferred_allocation_names_the_extenders_gpus(world):
+    """kubelet records the IDs it chose (PodResources, read by dcgm-exporter;
+    its Topology Manager aligns CPUs to them): GetPreferredAllocation offers
+    IDs of the GPUs the extender assigned, so the record is the truth."""
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    devs = [d.ID for d in p.wait(lambda d: len(d) == 16)]
+    assigned_pod(world.api, "two", [GPU[3], GPU[1]], "2026-11-22T15:20:01.000000000Z")
+    chosen, r = p.admit(devs, 2)
+    assert [c.split("::")[0] for c in chosen] == [GPU[3], GPU[1]], chosen
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join([GPU[3], GPU[1]])
+    # a must-include ID of another GPU (kubelet reusing an init container's):
+    # the plugin cannot honour both, so the topology choice answers
+    assigned_pod(world.api, "one", [GPU[2]], "2026-11-22T15:20:02.000000000Z")
+    chosen, r = p.admit(devs, 1, must=[GPU[0] + "::1"])
+    assert chosen == [GPU[0] + "::1"]
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == GPU[2]
+
+
 def test_without_pod_resources_allocate_serves_and_says_so_once(world):
     """kubelet before 1.20 serves no PodResources v1: Allocate works from the plugin's own
     record, and the plugin says once what it cannot check."""
