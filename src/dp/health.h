@@ -68,9 +68,13 @@ struct dp_health_state {
     uint64_t mig_last_xid[DP_MAX_GPUS][DP_MAX_MIG];
 };
 
-/* Applies one event at time now_ms. Returns 1 if any GPU's health changed. */
+/* Applies one event at time now_ms. An event for all GPUs (the event
+ * source failed) marks only the healthy ones that fail b->probe (every
+ * healthy GPU without b).
+ * Returns 1 if any GPU's health changed. */
 int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
-                    struct dp_health_state *hs, const struct dp_event *ev, int64_t now_ms);
+                    struct dp_health_state *hs, const struct dp_event *ev, struct dp_backend *b,
+                    int64_t now_ms);
 
 /* Re-probes the unhealthy GPUs and MIG instances whose time has come, with
  * b->probe (a MIG instance's GPU). Returns the number whose health changed. */

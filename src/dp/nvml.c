@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dp/gpu.h"
+#include "util/clock.h"
 
 /* ---- NVML declarations (only what we use) --------------------------------- */
 
@@ -113,6 +114,7 @@ struct nvml {
     NVML_FUNCS(X)
 #undef X
     nvmlEventSet_t events;
+    int64_t events_built_ms; /* when the event set was last built */
     int n;
     nvmlDevice_t dev[DP_MAX_GPUS];
     char uuid[DP_MAX_GPUS][DP_UUID_MAX];
@@ -147,6 +149,36 @@ static int numa_of(const char *bus_id)
         node = -1;
     fclose(f);
     return node;
+}
+
+/* (Re)builds the event set for the GPUs we have now. A GPU that cannot be
+ * registered (lost) is left out, and marked in inv when given. */
+static int events_build(struct nvml *v, struct dp_inventory *inv, struct gs_err *e)
+{
+    nvmlReturn_t r;
+
+    if (v->events)
+        v->nvmlEventSetFree(v->events);
+    v->events = NULL;
+    v->events_built_ms = (int64_t)(gs_mono_s() * 1000);
+    if ((r = v->nvmlEventSetCreate(&v->events)) != NVML_SUCCESS) {
+        v->events = NULL;
+        return gs_errf(e, GS_EIO, "nvmlEventSetCreate: %s", errstr(v, r));
+    }
+    for (int i = 0; i < v->n; i++) {
+        unsigned long long sup = 0;
+        unsigned long long want =
+            NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC | NVML_EVENT_SINGLE_BIT_ECC;
+        r = v->nvmlDeviceGetSupportedEventTypes(v->dev[i], &sup);
+        if (r == NVML_SUCCESS && (sup & want))
+            r = v->nvmlDeviceRegisterEvents(v->dev[i], sup & want, v->events);
+        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED && inv) {
+            inv->gpu[i].healthy = 0;
+            snprintf(inv->gpu[i].reason, sizeof inv->gpu[i].reason,
+                     "cannot watch health events: %s", errstr(v, r));
+        }
+    }
+    return 0;
 }
 
 static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
@@ -311,29 +343,11 @@ static int nvml_discover(struct dp_backend *b, struct dp_inventory *inv, struct 
     v->n = inv->n;
     discover_links(v, inv);
 
-    /* (Re)build the event set for the GPUs we have now. */
-    if (v->events)
-        v->nvmlEventSetFree(v->events);
-    v->events = NULL;
-    if ((r = v->nvmlEventSetCreate(&v->events)) != NVML_SUCCESS) {
-        v->events = NULL;
-        return gs_errf(e, GS_EIO, "nvmlEventSetCreate: %s", errstr(v, r));
-    }
-    for (int i = 0; i < v->n; i++) {
-        unsigned long long sup = 0;
-        unsigned long long want =
-            NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC | NVML_EVENT_SINGLE_BIT_ECC;
-        r = v->nvmlDeviceGetSupportedEventTypes(v->dev[i], &sup);
-        if (r == NVML_SUCCESS && (sup & want))
-            r = v->nvmlDeviceRegisterEvents(v->dev[i], sup & want, v->events);
-        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED) {
-            inv->gpu[i].healthy = 0;
-            snprintf(inv->gpu[i].reason, sizeof inv->gpu[i].reason,
-                     "cannot watch health events: %s", errstr(v, r));
-        }
-    }
-    return 0;
+    return events_build(v, inv, e);
 }
+
+/* How often a failing event set is built again. */
+#define NVML_REBUILD_MS 5000
 
 static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, struct gs_err *e)
 {
@@ -351,6 +365,14 @@ static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, 
         ev->all = 1;
         ev->xid = 999;
         gs_errf(e, GS_EIO, "nvmlEventSetWait_v2: %s", errstr(v, r));
+        /* a set holding a lost GPU fails every wait: build it again, now
+         * and then, without the GPUs that can no longer be registered, so
+         * the others' XIDs are seen again */
+        struct gs_err e2 = GS_ERR_INIT;
+        if ((int64_t)(gs_mono_s() * 1000) - v->events_built_ms >= NVML_REBUILD_MS &&
+            events_build(v, NULL, &e2) < 0)
+            gs_errf(e, GS_EIO, "nvmlEventSetWait_v2: %s; building the set again: %s",
+                    errstr(v, r), e2.msg);
         return 1;
     }
     if (d.eventType == NVML_EVENT_XID_CRITICAL)

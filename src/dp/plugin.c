@@ -259,7 +259,7 @@ static void *health_thread(void *arg)
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
-            changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, dp_now_ms());
+            changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, p->b, dp_now_ms());
             /* A failing event source repeats at once: say it when it
              * changes something, and do not spin on it. */
             if (!ev.all || changed) {

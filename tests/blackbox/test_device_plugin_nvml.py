@@ -154,17 +154,28 @@ def test_nvml_xid_on_a_mig_instance_marks_that_instance(gpusched_bin, env, fake_
     assert code == 0
 
 
-def test_nvml_event_wait_failing_marks_every_gpu_until_reprobed(gpusched_bin, env, fake_nvml):
+def test_a_lost_gpu_is_the_only_one_taken_out(gpusched_bin, env, fake_nvml):
+    """Once a GPU is lost (XID 79), NVML's wait fails on every call of an event set
+    that holds it. The GPUs that still answer a probe stay in service, the set is
+    built again without the lost one, and the others' XIDs are seen again. Before,
+    every GPU was marked, and each failed wait pushed their re-probe out: all
+    stayed out until the plugin restarted."""
     kdir, k = env
     pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
     try:
         p = k.wait_plugin("nvidia.com/gpu")
         p.wait(lambda d: len(d) == 2)
         open(os.path.join(ctl, "waitfail"), "w").close()
-        p.wait(lambda d: all(h == "Unhealthy" for h in health(d).values()), timeout=3)
-        assert "XID 999" in pl.get("/inventory").json()["gpus"][0]["reason"]
+        time.sleep(2.5)  # failed waits, every GPU answering: nothing changes
+        assert set(health(p.devices()).values()) == {"Healthy"}
         os.unlink(os.path.join(ctl, "waitfail"))
-        p.wait(lambda d: all(h == "Healthy" for h in health(d).values()), timeout=6)
+        open(os.path.join(ctl, "lost"), "w").close()
+        p.wait(lambda d: health(d) == {G[0]: "Healthy", G[1]: "Unhealthy"}, timeout=4)
+        assert "XID 999" in pl.get("/inventory").json()["gpus"][1]["reason"]
+        time.sleep(6)  # the set is built again without GPU 1 (every 5 s at most)
+        assert health(p.devices()) == {G[0]: "Healthy", G[1]: "Unhealthy"}
+        put(os.path.join(ctl, "xid"), "0 48\n")  # GPU 0's XIDs are seen again
+        p.wait(lambda d: health(d)[G[0]] == "Unhealthy", timeout=3)
         assert pl.output().count("health event on all GPUs") <= 3  # no log flood
     finally:
         code = pl.stop()

@@ -17,7 +17,9 @@
  *                   names one: the GPU's handle and the ids), then the file
  *                   is removed. The MIG instances have GPU instance ids 7
  *                   and 9, compute instance id 0;
- *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST;
+ *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST, cannot be
+ *                   registered for events, and an event set holding it
+ *                   fails every wait;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
  *                   (tests/limiter/fake_cuda.c): the utilisation of GPU
@@ -251,7 +253,13 @@ ret_t nvmlDeviceGetNvLinkRemotePciInfo_v2(handle_t h, unsigned link, pci_t *p)
     (void)link;
     return nvmlDeviceGetPciInfo_v3(&gpus[1 - h->idx], p);
 }
-ret_t nvmlEventSetCreate(void **set) { static int s; *set = &s; return OK; }
+ret_t nvmlEventSetCreate(void **set)
+{
+    static int s;
+    *set = &s;
+    memset(registered, 0, sizeof registered);
+    return OK;
+}
 ret_t nvmlEventSetFree(void *set) { (void)set; return OK; }
 ret_t nvmlDeviceGetSupportedEventTypes(handle_t h, unsigned long long *mask)
 {
@@ -264,6 +272,8 @@ ret_t nvmlDeviceRegisterEvents(handle_t h, unsigned long long mask, void *set)
     (void)set;
     if (h->is_mig || !(mask & 0x8))
         return INVALID_ARG;
+    if (lost(h))
+        return GPU_LOST;
     registered[h->idx] = 1;
     return OK;
 }
@@ -282,6 +292,10 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
             fclose(fp);
         return 999; /* NVML_ERROR_UNKNOWN */
     }
+    /* the XID waiting first: the driver reports a GPU's last XID (79), and
+     * then fails every wait of a set that holds it */
+    if (!fp && registered[1] && lost(&gpus[1]))
+        return GPU_LOST;
     if (fp) {
         n = fscanf(fp, "%d %llu %u %u", &idx, &xid, &gi, &ci);
         fclose(fp);
