@@ -51,7 +51,11 @@ static void metrics_handler(void *ud, const struct http_request *req, struct htt
             http_resp_error(resp, 500, "out of memory");
         free(m);
     } else if (strcmp(req->path, "/healthz") == 0) {
-        http_resp_text(resp, 200, "text/plain", "ok\n");
+        char why[256];
+        if (dp_plugin_serving(p, why, sizeof why))
+            http_resp_text(resp, 200, "text/plain", "ok\n");
+        else
+            http_resp_error(resp, 503, "%s", why);
     } else if (strcmp(req->path, "/inventory") == 0) {
         http_resp_json(resp, 200, dp_plugin_inventory(p));
     } else {
@@ -123,7 +127,8 @@ int cmd_device_plugin(int argc, char **argv)
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
     int no_limiter = 0;
-    long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60, api_wait_s = 20;
+    long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60, api_wait_s = 20,
+         grace_s = 60;
     int no_api = 0, fail_on_init = 0, no_device_specs = 0, npos = 0;
     char host[256];
     struct gs_err e = GS_ERR_INIT;
@@ -158,6 +163,9 @@ int cmd_device_plugin(int argc, char **argv)
                  "leave device nodes to the NVIDIA container runtime"),
         OPT_INT("publish-interval", &publish_s, "SECONDS",
                 "refresh the node's inventory annotation this often", 1, 86400),
+        OPT_INT("healthz-grace", &grace_s, "SECONDS",
+                "/healthz fails once a resource has gone this long without being served "
+                "and registered with kubelet", 1, 86400),
         OPT_INT("api-wait", &api_wait_s, "SECONDS",
                 "how long Allocate waits for an API server or kubelet that does not answer "
                 "(kubelet never asks again)", 1, 600),
@@ -229,6 +237,7 @@ int cmd_device_plugin(int argc, char **argv)
         cfg.alloc.limiter_dir = limiter_setup(limiter_dir, limiter_lib);
     cfg.publish_interval_s = (int)publish_s;
     cfg.api_wait_s = (int)api_wait_s;
+    cfg.healthz_grace_s = (int)grace_s;
     cfg.register_timeout_ms = 15000;
 
     struct dp_backend *b = NULL;

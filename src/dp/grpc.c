@@ -1,5 +1,6 @@
 /* dp/grpc.c - see grpc.h. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -488,6 +489,29 @@ static void *cq_thread(void *arg)
     return NULL;
 }
 
+/* Why a socket cannot be made at sock_path, when its directory says it
+ * (missing, not a directory, read-only), else "". */
+static const char *dir_problem(const char *sock_path)
+{
+    static __thread char why[PATH_MAX + 64];
+    char dir[PATH_MAX];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", sock_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return "";
+    *slash = '\0';
+    if (stat(*dir ? dir : "/", &st) != 0)
+        snprintf(why, sizeof why, ": directory '%s': %s", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(why, sizeof why, ": '%s' is not a directory", dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        snprintf(why, sizeof why, ": directory '%s' is not writable: %s", dir, strerror(errno));
+    else
+        return "";
+    return why;
+}
+
 int dp_grpc_server_start(const char *sock_path, const struct dp_grpc_method *methods, void *ud,
                          struct dp_grpc_server **out, struct gs_err *e)
 {
@@ -548,7 +572,7 @@ int dp_grpc_server_start(const char *sock_path, const struct dp_grpc_method *met
         free(s->slots);
         pthread_mutex_destroy(&s->mu);
         free(s);
-        return gs_errf(e, GS_EIO, "cannot listen on '%s'", sock_path);
+        return gs_errf(e, GS_EIO, "cannot listen on '%s'%s", sock_path, dir_problem(sock_path));
     }
     grpc_server_start(s->server);
     for (int i = 0; i < s->n_methods; i++)

@@ -90,6 +90,62 @@ static void stop_servers(struct dp_plugin *p)
     }
 }
 
+/* Starts the servers that are not running: at start, and again from the
+ * control loop while one cannot listen (its directory missing or read-only
+ * for a while); a failure is said once, and its end. */
+static void serve_missing(struct dp_plugin *p)
+{
+    pthread_mutex_lock(&p->srv_mu);
+    for (int i = 0; i < p->n_srv; i++) {
+        struct dp_server *s = &p->srv[i];
+        struct gs_err e = GS_ERR_INIT;
+        if (s->srv)
+            continue;
+        if (dp_grpc_server_start(s->sock, dp_service_methods, s, &s->srv, &e) != 0) {
+            if (!s->start_failed)
+                log_error("dp", "%s: %s; trying again every second", s->name, e.msg);
+            s->start_failed = 1;
+        } else {
+            log_info("dp", "serving %s on %s", s->name, s->sock);
+            s->start_failed = 0;
+        }
+    }
+    pthread_mutex_unlock(&p->srv_mu);
+}
+
+/* Keeps each server's down_since, which /healthz reads. */
+static void note_down(struct dp_plugin *p, int64_t now)
+{
+    for (int i = 0; i < p->n_srv; i++) {
+        struct dp_server *s = &p->srv[i];
+        int up = s->srv && s->registered;
+        if (up)
+            atomic_store(&s->down_since, 0);
+        else if (!atomic_load(&s->down_since))
+            atomic_store(&s->down_since, now);
+    }
+}
+
+int dp_plugin_serving(struct dp_plugin *p, char *why, size_t cap)
+{
+    int64_t now = dp_now_ms();
+    int64_t grace_ms = (int64_t)(p->cfg.healthz_grace_s > 0 ? p->cfg.healthz_grace_s : 60) * 1000;
+    int ok = 1;
+    pthread_mutex_lock(&p->srv_mu);
+    for (int i = 0; i < p->n_srv && ok; i++) {
+        const struct dp_server *s = &p->srv[i];
+        int64_t since = atomic_load(&s->down_since);
+        if (since && now - since > grace_ms) {
+            snprintf(why, cap, "%s: %s for %lld s", s->name,
+                     s->srv ? "not registered with kubelet" : "cannot listen on its socket",
+                     (long long)((now - since) / 1000));
+            ok = 0;
+        }
+    }
+    pthread_mutex_unlock(&p->srv_mu);
+    return ok;
+}
+
 static void start_servers(struct dp_plugin *p)
 {
     char names[DP_MAX_RESOURCES][DP_RESOURCE_MAX];
@@ -106,18 +162,16 @@ static void start_servers(struct dp_plugin *p)
     p->n_srv = n;
     for (int i = 0; i < n; i++) {
         struct dp_server *s = &p->srv[i];
-        struct gs_err e = GS_ERR_INIT;
         s->p = p;
         s->registered = 0;
+        s->start_failed = 0;
+        atomic_store(&s->down_since, dp_now_ms());
         snprintf(s->name, sizeof s->name, "%.63s", names[i]);
         dp_devices_socket_name(s->name, s->endpoint, sizeof s->endpoint);
         snprintf(s->sock, sizeof s->sock, "%s/%s", p->cfg.kubelet_dir, s->endpoint);
-        if (dp_grpc_server_start(s->sock, dp_service_methods, s, &s->srv, &e) != 0)
-            log_error("dp", "%s: %s", s->name, e.msg);
-        else
-            log_info("dp", "serving %s on %s", s->name, s->sock);
     }
     pthread_mutex_unlock(&p->srv_mu);
+    serve_missing(p);
 }
 
 static int register_one(struct dp_plugin *p, struct dp_server *s, struct gs_err *e)
@@ -470,6 +524,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         t = dp_now_ms();
         if (t >= next_register) {
             int left = 0;
+            serve_missing(p);
             for (int i = 0; i < p->n_srv; i++)
                 left += !p->srv[i].registered && p->srv[i].srv;
             if (left && register_all(p, &quiet)) {
@@ -479,6 +534,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
                 next_register = t + 1000;
             }
         }
+        note_down(p, t);
         if (p->cfg.api && ((pub && t >= pub_retry_at) || t >= next_publish)) {
             int ok = publish(p) == 0;
             if (ok && p->cfg.alloc.limiter_dir) {

@@ -61,6 +61,9 @@ struct dp_plugin_cfg {
     int publish_interval_s;       /* refresh of the inventory annotation */
     int api_wait_s;               /* how long Allocate waits for an API server or
                                      kubelet that does not answer; 0 = 20 */
+    int healthz_grace_s;          /* how long a resource may go unserved or
+                                     unregistered (a kubelet restart) before
+                                     dp_plugin_serving says no; 0 = 60 */
     int register_timeout_ms;      /* one Register call, kubelet dial-back included */
 };
 
@@ -72,6 +75,12 @@ int dp_plugin_new(const struct dp_plugin_cfg *cfg, struct dp_backend *b, struct 
  * or a negative code when the plugin cannot serve at all. */
 int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_err *e);
 void dp_plugin_free(struct dp_plugin *p);
+
+/* 1 when every resource has been served and registered with kubelet within
+ * the last healthz_grace_s; else 0 with the first that has not, and for how
+ * long, in why (for /healthz: a DaemonSet pod that cannot serve is
+ * restarted). Thread-safe. */
+int dp_plugin_serving(struct dp_plugin *p, char *why, size_t cap);
 
 /* Prometheus text for /metrics (malloc'd). */
 char *dp_plugin_metrics(struct dp_plugin *p);

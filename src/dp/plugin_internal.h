@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include "dp/grpc.h"
@@ -25,6 +26,8 @@ struct dp_server {
     char sock[PATH_MAX];
     struct dp_grpc_server *srv; /* guarded by p->srv_mu */
     int registered;             /* control thread only */
+    int start_failed;           /* the last start failed (said once); control thread */
+    atomic_llong down_since;    /* ms since it has not been served and registered; 0 */
     ino_t kubelet_ino;          /* the kubelet.sock it registered through */
 };
 

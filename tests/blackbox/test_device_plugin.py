@@ -441,6 +441,35 @@ def test_registers_when_kubelet_comes_up_later(plugin_factory, gpus_file, kdir):
         k.stop()
 
 
+def test_a_socket_it_cannot_make_is_tried_again_and_fails_healthz(plugin_factory, gpus_file,
+                                                                    kdir):
+    """Something in the socket's place (here a directory): the plugin says why, tries
+    again every second, and /healthz fails once that has lasted --healthz-grace, so
+    the DaemonSet's liveness probe restarts it; as it does while kubelet never takes
+    the registration. Both heal without a restart."""
+    os.mkdir(os.path.join(kdir, "gpusched-gpu.sock"))
+    pl = plugin_factory(gpus_file, "--healthz-grace", "1")
+    time.sleep(2)
+    r = pl.get("/healthz")
+    assert r.status_code == 503 and "cannot listen on its socket" in r.json()["error"], r.text
+    assert "cannot remove old '%s/gpusched-gpu.sock': Is a directory" % kdir in pl.output()
+    assert pl.output().count("trying again every second") == 1  # said once
+    os.rmdir(os.path.join(kdir, "gpusched-gpu.sock"))
+    end = time.monotonic() + 5
+    while "not registered with kubelet" not in pl.get("/healthz").text:  # no kubelet yet
+        assert time.monotonic() < end
+        time.sleep(0.2)
+    k = FakeKubelet(kdir).start()
+    try:
+        k.wait_plugin("nvidia.com/gpu", timeout=5)
+        end = time.monotonic() + 5
+        while pl.get("/healthz").status_code != 200:
+            assert time.monotonic() < end
+            time.sleep(0.2)
+    finally:
+        k.stop()
+
+
 def test_sigterm_closes_cleanly(kubelet, plugin_factory, gpus_file, kdir):
     pl = plugin_factory(gpus_file)
     p = kubelet.wait_plugin("nvidia.com/gpu")

@@ -5,6 +5,7 @@
 #include "dp/alloc.h"
 #include "dp/devices.h"
 #include "dp/inventory.h"
+#include "dp/grpc.h"
 #include "dp/podres.h"
 #include "podresources.pb-c.h"
 #include "test.h"
@@ -442,6 +443,14 @@ static void test_podres(void)
     ASSERT_EQ(dp_podres_parse(junk, sizeof junk, "nvidia.com/gpu", &out, &e), -GS_EPROTO);
     ASSERT_EQ(dp_podres_list("/nonexistent/kubelet.sock", "nvidia.com/gpu", 100, &out, &e),
               -GS_EUNAVAIL);
+    /* a socket that cannot be made says why when its directory does */
+    static const struct dp_grpc_method none[] = {{NULL, NULL, NULL}};
+    struct dp_grpc_server *srv = NULL;
+    dp_grpc_init();
+    ASSERT_EQ(dp_grpc_server_start("/nonexistent/gpusched-gpu.sock", none, NULL, &srv, &e),
+              -GS_EIO);
+    ASSERT_CONTAINS(e.msg, "directory '/nonexistent': No such file or directory");
+    dp_grpc_shutdown();
 }
 
 int test_dp_alloc(void)
