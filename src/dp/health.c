@@ -141,9 +141,17 @@ static int event_mig(const struct dp_gpu *g, const struct dp_event *ev)
     return -1;
 }
 
+static int uuid_listed(const char (*uuids)[DP_UUID_MAX], int n, const char *uuid)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(uuids[i], uuid) == 0)
+            return 1;
+    return 0;
+}
+
 int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
-                    struct dp_health_state *hs, const struct dp_event *ev, struct dp_backend *b,
-                    int64_t now_ms)
+                    struct dp_health_state *hs, const struct dp_event *ev,
+                    const char (*dead)[DP_UUID_MAX], int n_dead, int64_t now_ms)
 {
     enum dp_xid_class k = ev->all ? DP_XID_TRANSIENT : dp_health_classify(c, ev->xid);
     int changed = 0;
@@ -157,10 +165,9 @@ int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
         if (m < 0 && !ev->all && strcmp(g->uuid, ev->uuid) != 0)
             continue;
         /* the event source failed (it does on every wait once one GPU is
-         * lost, XID 79): only the GPUs that do not answer a probe, and not
+         * lost, XID 79): only the GPUs that did not answer a probe, and not
          * again one already out (its reason and re-probe stand) */
-        struct gs_err e = GS_ERR_INIT;
-        if (ev->all && (!g->healthy || (b && b->probe && b->probe(b, g->uuid, &e) == 0)))
+        if (ev->all && (!g->healthy || (dead && !uuid_listed(dead, n_dead, g->uuid))))
             continue;
         hs->xids[i]++;
         changed |= mark(m < 0 ? gpu_unit(g, hs, i) : mig_unit(g, hs, i, m), ev->xid, k, at);

@@ -69,12 +69,13 @@ struct dp_health_state {
 };
 
 /* Applies one event at time now_ms. An event for all GPUs (the event
- * source failed) marks only the healthy ones that fail b->probe (every
- * healthy GPU without b).
+ * source failed) marks only the healthy ones among dead[0..n_dead), the
+ * GPUs that failed a probe (every healthy GPU when dead is NULL; the caller
+ * probes without holding its lock: a probe can hang on a bad GPU).
  * Returns 1 if any GPU's health changed. */
 int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
-                    struct dp_health_state *hs, const struct dp_event *ev, struct dp_backend *b,
-                    int64_t now_ms);
+                    struct dp_health_state *hs, const struct dp_event *ev,
+                    const char (*dead)[DP_UUID_MAX], int n_dead, int64_t now_ms);
 
 /* Re-probes the unhealthy GPUs and MIG instances whose time has come, with
  * b->probe (a MIG instance's GPU). Returns the number whose health changed. */

@@ -310,10 +310,30 @@ static void *health_thread(void *arg)
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
         }
+        /* the event source failed: which GPUs still answer, probed
+         * without the lock (a probe can hang on a bad GPU) */
+        char dead[DP_MAX_GPUS][DP_UUID_MAX];
+        int n_dead = -1;
+        if (rc == 1 && ev.all && p->b->probe) {
+            char uuids[DP_MAX_GPUS][DP_UUID_MAX];
+            pthread_mutex_lock(&p->mu);
+            int n = p->inv.n;
+            for (int i = 0; i < n; i++)
+                snprintf(uuids[i], sizeof uuids[i], "%s", p->inv.gpu[i].uuid);
+            pthread_mutex_unlock(&p->mu);
+            n_dead = 0;
+            for (int i = 0; i < n; i++) {
+                struct gs_err pe = GS_ERR_INIT;
+                if (p->b->probe(p->b, uuids[i], &pe) != 0)
+                    memcpy(dead[n_dead++], uuids[i], sizeof dead[0]);
+            }
+        }
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
-            changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev, p->b, dp_now_ms());
+            changed |= dp_health_event(&p->cfg.health, &p->inv, &p->hs, &ev,
+                                       n_dead < 0 ? NULL : (const char (*)[DP_UUID_MAX])dead,
+                                       n_dead, dp_now_ms());
             /* A failing event source repeats at once: say it when it
              * changes something, and do not spin on it. */
             if (!ev.all || changed) {

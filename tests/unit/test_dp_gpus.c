@@ -171,14 +171,14 @@ static void test_health(void)
     c.fatal_ms = 60000;
 
     struct dp_event ev = {.uuid = "GPU-a", .xid = 13};
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0), 0); /* application error */
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0, 0), 0); /* application error */
     ASSERT_EQ(inv.gpu[0].healthy, 1);
     ev.xid = 63;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0, 0), 1);
     ASSERT_EQ(inv.gpu[0].healthy, 0);
     ASSERT_STREQ(inv.gpu[0].reason, "XID 63 (transient)");
     ASSERT_EQ(hs.recheck_at[0], 1000);
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 10), 0); /* already unhealthy */
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0, 10), 0); /* already unhealthy */
     ASSERT_EQ(hs.xids[0], 2);
 
     /* Not due yet, then due and passing. */
@@ -192,7 +192,7 @@ static void test_health(void)
     /* A fatal XID on a MIG instance takes that instance only; a failing
      * probe (of its GPU) keeps it unhealthy and reschedules. */
     struct dp_event ev2 = {.uuid = "MIG-b0", .xid = 79};
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev2, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev2, NULL, 0, 0), 1);
     ASSERT_EQ(inv.gpu[1].healthy, 1);
     ASSERT_EQ(inv.gpu[1].mig[0].healthy, 0);
     ASSERT_EQ(inv.gpu[1].mig[1].healthy, 1);
@@ -208,7 +208,7 @@ static void test_health(void)
     /* NVML's form: the GPU's UUID and the instance's ids */
     struct dp_event byid = {.uuid = "GPU-b", .xid = 63, .instance = 1, .gi = 5,
                             .ci = DP_NO_INSTANCE};
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, NULL, 0, 0), 1);
     ASSERT_EQ(inv.gpu[1].mig[1].healthy, 0);
     ASSERT_EQ(inv.gpu[1].healthy, 1);
     const char *why;
@@ -224,7 +224,7 @@ static void test_health(void)
     byid.gi = 9;
     inv.gpu[1].mig[1].gi = DP_NO_INSTANCE;
     byid.xid = 79;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &byid, NULL, 0, 0), 1);
     ASSERT_EQ(inv.gpu[1].healthy, 0);
     ASSERT_EQ(inv.gpu[1].mig[1].healthy, 1);
     ASSERT_EQ(dp_inventory_healthy(&inv, "MIG-b1", &why), 0); /* its GPU is not */
@@ -242,32 +242,31 @@ static void test_health(void)
     dp_health_cfg_default(&d);
     memset(&hd, 0, sizeof hd);
     ASSERT_EQ(d.fatal_ms, 0);
-    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, NULL, 0), 0); /* GPU-b already unhealthy */
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, NULL, 0, 0), 0); /* GPU-b already unhealthy */
     inv.gpu[1].healthy = 1;
-    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &evb, NULL, 0, 0), 1);
     probe_result = 0;
     ASSERT_EQ(dp_health_reprobe(&d, &inv, &hd, &b, (int64_t)3e12), 0); /* a century later */
     ASSERT_EQ(inv.gpu[1].healthy, 0);
     ASSERT_STREQ(inv.gpu[1].reason, "XID 79 (fatal)");
     ev.xid = 63; /* a transient one still is, after 10 s */
     inv.gpu[0].healthy = 1;
-    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&d, &inv, &hd, &ev, NULL, 0, 0), 1);
     ASSERT_EQ(dp_health_reprobe(&d, &inv, &hd, &b, 10000), 1);
     ASSERT_EQ(inv.gpu[0].healthy, 1);
     inv.gpu[1].healthy = 0;
     probe_result = 1;
 
     /* The event source failed (as on every wait once a GPU is lost): only
-     * the GPUs that fail a probe; without a backend, every GPU. */
+     * the GPUs that failed a probe; without probe results, every GPU. */
     struct dp_event all = {.all = 1, .xid = 999};
-    probe_result = 0;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, &b, 0), 0);
+    static const char none[1][DP_UUID_MAX] = {""}, gpu_a[1][DP_UUID_MAX] = {"GPU-a"};
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, none, 0, 0), 0);
     ASSERT_EQ(inv.gpu[0].healthy, 1);
-    probe_result = 1;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, &b, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, gpu_a, 1, 0), 1);
     ASSERT_EQ(inv.gpu[0].healthy, 0);
     inv.gpu[0].healthy = 1;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, NULL, 0), 1);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &all, NULL, 0, 0), 1);
     ASSERT_EQ(inv.gpu[0].healthy, 0);
 
     /* Health survives a re-discovery, by UUID, whatever the order; a MIG
@@ -297,7 +296,7 @@ static void test_health(void)
     ASSERT_EQ(dp_health_parse_ignored(&c, "all", &e), 0);
     ev.xid = 79;
     inv.gpu[0].healthy = 1;
-    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0), 0);
+    ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0, 0), 0);
     ASSERT_EQ(inv.gpu[0].healthy, 1);
 }
 
