@@ -225,11 +225,12 @@ static int do_list(struct kube_watch *w)
         w->st.pages++;
         pthread_mutex_unlock(&w->wk.mu);
         const char *next = kube_meta_str(list, "continue");
+        int more = next && *next;
         free(cont);
-        cont = next && *next ? strdup(next) : NULL;
+        cont = more ? strdup(next) : NULL;
         json_decref(list);
         list = NULL;
-        if (next && *next && !cont)
+        if (more && !cont)
             goto out;
     } while (cont && !gs_worker_stopping(&w->wk));
     if (cont) /* stopping */
