@@ -262,6 +262,7 @@ static int from_cluster(struct status *st, const char *kubeconfig, int quotas, s
         rc = kube_get(kc, "/apis/gpusched.io/v1/gpuquotas", &ql, e);
         if (rc == -GS_ENOENT) {
             warn(st, "the GPUQuota CRD is not installed (deploy/crd-gpuquota.yaml)");
+            json_decref(ql); /* the 404's Status */
             ql = json_pack("{s:[]}", "items");
             rc = 0;
         }

@@ -73,8 +73,10 @@ static int publish(void *ud, const struct dp_inventory *inv, struct gs_err *e)
 
     snprintf(path, sizeof path, "/api/v1/nodes/%s", k->node);
     int rc = kube_get(k->c, path, &node, e);
-    if (rc)
+    if (rc) {
+        json_decref(node); /* the API server's Status, if it sent one */
         return rc;
+    }
     gmtime_r(&t, &tm);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
     json_t *labels = json_object_get(json_object_get(node, "metadata"), "labels");

@@ -401,6 +401,7 @@ static void prune_ledgers(struct dp_plugin *p)
     json_t *pods = NULL;
     if (p->cfg.api->list_pods(p->cfg.api->ud, &pods, &e) != 0) {
         log_debug("dp", "limiter: not pruning ledgers: %s", e.msg);
+        json_decref(pods); /* the API server's Status, if it sent one */
         return;
     }
     const json_t *items = json_object_get(pods, "items");

@@ -61,6 +61,8 @@ class PluginProc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc.returncode != 0:  # what the process said at exit (ASan, say)
+            print(self.output()[-6000:])
         os.unlink(self.log.name)
         return self.proc.returncode
 

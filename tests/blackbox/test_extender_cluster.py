@@ -385,7 +385,7 @@ def test_a_bind_asked_again_while_it_commits_waits_for_it(gpusched_bin, api, tmp
     try:
         wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
                  what="pod cached")
-        api.delay("PATCH", r"/pods/f$", 2.0)
+        api.delay("PATCH", r"/pods/f$", 5.0)  # long enough to ask again under ASan
         api.fail("POST", r"/pods/f/binding$", 500)
         res = {}
         t = threading.Thread(target=lambda: res.__setitem__(
