@@ -76,6 +76,7 @@ static void stop_servers(struct dp_plugin *p)
     struct dp_grpc_server *old[DP_MAX_RESOURCES];
     int n;
 
+    atomic_fetch_add(&p->srv_gen, 1);
     pthread_mutex_lock(&p->srv_mu);
     n = p->n_srv;
     for (int i = 0; i < n; i++) {

@@ -62,7 +62,8 @@ struct dp_plugin {
     pthread_t health;
     pthread_t busy;             /* dp/busy.h's passes, when busy_on */
     int busy_on;
-    volatile int stopping;
+    atomic_int stopping;
+    atomic_uint srv_gen;        /* counts stop_servers: a waiting call gives up */
 };
 
 /* The DevicePlugin service's method table; each server's ud is its

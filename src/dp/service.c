@@ -19,6 +19,7 @@
 #include "deviceplugin.pb-c.h"
 #include "dp/plugin_internal.h"
 #include "dp/podres.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define MAX_CLAIMS 4096
@@ -472,15 +473,24 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
              * again (the pod fails admission for good), so wait for them
              * here, up to api_wait_s. Anything else is about the pod and
              * needs a person. */
-            double waited = 0, nap = 0.25, most = p->cfg.api_wait_s > 0 ? p->cfg.api_wait_s : 20;
+            double most = p->cfg.api_wait_s > 0 ? p->cfg.api_wait_s : 20;
+            double nap = 0.25, end = gs_mono_s() + most;
+            unsigned gen = atomic_load(&p->srv_gen);
+            int said = 0;
+            /* a deadline, not a count of naps: each try can itself take a
+             * request timeout; a server being stopped (plugin stopping,
+             * kubelet restarted) answers now, as nobody waits any more */
             while ((rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e)) &&
-                   transient(rc) && waited < most && !p->stopping) {
-                if (waited == 0)
+                   transient(rc) && !atomic_load(&p->stopping) &&
+                   atomic_load(&p->srv_gen) == gen) {
+                double left = end - gs_mono_s();
+                if (left <= 0)
+                    break;
+                if (!said++)
                     log_warn("dp", "allocate %s: %s; waiting up to %.0f s", s->name, e.msg, most);
-                nanosleep(&(struct timespec){(time_t)nap,
-                                             (long)((nap - (time_t)nap) * 1e9)}, NULL);
-                waited += nap;
-                nap = nap * 2 > 4 ? 4 : nap * 2;
+                double t = nap < left ? nap : left;
+                nanosleep(&(struct timespec){(time_t)t, (long)((t - (time_t)t) * 1e9)}, NULL);
+                nap = nap * 2 > 1 ? 1 : nap * 2;
                 e = (struct gs_err)GS_ERR_INIT;
             }
             status = transient(rc) ? DP_GRPC_UNAVAILABLE : DP_GRPC_FAILED_PRECONDITION;

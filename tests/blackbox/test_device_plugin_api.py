@@ -367,6 +367,47 @@ def test_api_server_down_is_waited_out_then_a_clear_allocate_error(world):
     assert pl.proc.poll() is None
 
 
+def test_a_slow_failing_api_server_is_waited_for_by_the_clock(world):
+    """--api-wait bounds the time, not the naps: each failed try that takes
+    1.5 s counts, so the answer comes in about 2 s, not after five slow
+    tries (11 s)."""
+    pl = world.start("--api-wait", "2")
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    world.api.delay("GET", r"/api/v1/pods", 1.5, times=1000)
+    world.api.fail("GET", r"/api/v1/pods", 503, times=1000)
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as ei:
+        p.allocate([GPU[1] + "::0"])
+    took = time.monotonic() - t0
+    assert 2 <= took < 5, took
+    assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert pl.proc.poll() is None
+
+
+def test_a_kubelet_restart_ends_an_allocate_that_waits(world):
+    """An Allocate waiting out the API server does not hold the plugin's
+    servers: kubelet restarting (its caller gone) ends the wait, and the
+    plugin registers again at once, not after --api-wait."""
+    world.start("--api-wait", "30")
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    world.api.fail("GET", r"/api/v1/pods", 503, times=100000)
+    errs = []
+
+    def call():
+        try:
+            p.allocate([GPU[1] + "::0"])
+        except grpc.RpcError as e:
+            errs.append(e)
+    th = threading.Thread(target=call)
+    th.start()
+    time.sleep(1)
+    t0 = time.monotonic()
+    world.kubelet.restart()
+    world.kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
+    th.join(30)
+    assert errs
+
+
 def test_bad_kubeconfig_is_a_usage_error(gpusched_bin):
     from conftest import run
     r = run(gpusched_bin, "device-plugin", "--fake-gpus", FAKE, "--kubeconfig",
