@@ -115,7 +115,9 @@ struct nvml {
 #undef X
     nvmlEventSet_t events;
     int64_t events_built_ms; /* when the event set was last built */
+    int64_t events_tried_ms; /* when the unwatched GPUs were last tried */
     int n;
+    unsigned char unwatched[DP_MAX_GPUS]; /* its registration failed (lost) */
     nvmlDevice_t dev[DP_MAX_GPUS];
     char uuid[DP_MAX_GPUS][DP_UUID_MAX];
 };
@@ -151,6 +153,20 @@ static int numa_of(const char *bus_id)
     return node;
 }
 
+/* Registers GPU i's health events in the set; NOT_SUPPORTED (no such
+ * events) is not a failure. */
+static nvmlReturn_t events_register(struct nvml *v, int i)
+{
+    unsigned long long sup = 0;
+    unsigned long long want =
+        NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC | NVML_EVENT_SINGLE_BIT_ECC;
+    nvmlReturn_t r = v->nvmlDeviceGetSupportedEventTypes(v->dev[i], &sup);
+    if (r == NVML_SUCCESS && (sup & want))
+        r = v->nvmlDeviceRegisterEvents(v->dev[i], sup & want, v->events);
+    v->unwatched[i] = r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
 /* (Re)builds the event set for the GPUs we have now. A GPU that cannot be
  * registered (lost) is left out, and marked in inv when given. */
 static int events_build(struct nvml *v, struct dp_inventory *inv, struct gs_err *e)
@@ -160,25 +176,30 @@ static int events_build(struct nvml *v, struct dp_inventory *inv, struct gs_err 
     if (v->events)
         v->nvmlEventSetFree(v->events);
     v->events = NULL;
-    v->events_built_ms = (int64_t)(gs_mono_s() * 1000);
+    v->events_built_ms = v->events_tried_ms = (int64_t)(gs_mono_s() * 1000);
     if ((r = v->nvmlEventSetCreate(&v->events)) != NVML_SUCCESS) {
         v->events = NULL;
         return gs_errf(e, GS_EIO, "nvmlEventSetCreate: %s", errstr(v, r));
     }
     for (int i = 0; i < v->n; i++) {
-        unsigned long long sup = 0;
-        unsigned long long want =
-            NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC | NVML_EVENT_SINGLE_BIT_ECC;
-        r = v->nvmlDeviceGetSupportedEventTypes(v->dev[i], &sup);
-        if (r == NVML_SUCCESS && (sup & want))
-            r = v->nvmlDeviceRegisterEvents(v->dev[i], sup & want, v->events);
-        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED && inv) {
+        r = events_register(v, i);
+        if (v->unwatched[i] && inv) {
             inv->gpu[i].healthy = 0;
             snprintf(inv->gpu[i].reason, sizeof inv->gpu[i].reason,
                      "cannot watch health events: %s", errstr(v, r));
         }
     }
     return 0;
+}
+
+/* The GPUs left out of the set, registered again when they answer (a GPU
+ * back after a reset); now and then, as each try on a lost GPU is slow. */
+static void events_retry(struct nvml *v, int64_t now)
+{
+    v->events_tried_ms = now;
+    for (int i = 0; i < v->n; i++)
+        if (v->unwatched[i])
+            events_register(v, i);
 }
 
 static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
@@ -356,8 +377,17 @@ static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, 
 
     memset(ev, 0, sizeof *ev);
     memset(&d, 0, sizeof d);
-    if (!v->events)
-        return gs_errf(e, GS_EIO, "no NVML event set");
+    int64_t now = (int64_t)(gs_mono_s() * 1000);
+    if (!v->events) {
+        /* building it again failed: tried again, now and then */
+        struct gs_err e2 = GS_ERR_INIT;
+        if (now - v->events_built_ms < NVML_REBUILD_MS)
+            return gs_errf(e, GS_EIO, "no NVML event set");
+        if (events_build(v, NULL, &e2) < 0)
+            return gs_errf(e, GS_EIO, "no NVML event set: %s", e2.msg);
+    } else if (now - v->events_tried_ms >= NVML_REBUILD_MS) {
+        events_retry(v, now);
+    }
     nvmlReturn_t r = v->nvmlEventSetWait_v2(v->events, &d, (unsigned)timeout_ms);
     if (r == NVML_ERROR_TIMEOUT)
         return 0;
@@ -369,8 +399,7 @@ static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, 
          * and then, without the GPUs that can no longer be registered, so
          * the others' XIDs are seen again */
         struct gs_err e2 = GS_ERR_INIT;
-        if ((int64_t)(gs_mono_s() * 1000) - v->events_built_ms >= NVML_REBUILD_MS &&
-            events_build(v, NULL, &e2) < 0)
+        if (now - v->events_built_ms >= NVML_REBUILD_MS && events_build(v, NULL, &e2) < 0)
             gs_errf(e, GS_EIO, "nvmlEventSetWait_v2: %s; building the set again: %s",
                     errstr(v, r), e2.msg);
         return 1;

@@ -49,6 +49,7 @@ def start(bin_, kdir, lib, *extra):
     os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
     os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
+    os.environ["FAKE_NVML_CREATE_FAIL"] = os.path.join(ctl, "createfail")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
@@ -177,6 +178,50 @@ def test_a_lost_gpu_is_the_only_one_taken_out(gpusched_bin, env, fake_nvml):
         put(os.path.join(ctl, "xid"), "0 48\n")  # GPU 0's XIDs are seen again
         p.wait(lambda d: health(d)[G[0]] == "Unhealthy", timeout=3)
         assert pl.output().count("health event on all GPUs") <= 3  # no log flood
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
+def xid_seen(p, ctl, gpu, timeout=9.0):
+    """Writes an XID 48 for `gpu` (again whenever a wait took it unseen) until the
+    plugin marks it: the event set watches that GPU."""
+    end = time.monotonic() + timeout
+    xid = os.path.join(ctl, "xid")
+    while health(p.devices())[G[gpu]] != "Unhealthy":
+        assert time.monotonic() < end, "XID on GPU %d not seen in %.0fs" % (gpu, timeout)
+        if not os.path.exists(xid):
+            put(xid, "%d 48\n" % gpu)
+        time.sleep(0.3)
+
+
+def test_the_event_set_and_a_gpu_back_are_watched_again(gpusched_bin, env, fake_nvml):
+    """An event set that could not be built again is tried again (before, no set
+    was ever built after one failure: no XID seen until a restart); a GPU left out
+    of the set while lost is registered again once it answers (before, it stayed
+    unwatched)."""
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        p.wait(lambda d: len(d) == 2)
+        open(os.path.join(ctl, "createfail"), "w").close()
+        open(os.path.join(ctl, "waitfail"), "w").close()
+        end = time.monotonic() + 9
+        while "no NVML event set" not in pl.output():
+            assert time.monotonic() < end, pl.output()[-2000:]
+            time.sleep(0.2)
+        os.unlink(os.path.join(ctl, "createfail"))
+        os.unlink(os.path.join(ctl, "waitfail"))
+        xid_seen(p, ctl, 0)
+        open(os.path.join(ctl, "lost"), "w").close()
+        p.wait(lambda d: health(d)[G[1]] == "Unhealthy", timeout=4)
+        time.sleep(6)  # the set is built again without GPU 1
+        os.unlink(os.path.join(ctl, "lost"))
+        p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=5)  # it answers probes
+        xid_seen(p, ctl, 1)
+        assert "XID 48" in pl.get("/inventory").json()["gpus"][1]["reason"]
     finally:
         code = pl.stop()
         shutil.rmtree(ctl)

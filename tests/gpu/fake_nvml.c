@@ -21,6 +21,7 @@
  *                   registered for events, and an event set holding it
  *                   fails every wait;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
+ *   FAKE_NVML_CREATE_FAIL  while it exists, nvmlEventSetCreate fails;
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
  *                   (tests/limiter/fake_cuda.c): the utilisation of GPU
  *                   FAKE_NVML_BUSY_GPU (default 0) is the share of wall
@@ -256,6 +257,9 @@ ret_t nvmlDeviceGetNvLinkRemotePciInfo_v2(handle_t h, unsigned link, pci_t *p)
 ret_t nvmlEventSetCreate(void **set)
 {
     static int s;
+    const char *cf = getenv("FAKE_NVML_CREATE_FAIL");
+    if (cf && access(cf, F_OK) == 0)
+        return 999; /* NVML_ERROR_UNKNOWN */
     *set = &s;
     memset(registered, 0, sizeof registered);
     return OK;
