@@ -209,6 +209,7 @@ int cmd_extender(int argc, char **argv)
             ext_sched_set_nodelock(s, lock);
             so.lock = lock;
             so.bind_wait_s = cfg.bind_wait;
+            so.bind_threads = EXT_BIND_THREADS; /* binds talk to the API server */
         }
         char host[256] = "";
         gethostname(host, sizeof host - 1);

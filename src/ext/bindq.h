@@ -1,8 +1,8 @@
 /*
  * ext/bindq.h - /bind off the HTTP workers: standalone binds, so that binds
- * from any connections can share the journal's disk flush, and a
- * non-leader's binds forwarded to the leader (ext/server.c), which may take
- * seconds to answer.
+ * from any connections can share the journal's disk flush; cluster-mode
+ * binds, which wait on the API server; and a non-leader's binds forwarded
+ * to the leader (ext/server.c), which may take seconds to answer.
  *
  * libmicrohttpd's thread pool pins each connection to the worker that
  * accepted it, and a worker answers its connections one request at a time.
@@ -32,8 +32,9 @@
 
 struct ext_bindq;
 
-/* Bind threads in standalone mode with a journal: binds that can wait on
- * one flush at once (they sleep meanwhile; the CPU work stays small). */
+/* Bind threads (standalone with a journal, cluster mode): binds that can
+ * wait on one flush or on the API server at once (they sleep meanwhile;
+ * the CPU work stays small). */
 #define EXT_BIND_THREADS 16
 
 typedef int (*ext_bind_fn)(void *ud, const char *body, size_t len, struct ext_reply *r);

@@ -239,16 +239,24 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
     if (rc == 0)
         return 0;
     gs_err_prefix(e, "creating the Binding");
-    for (int tries = 0; tries < 2; tries++) {
+    for (int tries = 0;; tries++) {
         int where = bound_after_all(cl, path, a->node, rv, sizeof rv);
         if (where == 1) {
             log_info("extender", "pod %s/%s: %s; the pod is bound to %s all the same", ns, name,
                      e->msg, a->node);
             return 0;
         }
-        if (where < 0) /* the assignment stays: a pod left unbound drops it at its
-                        * next /filter or /bind (sched_drop_orphan) */
+        if (where < 0) {
+            log_warn("extender", "pod %s/%s: %s, and the pod cannot be read: its GPUs stay "
+                     "reserved until it is seen bound or scheduled again", ns, name, e->msg);
+            gs_err_prefix(e, "whether the pod is bound is unknown");
+            return EXT_COMMIT_UNKNOWN;
+        }
+        if (tries == 2) { /* changed under each undo: read, not bound, left as it is */
+            log_warn("extender", "pod %s/%s: the assignment annotations stay after a failed "
+                     "bind (the pod kept changing)", ns, name);
             return rc;
+        }
         /* take the assignment back, unless the pod changed since it was
          * read (its Binding may have landed meanwhile: read it again) */
         struct gs_err e2 = GS_ERR_INIT;
@@ -267,9 +275,8 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
         if (u < 0)
             log_warn("extender", "pod %s/%s: removing the assignment after a failed bind: %s", ns,
                      name, e2.msg);
-        break;
+        return rc;
     }
-    return rc;
 }
 
 static int may_bind(void *ud)

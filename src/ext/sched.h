@@ -48,6 +48,13 @@ struct ext_sched;
  * lock (cluster: annotations + Binding). Each returns 0 or a negative GS_E*
  * code; a failed bind's reservation is undone, unless the pod's state has
  * changed again since (released, or bound anew). Any hook may be NULL. */
+/* What commit.bind returns, its error in e, when the Binding's outcome
+ * cannot be learned (no answer, and the pod cannot be read): the GPUs stay
+ * reserved, the pod orphaned (sched_pod_orphaned) until its watch event
+ * shows it bound or its next /filter or /bind drops the reservation. Any
+ * other failure is a negative GS_E* code, and the reservation is undone. */
+#define EXT_COMMIT_UNKNOWN 1
+
 struct ext_commit {
     int (*bind)(void *ud, const char *ns, const char *name, const char *uid,
                 const struct core_alloc *a, const json_t *annotations, struct gs_err *e);

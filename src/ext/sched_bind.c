@@ -190,8 +190,12 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     }
     if (ticket)
         rc = s->commit.durable(s->commit.ud, ticket, &e);
-    if (rc == 0 && s->commit.bind)
-        rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e);
+    int unknown = 0;
+    if (rc == 0 && s->commit.bind &&
+        (rc = s->commit.bind(s->commit.ud, ns, name, uid, &alloc, ann, &e)) == EXT_COMMIT_UNKNOWN) {
+        unknown = 1; /* the pod may be bound: its GPUs are not handed out */
+        rc = -GS_EUNAVAIL;
+    }
     pthread_mutex_lock(&s->mu);
     /* a pod released while its bind committed is forgotten (a later bind
      * of it is a new pod with a new generation): only the allocation this
@@ -202,7 +206,7 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         p->binding = 0;
         p->bound = rc == 0;
     }
-    if (rc < 0 && ours) {
+    if (rc < 0 && ours && !unknown) {
         core_unreserve_undo(s->c, uid, NULL);
         if (s->lock)
             ext_nodelock_clear(s->lock, uid);

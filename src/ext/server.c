@@ -1,4 +1,5 @@
 /* ext/server.c - see server.h. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,18 @@ struct ext_server {
     struct ext_bindq *fpq; /* and its /prioritizes */
     struct ext_bindq *fxq; /* and its /preempts */
     struct ext_bindq *wq; /* /filters waiting for the /bind before them */
+    pthread_mutex_t clk_mu; /* the clocks of cluster-mode binds on s->bq */
+    struct bind_clock *clk;
+    size_t n_clk, cap_clk;
+};
+
+/* A cluster-mode /bind's first try and deadline for its node (bind_wait_s),
+ * kept while its bind runs on s->bq (ext/nodelock.h keeps them while it
+ * waits for the node); waited: it has waited for the node. */
+struct bind_clock {
+    void *tok;
+    double deadline, started;
+    int waited;
 };
 
 /* Threads that may each hold a /filter waiting for a /bind (filter_wait). */
@@ -59,16 +72,48 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* /bind with the node lock: a bind to a node another GPU pod still holds
- * is parked until the node is released or bind_wait_s has passed since its
- * first try, then tried again. Returns 1 when parked (no answer yet). */
+/* A /bind answered EXT_BIND_BUSY (its node held by another GPU pod):
+ * registered to wait for the node, 1 (park it), the node released
+ * meanwhile, 0 (bind again), or the wait is over, -1 with *reply and
+ * *status saying so (kube-scheduler retries the pod). */
+static int bind_busy(struct ext_server *s, const struct http_request *req,
+                     struct ext_reply *reply, int *status, double deadline, double started,
+                     double now)
+{
+    struct ext_bind b;
+    struct gs_err e = GS_ERR_INIT;
+    size_t len;
+    int w = -1, parsed = ext_bind_parse(req->body, req->body_len, &b, &e) == 0;
+    if (parsed && now < deadline)
+        w = ext_nodelock_wait(s->opts.lock, b.node, b.pod_uid, http_req_token(req), deadline,
+                              started, now);
+    if (parsed && w < 0) /* refused: nudged when a node is released */
+        ext_sched_bind_gave_up(s->opts.sched, b.pod_uid);
+    if (parsed)
+        ext_bind_clear(&b);
+    if (w >= 0) {
+        free(ext_reply_take(reply, &len));
+        return w;
+    }
+    /* waited long enough (or stopping) */
+    metric_inc(s->m_wait_timeouts, NULL);
+    const char *msg = json_string_value(json_object_get(reply->json, "Error"));
+    json_t *err = ext_error("%s; waited %.1f s, retry", msg ? msg : "node busy", now - started);
+    free(ext_reply_take(reply, &len));
+    reply->json = err;
+    *status = 503;
+    return -1;
+}
+
+/* /bind with the node lock, on the HTTP worker: a bind to a node another
+ * GPU pod still holds is parked until the node is released or bind_wait_s
+ * has passed since its first try, then tried again. Returns 1 when parked
+ * (no answer yet). */
 static int bind_or_wait(struct ext_server *s, const struct http_request *req,
                         struct ext_reply *reply, int *status)
 {
-    void *tok = http_req_token(req);
     double now = wall_now(), deadline, started;
-    size_t len;
-    if (!ext_nodelock_reclaim(s->opts.lock, tok, &deadline, &started)) {
+    if (!ext_nodelock_reclaim(s->opts.lock, http_req_token(req), &deadline, &started)) {
         started = now;
         deadline = now + s->opts.bind_wait_s;
     }
@@ -76,30 +121,13 @@ static int bind_or_wait(struct ext_server *s, const struct http_request *req,
         *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply);
         if (*status != EXT_BIND_BUSY)
             break;
-        struct ext_bind b;
-        struct gs_err e = GS_ERR_INIT;
-        int w = -1, parsed = ext_bind_parse(req->body, req->body_len, &b, &e) == 0;
-        if (parsed && now < deadline)
-            w = ext_nodelock_wait(s->opts.lock, b.node, b.pod_uid, tok, deadline, started, now);
-        if (parsed && w < 0) /* refused: nudged when a node is released */
-            ext_sched_bind_gave_up(s->opts.sched, b.pod_uid);
-        if (parsed)
-            ext_bind_clear(&b);
+        int w = bind_busy(s, req, reply, status, deadline, started, now);
         if (w == 1) {
-            free(ext_reply_take(reply, &len));
             http_req_park(req);
             return 1;
         }
-        if (w == 0) /* released meanwhile: try again */
-            continue;
-        /* waited long enough (or stopping): kube-scheduler retries the pod */
-        metric_inc(s->m_wait_timeouts, NULL);
-        const char *msg = json_string_value(json_object_get(reply->json, "Error"));
-        json_t *err = ext_error("%s; waited %.1f s, retry", msg ? msg : "node busy", now - started);
-        free(ext_reply_take(reply, &len));
-        reply->json = err;
-        *status = 503;
-        break;
+        if (w < 0)
+            break;
     }
     if (now > started)
         metric_observe(s->m_wait, NULL, now - started);
@@ -119,10 +147,13 @@ static struct ext_bindq **queue(struct ext_server *s, int i)
     return q[i];
 }
 
-static void queues_free(struct ext_server *s)
+static void server_free(struct ext_server *s)
 {
     for (int i = 0; i < N_QUEUES; i++)
         ext_bindq_free(*queue(s, i)); /* stops it first */
+    pthread_mutex_destroy(&s->clk_mu);
+    free(s->clk);
+    free(s);
 }
 
 /* Hands the request to a thread of q and parks it (handed back with the
@@ -148,6 +179,82 @@ static int bind_queued(struct ext_server *s, const struct http_request *req,
         return 1;
     *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply); /* stopping */
     return 0;
+}
+
+static int clock_put(struct ext_server *s, void *tok, double deadline, double started,
+                     int waited)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->clk_mu);
+    if (s->n_clk == s->cap_clk) {
+        size_t cap = s->cap_clk ? s->cap_clk * 2 : 16;
+        struct bind_clock *c = realloc(s->clk, cap * sizeof *c);
+        if (c) {
+            s->clk = c;
+            s->cap_clk = cap;
+        }
+    }
+    if (s->n_clk < s->cap_clk)
+        s->clk[s->n_clk++] = (struct bind_clock){tok, deadline, started, waited};
+    else
+        rc = -1;
+    pthread_mutex_unlock(&s->clk_mu);
+    return rc;
+}
+
+/* The clock kept for tok, removed; 0 when none. */
+static int clock_take(struct ext_server *s, void *tok, struct bind_clock *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&s->clk_mu);
+    for (size_t i = 0; i < s->n_clk && !found; i++)
+        if (s->clk[i].tok == tok) {
+            *out = s->clk[i];
+            s->clk[i] = s->clk[--s->n_clk];
+            found = 1;
+        }
+    pthread_mutex_unlock(&s->clk_mu);
+    return found;
+}
+
+/* Cluster mode: a /bind talks to the API server (the annotations, the
+ * Binding: seconds when it is slow), so it runs on a bind thread
+ * (ext/bindq.h) while its request is parked, and the other connections of
+ * its HTTP worker are answered meanwhile; a bind to a held node then waits
+ * for the node, parked too, and goes back to a bind thread when woken.
+ * Returns 1 when parked. */
+static int bind_parked(struct ext_server *s, const struct http_request *req,
+                       struct ext_reply *reply, int *status, double *before_s)
+{
+    void *tok = http_req_token(req);
+    double now = wall_now();
+    struct bind_clock c;
+    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s)) {
+        if (!clock_take(s, tok, &c))
+            c = (struct bind_clock){tok, now, now, 0};
+        if (*status == EXT_BIND_BUSY) {
+            int w = bind_busy(s, req, reply, status, c.deadline, c.started, now);
+            if (w == 1) {
+                http_req_park(req);
+                return 1;
+            }
+            if (w == 0) /* released meanwhile: bind again */
+                goto submit;
+        }
+        if (c.waited)
+            metric_observe(s->m_wait, NULL, now - c.started);
+        return 0;
+    }
+    c = (struct bind_clock){tok, now + s->opts.bind_wait_s, now, 0};
+    if (ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started))
+        c.waited = 1; /* woken: the node was released, or its deadline passed */
+submit:
+    if (clock_put(s, tok, c.deadline, c.started, c.waited) == 0) {
+        if (park_on(s->bq, req))
+            return 1;
+        clock_take(s, tok, &c);
+    }
+    return bind_or_wait(s, req, reply, status); /* stopping: on the worker */
 }
 
 /* The leader's answer to verb in *r and 1 with its status in *status, or 0
@@ -324,6 +431,9 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         } else if (f == 0) {
             /* the leader's answer */
+        } else if (verbs[i].fn == ext_sched_bind && s->bq && s->opts.lock) {
+            if ((*parked = bind_parked(s, req, &reply, &resp->status, before_s)))
+                return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_bind && s->bq) {
             if ((*parked = bind_queued(s, req, &reply, &resp->status, before_s)))
                 return verbs[i].name;
@@ -440,6 +550,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     if (!s)
         return gs_errf(e, GS_ENOMEM, "out of memory");
     s->opts = *opts;
+    pthread_mutex_init(&s->clk_mu, NULL);
     metrics_exp_buckets(0.0001, 2, 16, b); /* 100 us .. 3.3 s */
     s->m_requests = metrics_add(opts->metrics, METRIC_COUNTER, "gpusched_extender_requests_total",
                                 "HTTP requests by verb and status code.", "verb,code", NULL, 0, e);
@@ -458,7 +569,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                            "Reloads of a changed serving certificate (tls_cert), by result.",
                            "result", NULL, 0, e);
     if (!s->m_requests || !s->m_latency || !s->m_wait || !s->m_wait_timeouts || !s->m_tls) {
-        free(s);
+        server_free(s);
         return -GS_EINVAL;
     }
     metric_add(s->m_tls, (const char *[]){"ok"}, 0);
@@ -476,8 +587,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
                               e)) < 0)) ||
         (rc = ext_bindq_new(run_filter_wait, opts->sched, http_wake, FILTER_WAIT_THREADS, &s->wq,
                             e)) < 0) {
-        queues_free(s);
-        free(s);
+        server_free(s);
         return rc;
     }
     ho.addr = addr;
@@ -488,8 +598,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     ho.handler = handle;
     ho.ud = s;
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
-        queues_free(s);
-        free(s);
+        server_free(s);
         return rc;
     }
     *out = s;
@@ -516,6 +625,5 @@ void ext_server_stop(struct ext_server *s)
     for (int i = 0; i < N_QUEUES; i++)
         ext_bindq_stop(*queue(s, i));
     http_server_stop(s->http);
-    queues_free(s);
-    free(s);
+    server_free(s);
 }

@@ -39,9 +39,11 @@ struct ext_server_opts {
     struct ext_nodelock *lock;
     double bind_wait_s;
     struct ext_forward *forward; /* a non-leader's verbs to the leader (ext/forward.h), or NULL */
-    /* standalone with a journal: /bind runs on this many bind threads while
-     * its request is parked (ext/bindq.h), so binds from connections of one
-     * HTTP worker share the journal's flush; 0 = on the HTTP worker */
+    /* /bind runs on this many bind threads while its request is parked
+     * (ext/bindq.h): standalone with a journal, so binds from connections
+     * of one HTTP worker share the journal's flush; in cluster mode (with
+     * lock), so a bind waiting on the API server does not hold the other
+     * connections of its worker. 0 = on the HTTP worker */
     int bind_threads;
 };
 

@@ -377,6 +377,66 @@ def test_binding_whose_answer_was_lost_is_kept(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_a_binding_of_unknown_outcome_keeps_the_gpus_until_the_pod_says(gpusched_bin, api,
+                                                                        tmp_path):
+    """The Binding got no answer and the pod cannot be read back: it may be bound,
+    so its GPUs are not handed to the next pod (before, they were freed at once).
+    The pod, seen unbound at its next /filter, gets them back."""
+    add_gpu_pod(api, "f", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        api.fail("POST", r"/pods/f/binding$", 504)
+        api.fail("GET", r"/pods/f$", 503)
+        p = api.get("pods", "f", "default")
+        refused(e.bind(p, "g1"), "Binding", "unknown")
+        assert not api.get("pods", "f", "default")["spec"].get("nodeName")
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+        # kube-scheduler tries the pod again: unbound, its reservation is dropped
+        node, r = schedule(e, api, "f", ["g1"])
+        assert bound(r), r.text
+        assert api.get("pods", "f", "default")["spec"]["nodeName"] == "g1"
+        wait_for(lambda: e.metric('gpusched_gpus_allocated{node="g1"') == 2, what="f's 2 GPUs")
+    finally:
+        err = e.stop()
+    assert "stay reserved" in err and "drops its assignment" in err
+
+
+def test_a_slow_bind_holds_no_other_connection(gpusched_bin, api, tmp_path):
+    """A /bind waiting on a slow API server runs off the HTTP worker: with one
+    worker, requests on other kept-alive connections are answered meanwhile (a
+    worker answers its connections one request at a time: on it, a /filter of
+    the next pod waited out the whole bind)."""
+    add_gpu_pod(api, "f", "2")
+    add_gpu_pod(api, "g", "1")
+    e = start(gpusched_bin, api, tmp_path, "--threads", "1")
+    try:
+        other = requests.Session()  # one connection, kept alive
+
+        def filter_g():
+            return other.post(e.url + "/filter", json={
+                "Pod": api.get("pods", "g", "default"), "NodeNames": ["g1"], "Nodes": None},
+                timeout=10)
+        wait_for(lambda: filter_g().json()["NodeNames"], what="g cached")
+        wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
+                 what="f cached")
+        api.delay("PATCH", r"/pods/f$", 4.0)
+        res = {}
+        t = threading.Thread(target=lambda: res.__setitem__(
+            "f", e.bind(api.get("pods", "f", "default"), "g1")))
+        t.start()
+        wait_for(lambda: e.metric('gpusched_gpus_allocated{node="g1"') == 2, what="f reserved")
+        t0 = time.monotonic()
+        r = filter_g()
+        assert r.status_code == 200 and time.monotonic() - t0 < 2, time.monotonic() - t0
+        assert "f" not in res  # answered while f's bind still waited
+        t.join(timeout=30)
+        assert bound(res["f"]), res["f"].text
+    finally:
+        e.stop()
+
+
 def test_a_bind_asked_again_while_it_commits_waits_for_it(gpusched_bin, api, tmp_path):
     """kube-scheduler gave up on a slow /bind and asks again: the second answer
     must not say "bound" before the first one's Binding exists."""
