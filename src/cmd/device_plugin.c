@@ -165,7 +165,8 @@ int cmd_device_plugin(int argc, char **argv)
                 "refresh the node's inventory annotation this often", 1, 86400),
         OPT_INT("healthz-grace", &grace_s, "SECONDS",
                 "/healthz fails once a resource has gone this long without being served "
-                "and registered with kubelet", 1, 86400),
+                "and registered with kubelet, or the control loop this long without a turn",
+                1, 86400),
         OPT_INT("api-wait", &api_wait_s, "SECONDS",
                 "how long Allocate waits for an API server or kubelet that does not answer "
                 "(kubelet never asks again)", 1, 600),

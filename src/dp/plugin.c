@@ -132,6 +132,14 @@ int dp_plugin_serving(struct dp_plugin *p, char *why, size_t cap)
     int64_t now = dp_now_ms();
     int64_t grace_ms = (int64_t)(p->cfg.healthz_grace_s > 0 ? p->cfg.healthz_grace_s : 60) * 1000;
     int ok = 1;
+    /* a control loop stuck (a call that never returns): nothing registers
+     * or publishes again; said before taking srv_mu, which it may hold */
+    int64_t beat = atomic_load(&p->beat_ms);
+    if (beat && now - beat > grace_ms) {
+        snprintf(why, cap, "the control loop has not turned for %lld s",
+                 (long long)((now - beat) / 1000));
+        return 0;
+    }
     pthread_mutex_lock(&p->srv_mu);
     for (int i = 0; i < p->n_srv && ok; i++) {
         const struct dp_server *s = &p->srv[i];
@@ -520,6 +528,8 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         struct pollfd fds[2] = {{ino, POLLIN, 0}, {p->wake_fd, POLLIN, 0}};
         int64_t t = dp_now_ms();
         int restart = 0;
+
+        atomic_store(&p->beat_ms, t);
 
         if (poll(fds, 2, 100) > 0) {
             if (fds[0].revents & POLLIN)

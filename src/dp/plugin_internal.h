@@ -64,6 +64,7 @@ struct dp_plugin {
     int busy_on;
     atomic_int stopping;
     atomic_uint srv_gen;        /* counts stop_servers: a waiting call gives up */
+    atomic_llong beat_ms;       /* the control loop's last turn (dp_now_ms); 0 before it runs */
 };
 
 /* The DevicePlugin service's method table; each server's ud is its

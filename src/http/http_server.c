@@ -100,7 +100,7 @@ static char *read_file(const char *path, struct gs_err *e)
 /* Whether the connection's handshake took a pair a reload has replaced. */
 static int tls_stale(struct http_server *s, struct MHD_Connection *c)
 {
-    if (!s->tls)
+    if (!s->opts.tls_cert_file) /* s->tls itself is read under tls_mu */
         return 0;
     const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     struct tls_conn *tc = i ? i->socket_context : NULL;

@@ -408,6 +408,21 @@ def test_a_kubelet_restart_ends_an_allocate_that_waits(world):
     assert errs
 
 
+def test_a_stuck_control_loop_fails_healthz(world):
+    """A control loop held in a call (here publishing to an API server that takes
+    6 s) registers and publishes nothing meanwhile: /healthz says so after
+    --healthz-grace, and is fine again once the loop turns."""
+    for m in ("GET", "PATCH"):
+        world.api.delay(m, r"/api/v1/nodes/node-a$", 6.0, times=1)
+    pl = world.start("--healthz-grace", "1")
+    end = time.monotonic() + 6
+    while "control loop has not turned" not in pl.get("/healthz").text:
+        assert time.monotonic() < end, pl.get("/healthz").text
+        time.sleep(0.2)
+    assert pl.get("/healthz").status_code == 503
+    wait(lambda: pl.get("/healthz").status_code == 200, timeout=15)
+
+
 def test_bad_kubeconfig_is_a_usage_error(gpusched_bin):
     from conftest import run
     r = run(gpusched_bin, "device-plugin", "--fake-gpus", FAKE, "--kubeconfig",
