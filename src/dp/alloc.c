@@ -183,7 +183,7 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
             if (cnt == 0)
                 continue;
             n_ctrs++;
-            long at = l == 1 ? side_total + app : side;
+            long pos = l == 1 ? side_total + app : side;
             if (l == 1)
                 app += cnt;
             else if (is_sidecar(c))
@@ -212,7 +212,7 @@ static int match_pod(const json_t *pod, const char *resource, const char *prefix
                 return rc;
             /* a list shorter than that (written by hand, or by a version
              * that counted otherwise): start again at its beginning */
-            int off = at + cnt > total ? 0 : (int)at;
+            int off = pos + cnt > total ? 0 : (int)pos;
             if (cnt > total)
                 return gs_errf(e, GS_EINVAL,
                                "pod %s/%s: container %s asks for %ld devices of %s but gpu-uuids "
