@@ -175,15 +175,19 @@ int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
     return changed;
 }
 
-/* Re-probes u through the GPU of that UUID when its time has come: 1 when
- * it turned healthy. */
-static int reprobe(const struct dp_health_cfg *c, struct unit u, const char *uuid,
-                   struct dp_backend *b, int64_t now_ms)
+static int due(struct unit u, int64_t now_ms)
 {
-    struct gs_err e = GS_ERR_INIT;
-    if (*u.healthy || !*u.recheck_at || *u.recheck_at > now_ms)
+    return !*u.healthy && *u.recheck_at && *u.recheck_at <= now_ms;
+}
+
+/* Applies a re-probe of u's GPU (r->code 0: it passed) if u was due: 1
+ * when it turned healthy. */
+static int reprobe(const struct dp_health_cfg *c, struct unit u, const struct gs_err *r,
+                   int64_t now_ms)
+{
+    if (!due(u, now_ms))
         return 0;
-    if (b->probe(b, uuid, &e) == 0) {
+    if (r->code == 0) {
         *u.healthy = 1;
         u.reason[0] = '\0';
         *u.recheck_at = 0;
@@ -192,25 +196,57 @@ static int reprobe(const struct dp_health_cfg *c, struct unit u, const char *uui
     /* the probe's message is cut to what the reason holds (96 bytes for a
      * MIG instance) */
     int n = snprintf(u.reason, u.cap, "re-probe failed after XID %llu: %s",
-                     (unsigned long long)*u.last_xid, e.msg);
+                     (unsigned long long)*u.last_xid, r->msg);
     if (n >= (int)u.cap && u.cap > 4)
         memcpy(u.reason + u.cap - 4, "...", 4);
     *u.recheck_at = recheck(c, dp_health_classify(c, *u.last_xid), now_ms);
     return 0;
 }
 
+int dp_health_due(struct dp_inventory *inv, struct dp_health_state *hs, int64_t now_ms,
+                  char (*uuids)[DP_UUID_MAX])
+{
+    int n = 0;
+    for (int i = 0; i < inv->n; i++) {
+        struct dp_gpu *g = &inv->gpu[i];
+        int d = due(gpu_unit(g, hs, i), now_ms);
+        for (int m = 0; m < g->n_mig && !d; m++)
+            d = due(mig_unit(g, hs, i, m), now_ms);
+        if (d)
+            snprintf(uuids[n++], DP_UUID_MAX, "%s", g->uuid);
+    }
+    return n;
+}
+
+int dp_health_reprobed(const struct dp_health_cfg *c, struct dp_inventory *inv,
+                       struct dp_health_state *hs, const char (*uuids)[DP_UUID_MAX],
+                       const struct gs_err *res, int n, int64_t now_ms)
+{
+    int changed = 0;
+    for (int i = 0; i < inv->n; i++) {
+        struct dp_gpu *g = &inv->gpu[i];
+        for (int k = 0; k < n; k++) {
+            if (strcmp(uuids[k], g->uuid) != 0)
+                continue;
+            changed += reprobe(c, gpu_unit(g, hs, i), &res[k], now_ms);
+            for (int m = 0; m < g->n_mig; m++)
+                changed += reprobe(c, mig_unit(g, hs, i, m), &res[k], now_ms);
+        }
+    }
+    return changed;
+}
+
 int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
                       struct dp_health_state *hs, struct dp_backend *b, int64_t now_ms)
 {
-    int changed = 0;
-
-    for (int i = 0; i < inv->n; i++) {
-        struct dp_gpu *g = &inv->gpu[i];
-        changed += reprobe(c, gpu_unit(g, hs, i), g->uuid, b, now_ms);
-        for (int m = 0; m < g->n_mig; m++)
-            changed += reprobe(c, mig_unit(g, hs, i, m), g->uuid, b, now_ms);
+    char uuids[DP_MAX_GPUS][DP_UUID_MAX];
+    struct gs_err res[DP_MAX_GPUS];
+    int n = dp_health_due(inv, hs, now_ms, uuids);
+    for (int k = 0; k < n; k++) {
+        res[k] = (struct gs_err)GS_ERR_INIT;
+        b->probe(b, uuids[k], &res[k]);
     }
-    return changed;
+    return dp_health_reprobed(c, inv, hs, uuids, res, n, now_ms);
 }
 
 static void carry(int healthy, const char *reason, int64_t recheck_at, uint64_t last_xid,

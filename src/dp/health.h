@@ -78,9 +78,22 @@ int dp_health_event(const struct dp_health_cfg *c, struct dp_inventory *inv,
                     const char (*dead)[DP_UUID_MAX], int n_dead, int64_t now_ms);
 
 /* Re-probes the unhealthy GPUs and MIG instances whose time has come, with
- * b->probe (a MIG instance's GPU). Returns the number whose health changed. */
+ * b->probe (a MIG instance's GPU). Returns the number whose health changed.
+ * It is the three steps below; a caller whose lock guards the inventory
+ * takes them itself, so as to probe without the lock (a probe can hang on
+ * a bad GPU). */
 int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
                       struct dp_health_state *hs, struct dp_backend *b, int64_t now_ms);
+/* The GPUs (UUIDs into uuids[0..DP_MAX_GPUS)) with an unhealthy GPU or MIG
+ * instance whose re-probe is due at now_ms; returns how many. */
+int dp_health_due(struct dp_inventory *inv, struct dp_health_state *hs, int64_t now_ms,
+                  char (*uuids)[DP_UUID_MAX]);
+/* Applies the probes of uuids[0..n), res[k].code 0 when GPU k passed, to the
+ * units still due at now_ms, matched by UUID (the inventory may have changed
+ * while they ran). Returns the number whose health changed. */
+int dp_health_reprobed(const struct dp_health_cfg *c, struct dp_inventory *inv,
+                       struct dp_health_state *hs, const char (*uuids)[DP_UUID_MAX],
+                       const struct gs_err *res, int n, int64_t now_ms);
 
 /* Carries health across a re-discovery: GPUs and MIG instances in `next`
  * that were in `prev` (same UUID) keep their health, reason and schedule. */

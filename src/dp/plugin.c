@@ -337,6 +337,17 @@ static void *health_thread(void *arg)
                     memcpy(dead[n_dead++], uuids[i], sizeof dead[0]);
             }
         }
+        /* and the GPUs whose re-probe is due, without the lock as well */
+        char due[DP_MAX_GPUS][DP_UUID_MAX];
+        struct gs_err res[DP_MAX_GPUS];
+        int64_t now = dp_now_ms();
+        pthread_mutex_lock(&p->mu);
+        int n_due = dp_health_due(&p->inv, &p->hs, now, due);
+        pthread_mutex_unlock(&p->mu);
+        for (int k = 0; k < n_due; k++) {
+            res[k] = (struct gs_err)GS_ERR_INIT;
+            p->b->probe(p->b, due[k], &res[k]);
+        }
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
@@ -358,7 +369,7 @@ static void *health_thread(void *arg)
             rediscover_locked(p);
             changed = 1;
         }
-        changed |= dp_health_reprobe(&p->cfg.health, &p->inv, &p->hs, p->b, dp_now_ms()) > 0;
+        changed |= dp_health_reprobed(&p->cfg.health, &p->inv, &p->hs, due, res, n_due, now) > 0;
         if (changed)
             p->publish_needed = 1;
         restart = p->restart_needed;

@@ -50,6 +50,7 @@ def start(bin_, kdir, lib, *extra):
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
     os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
     os.environ["FAKE_NVML_CREATE_FAIL"] = os.path.join(ctl, "createfail")
+    os.environ["FAKE_NVML_HANG"] = os.path.join(ctl, "hang")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
@@ -222,6 +223,31 @@ def test_the_event_set_and_a_gpu_back_are_watched_again(gpusched_bin, env, fake_
         p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=5)  # it answers probes
         xid_seen(p, ctl, 1)
         assert "XID 48" in pl.get("/inventory").json()["gpus"][1]["reason"]
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
+def test_a_reprobe_that_hangs_holds_up_no_allocate(gpusched_bin, env, fake_nvml):
+    """The re-probe of a GPU after a transient XID runs without the plugin's lock:
+    a GPU whose queries hang keeps its own health waiting, not the Allocates and
+    the inventory of the others (before, both waited for the probe)."""
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        p.wait(lambda d: len(d) == 2)
+        open(os.path.join(ctl, "hang"), "w").close()
+        put(os.path.join(ctl, "xid"), "1 94\n")  # contained ECC: transient
+        p.wait(lambda d: health(d)[G[1]] == "Unhealthy", timeout=3)
+        time.sleep(2)  # its re-probe is under way, and hangs
+        t0 = time.monotonic()
+        assert p.allocate([G[0]]).envs["NVIDIA_VISIBLE_DEVICES"] == G[0]
+        assert pl.get("/inventory").status_code == 200
+        assert time.monotonic() - t0 < 1.5
+        os.unlink(os.path.join(ctl, "hang"))
+        p.wait(lambda d: health(d)[G[1]] == "Healthy", timeout=5)
     finally:
         code = pl.stop()
         shutil.rmtree(ctl)

@@ -22,6 +22,8 @@
  *                   fails every wait;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
  *   FAKE_NVML_CREATE_FAIL  while it exists, nvmlEventSetCreate fails;
+ *   FAKE_NVML_HANG  while it exists, nvmlDeviceGetMemoryInfo of GPU 1 does
+ *                   not return (a GPU whose queries hang);
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
  *                   (tests/limiter/fake_cuda.c): the utilisation of GPU
  *                   FAKE_NVML_BUSY_GPU (default 0) is the share of wall
@@ -131,6 +133,9 @@ ret_t nvmlDeviceGetName(handle_t h, char *buf, unsigned len)
 }
 ret_t nvmlDeviceGetMemoryInfo(handle_t h, mem_t *m)
 {
+    const char *hf = getenv("FAKE_NVML_HANG");
+    while (h->idx == 1 && !h->is_mig && hf && access(hf, F_OK) == 0)
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
     if (lost(h))
         return GPU_LOST;
     m->total = (h->idx == 2 ? 40960ULL : 81559ULL) << 20;

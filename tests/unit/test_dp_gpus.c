@@ -189,6 +189,34 @@ static void test_health(void)
     ASSERT_EQ(inv.gpu[0].healthy, 1);
     ASSERT_STREQ(inv.gpu[0].reason, "");
 
+    /* Probed without the lock: the results go to the GPUs by UUID, and only
+     * to units still due (an inventory rebuilt meanwhile, a new XID). */
+    {
+        char due[DP_MAX_GPUS][DP_UUID_MAX];
+        struct gs_err res[DP_MAX_GPUS] = {GS_ERR_INIT};
+        ASSERT_EQ(dp_health_event(&c, &inv, &hs, &ev, NULL, 0, 2000), 1);
+        ASSERT_EQ(dp_health_due(&inv, &hs, 2999, due), 0);
+        ASSERT_EQ(dp_health_due(&inv, &hs, 3000, due), 1);
+        ASSERT_STREQ(due[0], "GPU-a");
+        struct dp_inventory moved = inv;  /* GPU-a now second */
+        struct dp_health_state hm = hs;
+        moved.gpu[0] = inv.gpu[1];
+        moved.gpu[1] = inv.gpu[0];
+        hm.recheck_at[0] = hs.recheck_at[1];
+        hm.recheck_at[1] = hs.recheck_at[0];
+        hm.last_xid[1] = hs.last_xid[0];
+        res[0].code = GS_EIO;
+        snprintf(res[0].msg, sizeof res[0].msg, "hung up");
+        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3000), 0);
+        ASSERT_STREQ(moved.gpu[1].reason, "re-probe failed after XID 63: hung up");
+        ASSERT_EQ(hm.recheck_at[1], 4000);
+        ASSERT_EQ(moved.gpu[0].healthy, 1);
+        res[0] = (struct gs_err)GS_ERR_INIT;
+        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3500), 0); /* not due */
+        ASSERT_EQ(dp_health_reprobed(&c, &inv, &hs, due, res, 1, 3000), 1);
+        ASSERT_EQ(inv.gpu[0].healthy, 1);
+    }
+
     /* A fatal XID on a MIG instance takes that instance only; a failing
      * probe (of its GPU) keeps it unhealthy and reschedules. */
     struct dp_event ev2 = {.uuid = "MIG-b0", .xid = 79};
