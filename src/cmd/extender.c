@@ -198,6 +198,7 @@ int cmd_extender(int argc, char **argv)
             goto out;
         }
         running.cl = cl;
+        so.bind_threads = EXT_BIND_THREADS; /* binds talk to the API server */
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
         if (cfg.node_lock_timeout > 0) {
@@ -209,7 +210,6 @@ int cmd_extender(int argc, char **argv)
             ext_sched_set_nodelock(s, lock);
             so.lock = lock;
             so.bind_wait_s = cfg.bind_wait;
-            so.bind_threads = EXT_BIND_THREADS; /* binds talk to the API server */
         }
         char host[256] = "";
         gethostname(host, sizeof host - 1);

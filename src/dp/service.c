@@ -441,6 +441,7 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
     struct dp_assign *a = NULL;
     int rc = 0, status = DP_GRPC_INVALID_ARGUMENT;
 
+    unsigned gen = atomic_load(&p->srv_gen); /* a restart from now on ends waits */
     if (!rq) {
         dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse AllocateRequest");
         goto count;
@@ -475,7 +476,6 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
              * needs a person. */
             double most = p->cfg.api_wait_s > 0 ? p->cfg.api_wait_s : 20;
             double nap = 0.25, end = gs_mono_s() + most;
-            unsigned gen = atomic_load(&p->srv_gen);
             int said = 0;
             /* a deadline, not a count of naps: each try can itself take a
              * request timeout; a server being stopped (plugin stopping,

@@ -105,21 +105,17 @@ static int bind_busy(struct ext_server *s, const struct http_request *req,
     return -1;
 }
 
-/* /bind with the node lock, on the HTTP worker: a bind to a node another
- * GPU pod still holds is parked until the node is released or bind_wait_s
- * has passed since its first try, then tried again. Returns 1 when parked
- * (no answer yet). */
+/* /bind on the HTTP worker, when the bind threads take no more (stopping)
+ * or there is no memory for its clock c: with the node lock, a bind to a
+ * node another GPU pod still holds is parked until the node is released or
+ * c's deadline, then tried again. Returns 1 when parked (no answer yet). */
 static int bind_or_wait(struct ext_server *s, const struct http_request *req,
-                        struct ext_reply *reply, int *status)
+                        struct ext_reply *reply, int *status, const struct bind_clock *c)
 {
-    double now = wall_now(), deadline, started;
-    if (!ext_nodelock_reclaim(s->opts.lock, http_req_token(req), &deadline, &started)) {
-        started = now;
-        deadline = now + s->opts.bind_wait_s;
-    }
+    double now = wall_now(), deadline = c->deadline, started = c->waited ? c->started : now;
     for (;;) {
         *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply);
-        if (*status != EXT_BIND_BUSY)
+        if (*status != EXT_BIND_BUSY || !s->opts.lock)
             break;
         int w = bind_busy(s, req, reply, status, deadline, started, now);
         if (w == 1) {
@@ -166,21 +162,6 @@ static int park_on(struct ext_bindq *q, const struct http_request *req)
     return 1;
 }
 
-/* /bind off the HTTP worker (ext/bindq.h): handed over and parked on the
- * first run, answered with the bind thread's reply when run again. Returns
- * 1 when parked. */
-static int bind_queued(struct ext_server *s, const struct http_request *req,
-                       struct ext_reply *reply, int *status, double *before_s)
-{
-    void *tok = http_req_token(req);
-    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s))
-        return 0;
-    if (park_on(s->bq, req))
-        return 1;
-    *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply); /* stopping */
-    return 0;
-}
-
 static int clock_put(struct ext_server *s, void *tok, double deadline, double started,
                      int waited)
 {
@@ -194,8 +175,11 @@ static int clock_put(struct ext_server *s, void *tok, double deadline, double st
             s->cap_clk = cap;
         }
     }
-    if (s->n_clk < s->cap_clk)
-        s->clk[s->n_clk++] = (struct bind_clock){tok, deadline, started, waited};
+    size_t i = 0;
+    while (i < s->n_clk && s->clk[i].tok != tok) /* one per token: a request gone */
+        i++;                                     /* while parked left its own */
+    if (i < s->n_clk || s->n_clk < s->cap_clk)
+        s->clk[i == s->n_clk ? s->n_clk++ : i] = (struct bind_clock){tok, deadline, started, waited};
     else
         rc = -1;
     pthread_mutex_unlock(&s->clk_mu);
@@ -217,12 +201,25 @@ static int clock_take(struct ext_server *s, void *tok, struct bind_clock *out)
     return found;
 }
 
-/* Cluster mode: a /bind talks to the API server (the annotations, the
- * Binding: seconds when it is slow), so it runs on a bind thread
- * (ext/bindq.h) while its request is parked, and the other connections of
- * its HTTP worker are answered meanwhile; a bind to a held node then waits
- * for the node, parked too, and goes back to a bind thread when woken.
- * Returns 1 when parked. */
+/* Is a /bind of tok on a bind thread (or answered there, not yet taken)? */
+static int clock_has(struct ext_server *s, void *tok)
+{
+    int found = 0;
+    pthread_mutex_lock(&s->clk_mu);
+    for (size_t i = 0; i < s->n_clk && !found; i++)
+        found = s->clk[i].tok == tok;
+    pthread_mutex_unlock(&s->clk_mu);
+    return found;
+}
+
+/* /bind off the HTTP worker (ext/bindq.h), handed over and parked on the
+ * first run, answered with the bind thread's reply when run again. In
+ * cluster mode a /bind talks to the API server (the annotations, the
+ * Binding: seconds when it is slow), and on the worker it would hold the
+ * worker's other connections; standalone, binds from any connection then
+ * share the journal's flush. A bind to a held node (cluster mode, the node
+ * lock) waits for the node, parked too, and goes back to a bind thread when
+ * woken. Returns 1 when parked. */
 static int bind_parked(struct ext_server *s, const struct http_request *req,
                        struct ext_reply *reply, int *status, double *before_s)
 {
@@ -246,7 +243,7 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
         return 0;
     }
     c = (struct bind_clock){tok, now + s->opts.bind_wait_s, now, 0};
-    if (ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started))
+    if (s->opts.lock && ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started))
         c.waited = 1; /* woken: the node was released, or its deadline passed */
 submit:
     if (clock_put(s, tok, c.deadline, c.started, c.waited) == 0) {
@@ -254,7 +251,7 @@ submit:
             return 1;
         clock_take(s, tok, &c);
     }
-    return bind_or_wait(s, req, reply, status); /* stopping: on the worker */
+    return bind_or_wait(s, req, reply, status, &c); /* stopping: on the worker */
 }
 
 /* The leader's answer to verb in *r and 1 with its status in *status, or 0
@@ -418,7 +415,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             reply_json(resp, 405, ext_error("%s: use POST", verbs[i].name));
             return verbs[i].name;
         }
-        int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER);
+        /* a /bind that ran here, on a bind thread, is answered here even if
+         * this replica lost the lease meanwhile: forwarded, it would bind twice */
+        int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER) &&
+                  !(verbs[i].fn == ext_sched_bind && s->bq && clock_has(s, http_req_token(req)));
         struct ext_bindq *fq = !fwd                                ? NULL
                                : verbs[i].fn == ext_sched_bind       ? s->fq
                                : verbs[i].fn == ext_sched_filter     ? s->ffq
@@ -431,14 +431,8 @@ static const char *route(struct ext_server *s, const struct http_request *req,
             return verbs[i].name;
         } else if (f == 0) {
             /* the leader's answer */
-        } else if (verbs[i].fn == ext_sched_bind && s->bq && s->opts.lock) {
-            if ((*parked = bind_parked(s, req, &reply, &resp->status, before_s)))
-                return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_bind && s->bq) {
-            if ((*parked = bind_queued(s, req, &reply, &resp->status, before_s)))
-                return verbs[i].name;
-        } else if (verbs[i].fn == ext_sched_bind && s->opts.lock) {
-            if ((*parked = bind_or_wait(s, req, &reply, &resp->status)))
+            if ((*parked = bind_parked(s, req, &reply, &resp->status, before_s)))
                 return verbs[i].name;
         } else if (verbs[i].fn == ext_sched_filter) {
             if ((*parked = filter_or_wait(s, req, &reply, &resp->status, before_s)))
@@ -575,8 +569,10 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     metric_add(s->m_tls, (const char *[]){"ok"}, 0);
     metric_add(s->m_tls, (const char *[]){"error"}, 0);
     if ((rc = http_parse_listen(opts->listen, addr, sizeof addr, &ho.port, e)) < 0 ||
-        (opts->bind_threads > 0 &&
-         (rc = ext_bindq_new(run_bind, opts->sched, http_wake, opts->bind_threads, &s->bq, e)) < 0) ||
+        ((opts->bind_threads > 0 || opts->lock) &&
+         (rc = ext_bindq_new(run_bind, opts->sched, http_wake,
+                             opts->bind_threads > 0 ? opts->bind_threads : EXT_BIND_THREADS,
+                             &s->bq, e)) < 0) ||
         (opts->forward &&
          ((rc = ext_bindq_new(run_forward_bind, s, http_wake, FORWARD_THREADS, &s->fq, e)) < 0 ||
           (rc = ext_bindq_new(run_forward_filter, s, http_wake, FORWARD_THREADS, &s->ffq, e)) <

@@ -41,9 +41,10 @@ struct ext_server_opts {
     struct ext_forward *forward; /* a non-leader's verbs to the leader (ext/forward.h), or NULL */
     /* /bind runs on this many bind threads while its request is parked
      * (ext/bindq.h): standalone with a journal, so binds from connections
-     * of one HTTP worker share the journal's flush; in cluster mode (with
-     * lock), so a bind waiting on the API server does not hold the other
-     * connections of its worker. 0 = on the HTTP worker */
+     * of one HTTP worker share the journal's flush; in cluster mode, so a
+     * bind waiting on the API server does not hold the other connections
+     * of its worker. 0 = on the HTTP worker, unless lock is set
+     * (EXT_BIND_THREADS then) */
     int bind_threads;
 };
 
