@@ -225,8 +225,15 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
 {
     void *tok = http_req_token(req);
     double now = wall_now();
-    struct bind_clock c;
-    if (ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s)) {
+    struct bind_clock c, old;
+    size_t len;
+    int took = ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s);
+    if (took && !req->again) { /* left by a request gone while parked: not ours */
+        free(ext_reply_take(reply, &len));
+        clock_take(s, tok, &c);
+        took = 0;
+    }
+    if (took) {
         if (!clock_take(s, tok, &c))
             c = (struct bind_clock){tok, now, now, 0};
         if (*status == EXT_BIND_BUSY) {
@@ -243,8 +250,12 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
         return 0;
     }
     c = (struct bind_clock){tok, now + s->opts.bind_wait_s, now, 0};
-    if (s->opts.lock && ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started))
-        c.waited = 1; /* woken: the node was released, or its deadline passed */
+    if (s->opts.lock && ext_nodelock_reclaim(s->opts.lock, tok, &old.deadline, &old.started) &&
+        req->again) { /* woken: the node was released, or its deadline passed */
+        c.deadline = old.deadline;
+        c.started = old.started;
+        c.waited = 1;
+    }
 submit:
     if (clock_put(s, tok, c.deadline, c.started, c.waited) == 0) {
         if (park_on(s->bq, req))
@@ -418,7 +429,8 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         /* a /bind that ran here, on a bind thread, is answered here even if
          * this replica lost the lease meanwhile: forwarded, it would bind twice */
         int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER) &&
-                  !(verbs[i].fn == ext_sched_bind && s->bq && clock_has(s, http_req_token(req)));
+                  !(verbs[i].fn == ext_sched_bind && s->bq && req->again &&
+                    clock_has(s, http_req_token(req)));
         struct ext_bindq *fq = !fwd                                ? NULL
                                : verbs[i].fn == ext_sched_bind       ? s->fq
                                : verbs[i].fn == ext_sched_filter     ? s->ffq

@@ -67,6 +67,7 @@ struct conn_ctx {
     int park;       /* the handler asked to park this request */
     int parked;     /* set aside (suspended); under s->park_mu */
     int woken;      /* woken before it was set aside; under s->park_mu */
+    int runs;       /* of the handler, for this request */
 };
 
 static char *read_file(const char *path, struct gs_err *e)
@@ -195,11 +196,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
         return send_resp(s, c, &resp);
     }
-    struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx};
+    struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx, 0};
     if (ctx->buf)
         ctx->buf[ctx->len] = '\0';
     for (;;) {
         ctx->park = 0;
+        req.again = ctx->runs++ > 0;
         s->opts.handler(s->opts.ud, &req, &resp);
         if (!ctx->park)
             return send_resp(s, c, &resp);

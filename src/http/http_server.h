@@ -50,6 +50,9 @@ struct http_request {
     size_t body_len;
     struct MHD_Connection *conn; /* for http_req_header / http_req_arg */
     void *priv;                  /* the server's, for http_req_park */
+    int again;   /* the handler runs again for this request (it parked); 0 the
+                    first time: what a token holds then was left by a request
+                    gone while parked */
 };
 
 struct http_response {

@@ -276,9 +276,55 @@ static void test_rotation(void)
     (void)system(cmd);
 }
 
+/* Parks each request once (woken at once); answers on its second run. */
+static int first_runs, later_runs;
+static void park_once(void *ud, const struct http_request *req, struct http_response *resp)
+{
+    (void)ud;
+    if (!req->again) {
+        __atomic_add_fetch(&first_runs, 1, __ATOMIC_SEQ_CST);
+        http_req_park(req);
+        http_wake(http_req_token(req)); /* woken before set aside: runs again */
+        return;
+    }
+    __atomic_add_fetch(&later_runs, 1, __ATOMIC_SEQ_CST);
+    http_resp_text(resp, 200, "text/plain", "again");
+}
+
+/* req->again tells a handler run again after it parked from a request's
+ * first run, on a kept-alive connection too: what its token holds on a
+ * first run was left by a request gone while parked (ext/server.c). */
+static void test_again(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct http_server *s = NULL;
+    char url[64];
+    struct http_server_opts o = {.addr = "127.0.0.1", .threads = 1, .handler = park_once};
+    ASSERT_EQ(http_server_start(&o, &s, &e), 0);
+    if (!s)
+        return;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", http_server_port(s));
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    for (int i = 0; i < 3; i++) {
+        long code = 0;
+        ASSERT_EQ(curl_easy_perform(h), CURLE_OK);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        ASSERT_EQ(code, 200);
+    }
+    ASSERT_EQ(first_runs, 3);
+    ASSERT_EQ(later_runs, 3);
+    curl_easy_cleanup(h);
+    http_server_stop(s);
+}
+
 int test_http(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    test_again();
     test_reloads_under_load();
     test_rotation();
     return 0;
