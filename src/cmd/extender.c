@@ -164,7 +164,11 @@ int cmd_extender(int argc, char **argv)
     m = metrics_new();
     if (!m || ext_sched_new(&(struct ext_sched_opts){.names = &cfg.names, .policy = cfg.policy,
                                                      .top_k = (int)cfg.top_k, .metrics = m,
-                                                     .filter_wait = cfg.filter_wait},
+                                                     .filter_wait = cfg.filter_wait,
+                                                     .hard_pod_affinity_weight =
+                                                         cfg.hard_pod_affinity_weight
+                                                             ? (int)cfg.hard_pod_affinity_weight
+                                                             : EXT_HARD_AFFINITY_NONE},
                             &s, &e) < 0) {
         fprintf(stderr, "gpusched extender: %s\n", m ? e.msg : "out of memory");
         status = 2;

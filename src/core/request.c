@@ -1341,7 +1341,8 @@ fail:
     return -(e && e->code ? e->code : GS_EINVAL);
 }
 
-int core_pod_affinity_parse(const json_t *jpod, struct core_pod *pod, struct gs_err *e)
+int core_pod_affinity_parse(const json_t *jpod, int hard_weight, struct core_pod *pod,
+                            struct gs_err *e)
 {
     json_t *p = (json_t *)jpod, *meta, *spec, *aff, *pa, *panti;
 
@@ -1350,8 +1351,7 @@ int core_pod_affinity_parse(const json_t *jpod, struct core_pod *pod, struct gs_
         get_obj(spec, "affinity", "spec.affinity", &aff, e) < 0 ||
         get_obj(aff, "podAffinity", "spec.affinity.podAffinity", &pa, e) < 0 ||
         get_obj(aff, "podAntiAffinity", "spec.affinity.podAntiAffinity", &panti, e) < 0 ||
-        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, CORE_HARD_POD_AFFINITY_WEIGHT, pod,
-                        e) < 0 ||
+        parse_pod_terms(pa, "spec.affinity.podAffinity", 1, hard_weight, pod, e) < 0 ||
         parse_pod_terms(panti, "spec.affinity.podAntiAffinity", -1, 0, pod, e) < 0)
         goto fail;
     return pod->n_pod_terms;

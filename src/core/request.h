@@ -167,10 +167,11 @@ struct core_pod {
     const json_t *pod_terms_obj; /* the Pod object (borrowed): the labels they pick */
 };
 
-/* kube-scheduler's hardPodAffinityWeight (InterPodAffinityArgs, default 1):
- * what a placed pod's required pod affinity term that picks a pod adds to
- * the nodes of its domain in that pod's score. */
+/* kube-scheduler's hardPodAffinityWeight (InterPodAffinityArgs, 0..100,
+ * default 1): what a placed pod's required pod affinity term that picks a
+ * pod adds to the nodes of its domain in that pod's score. */
 #define CORE_HARD_POD_AFFINITY_WEIGHT 1
+#define CORE_HARD_POD_AFFINITY_WEIGHT_MAX 100
 
 /* Parses a Kubernetes quantity ("16Gi", "500m", "1.5", "2e3") and returns it
  * multiplied by `scale` (1 for bytes/counts, 1000 for milli-units), rounded
@@ -195,9 +196,11 @@ void core_pod_clear(struct core_pod *pod);
  * (kube-scheduler's symmetric half of InterPodAffinity): its namespace,
  * name and UID, and as pod_terms its preferred podAffinity (weight > 0),
  * preferred podAntiAffinity (weight < 0) and required podAffinity terms
- * (CORE_HARD_POD_AFFINITY_WEIGHT); not its spread constraints. Returns the
+ * (weight hard_weight, 0..CORE_HARD_POD_AFFINITY_WEIGHT_MAX; 0 leaves them
+ * out, as kube-scheduler does); not its spread constraints. Returns the
  * number of terms, or -GS_EINVAL naming the field (*pod cleared). */
-int core_pod_affinity_parse(const json_t *pod, struct core_pod *out, struct gs_err *e);
+int core_pod_affinity_parse(const json_t *pod, int hard_weight, struct core_pod *out,
+                            struct gs_err *e);
 
 /* One container's own request, checked as core_pod_parse() checks it; `list`
  * ("containers" / "initContainers") and `idx` only name it in messages. For

@@ -31,6 +31,10 @@ static const struct row rows[] = {
     {"policy", C_STR, F(policy), "NAME", "default placement policy (default " EXT_DEFAULT_POLICY ")", 0, 0},
     {"top_k", C_INT, F(top_k), "K", "/filter keeps only the policy's best K nodes (0 = all)", 0,
      100000},
+    {"hard_pod_affinity_weight", C_INT, F(hard_pod_affinity_weight), "W",
+     "what a placed pod's required podAffinity term adds to the score of the pods it picks: "
+     "kube-scheduler's InterPodAffinityArgs hardPodAffinityWeight, keep the two equal "
+     "(0..100, default 1)", 0, 100},
     {"nodes", C_STR, F(nodes), "FILE", "standalone: NodeList JSON file", 0, 0},
     {"state_dir", C_STR, F(state_dir), "DIR", "standalone: journal directory", 0, 0},
     {"quotas", C_STR, F(quotas), "FILE", "standalone: GPUQuota objects, YAML or JSON (re-read "
@@ -111,6 +115,7 @@ void ext_config_defaults(struct ext_config *c)
     c->node_lock_timeout = 300;
     c->bind_wait = 5;
     c->filter_wait = 0.1;
+    c->hard_pod_affinity_weight = CORE_HARD_POD_AFFINITY_WEIGHT;
     c->log_level = strdup("info");
     c->log_format = strdup("text");
     c->threads = 4;

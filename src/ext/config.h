@@ -20,6 +20,7 @@ struct ext_config {
     char *listen, *tls_cert, *tls_key, *tls_ca;
     char *policy;
     long top_k;
+    long hard_pod_affinity_weight;        /* kube-scheduler's InterPodAffinityArgs */
     char *nodes, *state_dir;              /* standalone */
     char *quotas;                         /* standalone: GPUQuota file */
     char *kubeconfig;                     /* cluster; in_cluster without it */

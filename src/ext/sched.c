@@ -136,6 +136,17 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         s->opts.names = core_names_default();
     if (!s->opts.max_pods)
         s->opts.max_pods = 100000;
+    if (s->opts.hard_pod_affinity_weight == 0)
+        s->opts.hard_pod_affinity_weight = CORE_HARD_POD_AFFINITY_WEIGHT;
+    else if (s->opts.hard_pod_affinity_weight == EXT_HARD_AFFINITY_NONE)
+        s->opts.hard_pod_affinity_weight = 0;
+    if (s->opts.hard_pod_affinity_weight < 0 ||
+        s->opts.hard_pod_affinity_weight > CORE_HARD_POD_AFFINITY_WEIGHT_MAX) {
+        int w = s->opts.hard_pod_affinity_weight;
+        free(s);
+        return gs_errf(e, GS_EINVAL, "hard_pod_affinity_weight: %d is not 0..%d", w,
+                       CORE_HARD_POD_AFFINITY_WEIGHT_MAX);
+    }
     if (!(s->policy = core_policy_find(pname))) {
         free(s);
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);

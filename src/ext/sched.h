@@ -84,7 +84,11 @@ struct ext_sched_opts {
                              kept-answer tests compare against */
     double filter_wait;   /* seconds ext_sched_filter_after_bind waits for the /bind of
                              the GPU pod the previous /filter found nodes for; 0 = never */
+    int hard_pod_affinity_weight; /* kube-scheduler's InterPodAffinityArgs: what a placed
+                             pod's required podAffinity term adds for the pods it picks,
+                             1..100; 0 = its default (1); EXT_HARD_AFFINITY_NONE = 0 */
 };
+#define EXT_HARD_AFFINITY_NONE (-1)
 
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
 void ext_sched_free(struct ext_sched *s);

@@ -17,8 +17,8 @@
  *    pod;
  *  - kube-scheduler's symmetric half: for each placed pod whose preferred
  *    podAffinity (+weight), podAntiAffinity (-weight) or required
- *    podAffinity term (+1, hardPodAffinityWeight) picks this pod, the
- *    term's weight on every node of that pod's domain. So a pod that wants
+ *    podAffinity term (+hardPodAffinityWeight: opts, default 1) picks this
+ *    pod, the term's weight on every node of that pod's domain. So a pod that wants
  *    to be away from a kind of pod keeps it away, even when that pod says
  *    nothing itself. The placed pods with such terms (the owners) are kept
  *    parsed by UID; a pod's affinity cannot change, so each is parsed once.
@@ -443,7 +443,7 @@ void sched_podaff_owner_put(struct ext_sched *s, const char *uid, const json_t *
     snprintf(ow->key, sizeof ow->key, "%s", uid);
     /* a pod whose terms the parser refuses adds nothing, as kube-scheduler
      * would not have placed it */
-    if (core_pod_affinity_parse(obj, &ow->pod, NULL) <= 0) {
+    if (core_pod_affinity_parse(obj, s->opts.hard_pod_affinity_weight, &ow->pod, NULL) <= 0) {
         owner_free(ow);
         return;
     }

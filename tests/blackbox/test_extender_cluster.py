@@ -13,6 +13,7 @@ import time
 import pytest
 import requests
 
+from conftest import run
 from fake_apiserver import FakeApiServer
 from test_extender import Extender, bound, gpu_node, pod, refused
 
@@ -1033,6 +1034,49 @@ def test_placed_pods_terms_pick_the_pods_to_come(gpusched_bin, api, tmp_path):
         assert alike(plain)
     finally:
         e.stop()
+
+
+def test_hard_pod_affinity_weight_follows_the_scheduler(gpusched_bin, api, tmp_path):
+    """hard_pod_affinity_weight is kube-scheduler's InterPodAffinityArgs
+    hardPodAffinityWeight: what a placed pod's required podAffinity term adds
+    for the pods it picks. On h1 a pod requires app=noisy beside it (+W) and
+    another prefers it away (-5): at the default 1 noisy goes to h2 (-4 < 0),
+    at 10 to h1 (+5 > 0); 0 leaves the required term out (-5). A weight out
+    of kube-scheduler's 0..100 is refused at start, naming the key."""
+    H = "kubernetes.io/hostname"
+    for n in ("h1", "h2"):
+        kw = node_kwargs(n)
+        kw["labels"] = {H: n}
+        api.add_node(n, **kw)
+    t = {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": H}
+    for name, aff in (
+            ("buddy", {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [t]}}),
+            ("guard", {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 5, "podAffinityTerm": t}]}})):
+        api.create("/api/v1/namespaces/default/pods", {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "h1", "affinity": aff, "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"}})
+    p = pod("noisy", {"nvidia.com/gpu": "1"})
+    p["metadata"]["labels"] = {"app": "noisy"}
+    p["metadata"]["annotations"] = {PREFIX + "policy": "binpack"}
+    noisy = api.create("/api/v1/namespaces/default/pods", p)
+    for extra, best, h1, owners in (
+            ((), "h2", -4, 2), (("--hard-pod-affinity-weight", "10"), "h1", 5, 2),
+            (("--hard-pod-affinity-weight", "0"), "h2", -5, 1)):  # buddy's term left out
+        e = start(gpusched_bin, api, tmp_path, *extra)
+        try:
+            wait_for(lambda: e.metric("gpusched_extender_pod_term_owners") == owners,
+                     what="the placed pods' terms")
+            got, pref = ranked_on(e, noisy, ["h1", "h2"])
+            assert (got, pref["h1"] - pref["h2"] < 0) == (best, h1 < 0), (extra, got, pref)
+        finally:
+            e.stop()
+    kc = api.write_kubeconfig(tmp_path / "kc-bad")
+    r = run(gpusched_bin, "extender", "--kubeconfig", kc, "--hard-pod-affinity-weight", "101",
+            timeout=10)
+    assert r.returncode == 2 and "--hard-pod-affinity-weight: 101" in r.stderr, r.stderr
 
 
 def test_a_replica_that_does_not_lead_nudges_the_pods_it_refused(gpusched_bin, api, tmp_path):

@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* a failed parse leaves the pod cleared and says why */
     }
     struct gs_err ea = GS_ERR_INIT;
-    int nt = core_pod_affinity_parse(j, &pod, &ea);
+    int nt = core_pod_affinity_parse(j, CORE_HARD_POD_AFFINITY_WEIGHT, &pod, &ea);
     if (nt >= 0) { /* affinity terms only: a weight each, no spread */
         if (nt != pod.n_pod_terms || !pod.ns[0])
             abort();

@@ -377,6 +377,9 @@ static void test_sched(void)
 
     ASSERT_TRUE(ext_sched_new(&(struct ext_sched_opts){.policy = "nope"}, &s, &e) < 0);
     ASSERT_CONTAINS(e.msg, "nope");
+    ASSERT_TRUE(ext_sched_new(&(struct ext_sched_opts){.hard_pod_affinity_weight = 101}, &s,
+                              &e) < 0);
+    ASSERT_CONTAINS(e.msg, "hard_pod_affinity_weight: 101 is not 0..100");
     ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
     json_t *n = node_json("n", inv);
     ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);

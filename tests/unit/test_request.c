@@ -794,7 +794,7 @@ static void placed_terms_tests(void)
         "\"whenUnsatisfiable\":\"ScheduleAnyway\"}],"
         "\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"junk\"}}}]}}",
         0, NULL);
-    ASSERT_EQ(core_pod_affinity_parse(j, &pod, &e), 3);
+    ASSERT_EQ(core_pod_affinity_parse(j, CORE_HARD_POD_AFFINITY_WEIGHT, &pod, &e), 3);
     ASSERT_STREQ(pod.ns, "ml");
     ASSERT_STREQ(pod.uid, "u1");
     ASSERT_EQ(pod.pod_terms[0].weight, 7);
@@ -814,10 +814,18 @@ static void placed_terms_tests(void)
         json_decref(x);
     }
     core_pod_clear(&pod);
+    /* kube-scheduler's hardPodAffinityWeight: its value, or 0 = no such term */
+    ASSERT_EQ(core_pod_affinity_parse(j, 37, &pod, &e), 3);
+    ASSERT_EQ(pod.pod_terms[1].weight, 37);
+    core_pod_clear(&pod);
+    ASSERT_EQ(core_pod_affinity_parse(j, 0, &pod, &e), 2);
+    ASSERT_EQ(pod.pod_terms[0].weight, 7);
+    ASSERT_EQ(pod.pod_terms[1].weight, -40);
+    core_pod_clear(&pod);
     json_decref(j);
 
     j = json_loads("{\"metadata\":{},\"spec\":{\"containers\":[{}]}}", 0, NULL);
-    ASSERT_EQ(core_pod_affinity_parse(j, &pod, &e), 0); /* none */
+    ASSERT_EQ(core_pod_affinity_parse(j, CORE_HARD_POD_AFFINITY_WEIGHT, &pod, &e), 0); /* none */
     ASSERT_STREQ(pod.ns, "default");
     core_pod_clear(&pod);
     json_decref(j);
@@ -844,7 +852,7 @@ static void placed_terms_tests(void)
         struct gs_err ee = GS_ERR_INIT;
         j = json_loads(errs[i].json, 0, NULL);
         ASSERT_TRUE(j != NULL);
-        ASSERT_EQ(core_pod_affinity_parse(j, &pod, &ee), -GS_EINVAL);
+        ASSERT_EQ(core_pod_affinity_parse(j, CORE_HARD_POD_AFFINITY_WEIGHT, &pod, &ee), -GS_EINVAL);
         if (!strstr(ee.msg, errs[i].want))
             TEST_FAIL_("%s: got '%s', want '%s'", errs[i].json, ee.msg, errs[i].want);
         ASSERT_EQ(pod.n_pod_terms, 0);
