@@ -115,8 +115,8 @@ static void job_free(struct job *j)
     free(j);
 }
 
-int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t len, int *status,
-                   struct ext_reply *r, double *since_s)
+/* The finished job of token, unlinked; NULL when none. */
+static struct job *done_of(struct ext_bindq *q, void *token)
 {
     struct job **p, *j = NULL;
     pthread_mutex_lock(&q->mu);
@@ -127,10 +127,13 @@ int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t le
             break;
         }
     pthread_mutex_unlock(&q->mu);
-    if (j && (j->len != len || memcmp(j->body, body, len) != 0)) {
-        job_free(j); /* left by a request that went away; its token is reused */
-        j = NULL;
-    }
+    return j;
+}
+
+int ext_bindq_take(struct ext_bindq *q, void *token, int *status, struct ext_reply *r,
+                   double *since_s)
+{
+    struct job *j = done_of(q, token);
     if (!j)
         return 0;
     *since_s = gs_mono_s() - j->handed;
@@ -139,6 +142,13 @@ int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t le
     free(j->body);
     free(j);
     return 1;
+}
+
+void ext_bindq_forget(struct ext_bindq *q, void *token)
+{
+    struct job *j = q ? done_of(q, token) : NULL;
+    if (j)
+        job_free(j);
 }
 
 void ext_bindq_stop(struct ext_bindq *q)

@@ -47,12 +47,13 @@ int ext_bindq_new(ext_bind_fn bind, void *ud, void (*wake)(void *token), int thr
 int ext_bindq_submit(struct ext_bindq *q, void *token, const char *body, size_t len);
 /* 1 with the reply for token moved into *r, its HTTP status in *status and
  * the seconds since it was handed over in *since_s (the bind is finished),
- * 0 when there is none. The body must be the one
- * handed over: a reply left by a request that went away while parked (its
- * client gone) is dropped when a new request with the same token but
- * another body asks. */
-int ext_bindq_take(struct ext_bindq *q, void *token, const char *body, size_t len, int *status,
-                   struct ext_reply *r, double *since_s);
+ * 0 when there is none. */
+int ext_bindq_take(struct ext_bindq *q, void *token, int *status, struct ext_reply *r,
+                   double *since_s);
+/* Drops the reply for token, if any: its request ended without taking it
+ * (its client went away while it was parked), and the token may come back
+ * for another request. */
+void ext_bindq_forget(struct ext_bindq *q, void *token);
 void ext_bindq_stop(struct ext_bindq *q);
 /* Stops it if needed; replies never taken are freed. */
 void ext_bindq_free(struct ext_bindq *q);

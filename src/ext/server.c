@@ -176,8 +176,8 @@ static int clock_put(struct ext_server *s, void *tok, double deadline, double st
         }
     }
     size_t i = 0;
-    while (i < s->n_clk && s->clk[i].tok != tok) /* one per token: a request gone */
-        i++;                                     /* while parked left its own */
+    while (i < s->n_clk && s->clk[i].tok != tok) /* one per token */
+        i++;
     if (i < s->n_clk || s->n_clk < s->cap_clk)
         s->clk[i == s->n_clk ? s->n_clk++ : i] = (struct bind_clock){tok, deadline, started, waited};
     else
@@ -225,15 +225,8 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
 {
     void *tok = http_req_token(req);
     double now = wall_now();
-    struct bind_clock c, old;
-    size_t len;
-    int took = ext_bindq_take(s->bq, tok, req->body, req->body_len, status, reply, before_s);
-    if (took && !req->again) { /* left by a request gone while parked: not ours */
-        free(ext_reply_take(reply, &len));
-        clock_take(s, tok, &c);
-        took = 0;
-    }
-    if (took) {
+    struct bind_clock c;
+    if (ext_bindq_take(s->bq, tok, status, reply, before_s)) {
         if (!clock_take(s, tok, &c))
             c = (struct bind_clock){tok, now, now, 0};
         if (*status == EXT_BIND_BUSY) {
@@ -250,12 +243,8 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
         return 0;
     }
     c = (struct bind_clock){tok, now + s->opts.bind_wait_s, now, 0};
-    if (s->opts.lock && ext_nodelock_reclaim(s->opts.lock, tok, &old.deadline, &old.started) &&
-        req->again) { /* woken: the node was released, or its deadline passed */
-        c.deadline = old.deadline;
-        c.started = old.started;
-        c.waited = 1;
-    }
+    if (s->opts.lock && ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started))
+        c.waited = 1; /* woken: the node was released, or its deadline passed */
 submit:
     if (clock_put(s, tok, c.deadline, c.started, c.waited) == 0) {
         if (park_on(s->bq, req))
@@ -263,6 +252,21 @@ submit:
         clock_take(s, tok, &c);
     }
     return bind_or_wait(s, req, reply, status, &c); /* stopping: on the worker */
+}
+
+/* A request that parked has ended (http_server_opts.gone). What it left
+ * under its token goes with it: a reply it never took (its client went away
+ * while parked), its clock, a node-lock wait it was woken from. The token
+ * may come back for a new request, which must find none of them. */
+static void request_gone(void *ud, void *tok)
+{
+    struct ext_server *s = ud;
+    struct bind_clock c;
+    for (int i = 0; i < N_QUEUES; i++)
+        ext_bindq_forget(*queue(s, i), tok);
+    clock_take(s, tok, &c);
+    if (s->opts.lock)
+        ext_nodelock_reclaim(s->opts.lock, tok, &c.deadline, &c.started);
 }
 
 /* The leader's answer to verb in *r and 1 with its status in *status, or 0
@@ -335,7 +339,7 @@ static int forward_queued(struct ext_server *s, struct ext_bindq *q,
                           double *before_s)
 {
     void *tok = http_req_token(req);
-    if (ext_bindq_take(q, tok, req->body, req->body_len, status, reply, before_s))
+    if (ext_bindq_take(q, tok, status, reply, before_s))
         return 0;
     return ext_forward_elsewhere(s->opts.forward) && park_on(q, req) ? 1 : -1;
 }
@@ -352,7 +356,7 @@ static int filter_or_wait(struct ext_server *s, const struct http_request *req,
                           struct ext_reply *reply, int *status, double *before_s)
 {
     void *tok = http_req_token(req);
-    if (ext_bindq_take(s->wq, tok, req->body, req->body_len, status, reply, before_s))
+    if (ext_bindq_take(s->wq, tok, status, reply, before_s))
         return 0;
     *status = ext_sched_filter_after_bind(s->opts.sched, req->body, req->body_len, 0, reply);
     if (*status != EXT_FILTER_WAIT)
@@ -429,8 +433,7 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         /* a /bind that ran here, on a bind thread, is answered here even if
          * this replica lost the lease meanwhile: forwarded, it would bind twice */
         int fwd = s->opts.forward && !http_req_header(req, EXT_FORWARD_HEADER) &&
-                  !(verbs[i].fn == ext_sched_bind && s->bq && req->again &&
-                    clock_has(s, http_req_token(req)));
+                  !(verbs[i].fn == ext_sched_bind && s->bq && clock_has(s, http_req_token(req)));
         struct ext_bindq *fq = !fwd                                ? NULL
                                : verbs[i].fn == ext_sched_bind       ? s->fq
                                : verbs[i].fn == ext_sched_filter     ? s->ffq
@@ -605,6 +608,7 @@ int ext_server_start(const struct ext_server_opts *opts, struct ext_server **out
     ho.max_body = opts->max_body ? opts->max_body : (8u << 20);
     ho.handler = handle;
     ho.ud = s;
+    ho.gone = request_gone;
     if ((rc = http_server_start(&ho, &s->http, e)) < 0) {
         server_free(s);
         return rc;

@@ -67,7 +67,7 @@ struct conn_ctx {
     int park;       /* the handler asked to park this request */
     int parked;     /* set aside (suspended); under s->park_mu */
     int woken;      /* woken before it was set aside; under s->park_mu */
-    int runs;       /* of the handler, for this request */
+    int did_park;   /* the handler parked it at least once: opts.gone when it ends */
 };
 
 static char *read_file(const char *path, struct gs_err *e)
@@ -196,15 +196,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
         return send_resp(s, c, &resp);
     }
-    struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx, 0};
+    struct http_request req = {method, url, ctx->buf ? ctx->buf : "", ctx->len, c, ctx};
     if (ctx->buf)
         ctx->buf[ctx->len] = '\0';
     for (;;) {
         ctx->park = 0;
-        req.again = ctx->runs++ > 0;
         s->opts.handler(s->opts.ud, &req, &resp);
         if (!ctx->park)
             return send_resp(s, c, &resp);
+        ctx->did_park = 1;
         pthread_mutex_lock(&s->park_mu);
         if (ctx->woken) { /* woken while the handler was returning: run again */
             ctx->woken = 0;
@@ -254,8 +254,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     struct conn_ctx *ctx = *con_cls;
-    (void)cls, (void)c, (void)toe;
+    struct http_server *s = cls;
+    (void)c, (void)toe;
     if (ctx) {
+        if (ctx->did_park && s->opts.gone) /* never while parked: it is woken first */
+            s->opts.gone(s->opts.ud, ctx);
         free(ctx->buf);
         free(ctx);
         *con_cls = NULL;

@@ -50,9 +50,6 @@ struct http_request {
     size_t body_len;
     struct MHD_Connection *conn; /* for http_req_header / http_req_arg */
     void *priv;                  /* the server's, for http_req_park */
-    int again;   /* the handler runs again for this request (it parked); 0 the
-                    first time: what a token holds then was left by a request
-                    gone while parked */
 };
 
 struct http_response {
@@ -78,6 +75,11 @@ struct http_server_opts {
     unsigned threads;          /* worker threads; 0 = 4 */
     http_handler handler;
     void *ud;
+    /* called once when a request that parked ends, answered or not (a
+     * client that went away while its request was parked is found when it
+     * is woken): what the handler keeps by its token will not be asked for,
+     * and the token may come back for another request. NULL: none kept. */
+    void (*gone)(void *ud, void *token);
 };
 
 struct http_server;

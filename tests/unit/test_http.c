@@ -276,55 +276,138 @@ static void test_rotation(void)
     (void)system(cmd);
 }
 
-/* Parks each request once (woken at once); answers on its second run. */
-static int first_runs, later_runs;
-static void park_once(void *ud, const struct http_request *req, struct http_response *resp)
+/* /park parks a request the first time its token is seen, and answers
+ * when run again; anything else is answered at once. */
+static void *parked_tok;
+static void *gone_tok;
+static int gone_count;
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void park_handler(void *ud, const struct http_request *req, struct http_response *resp)
 {
     (void)ud;
-    if (!req->again) {
-        __atomic_add_fetch(&first_runs, 1, __ATOMIC_SEQ_CST);
+    void *tok = http_req_token(req);
+    pthread_mutex_lock(&gone_mu);
+    int again = tok == parked_tok;
+    if (strcmp(req->path, "/park") == 0 && !again)
+        parked_tok = tok;
+    else if (again)
+        parked_tok = NULL;
+    pthread_mutex_unlock(&gone_mu);
+    if (strcmp(req->path, "/park") == 0 && !again)
         http_req_park(req);
-        http_wake(http_req_token(req)); /* woken before set aside: runs again */
-        return;
-    }
-    __atomic_add_fetch(&later_runs, 1, __ATOMIC_SEQ_CST);
-    http_resp_text(resp, 200, "text/plain", "again");
+    else
+        http_resp_text(resp, 200, "text/plain", again ? "again" : "ok");
 }
 
-/* req->again tells a handler run again after it parked from a request's
- * first run, on a kept-alive connection too: what its token holds on a
- * first run was left by a request gone while parked (ext/server.c). */
-static void test_again(void)
+static void on_gone(void *ud, void *tok)
+{
+    (void)ud;
+    pthread_mutex_lock(&gone_mu);
+    gone_tok = tok;
+    gone_count++;
+    pthread_mutex_unlock(&gone_mu);
+}
+
+static int gone_seen(void)
+{
+    pthread_mutex_lock(&gone_mu);
+    int n = gone_count;
+    pthread_mutex_unlock(&gone_mu);
+    return n;
+}
+
+static void *parked_now(void)
+{
+    pthread_mutex_lock(&gone_mu);
+    void *t = parked_tok;
+    pthread_mutex_unlock(&gone_mu);
+    return t;
+}
+
+static long get_path(int port, const char *path, long timeout_ms, CURLcode *rc)
+{
+    char url[96];
+    long code = 0;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    *rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    return code;
+}
+
+struct waiter {
+    int port;
+    long code;
+    CURLcode rc;
+};
+
+static void *get_parked(void *arg)
+{
+    struct waiter *w = arg;
+    w->code = get_path(w->port, "/park", 10000, &w->rc);
+    return NULL;
+}
+
+/* opts.gone: once for each request that parked, when it ends, answered or
+ * its client gone while it was parked (found when woken); never for one that
+ * did not park. What a handler keeps by token goes then (ext/server.c): the
+ * token may come back for another request. */
+static void test_gone(void)
 {
     struct gs_err e = GS_ERR_INIT;
     struct http_server *s = NULL;
-    char url[64];
-    struct http_server_opts o = {.addr = "127.0.0.1", .threads = 1, .handler = park_once};
+    CURLcode rc;
+    struct http_server_opts o = {.addr = "127.0.0.1", .threads = 1, .handler = park_handler,
+                                 .gone = on_gone};
     ASSERT_EQ(http_server_start(&o, &s, &e), 0);
     if (!s)
         return;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/", http_server_port(s));
-    CURL *h = curl_easy_init();
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    for (int i = 0; i < 3; i++) {
-        long code = 0;
-        ASSERT_EQ(curl_easy_perform(h), CURLE_OK);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        ASSERT_EQ(code, 200);
-    }
-    ASSERT_EQ(first_runs, 3);
-    ASSERT_EQ(later_runs, 3);
-    curl_easy_cleanup(h);
+    int port = http_server_port(s);
+    ASSERT_EQ(get_path(port, "/plain", 5000, &rc), 200);
+    ASSERT_EQ(gone_seen(), 0);
+    /* the client gives up while its request is parked */
+    get_path(port, "/park", 300, &rc);
+    ASSERT_EQ(rc, CURLE_OPERATION_TIMEDOUT);
+    void *tok = parked_now();
+    ASSERT_TRUE(tok != NULL);
+    ASSERT_EQ(gone_seen(), 0); /* parked: not ended until woken */
+    http_wake(tok);
+    for (int i = 0; i < 500 && gone_seen() < 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    ASSERT_EQ(gone_seen(), 1);
+    pthread_mutex_lock(&gone_mu);
+    ASSERT_TRUE(gone_tok == tok);
+    parked_tok = NULL;
+    pthread_mutex_unlock(&gone_mu);
+    /* parked, woken and answered */
+    struct waiter w = {port, 0, CURLE_OK};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, get_parked, &w), 0);
+    for (int i = 0; i < 500 && !(tok = parked_now()); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    ASSERT_TRUE(tok != NULL);
+    http_wake(tok);
+    pthread_join(t, NULL);
+    ASSERT_EQ(w.rc, CURLE_OK);
+    ASSERT_EQ(w.code, 200);
+    for (int i = 0; i < 500 && gone_seen() < 2; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    ASSERT_EQ(gone_seen(), 2);
+    ASSERT_EQ(get_path(port, "/plain", 5000, &rc), 200);
+    ASSERT_EQ(gone_seen(), 2);
     http_server_stop(s);
 }
 
 int test_http(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    test_again();
+    test_gone();
     test_reloads_under_load();
     test_rotation();
     return 0;
