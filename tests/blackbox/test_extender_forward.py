@@ -442,3 +442,41 @@ def test_forwarded_prioritize_and_preempt_hold_no_http_worker(gpusched_bin, api,
         if b:
             b.stop()
         leader.stop()
+
+
+def test_a_bind_running_when_the_lease_is_lost_is_answered_not_forwarded(
+        gpusched_bin, api, tmp_path):
+    """A /bind that a leader handed to a bind thread is answered by that replica
+    even if it lost the Lease while the bind ran: its Binding may already be
+    posted, and forwarded, the new leader would bind the pod a second time. Here
+    the Lease passes to a stand-in while a's annotation patch is held 4 s; the
+    stand-in must never be asked for the /bind."""
+    add_gpu_pod(api, "f", "1")
+    leader = SlowLeader(hold=0)
+    a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a")
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        p = api.get("pods", "f", "default")
+        wait_for(lambda: a.filter(p, ["g1"])["NodeNames"], what="f cached")
+        api.delay("PATCH", r"/pods/f$", 4.0)
+        out = {}
+        t = threading.Thread(target=lambda: out.__setitem__("r", a.bind(p, "g1")))
+        t.start()
+        wait_for(lambda: a.metric('gpusched_gpus_allocated{node="g1"') == 1, what="f reserved")
+
+        def to_stand_in(lease):
+            now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+            lease["spec"].update({"holderIdentity": f"slow@127.0.0.1:{leader.port}",
+                                  "leaseDurationSeconds": 60, "renewTime": now,
+                                  "acquireTime": now})
+        api.update("leases", "gpusched-extender", "kube-system", fn=to_stand_in,
+                   prefix="/apis/coordination.k8s.io/v1")
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 0, what="a lost the lease")
+        assert "r" not in out  # still in its annotation patch
+        t.join(timeout=30)
+        assert "r" in out and out["r"].status_code == 200, out
+        assert leader.asked.get("bind", 0) == 0, leader.asked
+        assert a.metric(FWD % ("bind", "502")) == 0
+    finally:
+        a.stop()
+        leader.stop()
