@@ -183,7 +183,7 @@ static int due(struct unit u, int64_t now_ms)
 /* Applies a re-probe of u's GPU (r->code 0: it passed) if u was due: 1
  * when it turned healthy. */
 static int reprobe(const struct dp_health_cfg *c, struct unit u, const struct gs_err *r,
-                   int64_t now_ms)
+                   int64_t now_ms, int64_t done_ms)
 {
     if (!due(u, now_ms))
         return 0;
@@ -199,7 +199,7 @@ static int reprobe(const struct dp_health_cfg *c, struct unit u, const struct gs
                      (unsigned long long)*u.last_xid, r->msg);
     if (n >= (int)u.cap && u.cap > 4)
         memcpy(u.reason + u.cap - 4, "...", 4);
-    *u.recheck_at = recheck(c, dp_health_classify(c, *u.last_xid), now_ms);
+    *u.recheck_at = recheck(c, dp_health_classify(c, *u.last_xid), done_ms);
     return 0;
 }
 
@@ -220,7 +220,7 @@ int dp_health_due(struct dp_inventory *inv, struct dp_health_state *hs, int64_t 
 
 int dp_health_reprobed(const struct dp_health_cfg *c, struct dp_inventory *inv,
                        struct dp_health_state *hs, const char (*uuids)[DP_UUID_MAX],
-                       const struct gs_err *res, int n, int64_t now_ms)
+                       const struct gs_err *res, int n, int64_t now_ms, int64_t done_ms)
 {
     int changed = 0;
     for (int i = 0; i < inv->n; i++) {
@@ -228,9 +228,9 @@ int dp_health_reprobed(const struct dp_health_cfg *c, struct dp_inventory *inv,
         for (int k = 0; k < n; k++) {
             if (strcmp(uuids[k], g->uuid) != 0)
                 continue;
-            changed += reprobe(c, gpu_unit(g, hs, i), &res[k], now_ms);
+            changed += reprobe(c, gpu_unit(g, hs, i), &res[k], now_ms, done_ms);
             for (int m = 0; m < g->n_mig; m++)
-                changed += reprobe(c, mig_unit(g, hs, i, m), &res[k], now_ms);
+                changed += reprobe(c, mig_unit(g, hs, i, m), &res[k], now_ms, done_ms);
         }
     }
     return changed;
@@ -246,7 +246,7 @@ int dp_health_reprobe(const struct dp_health_cfg *c, struct dp_inventory *inv,
         res[k] = (struct gs_err)GS_ERR_INIT;
         b->probe(b, uuids[k], &res[k]);
     }
-    return dp_health_reprobed(c, inv, hs, uuids, res, n, now_ms);
+    return dp_health_reprobed(c, inv, hs, uuids, res, n, now_ms, now_ms);
 }
 
 static void carry(int healthy, const char *reason, int64_t recheck_at, uint64_t last_xid,

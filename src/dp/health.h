@@ -90,10 +90,12 @@ int dp_health_due(struct dp_inventory *inv, struct dp_health_state *hs, int64_t 
                   char (*uuids)[DP_UUID_MAX]);
 /* Applies the probes of uuids[0..n), res[k].code 0 when GPU k passed, to the
  * units still due at now_ms, matched by UUID (the inventory may have changed
- * while they ran). Returns the number whose health changed. */
+ * while they ran). A unit that failed again is due next counting from
+ * done_ms, when the probes ended (a probe may hang for longer than the
+ * re-probe period). Returns the number whose health changed. */
 int dp_health_reprobed(const struct dp_health_cfg *c, struct dp_inventory *inv,
                        struct dp_health_state *hs, const char (*uuids)[DP_UUID_MAX],
-                       const struct gs_err *res, int n, int64_t now_ms);
+                       const struct gs_err *res, int n, int64_t now_ms, int64_t done_ms);
 
 /* Carries health across a re-discovery: GPUs and MIG instances in `next`
  * that were in `prev` (same UUID) keep their health, reason and schedule. */

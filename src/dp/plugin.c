@@ -76,10 +76,11 @@ static void stop_servers(struct dp_plugin *p)
     struct dp_grpc_server *old[DP_MAX_RESOURCES];
     int n;
 
-    atomic_fetch_add(&p->srv_gen, 1);
     pthread_mutex_lock(&p->srv_mu);
     n = p->n_srv;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* all closing before one is stopped: a stop waits for
+                                     its calls, and another server takes calls meanwhile */
+        atomic_store(&p->srv[i].closing, 1);
         old[i] = p->srv[i].srv;
         p->srv[i].srv = NULL;
     }
@@ -102,6 +103,7 @@ static void serve_missing(struct dp_plugin *p)
         struct gs_err e = GS_ERR_INIT;
         if (s->srv)
             continue;
+        atomic_store(&s->closing, 0);
         if (dp_grpc_server_start(s->sock, dp_service_methods, s, &s->srv, &e) != 0) {
             if (!s->start_failed)
                 log_error("dp", "%s: %s; trying again every second", s->name, e.msg);
@@ -348,6 +350,7 @@ static void *health_thread(void *arg)
             res[k] = (struct gs_err)GS_ERR_INIT;
             p->b->probe(p->b, due[k], &res[k]);
         }
+        int64_t probed = n_due ? dp_now_ms() : now;
         pthread_mutex_lock(&p->mu);
         if (rc == 1) {
             enum dp_xid_class k = dp_health_classify(&p->cfg.health, ev.xid);
@@ -369,7 +372,8 @@ static void *health_thread(void *arg)
             rediscover_locked(p);
             changed = 1;
         }
-        changed |= dp_health_reprobed(&p->cfg.health, &p->inv, &p->hs, due, res, n_due, now) > 0;
+        changed |= dp_health_reprobed(&p->cfg.health, &p->inv, &p->hs, due, res, n_due, now,
+                                      probed) > 0;
         if (changed)
             p->publish_needed = 1;
         restart = p->restart_needed;

@@ -29,6 +29,8 @@ struct dp_server {
     int start_failed;           /* the last start failed (said once); control thread */
     atomic_llong down_since;    /* ms since it has not been served and registered; 0 */
     ino_t kubelet_ino;          /* the kubelet.sock it registered through */
+    atomic_int closing;         /* set for every server before any is stopped, cleared when
+                                   it serves again: a waiting Allocate answers now */
 };
 
 /* A container this plugin answered Allocate for. */
@@ -63,7 +65,6 @@ struct dp_plugin {
     pthread_t busy;             /* dp/busy.h's passes, when busy_on */
     int busy_on;
     atomic_int stopping;
-    atomic_uint srv_gen;        /* counts stop_servers: a waiting call gives up */
     atomic_llong beat_ms;       /* the control loop's last turn (dp_now_ms); 0 before it runs */
 };
 

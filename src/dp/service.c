@@ -441,7 +441,6 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
     struct dp_assign *a = NULL;
     int rc = 0, status = DP_GRPC_INVALID_ARGUMENT;
 
-    unsigned gen = atomic_load(&p->srv_gen); /* a restart from now on ends waits */
     if (!rq) {
         dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "cannot parse AllocateRequest");
         goto count;
@@ -481,8 +480,7 @@ static void h_allocate(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
              * request timeout; a server being stopped (plugin stopping,
              * kubelet restarted) answers now, as nobody waits any more */
             while ((rc = assign_from_api(s, c->devices_ids, c->n_devices_ids, &a[i], &e)) &&
-                   transient(rc) && !atomic_load(&p->stopping) &&
-                   atomic_load(&p->srv_gen) == gen) {
+                   transient(rc) && !atomic_load(&p->stopping) && !atomic_load(&s->closing)) {
                 double left = end - gs_mono_s();
                 if (left <= 0)
                     break;

@@ -229,7 +229,7 @@ static int bind_parked(struct ext_server *s, const struct http_request *req,
     if (ext_bindq_take(s->bq, tok, status, reply, before_s)) {
         if (!clock_take(s, tok, &c))
             c = (struct bind_clock){tok, now, now, 0};
-        if (*status == EXT_BIND_BUSY) {
+        if (*status == EXT_BIND_BUSY && s->opts.lock) {
             int w = bind_busy(s, req, reply, status, c.deadline, c.started, now);
             if (w == 1) {
                 http_req_park(req);
@@ -633,7 +633,10 @@ void ext_server_stop(struct ext_server *s)
 {
     if (!s)
         return;
-    /* requests handed over finish and wake their connections first */
+    /* binds waiting for a node are woken, and requests handed over finish
+     * and wake their connections, first: a request still parked when the
+     * daemon stops is never ended, and a later wake would find it freed */
+    ext_nodelock_shutdown(s->opts.lock);
     for (int i = 0; i < N_QUEUES; i++)
         ext_bindq_stop(*queue(s, i));
     http_server_stop(s->http);

@@ -408,6 +408,54 @@ def test_a_kubelet_restart_ends_an_allocate_that_waits(world):
     assert errs
 
 
+def test_a_restart_ends_an_allocate_that_began_while_servers_stop(world):
+    """A restart stops the servers one after the other, each once its calls
+    end. An Allocate that reaches a later server while an earlier one is still
+    stopping (its own Allocate in a slow API try) must end too: waiting out
+    --api-wait, it held that server's stop, and the re-registration, as long."""
+    mig = ["MIG-11111111-0000-4000-8000-00000000000%d" % i for i in range(2)]
+    edit(world.gpus, lambda d: d["gpus"][3].update(mig=[
+        {"uuid": u, "profile": "1g.10gb", "memory_mib": 9856} for u in mig]))
+    world.start("--api-wait", "40")
+    g = world.kubelet.wait_plugin("nvidia.com/gpu")
+    m = world.kubelet.wait_plugin("nvidia.com/mig-1g.10gb")
+    mids = [d.ID for d in m.wait(lambda d: len(d) >= 1)]
+    # a connection of our own: a kubelet restart closes the stand-in's and
+    # unlinks the sockets
+    from fake_kubelet import stubs
+    pb = stubs()
+    ch = grpc.insecure_channel("unix:" + os.path.join(world.kubelet.dir, m.endpoint))
+    mig_stub = pb.grpc.DevicePluginStub(ch)
+    mig_stub.GetDevicePluginOptions(pb.pb.Empty(), timeout=10)
+    world.api.delay("GET", r"/api/v1/pods", 3.0, times=100000)
+    world.api.fail("GET", r"/api/v1/pods", 503, times=100000)
+    errs = []
+
+    def call(stub, ids):
+        try:
+            if stub is mig_stub:
+                stub.Allocate(pb.pb.AllocateRequest(container_requests=[
+                    pb.pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=60)
+            else:
+                stub.allocate(ids)
+        except grpc.RpcError as e:
+            errs.append(e)
+    first = threading.Thread(target=call, args=(g, [GPU[1] + "::0"]))
+    first.start()
+    time.sleep(0.5)  # in its first API try, 3 s long
+    t0 = time.monotonic()
+    world.kubelet.restart()
+    time.sleep(1.0)  # nvidia.com/gpu stopping, waiting for that Allocate; the MIG server
+    late = threading.Thread(target=call, args=(mig_stub, mids[:1]))  # still takes calls
+    late.start()
+    world.kubelet.wait_plugin("nvidia.com/gpu", timeout=15, after=t0)
+    world.kubelet.wait_plugin("nvidia.com/mig-1g.10gb", timeout=5, after=t0)
+    first.join(35)
+    late.join(65)
+    ch.close()
+    assert len(errs) == 2, errs
+
+
 def test_a_stuck_control_loop_fails_healthz(world):
     """A control loop held in a call (here publishing to an API server that takes
     6 s) registers and publishes nothing meanwhile: /healthz says so after

@@ -207,13 +207,16 @@ static void test_health(void)
         hm.last_xid[1] = hs.last_xid[0];
         res[0].code = GS_EIO;
         snprintf(res[0].msg, sizeof res[0].msg, "hung up");
-        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3000), 0);
+        /* probes that hung 2.5 s: due again a period after they ended */
+        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3000, 5500), 0);
         ASSERT_STREQ(moved.gpu[1].reason, "re-probe failed after XID 63: hung up");
-        ASSERT_EQ(hm.recheck_at[1], 4000);
+        ASSERT_EQ(hm.recheck_at[1], 6500);
+        ASSERT_EQ(dp_health_due(&moved, &hm, 5500, due), 0);
+        ASSERT_EQ(dp_health_due(&moved, &hm, 6500, due), 1);
         ASSERT_EQ(moved.gpu[0].healthy, 1);
         res[0] = (struct gs_err)GS_ERR_INIT;
-        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3500), 0); /* not due */
-        ASSERT_EQ(dp_health_reprobed(&c, &inv, &hs, due, res, 1, 3000), 1);
+        ASSERT_EQ(dp_health_reprobed(&c, &moved, &hm, due, res, 1, 3500, 3500), 0); /* not due */
+        ASSERT_EQ(dp_health_reprobed(&c, &inv, &hs, due, res, 1, 3000, 3000), 1);
         ASSERT_EQ(inv.gpu[0].healthy, 1);
     }
 
