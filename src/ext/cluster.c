@@ -194,21 +194,36 @@ int ext_cluster_ready(void *ud)
 /* After a Binding that did not answer 201: where the pod is bound, if
  * anywhere. A 409 (a retried bind) or an answer that never came (a
  * timeout, a 5xx) says nothing of whether the Binding exists; the pod
- * does. 1 bound to node, 2 bound to another node, 0 not bound (its
- * resourceVersion in rv), or -GS_E* when the pod could not be read. */
-static int bound_after_all(struct ext_cluster *cl, const char *path, const char *node, char *rv,
-                           size_t cap)
+ * does. 1 bound to node, 2 bound to another node, 0 not bound, 3 another
+ * pod of that name now (its UID is not uid: recreated), or -GS_E* when the
+ * pod could not be read. Its resourceVersion goes in rv, and *ours says
+ * whether its annotations are still the ones this bind wrote (another
+ * bind, by another leader, may have written its own since). */
+static int bound_after_all(struct ext_cluster *cl, const char *path, const char *uid,
+                           const char *node, const json_t *annotations, char *rv, size_t cap,
+                           int *ours)
 {
     struct gs_err e = GS_ERR_INIT;
     json_t *pod = NULL;
     int rc = kube_get(cl->kc, path, &pod, &e);
+    *ours = 0;
     if (rc == 0) {
+        json_t *meta = json_object_get(pod, "metadata");
+        json_t *have = json_object_get(meta, "annotations");
         const char *nn =
             json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-        const char *v = json_string_value(
-            json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+        const char *v = json_string_value(json_object_get(meta, "resourceVersion"));
+        const char *u = json_string_value(json_object_get(meta, "uid"));
+        const char *k;
+        json_t *want;
         snprintf(rv, cap, "%s", v ? v : "");
-        rc = !nn || !*nn ? 0 : strcmp(nn, node) == 0 ? 1 : 2;
+        *ours = 1;
+        json_object_foreach((json_t *)annotations, k, want) *ours &=
+            json_equal(json_object_get(have, k), want);
+        rc = u && *uid && strcmp(u, uid) != 0 ? 3
+             : !nn || !*nn                    ? 0
+             : strcmp(nn, node) == 0          ? 1
+                                              : 2;
     }
     json_decref(pod);
     return rc;
@@ -240,7 +255,8 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
         return 0;
     gs_err_prefix(e, "creating the Binding");
     for (int tries = 0;; tries++) {
-        int where = bound_after_all(cl, path, a->node, rv, sizeof rv);
+        int ours, where = bound_after_all(cl, path, uid, a->node, annotations, rv, sizeof rv,
+                                          &ours);
         if (where == 1) {
             log_info("extender", "pod %s/%s: %s; the pod is bound to %s all the same", ns, name,
                      e->msg, a->node);
@@ -251,6 +267,12 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
                      "reserved until it is seen bound or scheduled again", ns, name, e->msg);
             gs_err_prefix(e, "whether the pod is bound is unknown");
             return EXT_COMMIT_UNKNOWN;
+        }
+        if (where == 3 || !ours) { /* not this bind's to take back */
+            log_info("extender", "pod %s/%s: %s; %s, left as it is", ns, name, e->msg,
+                     where == 3 ? "the pod was replaced (another UID)"
+                                : "its assignment is another bind's now");
+            return rc;
         }
         if (tries == 2) { /* changed under each undo: read, not bound, left as it is */
             log_warn("extender", "pod %s/%s: the assignment annotations stay after a failed "
@@ -265,7 +287,7 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
         json_t *v;
         json_object_foreach((json_t *)annotations, k, v) json_object_set_new(nulls, k, json_null());
         json_t *undo = json_pack("{s:{s:o}}", "metadata", "annotations", nulls);
-        if (where == 0 && *rv)
+        if (*rv)
             json_object_set_new(json_object_get(undo, "metadata"), "resourceVersion",
                                 json_string(rv));
         int u = kube_patch(cl->kc, path, KUBE_PATCH_MERGE, undo, NULL, &e2);

@@ -378,6 +378,52 @@ def test_binding_whose_answer_was_lost_is_kept(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_a_failed_binding_takes_back_only_its_own_assignment(gpusched_bin, api, tmp_path):
+    """A Binding refused with 409 is settled by reading the pod back; what the
+    bind wrote is taken back only if it is still there and the pod is the one
+    it bound. While each Binding is held, another bind (a new leader) binds f
+    elsewhere with its own assignment, and h is deleted and created again with
+    a new UID that its own bind annotated: both assignments stay (before, the
+    undo wiped them: f with no precondition, h with the new pod's own
+    resourceVersion)."""
+    add_gpu_pod(api, "f", "1")
+    add_gpu_pod(api, "h", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    theirs = {PREFIX + "node": "g2", PREFIX + "gpu-uuids": "GPU-theirs"}
+    try:
+        for n in ("f", "h"):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
+                     what=f"{n} cached")
+
+        def bound_elsewhere():
+            def to_g2(o):
+                o["spec"]["nodeName"] = "g2"
+                o["metadata"]["annotations"].update(theirs)
+            api.update("pods", "f", "default", fn=to_g2)
+
+        def recreated():
+            api.delete("pods", "h", "default")
+            add_gpu_pod(api, "h", "1", annotations=dict(theirs, **{PREFIX + "node": "g1"}))
+
+        for n, meanwhile in (("f", bound_elsewhere), ("h", recreated)):
+            api.delay("POST", rf"/pods/{n}/binding$", 1.5)
+            api.fail("POST", rf"/pods/{n}/binding$", 409)
+            p = api.get("pods", n, "default")
+            out = {}
+            t = threading.Thread(target=lambda: out.__setitem__("r", e.bind(p, "g1")))
+            t.start()
+            wait_for(lambda: any(m == "POST" and path.endswith(f"/pods/{n}/binding")
+                                 for m, path, _ in api.requests), what=f"{n}'s Binding sent")
+            meanwhile()
+            t.join(20)
+            refused(out["r"], "Binding")
+            ann = api.get("pods", n, "default")["metadata"]["annotations"]
+            assert ann.get(PREFIX + "gpu-uuids") == "GPU-theirs", (n, ann)
+    finally:
+        err = e.stop()
+    assert "another bind's now" in err and "replaced (another UID)" in err, err[-3000:]
+
+
 def test_a_binding_of_unknown_outcome_keeps_the_gpus_until_the_pod_says(gpusched_bin, api,
                                                                         tmp_path):
     """The Binding got no answer and the pod cannot be read back: it may be bound,
