@@ -245,15 +245,24 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
         gs_err_prefix(e, "writing the assignment annotations");
         return rc;
     }
-    binding = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion", "v1",
-                        "kind", "Binding", "metadata", "name", name, "namespace", ns, "uid", uid,
-                        "target", "apiVersion", "v1", "kind", "Node", "name", a->node);
-    snprintf(bpath, sizeof bpath, "%s/binding", path);
-    rc = kube_create(cl->kc, bpath, binding, NULL, e);
-    json_decref(binding);
-    if (rc == 0)
-        return 0;
-    gs_err_prefix(e, "creating the Binding");
+    if (cl->leader && !kube_leader_is_leader(cl->leader)) {
+        /* the patch took long enough for the lease to run out: another
+         * replica may bind now, so this one must not (its patch is taken
+         * back below) */
+        rc = gs_errf(e, GS_EUNAVAIL, "this replica stopped leading while it bound; not creating "
+                     "the Binding");
+    } else {
+        binding = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion",
+                            "v1", "kind", "Binding", "metadata", "name", name, "namespace", ns,
+                            "uid", uid, "target", "apiVersion", "v1", "kind", "Node", "name",
+                            a->node);
+        snprintf(bpath, sizeof bpath, "%s/binding", path);
+        rc = kube_create(cl->kc, bpath, binding, NULL, e);
+        json_decref(binding);
+        if (rc == 0)
+            return 0;
+        gs_err_prefix(e, "creating the Binding");
+    }
     for (int tries = 0;; tries++) {
         int ours, where = bound_after_all(cl, path, uid, a->node, annotations, rv, sizeof rv,
                                           &ours);

@@ -450,7 +450,8 @@ def test_a_bind_running_when_the_lease_is_lost_is_answered_not_forwarded(
     even if it lost the Lease while the bind ran: its Binding may already be
     posted, and forwarded, the new leader would bind the pod a second time. Here
     the Lease passes to a stand-in while a's annotation patch is held 4 s; the
-    stand-in must never be asked for the /bind."""
+    stand-in must never be asked for the /bind, and a, no longer leading, must
+    not create the Binding either."""
     add_gpu_pod(api, "f", "1")
     leader = SlowLeader(hold=0)
     a = start_as(gpusched_bin, api, tmp_path, "a", "kc-a")
@@ -477,6 +478,14 @@ def test_a_bind_running_when_the_lease_is_lost_is_answered_not_forwarded(
         assert "r" in out and out["r"].status_code == 200, out
         assert leader.asked.get("bind", 0) == 0, leader.asked
         assert a.metric(FWD % ("bind", "502")) == 0
+        # nor does a create the Binding, having lost the lease while it patched: the
+        # new leader binds when kube-scheduler retries; a takes its patch back
+        refused(out["r"], "stopped leading")
+        assert not any(m == "POST" and path.endswith("/pods/f/binding")
+                       for m, path, _ in api.requests)
+        got = api.get("pods", "f", "default")
+        assert not got["spec"].get("nodeName")
+        assert PREFIX + "node" not in got["metadata"]["annotations"], got["metadata"]
     finally:
         a.stop()
         leader.stop()
