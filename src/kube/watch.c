@@ -179,18 +179,20 @@ static int nap(struct kube_watch *w, double s) { return gs_worker_sleep(&w->wk, 
 
 /* Lists the collection page by page (limit/continue): a large cluster's
  * pods in one answer would outgrow the request timeout and the body bound.
- * Every page comes from the first one's snapshot; a continue token that
- * expired (410) fails the list, which starts over after the backoff. */
+ * Every page comes from the first one's snapshot. A continue token that
+ * expired (410: the pages took longer than etcd keeps a snapshot) is
+ * followed by one whole list, as client-go's pager does: starting the pages
+ * over could expire the same way for ever. */
 static int do_list(struct kube_watch *w)
 {
     struct gs_err e = GS_ERR_INIT;
     json_t *all = json_array(), *list = NULL;
     char *path = NULL, *cont = NULL, rv[sizeof w->rv] = "";
-    int pages = 0, rc = -1;
+    int pages = 0, rc = -1, whole = 0;
 
     if (!all)
         return -1;
-    do {
+    for (;;) {
         char esc[2048] = "";
         free(path);
         path = NULL;
@@ -199,11 +201,22 @@ static int do_list(struct kube_watch *w)
             goto out;
         }
         if (asprintf(&path, "%s?%slimit=%d%s%s", w->path, w->query,
-                     w->opts.page > 0 ? w->opts.page : 500, cont ? "&continue=" : "", esc) < 0) {
+                     whole ? 0 : w->opts.page > 0 ? w->opts.page : 500, cont ? "&continue=" : "",
+                     esc) < 0) {
             path = NULL;
             goto out;
         }
         if (kube_get(w->c, path, &list, &e) < 0) {
+            if (cont && !whole && e.code == GS_ECONFLICT) { /* 410: expired between pages */
+                log_info("kube", "list %s: %s; listing it whole", w->path, e.msg);
+                json_array_clear(all);
+                free(cont);
+                cont = NULL;
+                pages = 0;
+                whole = 1;
+                e = (struct gs_err)GS_ERR_INIT;
+                continue;
+            }
             if (w->opts.absent_ok && e.code == GS_ENOENT)
                 log_debug("kube", "list %s: %s", w->path, e.msg);
             else
@@ -232,7 +245,9 @@ static int do_list(struct kube_watch *w)
         list = NULL;
         if (more && !cont)
             goto out;
-    } while (cont && !gs_worker_stopping(&w->wk));
+        if (!cont || gs_worker_stopping(&w->wk))
+            break;
+    }
     if (cont) /* stopping */
         goto out;
     w->ops.replace(w->ud, all, rv);
