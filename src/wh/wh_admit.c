@@ -252,6 +252,25 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
     return 0;
 }
 
+/* Does any container name a GPU resource (in limits or requests)? */
+static int asks_gpu(const struct wh_config *c, const json_t *spec)
+{
+    static const char *const lists[] = {"initContainers", "containers"};
+    static const char *const maps[] = {"limits", "requests"};
+    for (int l = 0; l < 2; l++) {
+        json_t *arr = json_object_get(spec, lists[l]), *ctr, *v;
+        size_t i;
+        const char *key;
+        json_array_foreach(arr, i, ctr) {
+            json_t *res = json_object_get(ctr, "resources");
+            for (int m = 0; m < 2; m++)
+                json_object_foreach(json_object_get(res, maps[m]), key, v) if (
+                    is_gpu_resource(&c->names, key)) return 1;
+        }
+    }
+    return 0;
+}
+
 int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
                     const json_t *pod, const char *ns, struct gs_err *e)
 {
@@ -260,6 +279,11 @@ int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
     static const char *const lists[] = {"initContainers", "containers"};
     int rc;
 
+    /* a pod that asks for no GPU is not this webhook's to refuse: the
+     * parser's bounds (list sizes, fields newer Kubernetes adds) would
+     * otherwise stop CPU-only pods under failurePolicy Fail */
+    if (!asks_gpu(c, spec))
+        return 0;
     if (core_pod_parse(pod, &c->names, &p, e) < 0)
         return -GS_EINVAL;
     for (int l = 0; l < 2; l++) {

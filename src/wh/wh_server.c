@@ -126,8 +126,11 @@ static json_t *mutate(struct wh_server *s, const struct wh_review *r, int *res)
     *res = RES_ALLOWED;
     if (!is_kind(r, "", "Pod") || !is_op(r, "CREATE"))
         return wh_review_response(r, 1, 200, NULL, NULL, NULL);
-    if (wh_mutate_pod(&s->o.config, r->object, r->ns, r->user, &patch, warn, sizeof warn,
-                      &e) < 0) {
+    pthread_rwlock_rdlock(&s->lock); /* config.cluster: set_cluster writes it */
+    int mrc = wh_mutate_pod(&s->o.config, r->object, r->ns, r->user, &patch, warn, sizeof warn,
+                            &e);
+    pthread_rwlock_unlock(&s->lock);
+    if (mrc < 0) {
         /* nothing to patch on a broken request: /validate refuses it */
         log_debug("webhook", "not mutating %s/%s: %s", r->ns, r->name, e.msg);
         return wh_review_response(r, 1, 200, NULL, NULL, NULL);

@@ -120,6 +120,18 @@ static void admit_tests(void)
     ASSERT_CONTAINS(e.msg, "containers[1].limits[nvidia.com/gpu-memory]: asks for 20Gi per GPU, "
                            "but the largest GPU in the cluster (unnamed) has 16Gi (container 'b')");
     json_decref(p);
+    /* a pod that asks for no GPU is not refused, whatever the GPU parser
+     * would say of it (a restartPolicy on an app container, which newer
+     * Kubernetes allows); the same pod asking for a GPU is */
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"restartPolicy\":\"Always\","
+                 "\"resources\":{\"limits\":{\"cpu\":\"1\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    json_decref(p);
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"restartPolicy\":\"Always\","
+                 "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "restartPolicy");
+    json_decref(p);
     /* the same memory over two GPUs fits */
     p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"b\",\"resources\":{\"limits\":"
                  "{\"nvidia.com/gpu\":\"2\",\"nvidia.com/gpu-memory\":\"20Gi\"}}}]}}");
