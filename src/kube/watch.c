@@ -209,6 +209,8 @@ static int do_list(struct kube_watch *w)
         if (kube_get(w->c, path, &list, &e) < 0) {
             if (cont && !whole && e.code == GS_ECONFLICT) { /* 410: expired between pages */
                 log_info("kube", "list %s: %s; listing it whole", w->path, e.msg);
+                json_decref(list); /* the Status of the 410 */
+                list = NULL;
                 json_array_clear(all);
                 free(cont);
                 cont = NULL;
