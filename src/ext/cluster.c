@@ -229,6 +229,12 @@ static int bound_after_all(struct ext_cluster *cl, const char *path, const char 
     return rc;
 }
 
+static int may_bind(void *ud)
+{
+    struct ext_cluster *cl = ud;
+    return !cl->leader || kube_leader_is_leader(cl->leader);
+}
+
 static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
                        const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
 {
@@ -245,7 +251,7 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
         gs_err_prefix(e, "writing the assignment annotations");
         return rc;
     }
-    if (cl->leader && !kube_leader_is_leader(cl->leader)) {
+    if (!may_bind(cl)) {
         /* the patch took long enough for the lease to run out: another
          * replica may bind now, so this one must not (its patch is taken
          * back below) */
@@ -308,12 +314,6 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
                      name, e2.msg);
         return rc;
     }
-}
-
-static int may_bind(void *ud)
-{
-    struct ext_cluster *cl = ud;
-    return !cl->leader || kube_leader_is_leader(cl->leader);
 }
 
 int ext_cluster_leader(void *cluster, char *out, size_t cap)

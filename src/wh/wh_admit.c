@@ -252,20 +252,24 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
     return 0;
 }
 
+static const char *const ctr_lists[] = {"initContainers", "containers"};
+
 /* Does any container name a GPU resource (in limits or requests)? */
 static int asks_gpu(const struct wh_config *c, const json_t *spec)
 {
-    static const char *const lists[] = {"initContainers", "containers"};
     static const char *const maps[] = {"limits", "requests"};
     for (int l = 0; l < 2; l++) {
-        json_t *arr = json_object_get(spec, lists[l]), *ctr, *v;
+        json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr, *v;
         size_t i;
         const char *key;
         json_array_foreach(arr, i, ctr) {
             json_t *res = json_object_get(ctr, "resources");
-            for (int m = 0; m < 2; m++)
-                json_object_foreach(json_object_get(res, maps[m]), key, v) if (
-                    is_gpu_resource(&c->names, key)) return 1;
+            for (int m = 0; m < 2; m++) {
+                json_object_foreach(json_object_get(res, maps[m]), key, v) {
+                    if (is_gpu_resource(&c->names, key))
+                        return 1;
+                }
+            }
         }
     }
     return 0;
@@ -276,7 +280,6 @@ int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
 {
     struct core_pod p;
     json_t *spec = json_object_get(pod, "spec");
-    static const char *const lists[] = {"initContainers", "containers"};
     int rc;
 
     /* a pod that asks for no GPU is not this webhook's to refuse: the
@@ -287,10 +290,10 @@ int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
     if (core_pod_parse(pod, &c->names, &p, e) < 0)
         return -GS_EINVAL;
     for (int l = 0; l < 2; l++) {
-        json_t *arr = json_object_get(spec, lists[l]), *ctr;
+        json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
         size_t i;
         json_array_foreach(arr, i, ctr) {
-            if (check_container(c, ctr, lists[l], i, e) < 0) {
+            if (check_container(c, ctr, ctr_lists[l], i, e) < 0) {
                 core_pod_clear(&p);
                 return -GS_EINVAL;
             }
@@ -382,18 +385,17 @@ static json_t *native_resources(const struct core_names *n, const json_t *res,
  * GPUs from the device plugin like any other. */
 static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t *ops)
 {
-    static const char *const lists[] = {"initContainers", "containers"};
     const json_t *spec = json_object_get(pod, "spec");
     for (int l = 0; l < 2; l++) {
-        const json_t *arr = json_object_get(spec, lists[l]), *ctr;
+        const json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
         size_t i;
         json_array_foreach(arr, i, ctr) {
             const json_t *res = json_object_get(ctr, "resources");
             struct core_request r;
             struct gs_err e = GS_ERR_INIT;
-            if (core_container_parse(ctr, &c->names, lists[l], i, &r, &e) < 0 ||
+            if (core_container_parse(ctr, &c->names, ctr_lists[l], i, &r, &e) < 0 ||
                 (r.kind != CORE_REQ_WHOLE && r.kind != CORE_REQ_SHARED) ||
-                init_share_fails(c, lists[l], &r)) /* refused naming what the user wrote */
+                init_share_fails(c, ctr_lists[l], &r)) /* refused naming what the user wrote */
                 continue;
             static const char *const maps[] = {"limits", "requests"};
             for (int m = 0; m < 2; m++) {
@@ -401,7 +403,7 @@ static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t
                 char path[96];
                 if (!native)
                     continue;
-                snprintf(path, sizeof path, "/spec/%s/%zu/resources/%s", lists[l], i, maps[m]);
+                snprintf(path, sizeof path, "/spec/%s/%zu/resources/%s", ctr_lists[l], i, maps[m]);
                 add_op(ops, path, native); /* "add" replaces an existing member */
             }
         }
