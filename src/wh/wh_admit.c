@@ -8,6 +8,60 @@
 #include "kube/client.h"
 #include "wh/wh_admit.h"
 
+static int is_gpu_resource(const struct core_names *n, const char *key)
+{
+    return strcmp(key, n->gpu) == 0 || strcmp(key, n->gpu_memory) == 0 ||
+           strcmp(key, n->gpu_cores) == 0 || strcmp(key, n->vcuda_core) == 0 ||
+           strcmp(key, n->vcuda_memory) == 0 ||
+           strncmp(key, n->mig_prefix, strlen(n->mig_prefix)) == 0;
+}
+
+static const char *const ctr_lists[] = {"initContainers", "containers"};
+
+/* Does any container name a GPU resource (in limits or requests)? */
+static int asks_gpu(const struct wh_config *c, const json_t *spec)
+{
+    static const char *const maps[] = {"limits", "requests"};
+    for (int l = 0; l < 2; l++) {
+        json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr, *v;
+        size_t i;
+        const char *key;
+        json_array_foreach(arr, i, ctr) {
+            json_t *res = json_object_get(ctr, "resources");
+            for (int m = 0; m < 2; m++) {
+                json_object_foreach(json_object_get(res, maps[m]), key, v) {
+                    if (is_gpu_resource(&c->names, key))
+                        return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* The label that marks a pod asking for a GPU (mutation sets it): the
+ * manifest's UPDATE rule selects on it, so that no update of any other pod
+ * waits for this webhook, nor fails while it is down. */
+static void gpu_pod_label(const struct wh_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%sgpu-pod", c->names.annot_prefix);
+}
+
+/* Does the pod ask for a GPU (`nvidia.com/gpu: 0` does not)? One the parser
+ * refuses counts as asking when it names a GPU resource. */
+static int is_gpu_pod(const struct wh_config *c, const json_t *pod)
+{
+    struct core_pod p;
+    struct gs_err e = GS_ERR_INIT;
+    if (!asks_gpu(c, json_object_get(pod, "spec")))
+        return 0;
+    if (core_pod_parse(pod, &c->names, &p, &e) < 0)
+        return 1;
+    int gpu = p.req.kind != CORE_REQ_NONE;
+    core_pod_clear(&p);
+    return gpu;
+}
+
 static int is_assigner(const char *list, const char *user)
 {
     size_t ul = strlen(user);
@@ -55,11 +109,17 @@ int wh_check_assignment(const struct wh_config *c, const json_t *old, const json
                 break;
             }
         }
-    if (!how)
-        return 0;
-    return gs_errf(e, GS_EPERM, "annotation %s: the GPU assignment is written by the extender "
-                   "at bind; user '%s' may not %s it (webhook --assigners)", key,
-                   user[0] ? user : "(unknown)", how);
+    if (how)
+        return gs_errf(e, GS_EPERM, "annotation %s: the GPU assignment is written by the "
+                       "extender at bind; user '%s' may not %s it (webhook --assigners)", key,
+                       user[0] ? user : "(unknown)", how);
+    char label[160];
+    gpu_pod_label(c, label, sizeof label);
+    if (old && kube_label(old, label) && !kube_label(pod, label) && is_gpu_pod(c, pod))
+        return gs_errf(e, GS_EPERM, "metadata.labels[%s]: marks a GPU pod, whose updates this "
+                       "webhook checks; user '%s' may not remove it (webhook --assigners)",
+                       label, user[0] ? user : "(unknown)");
+    return 0;
 }
 
 int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e)
@@ -170,14 +230,6 @@ int wh_cluster_from_nodes(const json_t *nodelist, const struct core_names *names
 
 /* ---- validation ------------------------------------------------------------ */
 
-static int is_gpu_resource(const struct core_names *n, const char *key)
-{
-    return strcmp(key, n->gpu) == 0 || strcmp(key, n->gpu_memory) == 0 ||
-           strcmp(key, n->gpu_cores) == 0 || strcmp(key, n->vcuda_core) == 0 ||
-           strcmp(key, n->vcuda_memory) == 0 ||
-           strncmp(key, n->mig_prefix, strlen(n->mig_prefix)) == 0;
-}
-
 /* A GPU share asked by an init container fails on a kubelet before 1.31
  * (OutOfnvidia.com/gpu-memory at admission: it drops the resources no node
  * advertises for app containers only); the cluster may have one unless every
@@ -187,6 +239,18 @@ static int init_share_fails(const struct wh_config *c, const char *list,
 {
     return r->kind == CORE_REQ_SHARED && strcmp(list, "initContainers") == 0 &&
            (c->cluster.kubelet_minor == 0 || c->cluster.kubelet_minor < WH_KUBELET_INIT_EXTENDED);
+}
+
+/* Does mutation rewrite this container's tkestack keys in the native form?
+ * Not where the parser or validation refuses the container (naming what the
+ * user wrote), nor where it asks for no GPU. */
+static int rewritten(const struct wh_config *c, const json_t *ctr, const char *list, size_t idx,
+                     struct core_request *r)
+{
+    struct gs_err e = GS_ERR_INIT;
+    return core_container_parse(ctr, &c->names, list, idx, r, &e) == 0 &&
+           (r->kind == CORE_REQ_WHOLE || r->kind == CORE_REQ_SHARED) &&
+           !init_share_fails(c, list, r);
 }
 
 static int refuse_init_share(const struct wh_config *c, const json_t *lim, const json_t *req,
@@ -252,26 +316,47 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
     return 0;
 }
 
-static const char *const ctr_lists[] = {"initContainers", "containers"};
-
-/* Does any container name a GPU resource (in limits or requests)? */
-static int asks_gpu(const struct wh_config *c, const json_t *spec)
+/* What mutation leaves on every GPU pod: no tkestack key in a container
+ * that asks for a GPU (kubelet would start it without one) and, with --assigners,
+ * the GPU pod label (without it no update of the pod would be checked).
+ * A pod without them got past /mutate, whose failurePolicy is Ignore,
+ * while it was down or slow. */
+static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs_err *e)
 {
     static const char *const maps[] = {"limits", "requests"};
+    static const char why[] = "the mutating webhook (/mutate) did not run on this pod (it was "
+                              "unreachable or timed out, and its failurePolicy is Ignore); "
+                              "create the pod again";
+    const json_t *spec = json_object_get(pod, "spec");
     for (int l = 0; l < 2; l++) {
-        json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr, *v;
+        const json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
         size_t i;
-        const char *key;
         json_array_foreach(arr, i, ctr) {
-            json_t *res = json_object_get(ctr, "resources");
+            const json_t *res = json_object_get(ctr, "resources");
+            const char *name = json_string_value(json_object_get(ctr, "name"));
+            struct core_request r;
+            if (!rewritten(c, ctr, ctr_lists[l], i, &r))
+                continue;
             for (int m = 0; m < 2; m++) {
-                json_object_foreach(json_object_get(res, maps[m]), key, v) {
-                    if (is_gpu_resource(&c->names, key))
-                        return 1;
-                }
+                const json_t *map = json_object_get(res, maps[m]);
+                const char *key = json_object_get(map, c->names.vcuda_core)
+                                      ? c->names.vcuda_core
+                                  : json_object_get(map, c->names.vcuda_memory)
+                                      ? c->names.vcuda_memory
+                                      : NULL;
+                if (key)
+                    return gs_errf(e, GS_EINVAL, "%s[%zu].%s[%s]: not rewritten as %s, so "
+                                   "kubelet would start the container without a GPU: %s "
+                                   "(container '%s')", ctr_lists[l], i, maps[m], key,
+                                   c->names.gpu, why, name ? name : "");
             }
         }
     }
+    char label[160];
+    gpu_pod_label(c, label, sizeof label);
+    if (c->assigners && c->assigners[0] && !kube_label(pod, label))
+        return gs_errf(e, GS_EINVAL, "metadata.labels[%s]: missing, so no update of this GPU "
+                       "pod would be checked (webhook --assigners): %s", label, why);
     return 0;
 }
 
@@ -307,6 +392,8 @@ int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
                      c->cluster.max_gpus_per_node);
     else if (quotas && p.req.kind != CORE_REQ_NONE)
         rc = core_quotas_admit(quotas, ns && ns[0] ? ns : p.ns, &p.req, e);
+    if (rc == 0 && p.req.kind != CORE_REQ_NONE) /* what a second try cannot fix comes first */
+        rc = check_mutated(c, pod, e);
     core_pod_clear(&p);
     return rc;
 }
@@ -392,10 +479,7 @@ static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t
         json_array_foreach(arr, i, ctr) {
             const json_t *res = json_object_get(ctr, "resources");
             struct core_request r;
-            struct gs_err e = GS_ERR_INIT;
-            if (core_container_parse(ctr, &c->names, ctr_lists[l], i, &r, &e) < 0 ||
-                (r.kind != CORE_REQ_WHOLE && r.kind != CORE_REQ_SHARED) ||
-                init_share_fails(c, ctr_lists[l], &r)) /* refused naming what the user wrote */
+            if (!rewritten(c, ctr, ctr_lists[l], i, &r))
                 continue;
             static const char *const maps[] = {"limits", "requests"};
             for (int m = 0; m < 2; m++) {
@@ -444,19 +528,43 @@ static int strip_stale(const struct wh_config *c, const json_t *pod, const char 
     return n;
 }
 
+/* Ops that add the members of `add` to metadata.<map>, creating the map
+ * when the pod has none. */
+static void add_to_metadata(json_t *ops, const json_t *meta, const char *map, json_t *add)
+{
+    const json_t *have = json_object_get(meta, map);
+    char path[440];
+    if (json_object_size(add) == 0)
+        return;
+    if (!json_is_object(have)) {
+        snprintf(path, sizeof path, "/metadata/%s", map);
+        add_op(ops, path, json_incref(add));
+        return;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(add, k, v) {
+        char esc[400];
+        pointer_escape(k, esc, sizeof esc);
+        snprintf(path, sizeof path, "/metadata/%s/%s", map, esc);
+        add_op(ops, path, json_incref(v));
+    }
+}
+
 int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, const char *user,
                   json_t **patch, char *warn, size_t warn_cap, struct gs_err *e)
 {
     struct core_pod p;
-    json_t *ops = json_array(), *annots = json_object();
+    json_t *ops = json_array(), *annots = json_object(), *labels = json_object();
     json_t *meta = json_object_get(pod, "metadata");
     json_t *have = json_object_get(meta, "annotations");
     char key[160], val[160];
 
     *patch = NULL;
-    if (!ops || !annots) {
+    if (!ops || !annots || !labels) {
         json_decref(ops);
         json_decref(annots);
+        json_decref(labels);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     if (warn && warn_cap)
@@ -464,6 +572,7 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
     if (core_pod_parse(pod, &c->names, &p, e) < 0) {
         json_decref(ops);
         json_decref(annots);
+        json_decref(labels);
         return -GS_EINVAL; /* validation will deny it with this message */
     }
     strip_stale(c, pod, user, ops, warn, warn_cap);
@@ -480,6 +589,9 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         const char *cur = json_string_value(json_object_get(have, key));
         if (!cur || strcmp(cur, val) != 0)
             json_object_set_new(annots, key, json_string(val));
+        gpu_pod_label(c, key, sizeof key);
+        if (!kube_label(pod, key))
+            json_object_set_new(labels, key, json_string("true"));
         vcuda_to_native(c, pod, ops);
         if (!p.policy[0]) {
             for (int i = 0; i < c->n_defaults; i++)
@@ -491,23 +603,12 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         }
     }
     core_pod_clear(&p);
-    if (json_object_size(annots) > 0) {
-        if (!json_is_object(have)) {
-            if (!meta)
-                add_op(ops, "/metadata", json_object());
-            add_op(ops, "/metadata/annotations", json_incref(annots));
-        } else {
-            const char *k;
-            json_t *v;
-            json_object_foreach(annots, k, v) {
-                char esc[400], path[440];
-                pointer_escape(k, esc, sizeof esc);
-                snprintf(path, sizeof path, "/metadata/annotations/%s", esc);
-                add_op(ops, path, json_incref(v));
-            }
-        }
-    }
+    if (!meta && json_object_size(annots) + json_object_size(labels) > 0)
+        add_op(ops, "/metadata", json_object());
+    add_to_metadata(ops, meta, "annotations", annots);
+    add_to_metadata(ops, meta, "labels", labels);
     json_decref(annots);
+    json_decref(labels);
     *patch = ops;
     return 0;
 }

@@ -7,15 +7,17 @@
  * requested without limits, shared memory larger than the largest GPU model
  * of the cluster, more GPUs than the largest node has, a GPU share in an
  * init container while a kubelet that would fail the pod may run it (any
- * before 1.31, or none known), and a request that alone exceeds the
- * namespace's GPUQuota.
+ * before 1.31, or none known), a request that alone exceeds the
+ * namespace's GPUQuota, and a GPU pod that mutation did not patch (a
+ * tkestack container left, or with assigners the GPU pod label missing).
  *
  * Mutation returns a JSONPatch: GPU pods get the configured schedulerName
  * unless they chose one, the canonical `gpusched.io/request` annotation
  * (whatever form the pod used, tkestack's included) and the namespace's
- * default policy when they have none; assignment annotations copied onto a
- * pod created without a node are removed (with a warning) where validation
- * would refuse them.
+ * default policy when they have none, and the `gpusched.io/gpu-pod` label
+ * that deploy/'s rule for pod updates selects on; assignment annotations
+ * copied onto a pod created without a node are removed (with a warning)
+ * where validation would refuse them.
  *
  * No I/O and no locks: the caller passes a config that does not change
  * during the call (the server holds its lock around quota reads).
@@ -61,8 +63,9 @@ struct wh_config {
 /* The assignment annotations (ext_annot_is_assignment) are the extender's
  * to write: a pod created with one, or an update that sets, changes or
  * removes one (old: the pod before; NULL on CREATE), by a user not in
- * c->assigners is refused with -GS_EPERM naming the annotation. Without
- * assigners configured, anyone may. */
+ * c->assigners is refused with -GS_EPERM naming the annotation, and so is
+ * an update that removes the GPU pod label from a pod asking for a GPU.
+ * Without assigners configured, anyone may. */
 int wh_check_assignment(const struct wh_config *c, const json_t *old, const json_t *pod,
                         const char *user, struct gs_err *e);
 

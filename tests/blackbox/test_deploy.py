@@ -137,7 +137,9 @@ def test_v1beta1_loads_in_kube_scheduler_1_20(tmp_path):
 def test_webhook_lets_the_extender_write_assignments():
     """The webhook refuses GPU assignment annotations from anyone but --assigners
     (docs/annotations.md); it must name the extender's own service account, or every
-    bind's annotation patch would be refused. It must also see pod UPDATEs."""
+    bind's annotation patch would be refused. It must also see pod UPDATEs, of the
+    pods the mutating webhook labels only (test_webhook.py checks the label), so
+    that no update of a CPU-only pod waits for it or fails while it is down."""
     ext = next(d for d in load("extender.yaml") if d and d["kind"] == "Deployment")
     sa = f"system:serviceaccount:{ext['metadata']['namespace']}:" \
          f"{ext['spec']['template']['spec']['serviceAccountName']}"
@@ -146,9 +148,17 @@ def test_webhook_lets_the_extender_write_assignments():
     args = wh["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--assigners={sa}" in args, args
     val = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
-    ops = [r["operations"] for h in val["webhooks"] for r in h["rules"]
+    ops = [(h["name"], r["operations"]) for h in val["webhooks"] for r in h["rules"]
            if r["resources"] == ["pods"]]
-    assert ops == [["CREATE", "UPDATE"]], ops
+    assert ops == [("validate.gpusched.io", ["CREATE"]),
+                   ("assignments.gpusched.io", ["UPDATE"])], ops
+    create, update = val["webhooks"]
+    assert "objectSelector" not in create  # every pod: a GPU pod unlabelled is refused
+    assert update["objectSelector"] == {"matchExpressions": [
+        {"key": "gpusched.io/gpu-pod", "operator": "Exists"}]}, update
+    assert update["namespaceSelector"] == create["namespaceSelector"]
+    assert update["clientConfig"] == create["clientConfig"]
+    assert update["failurePolicy"] == create["failurePolicy"] == "Fail"
 
 
 def test_extender_may_use_its_lease_and_workload_configmap():
@@ -182,3 +192,34 @@ def test_every_gpusched_container_runs_the_image_make_image_builds():
                 assert c["image"] == "gpusched:latest", (name, c["name"], c["image"])
                 assert c.get("imagePullPolicy") == "IfNotPresent", (name, c["name"])
     assert sorted(set(seen)) == ["device-plugin.yaml", "extender.yaml", "webhook.yaml"], seen
+
+
+def test_the_namespace_is_its_own_file_and_admits_critical_pods():
+    """deploy/namespace.yaml alone makes the gpusched namespace (a `kubectl delete -f`
+    of one component's file must not delete it, nor a re-apply of one drop the label
+    the webhook's namespaceSelector matches on 1.20), and its ResourceQuota covers
+    every priority class the pods in it ask for: clusters that limit the system
+    classes to namespaces with a matching quota (GKE) refuse them otherwise."""
+    made = [(name, d["metadata"]["name"]) for name in sorted(os.listdir(DEPLOY))
+            if name.endswith(".yaml") for d in load(name) if d and d.get("kind") == "Namespace"]
+    assert made == [("namespace.yaml", "gpusched")], made
+    docs = [d for d in load("namespace.yaml") if d]
+    ns = next(d for d in docs if d["kind"] == "Namespace")
+    assert ns["metadata"]["labels"]["kubernetes.io/metadata.name"] == "gpusched"
+    covered = set()
+    for q in (d for d in docs if d["kind"] == "ResourceQuota"):
+        assert q["metadata"]["namespace"] == "gpusched"
+        assert int(q["spec"]["hard"]["pods"]) >= 20, q  # replicas and rollout surges
+        for e in q["spec"]["scopeSelector"]["matchExpressions"]:
+            assert e["scopeName"] == "PriorityClass" and e["operator"] == "In", e
+            covered.update(e["values"])
+    asked = set()
+    for name in sorted(os.listdir(DEPLOY)):
+        if not name.endswith(".yaml"):
+            continue
+        for d in load(name):
+            spec = ((d or {}).get("spec", {}).get("template") or {}).get("spec") or {}
+            if d and (d.get("metadata") or {}).get("namespace") == "gpusched" and \
+                    spec.get("priorityClassName", "").startswith("system-"):
+                asked.add(spec["priorityClassName"])
+    assert asked and asked <= covered, (asked, covered)

@@ -125,7 +125,8 @@ def review(obj, ns="default", op="CREATE", kind="Pod", group="", uid="uid-1", us
     return r
 
 
-def pod(limits=None, requests_=None, name="p", annotations=None, scheduler=None, init=None):
+def pod(limits=None, requests_=None, name="p", annotations=None, scheduler=None, init=None,
+        labels=None):
     res = {}
     if limits is not None:
         res["limits"] = limits
@@ -139,6 +140,8 @@ def pod(limits=None, requests_=None, name="p", annotations=None, scheduler=None,
     meta = {"name": name}
     if annotations is not None:
         meta["annotations"] = annotations
+    if labels is not None:
+        meta["labels"] = labels
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -188,11 +191,25 @@ def test_valid_requests_are_allowed(env):
     for limits in ({"nvidia.com/gpu": "2"},
                    {"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "8Gi",
                     "nvidia.com/gpu-cores": "30"},
-                   {"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"},
                    {"nvidia.com/mig-1g.10gb": "1"},
                    {"cpu": "1"}):
         resp = validate(env, pod(limits))
         assert resp["allowed"] is True, (limits, resp)
+
+
+def test_a_pod_mutation_missed_is_refused(env):
+    """/mutate's failurePolicy is Ignore: a tkestack container that reaches
+    validation was not rewritten, and kubelet would start it without a GPU. It is
+    refused naming the field and the remedy; rewritten by /mutate, it passes."""
+    obj = pod({"nvidia.com/vcuda-core": "50", "nvidia.com/vcuda-memory": "8"})
+    resp = validate(env, obj)
+    assert resp["allowed"] is False and resp["status"]["code"] == 422, resp
+    msg = resp["status"]["message"]
+    assert msg.startswith("containers[0].limits[nvidia.com/vcuda-core]: not rewritten as "
+                          "nvidia.com/gpu, so kubelet would start the container without a GPU: "
+                          "the mutating webhook (/mutate) did not run on this pod"), msg
+    out, _ = mutate(env, obj)
+    assert validate(env, out)["allowed"] is True
 
 
 @pytest.mark.parametrize("limits,want", [
@@ -276,20 +293,24 @@ ASSIGNMENT = {"gpusched.io/node": "a", "gpusched.io/request-kind": "whole",
               "gpusched.io/gpu-uuids": "GPU-a-0", "gpusched.io/gpu-indices": "0",
               "gpusched.io/gpu-memory": "40960", "gpusched.io/gpu-milli": "1000",
               "gpusched.io/assigned-at": "2026-11-24T10:00:00.000000000Z"}
+GPU_POD = {"gpusched.io/gpu-pod": "true"}  # what /mutate labels a GPU pod with
 
 
 def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
     """With --assigners, a pod created with an assignment annotation, or an update that
     sets, changes or removes one, is refused (403) unless the user is an assigner:
-    nobody else can claim GPUs by writing annotations (docs/annotations.md)."""
+    nobody else can claim GPUs by writing annotations (docs/annotations.md). A GPU
+    pod must carry the label /mutate sets (deploy/'s update rule selects on it),
+    and only an assigner may remove it."""
     wh = Webhook(gpusched_bin, str(env["tmp"]), env["certs"], "--assigners",
                  f"{EXTENDER_SA},admin")
     try:
         def check(obj, user, op="CREATE", old=None):
             return answer(wh.post("/validate", review(obj, op=op, user=user, old=old)))
         gpu = {"nvidia.com/gpu": "1"}
-        bare = pod(gpu, annotations={"gpusched.io/gpu-type": "A100"})
-        placed = pod(gpu, annotations=dict(ASSIGNMENT, **{"gpusched.io/gpu-type": "A100"}))
+        bare = pod(gpu, annotations={"gpusched.io/gpu-type": "A100"}, labels=GPU_POD)
+        placed = pod(gpu, annotations=dict(ASSIGNMENT, **{"gpusched.io/gpu-type": "A100"}),
+                     labels=GPU_POD)
         r = check(placed, "alice")
         assert r["allowed"] is False and r["status"]["code"] == 403, r
         msg = r["status"]["message"]
@@ -310,6 +331,23 @@ def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
         tagged["metadata"]["annotations"]["gpusched.io/retry-at"] = "x"
         assert check(tagged, "alice", "UPDATE", placed)["allowed"] is True
         assert check(placed, "", "UPDATE", bare)["allowed"] is False  # no user named
+        unlabelled = pod(gpu, labels={"app": "x"})
+        for user in ("alice", "admin"):
+            r = check(unlabelled, user)
+            assert r["allowed"] is False and r["status"]["code"] == 422, r
+            assert r["status"]["message"].startswith(
+                "metadata.labels[gpusched.io/gpu-pod]: missing, so no update of this GPU pod "
+                "would be checked (webhook --assigners): the mutating webhook (/mutate) did "
+                "not run on this pod"), r
+        r = check(unlabelled, "alice", "UPDATE", bare)
+        assert r["allowed"] is False and r["status"]["code"] == 403, r
+        assert "metadata.labels[gpusched.io/gpu-pod]" in r["status"]["message"], r
+        assert "user 'alice' may not remove it" in r["status"]["message"], r
+        assert check(unlabelled, EXTENDER_SA, "UPDATE", bare)["allowed"] is True
+        for limits in ({"cpu": "1"}, {"nvidia.com/gpu": "0"}):  # no GPU: no label needed
+            cpu = pod(limits)
+            assert check(cpu, "alice")["allowed"] is True, limits
+            assert check(cpu, "alice", "UPDATE", pod(limits, labels=GPU_POD))["allowed"]
     finally:
         assert wh.stop() == 0
     # without --assigners (the module's webhook) anyone may
@@ -341,14 +379,18 @@ def test_renamed_resources_and_annotations(env, gpusched_bin, tmp_path):
         assert "patch" not in call("/mutate", pod({"nvidia.com/gpu": "1"}))
         renamed = {k.replace("gpusched.io/", "sched.example.com/"): v
                    for k, v in ASSIGNMENT.items()}
-        placed = pod({"example.com/gpu": "1"}, annotations=renamed)
+        label = {"sched.example.com/gpu-pod": "true"}
+        assert out["metadata"]["labels"] == label, out
+        placed = pod({"example.com/gpu": "1"}, annotations=renamed, labels=label)
         r = call("/validate", placed, user="alice")
         assert r["allowed"] is False and r["status"]["code"] == 403, r
         assert "sched.example.com/" in r["status"]["message"], r
         assert call("/validate", placed, user="admin")["allowed"] is True
         # the default annotations are not the assignment here
-        assert call("/validate", pod({"example.com/gpu": "1"}, annotations=ASSIGNMENT),
-                    user="alice")["allowed"] is True
+        assert call("/validate", pod({"example.com/gpu": "1"}, annotations=ASSIGNMENT,
+                                     labels=label), user="alice")["allowed"] is True
+        r = call("/validate", pod({"example.com/gpu": "1"}, labels=GPU_POD), user="alice")
+        assert "metadata.labels[sched.example.com/gpu-pod]: missing" in r["status"]["message"]
     finally:
         assert wh.stop() == 0
     certs = env["certs"]
@@ -414,6 +456,7 @@ def test_mutate_sets_scheduler_and_canonical_annotation(env):
     out, patch = mutate(env, p)
     assert out["spec"]["schedulerName"] == "gpu-scheduler"
     assert out["metadata"]["annotations"] == {"gpusched.io/request": "kind=whole,gpus=2"}
+    assert out["metadata"]["labels"] == GPU_POD
 
 
 def test_mutate_keeps_a_chosen_scheduler(env):

@@ -1226,8 +1226,7 @@ class Cluster:
         self.wait(lambda: self.api("GET", "/api/v1/namespaces/default").status_code == 200, 30,
                   "namespace default")
         # deploy/: the gpusched namespace, CRD and RBAC for real
-        self.kubectl("create", "namespace", "gpusched")
-        for f in ("crd-gpuquota.yaml", "rbac-extender.yaml"):
+        for f in ("namespace.yaml", "crd-gpuquota.yaml", "rbac-extender.yaml"):
             self.kubectl("apply", "-f", os.path.join(ROOT, "deploy", f))
         self.wait(lambda: self.api("GET", "/apis/gpusched.io/v1/gpuquotas").status_code == 200,
                   30, "GPUQuota CRD served")
@@ -1258,6 +1257,7 @@ class Cluster:
             requests.get(f"https://127.0.0.1:{port}/healthz", verify=f"{d}/ca.crt", timeout=1)
             return True
         self.wait(up, 20, "webhook /healthz", proc=wh)
+        self.webhook = wh
         with open(f"{d}/ca-bundle.txt") as f:
             ca = f.read().strip()
         with open(os.path.join(ROOT, "deploy", "webhook.yaml")) as f:
@@ -1269,6 +1269,9 @@ class Cluster:
                     path = hook["clientConfig"]["service"].get("path", "/")
                     hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
                                             "caBundle": ca}
+                    # the GPU pod label follows --annotation-prefix (docs/resources.md)
+                    for e in hook.get("objectSelector", {}).get("matchExpressions", []):
+                        e["key"] = e["key"].replace("gpusched.io/", self.annot_prefix, 1)
                 regs.append(doc)
         assert len(regs) == 2, "deploy/webhook.yaml: expected two webhook configurations"
         self.apply(regs)

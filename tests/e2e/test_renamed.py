@@ -28,7 +28,9 @@ def renamed(host_clean):
 
 
 def default_keys(obj):
-    return [k for k in obj["metadata"].get("annotations", {}) if k.startswith(kcluster.PREFIX)]
+    meta = obj["metadata"]
+    return [k for k in list(meta.get("annotations", {})) + list(meta.get("labels", {}))
+            if k.startswith(kcluster.PREFIX)]
 
 
 def test_renamed_names_from_node_to_container(renamed):
@@ -62,6 +64,7 @@ def test_renamed_names_from_node_to_container(renamed):
         for p in (w, s):
             ann = p["metadata"]["annotations"]
             assert ANN + "allocated-at" in ann, ann     # the device plugin's mark
+            assert p["metadata"]["labels"].get(ANN + "gpu-pod") == "true", p["metadata"]
             assert not default_keys(p), ann
     finally:
         c.delete_pods(NS, names)

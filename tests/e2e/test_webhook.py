@@ -4,7 +4,12 @@ create time naming container and field, a pod over a GPUQuota refused, a GPU pod
 without schedulerName given gpu-scheduler, and a GPU share in an init container
 refused because the nodes run kubelet 1.20 (learned from their nodeInfo), a GPU
 assignment written by anyone but the extender refused on create and on update, and
-one copied onto a pod created without a node removed with a warning."""
+one copied onto a pod created without a node removed with a warning, and no update
+of a CPU-only pod sent to it."""
+import os
+import signal
+import time
+
 import pytest
 
 from conftest import NS, gpu_pod
@@ -73,12 +78,14 @@ def test_gpu_pod_without_scheduler_name_gets_it(cluster):
         p = r.json()
         assert p["spec"]["schedulerName"] == "gpu-scheduler"
         assert p["metadata"]["annotations"]["gpusched.io/request"] == "kind=whole,gpus=1"
+        assert p["metadata"]["labels"] == {"e2e": "1", "gpusched.io/gpu-pod": "true"}
         # a pod without a GPU request keeps the default scheduler
         plain = gpu_pod("no-gpu", {"cpu": "10m"}, scheduler=None)
         plain["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
         r2 = create(cluster, plain)
         assert r2.status_code == 201, r2.text
         assert r2.json()["spec"]["schedulerName"] == "default-scheduler"
+        assert r2.json()["metadata"]["labels"] == {"e2e": "1"}
     finally:
         cluster.delete_pods(NS, ["no-sched", "no-gpu"])
 
@@ -167,3 +174,47 @@ def test_only_the_extender_writes_assignments(cluster):
         assert ann["gpusched.io/gpu-uuids"] == uuids and ann["note"] == "mine"
     finally:
         cluster.delete_pods(NS, made)
+
+
+def test_a_webhook_outage_stops_no_update_of_a_cpu_only_pod(cluster):
+    """deploy/webhook.yaml sends pod UPDATEs to the webhook for GPU pods only: /mutate
+    labels them gpusched.io/gpu-pod and the update rule selects that label. With the
+    webhook stopped (SIGSTOP: every call times out), the real apiserver changes a
+    CPU-only pod at once, while a change to a GPU pod fails closed (failurePolicy Fail,
+    its assignment stays guarded) until the webhook is back; the label cannot be
+    removed to escape the rule."""
+    names = ["outage-gpu", "outage-cpu"]
+    for name, limits, sched in ((names[0], {"nvidia.com/gpu": "1"}, "gpu-scheduler"),
+                                (names[1], {"cpu": "10m"}, None)):
+        r = create(cluster, gpu_pod(name, limits, node="no-such-node", scheduler=sched))
+        assert r.status_code == 201, r.text
+    alice = {"Impersonate-User": "alice", "Impersonate-Group": "system:masters"}
+
+    def patch(name, labels, headers=None):
+        t0 = time.monotonic()
+        r = cluster.api("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
+                        body={"metadata": {"labels": labels}},
+                        content_type="application/merge-patch+json", headers=headers)
+        return r, time.monotonic() - t0
+    try:
+        r, _ = patch(names[0], {"gpusched.io/gpu-pod": None}, alice)
+        assert r.status_code == 403, r.text
+        msg = r.json().get("message", "")
+        assert "assignments.gpusched.io" in msg and "may not remove it" in msg, msg
+        os.killpg(cluster.webhook.pid, signal.SIGSTOP)
+        try:
+            r, took = patch(names[1], {"step": "during-outage"})
+            assert r.status_code == 200, r.text
+            assert took < 3, took  # the webhook's timeout is 5 s: it was never called
+            r, took = patch(names[0], {"step": "during-outage"})
+            assert r.status_code >= 500, r.text
+            assert "assignments.gpusched.io" in r.json().get("message", ""), r.text
+        finally:
+            os.killpg(cluster.webhook.pid, signal.SIGCONT)
+
+        def updated():
+            return patch(names[0], {"step": "after"})[0].status_code == 200
+        cluster.wait(updated, 30, "the GPU pod updated once the webhook is back")
+        assert cluster.pod(NS, names[0])["metadata"]["labels"]["step"] == "after"
+    finally:
+        cluster.delete_pods(NS, names)

@@ -215,7 +215,9 @@ static void admit_tests(void)
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1request\","
                     "\"value\":\"kind=mig,profile=1g.10gb,count=2\"},"
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1policy\","
-                    "\"value\":\"fgd\"}]");
+                    "\"value\":\"fgd\"},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/labels\",\"value\":"
+                    "{\"gpusched.io/gpu-pod\":\"true\"}}]");
     free(s);
     json_decref(patch);
     json_decref(p);
@@ -227,7 +229,9 @@ static void admit_tests(void)
     s = json_dumps(patch, JSON_COMPACT | JSON_SORT_KEYS);
     ASSERT_STREQ(s, "[{\"op\":\"add\",\"path\":\"/metadata\",\"value\":{}},"
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations\",\"value\":"
-                    "{\"gpusched.io/request\":\"kind=whole,gpus=1\"}}]");
+                    "{\"gpusched.io/request\":\"kind=whole,gpus=1\"}},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/labels\",\"value\":"
+                    "{\"gpusched.io/gpu-pod\":\"true\"}}]");
     free(s);
     json_decref(patch);
     json_decref(p);
@@ -247,30 +251,32 @@ static void admit_tests(void)
     ASSERT_STREQ(s, "[{\"op\":\"remove\",\"path\":\"/metadata/annotations/gpusched.io~1node\"},"
                     "{\"op\":\"remove\",\"path\":\"/metadata/annotations/gpusched.io~1gpu-uuids\"},"
                     "{\"op\":\"add\",\"path\":\"/metadata/annotations/gpusched.io~1request\","
-                    "\"value\":\"kind=whole,gpus=1\"}]");
+                    "\"value\":\"kind=whole,gpus=1\"},"
+                    "{\"op\":\"add\",\"path\":\"/metadata/labels\",\"value\":"
+                    "{\"gpusched.io/gpu-pod\":\"true\"}}]");
     free(s);
     json_decref(patch);
     ASSERT_STREQ(warn, "GPU assignment removed (gpusched.io/node and 1 more): the extender "
                        "writes it at bind; copied from another pod?");
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "admin", &patch, warn, sizeof warn, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 1);
+    ASSERT_EQ(json_array_size(patch), 2);
     ASSERT_STREQ(warn, "");
     json_decref(patch);
     /* a warning buffer too small is cut, not overrun */
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, 10, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 3);
+    ASSERT_EQ(json_array_size(patch), 4);
     ASSERT_EQ(strlen(warn), 9);
     json_decref(patch);
     c.assigners = NULL;
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, NULL, 0, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 1);
+    ASSERT_EQ(json_array_size(patch), 2);
     json_decref(patch);
     json_decref(p);
     c.assigners = "extender,admin";
     snprintf(doc, sizeof doc, copied, "\"nodeName\":\"a\",");
     p = pod_json(doc);
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 1);
+    ASSERT_EQ(json_array_size(patch), 2);
     ASSERT_STREQ(warn, "");
     json_decref(patch);
     json_decref(p);
@@ -279,6 +285,108 @@ static void admit_tests(void)
     p = pod_json("{\"spec\":{\"containers\":[]}}");
     ASSERT_EQ(wh_mutate_pod(&c, p, "dev", "alice", &patch, warn, sizeof warn, &e), -GS_EINVAL);
     ASSERT_TRUE(patch == NULL);
+    json_decref(p);
+}
+
+/* What /mutate leaves on a GPU pod, which validation requires: a tkestack
+ * container rewritten, and with --assigners the GPU pod label; the label
+ * cannot be removed by a user who may not write assignments. */
+static void mutated_tests(void)
+{
+    struct wh_config c;
+    struct gs_err e = GS_ERR_INIT;
+    json_t *p, *patch, *old;
+    char warn[512];
+
+    memset(&c, 0, sizeof c);
+    c.names = *core_names_default();
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"cuda\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/vcuda-core\":\"50\",\"nvidia.com/vcuda-memory\":\"8\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "containers[0].limits[nvidia.com/vcuda-core]: not rewritten as "
+                           "nvidia.com/gpu, so kubelet would start the container without a GPU: "
+                           "the mutating webhook (/mutate) did not run on this pod");
+    ASSERT_CONTAINS(e.msg, "create the pod again (container 'cuda')");
+    /* once /mutate's patch is applied, the same pod passes */
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    json_t *lim = json_object_get(json_object_get(json_array_get(json_object_get(
+        json_object_get(p, "spec"), "containers"), 0), "resources"), "limits");
+    json_object_clear(lim);
+    json_object_set_new(lim, "nvidia.com/gpu", json_string("1"));
+    json_object_set_new(lim, "nvidia.com/gpu-memory", json_string("2048Mi"));
+    json_object_set_new(lim, "nvidia.com/gpu-cores", json_string("50"));
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    json_decref(patch);
+    /* with --assigners, a GPU pod needs the label /mutate sets */
+    c.assigners = "extender";
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "metadata.labels[gpusched.io/gpu-pod]: missing, so no update of "
+                           "this GPU pod would be checked (webhook --assigners)");
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    char *text = json_dumps(patch, JSON_COMPACT);
+    ASSERT_CONTAINS(text, "{\"op\":\"add\",\"path\":\"/metadata/labels\",\"value\":"
+                          "{\"gpusched.io/gpu-pod\":\"true\"}}");
+    free(text);
+    json_decref(patch);
+    json_t *meta = json_object();
+    json_object_set_new(p, "metadata", meta);
+    json_object_set_new(meta, "labels", json_pack("{s:s}", "app", "x"));
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    text = json_dumps(patch, JSON_COMPACT); /* one op per key with labels present */
+    ASSERT_CONTAINS(text, "{\"op\":\"add\",\"path\":\"/metadata/labels/gpusched.io~1gpu-pod\","
+                          "\"value\":\"true\"}");
+    free(text);
+    json_decref(patch);
+    json_object_set_new(json_object_get(meta, "labels"), "gpusched.io/gpu-pod",
+                        json_string("true"));
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    text = json_dumps(patch, JSON_COMPACT); /* already there: left alone */
+    ASSERT_TRUE(text && !strstr(text, "labels"));
+    free(text);
+    json_decref(patch);
+    /* an update that removes it: refused for alice, allowed for the extender */
+    old = json_deep_copy(p);
+    json_object_del(json_object_get(meta, "labels"), "gpusched.io/gpu-pod");
+    ASSERT_EQ(wh_check_assignment(&c, old, p, "alice", &e), -GS_EPERM);
+    ASSERT_CONTAINS(e.msg, "metadata.labels[gpusched.io/gpu-pod]: marks a GPU pod, whose "
+                           "updates this webhook checks; user 'alice' may not remove it");
+    ASSERT_EQ(wh_check_assignment(&c, old, p, "extender", &e), 0);
+    ASSERT_EQ(wh_check_assignment(&c, p, old, "alice", &e), 0); /* added back */
+    ASSERT_EQ(wh_check_assignment(&c, old, old, "alice", &e), 0);
+    json_decref(old);
+    json_decref(p);
+    /* a CPU-only pod: no label asked, none set, and its label is the user's */
+    p = pod_json("{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},\"spec\":"
+                 "{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":{\"cpu\":\"1\"}}}]}}");
+    old = json_deep_copy(p);
+    json_object_clear(json_object_get(json_object_get(p, "metadata"), "labels"));
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    ASSERT_EQ(wh_check_assignment(&c, old, p, "alice", &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 0);
+    json_decref(patch);
+    json_decref(old);
+    json_decref(p);
+    /* gpu: 0 asks for no GPU: no label asked or set, and removing one is free */
+    p = pod_json("{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},\"spec\":"
+                 "{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"0\"}}}]}}");
+    old = json_deep_copy(p);
+    json_object_clear(json_object_get(json_object_get(p, "metadata"), "labels"));
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
+    ASSERT_EQ(wh_check_assignment(&c, old, p, "alice", &e), 0);
+    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 0);
+    json_decref(patch);
+    json_decref(old);
+    json_decref(p);
+    /* renamed: the label follows --annotation-prefix */
+    c.names.annot_prefix = "sched.example.com/";
+    p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{\"nvidia.com/gpu\":\"1\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "metadata.labels[sched.example.com/gpu-pod]: missing");
     json_decref(p);
 }
 
@@ -404,6 +512,7 @@ int test_wh(void)
     base64_tests();
     review_tests();
     admit_tests();
+    mutated_tests();
     cluster_tests();
     certs_tests();
     return 0;
