@@ -175,6 +175,7 @@ static void start_servers(struct dp_plugin *p)
         struct dp_server *s = &p->srv[i];
         s->p = p;
         s->registered = 0;
+        s->nostream_since = 0;
         s->start_failed = 0;
         atomic_store(&s->down_since, dp_now_ms());
         snprintf(s->name, sizeof s->name, "%.63s", names[i]);
@@ -226,6 +227,7 @@ static int register_all(struct dp_plugin *p, int *quiet)
             continue;
         if (register_one(p, s, &e) == 0) {
             s->registered = 1;
+            s->nostream_since = 0;
             *quiet = 0;
             log_info("dp", "registered %s with kubelet (endpoint %s)", s->name, s->endpoint);
         } else {
@@ -242,6 +244,31 @@ static int register_all(struct dp_plugin *p, int *quiet)
     if (left)
         *quiet = 1;
     return left;
+}
+
+/* kubelet ends a plugin's ListAndWatch stream only when it drops the
+ * plugin: it marks the devices unhealthy and never dials again. On 1.25 and
+ * later the end of a replaced stream can also drop the registration that
+ * replaced it (kubernetes#121994). So a registered server that holds no
+ * stream for DP_STREAM_GRACE_MS registers again. */
+#define DP_STREAM_GRACE_MS 10000
+static void check_streams(struct dp_plugin *p, int64_t now)
+{
+    for (int i = 0; i < p->n_srv; i++) {
+        struct dp_server *s = &p->srv[i];
+        if (!s->srv || !s->registered || dp_grpc_server_streams(s->srv) > 0) {
+            s->nostream_since = 0;
+            continue;
+        }
+        if (!s->nostream_since) {
+            s->nostream_since = now;
+        } else if (now - s->nostream_since >= DP_STREAM_GRACE_MS) {
+            log_warn("dp", "%s: kubelet has held no ListAndWatch stream for %lld s; registering "
+                     "again", s->name, (long long)((now - s->nostream_since) / 1000));
+            s->registered = 0;
+            s->nostream_since = 0;
+        }
+    }
 }
 
 /* ---- health thread -------------------------------------------------------- */
@@ -569,6 +596,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
             quiet = 0;
         }
         t = dp_now_ms();
+        check_streams(p, t);
         if (t >= next_register) {
             int left = 0;
             serve_missing(p);

@@ -26,6 +26,7 @@ struct dp_server {
     char sock[PATH_MAX];
     struct dp_grpc_server *srv; /* guarded by p->srv_mu */
     int registered;             /* control thread only */
+    int64_t nostream_since;     /* ms since registered without a ListAndWatch stream; 0 */
     int start_failed;           /* the last start failed (said once); control thread */
     atomic_llong down_since;    /* ms since it has not been served and registered; 0 */
     ino_t kubelet_ino;          /* the kubelet.sock it registered through */

@@ -14,6 +14,7 @@
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "ext/sched_int.h"
+#include "util/log.h"
 
 int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *rep)
 {
@@ -30,9 +31,13 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         return 400;
     }
     if (sched_pod_and_policy(s, pa.pod, &pod, &pol, reply) < 0) {
+        /* ExtenderPreemptionResult has no Error: a 200 would read as "no
+         * candidate" in silence, a 500 fails the preemption with a log line */
+        const char *why = json_string_value(json_object_get(*reply, "error"));
+        log_warn("extender", "preempt refused: %s", why ? why : "bad pod");
         ext_preempt_clear(&pa);
         sched_decision(s, "preempt", "error");
-        return 200;
+        return 500;
     }
     json_t *out = json_object();
     pthread_mutex_lock(&s->mu);

@@ -482,6 +482,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
  * (32 KB) takes an extender request of 5,000 node names (70 KB) in five
  * reads, each after its own epoll wake-up; 256 KB takes it in one. */
 #define HTTP_CONN_MEMORY ((size_t)256 << 10)
+#define HTTP_IDLE_TIMEOUT_S 120 /* seconds a connection may stay silent */
 
 int http_parse_listen(const char *listen, char *buf, size_t cap, int *port, struct gs_err *e)
 {
@@ -563,7 +564,10 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         {MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, NULL},
-        {MHD_OPTION_CONNECTION_TIMEOUT, 30, NULL},
+        /* above the 90 s Go's clients (kube-scheduler, the API server's
+         * webhook calls) keep an idle connection: a server that closes one
+         * first races a POST that Go does not retry */
+        {MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_TIMEOUT_S, NULL},
         {s->tls ? MHD_OPTION_NOTIFY_CONNECTION : MHD_OPTION_END, (intptr_t)on_connection, s},
         {MHD_OPTION_HTTPS_CERT_CALLBACK, 0, (void *)tls_pick},
         {MHD_OPTION_END, 0, NULL},

@@ -309,6 +309,27 @@ def test_kubelet_hanging_up_mid_stream_does_not_hurt(kubelet, plugin_factory, gp
         time.sleep(0.1)
 
 
+def test_a_stream_kubelet_ends_is_followed_by_a_new_registration(kubelet, plugin_factory,
+                                                                     gpus_file):
+    """kubelet ends its ListAndWatch stream only when it drops the plugin (devices
+    unhealthy, never dialled again; on 1.25+ also when a replaced stream's end takes
+    the new registration with it, kubernetes#121994). A registered plugin left with
+    no stream registers again after 10 s, and the new stream lists its GPUs."""
+    pl = plugin_factory(gpus_file)
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    p.wait(lambda d: len(d) == 4)
+    t = time.monotonic()
+    p.close()  # kubelet drops the plugin, socket and kubelet.sock untouched
+    again = kubelet.wait_plugin("nvidia.com/gpu", timeout=20, after=t)
+    took = time.monotonic() - t
+    assert 9 < took < 16, took
+    assert len(again.wait(lambda d: len(d) == 4)) == 4
+    assert "registering again" in pl.output()
+    assert sum(r == "nvidia.com/gpu" for _, r, _ in kubelet.registrations) == 2
+    time.sleep(11)  # with its stream held, it stays registered once
+    assert sum(r == "nvidia.com/gpu" for _, r, _ in kubelet.registrations) == 2
+
+
 # --- health -----------------------------------------------------------------------
 
 def test_fatal_xid_turns_gpu_unhealthy_within_a_second(kubelet, plugin_factory, gpus_file):

@@ -898,6 +898,13 @@ def test_preempt_proposes_lower_priority_victims(ext):
     # counts each of the two pods once
     w = requests.get(ext.url + "/debug/workload", timeout=5).json()
     assert w["pods"] == 2 and [c["pods"] for c in w["classes"]] == [2], w
+    # a pod it cannot read: ExtenderPreemptionResult has no Error field, so a 200
+    # would read as "no candidate" in silence; 500 fails the preemption, logged
+    bad = pod("bad", {"nvidia.com/gpu": "1"}, priority=1000)
+    bad["metadata"]["annotations"] = {"gpusched.io/policy": "no-such-policy"}
+    r = ext.post("preempt", {"Pod": bad, "NodeNameToMetaVictims": {
+        "a100-1": {"Pods": [], "NumPDBViolations": 0}}})
+    assert r.status_code == 500 and "no-such-policy" in r.json()["error"], r.text
 
 
 def test_top_k(gpusched_bin, nodes_file):
@@ -1034,3 +1041,24 @@ def test_quota_file_is_enforced(gpusched_bin, nodes_file, tmp_path):
     e = Extender(gpusched_bin, ["--nodes", nodes_file, "--quotas", str(quotas)])
     err = e.stop()
     assert "namespace" in err  # the broken object is reported, not enforced as zero
+
+
+def test_an_idle_connection_outlives_go_clients_idle_timeout(ext):
+    """kube-scheduler (and the API server calling a webhook) keep an idle
+    keep-alive connection 90 s (Go's http.DefaultTransport) and do not retry a POST
+    the server closed under them: the server must keep it longer. A connection
+    silent for 91 s still answers."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", ext.port, timeout=10)
+    try:
+        body = json.dumps({"Pod": pod("idle", {"nvidia.com/gpu": "1"}), "NodeNames": ["a100-1"]})
+        conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
+        assert conn.getresponse().read()
+        sock = conn.sock
+        time.sleep(91)
+        conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert conn.sock is sock, "the client reconnected: the server closed the idle connection"
+        assert r.status == 200 and json.loads(r.read())["NodeNames"] == ["a100-1"]
+    finally:
+        conn.close()
