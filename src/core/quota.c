@@ -576,12 +576,12 @@ int core_quotas_has(const struct core_quotas *s, const char *ns)
 }
 
 int core_quotas_admit(const struct core_quotas *s, const char *ns,
-                      const struct core_request *req, struct gs_err *e)
+                      const struct core_request *req, int64_t gpu_mem_mib, struct gs_err *e)
 {
     struct core_quota_use u;
     const struct core_quota_limits zero = {0, 0, 0};
 
-    core_quota_use_of(req, NULL, 0, &u);
+    core_quota_use_of(req, NULL, gpu_mem_mib, &u);
     struct core_quota_limits ask = {u.gpus, u.mem_mib, u.milli};
     for (int i = 0; i < s->n; i++) {
         const struct core_quota *q = &s->q[i];

@@ -142,9 +142,10 @@ int core_quotas_check(const struct core_quotas *s, const char *ns,
  * placement? Checks what does not depend on the node: whole GPUs, compute,
  * shared memory against total limits, and against the model limits when
  * every gpusched.io/gpu-type the pod names falls under an exceeded one.
- * Returns 0 or -GS_ENOFIT with the reason. */
+ * gpu_mem_mib: the least memory of a GPU the pod may get, which whole GPUs
+ * count (0: not counted). Returns 0 or -GS_ENOFIT with the reason. */
 int core_quotas_admit(const struct core_quotas *s, const char *ns,
-                      const struct core_request *req, struct gs_err *e);
+                      const struct core_request *req, int64_t gpu_mem_mib, struct gs_err *e);
 
 /* One line per quota limit ("" model = the total): for status and metrics.
  * `used` sums the namespace's usage over the models the limit covers. */

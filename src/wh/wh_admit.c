@@ -167,11 +167,45 @@ static void consider(struct wh_cluster *out, const char *model, int64_t mem_mib,
         out->max_gpus_per_node = count;
 }
 
+/* Adds a model (or lowers its memory) to the cluster's list. */
+static void add_model(struct wh_cluster *out, const char *model, int64_t mem_mib)
+{
+    for (int i = 0; i < out->n_models; i++)
+        if (strcmp(out->models[i].model, model) == 0) {
+            if (mem_mib < out->models[i].mem_mib)
+                out->models[i].mem_mib = mem_mib;
+            return;
+        }
+    if (out->n_models == WH_MAX_MODELS) {
+        out->models_overflow = 1;
+        return;
+    }
+    struct wh_model *m = &out->models[out->n_models++];
+    snprintf(m->model, sizeof m->model, "%s", model);
+    m->mem_mib = mem_mib;
+}
+
 void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c)
 {
     consider(into, c->max_gpu_model, c->max_gpu_mem_mib, c->max_gpus_per_node);
     if (c->kubelet_minor > 0 && (into->kubelet_minor == 0 || c->kubelet_minor < into->kubelet_minor))
         into->kubelet_minor = c->kubelet_minor;
+    for (int i = 0; i < c->n_models; i++)
+        add_model(into, c->models[i].model, c->models[i].mem_mib);
+    into->models_overflow |= c->models_overflow;
+}
+
+int wh_cluster_same(const struct wh_cluster *a, const struct wh_cluster *b)
+{
+    if (a->max_gpu_mem_mib != b->max_gpu_mem_mib || a->max_gpus_per_node != b->max_gpus_per_node ||
+        a->kubelet_minor != b->kubelet_minor || strcmp(a->max_gpu_model, b->max_gpu_model) != 0 ||
+        a->n_models != b->n_models || a->models_overflow != b->models_overflow)
+        return 0;
+    for (int i = 0; i < a->n_models; i++)
+        if (a->models[i].mem_mib != b->models[i].mem_mib ||
+            strcmp(a->models[i].model, b->models[i].model) != 0)
+            return 0;
+    return 1;
 }
 
 /* "v1.20.2", "v1.27.3-eks-a5565ad" -> 20; 0 for anything else. */
@@ -199,8 +233,10 @@ int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_c
     memset(out, 0, sizeof *out);
     out->kubelet_minor = kubelet_minor(node); /* a node with unreadable GPUs runs pods too */
     if (rc == 0) {
-        for (int g = 0; g < spec.n_gpus; g++)
+        for (int g = 0; g < spec.n_gpus; g++) {
             consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
+            add_model(out, spec.gpus[g].model, spec.gpus[g].mem_mib);
+        }
         consider(out, NULL, 0, spec.n_gpus);
     }
     ext_node_buf_clear(&buf);
@@ -360,6 +396,42 @@ static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs
     return 0;
 }
 
+/* The least memory of a GPU the request may get: the smallest GPU of the
+ * models it accepts; 0 when none is known (or the models were too many to
+ * keep). */
+static int64_t least_gpu_mem(const struct wh_cluster *cl, const struct core_request *r)
+{
+    int64_t least = 0;
+    if (cl->models_overflow)
+        return 0;
+    for (int i = 0; i < cl->n_models; i++)
+        if (core_request_model_ok(r, cl->models[i].model) &&
+            (!least || cl->models[i].mem_mib < least))
+            least = cl->models[i].mem_mib;
+    return least;
+}
+
+/* A request alone over a quota of ns. Whole GPUs hold all their memory, which
+ * the GPU they get decides: at admission they count the least memory of a
+ * GPU they may get, which no placement lowers. */
+static int admit_quota(const struct wh_config *c, const struct core_quotas *quotas,
+                       const char *ns, const struct core_request *r, struct gs_err *e)
+{
+    int rc = core_quotas_admit(quotas, ns, r, 0, e);
+    int64_t least = r->kind == CORE_REQ_WHOLE ? least_gpu_mem(&c->cluster, r) : 0;
+    if (rc < 0 || !least)
+        return rc;
+    rc = core_quotas_admit(quotas, ns, r, least, e);
+    if (rc < 0 && e) {
+        char have[32];
+        size_t n = strlen(e->msg);
+        core_quota_fmt_mib(least, have, sizeof have);
+        snprintf(e->msg + n, sizeof e->msg - n, " (whole GPUs count all their memory, and the "
+                 "smallest GPU the pod accepts has %s)", have);
+    }
+    return rc;
+}
+
 int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
                     const json_t *pod, const char *ns, struct gs_err *e)
 {
@@ -391,7 +463,7 @@ int wh_validate_pod(const struct wh_config *c, const struct core_quotas *quotas,
                                    "the largest node has %d", p.req.num_gpu,
                      c->cluster.max_gpus_per_node);
     else if (quotas && p.req.kind != CORE_REQ_NONE)
-        rc = core_quotas_admit(quotas, ns && ns[0] ? ns : p.ns, &p.req, e);
+        rc = admit_quota(c, quotas, ns && ns[0] ? ns : p.ns, &p.req, e);
     if (rc == 0 && p.req.kind != CORE_REQ_NONE) /* what a second try cannot fix comes first */
         rc = check_mutated(c, pod, e);
     core_pod_clear(&p);

@@ -8,7 +8,8 @@
  * of the cluster, more GPUs than the largest node has, a GPU share in an
  * init container while a kubelet that would fail the pod may run it (any
  * before 1.31, or none known), a request that alone exceeds the
- * namespace's GPUQuota, and a GPU pod that mutation did not patch (a
+ * namespace's GPUQuota (whole GPUs with the memory of the smallest GPU of
+ * the models they accept), and a GPU pod that mutation did not patch (a
  * tkestack container left, or with assigners the GPU pod label missing).
  *
  * Mutation returns a JSONPatch: GPU pods get the configured schedulerName
@@ -38,12 +39,23 @@ struct wh_policy_default {
     char policy[32];
 };
 
+#define WH_MAX_MODELS 16
+
+/* One GPU model of the cluster and the memory of its smallest GPU. */
+struct wh_model {
+    char model[CORE_MODEL_MAX];
+    int64_t mem_mib;
+};
+
 /* What the webhook knows about the cluster's GPUs (0 = unknown: no check). */
 struct wh_cluster {
     int64_t max_gpu_mem_mib;         /* memory of the largest GPU model */
     char max_gpu_model[CORE_MODEL_MAX];
     int max_gpus_per_node;
     int kubelet_minor;               /* the oldest node's kubelet 1.x (0: none known) */
+    int n_models;                    /* the models seen, for the least memory a whole GPU */
+    int models_overflow;             /* holds: more than WH_MAX_MODELS (then none is used) */
+    struct wh_model models[WH_MAX_MODELS];
 };
 
 /* kubelets before 1.31 fail a pod whose init container asks for a resource
@@ -78,8 +90,11 @@ int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e);
  * which is filled in even when the GPUs cannot be read (an error). */
 int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_cluster *out,
                  struct gs_err *e);
-/* Folds c into `into`: the larger GPU, the larger count, the older kubelet. */
+/* Folds c into `into`: the larger GPU, the larger count, the older kubelet,
+ * every model with the smaller memory. */
 void wh_cluster_merge(struct wh_cluster *into, const struct wh_cluster *c);
+/* Do a and b say the same? */
+int wh_cluster_same(const struct wh_cluster *a, const struct wh_cluster *b);
 
 /* Reads the largest GPU model and GPU count from a NodeList (the
  * gpusched.io/gpu-inventory annotation, or the nvidia.com/gpu.product and

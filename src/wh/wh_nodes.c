@@ -42,19 +42,13 @@ static int find(const struct wh_nodes *t, const char *name)
     return -1;
 }
 
-static int same(const struct wh_cluster *a, const struct wh_cluster *b)
-{
-    return a->max_gpu_mem_mib == b->max_gpu_mem_mib && a->max_gpus_per_node == b->max_gpus_per_node &&
-           a->kubelet_minor == b->kubelet_minor && strcmp(a->max_gpu_model, b->max_gpu_model) == 0;
-}
-
 /* Recomputes the maximum over all nodes and publishes it when it moved. */
 static void publish(struct wh_nodes *t)
 {
     struct wh_cluster all = {0};
     for (int i = 0; i < t->n; i++)
         wh_cluster_merge(&all, &t->e[i].gpus);
-    if (t->published && same(&all, &t->last))
+    if (t->published && wh_cluster_same(&all, &t->last))
         return;
     t->last = all;
     t->published = 1;
@@ -92,7 +86,7 @@ static int apply(struct wh_nodes *t, const json_t *node, int deleted)
     if (wh_node_gpus(node, t->names, &g, &e) < 0) /* g: no GPUs, its kubelet */
         log_warn("webhook", "node %s: %s; counted without GPUs", name, e.msg);
     if (i >= 0) {
-        if (same(&t->e[i].gpus, &g))
+        if (wh_cluster_same(&t->e[i].gpus, &g))
             return 0;
         t->e[i].gpus = g;
         return 1;

@@ -56,6 +56,11 @@ static void set_cluster(void *ud, const struct wh_cluster *learned)
         c->max_gpus_per_node = learned->max_gpus_per_node;
     if (!s->fixed.kubelet_minor)
         c->kubelet_minor = learned->kubelet_minor;
+    if (!s->fixed.n_models) {
+        c->n_models = learned->n_models;
+        c->models_overflow = learned->models_overflow;
+        memcpy(c->models, learned->models, sizeof c->models);
+    }
     pthread_rwlock_unlock(&s->lock);
 }
 

@@ -246,13 +246,24 @@ def test_requests_must_match_limits(env):
 
 
 def test_quota_refuses_a_request_that_alone_exceeds_it(env):
-    # 4 whole GPUs fit the total in ns ml; 5 do not; other namespaces are free
-    assert validate(env, pod({"nvidia.com/gpu": "4"}), ns="ml")["allowed"] is True
+    # ns ml: 4 whole GPUs and 40Gi. Whole GPUs hold all their memory, at least the
+    # 15Gi of the T4 (the smallest GPU of the nodes): 2 fit, 3 do not, 5 are over
+    # the GPU count first; other namespaces are free
+    assert validate(env, pod({"nvidia.com/gpu": "2"}), ns="ml")["allowed"] is True
+    resp = validate(env, pod({"nvidia.com/gpu": "3"}), ns="ml")
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert resp["status"]["message"] == (
+        "GPUQuota ml/team: GPU memory: the pod asks for 45Gi, 0Mi already in use, limit 40Gi "
+        "(whole GPUs count all their memory, and the smallest GPU the pod accepts has 15Gi)")
     resp = validate(env, pod({"nvidia.com/gpu": "5"}), ns="ml")
     assert resp["allowed"] is False and resp["status"]["code"] == 403
     assert "GPUQuota ml/team: whole GPUs: the pod asks for 5" in resp["status"]["message"]
     assert "limit 4" in resp["status"]["message"]
     assert validate(env, pod({"nvidia.com/gpu": "5"}), ns="other")["allowed"] is True
+    # held to A100 (40Gi each): 2 are 80Gi
+    resp = validate(env, pod({"nvidia.com/gpu": "2"},
+                             annotations={"gpusched.io/gpu-type": "A100"}), ns="ml")
+    assert resp["allowed"] is False and "asks for 80Gi" in resp["status"]["message"], resp
     # pinned to H100 (limit 2): 3 refused
     resp = validate(env, pod({"nvidia.com/gpu": "3"},
                              annotations={"gpusched.io/gpu-type": "H100"}), ns="ml")
@@ -833,16 +844,23 @@ def until(pred, wh, what, timeout=10):
 def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
     """With an API server the webhook follows the Nodes: the largest GPU and
     node rise when a bigger node joins and fall when it leaves; a flag fixes
-    its value whatever the nodes say."""
+    its value whatever the nodes say. So do the models whole GPUs count
+    against a memory quota."""
     certs = gen_certs(gpusched_bin, tmp_path / "c")
     shared48 = pod({"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "48Gi"})
     whole6 = pod({"nvidia.com/gpu": "6"})
+    h100x2 = pod({"nvidia.com/gpu": "2"}, annotations={"gpusched.io/gpu-type": "H100"})
+
     with FakeApiServer(bookmark_interval=0.5) as api:
         api.add_node("a100", labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
                                      "nvidia.com/gpu.memory": "40960"},
                      capacity={"nvidia.com/gpu": "4"})
         api.add_node("broken", annotations={"gpusched.io/gpu-inventory": "{not json"})
         kc = api.write_kubeconfig(tmp_path / "kc")
+        api.create("/apis/gpusched.io/v1/namespaces/ml/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "m", "namespace": "ml"},
+                    "spec": {"total": {"memory": "100Gi"}}})
         wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
         fixed = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc,
                         "--max-gpus-per-node", "8")
@@ -861,12 +879,15 @@ def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
                                        for i in range(8)]})})
             until(lambda: validate(env, shared48)["allowed"], wh, "the H100 node")
             assert validate(env, whole6)["allowed"]
+            r = validate(env, h100x2, ns="ml")  # 2 x 80Gi over the 100Gi
+            assert not r["allowed"] and "asks for 163118Mi" in r["status"]["message"], r
             assert "largest NVIDIA H100 80GB HBM3 81559 MiB, 8 GPUs per node (3 nodes); " \
                    "oldest kubelet unknown" in wh.logs()
             # it leaves: back to the A100's limits
             api.delete("nodes", "h100")
             until(lambda: not validate(env, shared48)["allowed"], wh, "the H100 node to leave")
             assert not validate(env, whole6)["allowed"]
+            assert validate(env, h100x2, ns="ml")["allowed"]  # no H100 known: not counted
             # the flag fixed 8 GPUs per node on the other webhook; memory is still learned
             until(lambda: not validate(envf, shared48)["allowed"], fixed, "the A100 node")
             assert validate(envf, whole6)["allowed"]

@@ -250,22 +250,27 @@ static void admit_tests(void)
                          &q, &e),
               0);
     ASSERT_EQ(core_quotas_put(s, &q, &e), 0);
-    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, &e), 0);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 0, &e), 0);
     whole.num_gpu = 5;
-    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, &e), -GS_ENOFIT);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 0, &e), -GS_ENOFIT);
     ASSERT_CONTAINS(e.msg, "whole GPUs: the pod asks for 5, 0 already in use, limit 4");
-    ASSERT_EQ(core_quotas_admit(s, "ml", &shared, &e), -GS_ENOFIT);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &shared, 0, &e), -GS_ENOFIT);
     ASSERT_CONTAINS(e.msg, "GPU memory: the pod asks for 40Gi");
     /* only H100 accepted, and 3 > 2 H100: refused; H100 or A100: may run on A100 */
     whole.num_gpu = 3;
     strcpy(whole.types[0], "H100");
     whole.n_types = 1;
-    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, &e), -GS_ENOFIT);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 0, &e), -GS_ENOFIT);
     ASSERT_CONTAINS(e.msg, "whole GPUs on H100: the pod asks for 3");
     strcpy(whole.types[1], "A100");
     whole.n_types = 2;
-    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, &e), 0);
-    ASSERT_EQ(core_quotas_admit(s, "other", &shared, &e), 0);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 0, &e), 0);
+    ASSERT_EQ(core_quotas_admit(s, "other", &shared, 0, &e), 0);
+    /* whole GPUs count the memory of the least GPU they may get: 3 x 10Gi fits
+     * 32Gi, 3 x 16Gi does not */
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 10240, &e), 0);
+    ASSERT_EQ(core_quotas_admit(s, "ml", &whole, 16384, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "GPU memory: the pod asks for 48Gi, 0Mi already in use, limit 32Gi");
     core_quotas_free(s);
 
     struct core_quota_use u;

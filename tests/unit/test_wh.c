@@ -204,6 +204,66 @@ static void admit_tests(void)
     json_decref(p);
     core_quotas_free(qs);
 
+    /* whole GPUs against a memory quota: the least memory of a GPU the pod
+     * accepts, from the cluster's models */
+    qs = core_quotas_new();
+    qj = pod_json("{\"apiVersion\":\"gpusched.io/v1\",\"kind\":\"GPUQuota\",\"metadata\":"
+                  "{\"name\":\"mem\",\"namespace\":\"ml\"},\"spec\":{\"total\":"
+                  "{\"memory\":\"40Gi\"}}}");
+    ASSERT_EQ(core_quota_parse(qj, &q, &e), 0);
+    ASSERT_EQ(core_quotas_put(qs, &q, &e), 0);
+    json_decref(qj);
+    static const char *const whole3 =
+        "{\"metadata\":{\"annotations\":{%s}},\"spec\":{\"containers\":[{\"name\":\"a\","
+        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"3\"}}}]}}";
+    char wdoc[512];
+    snprintf(wdoc, sizeof wdoc, whole3, "");
+    p = pod_json(wdoc);
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), 0); /* no model known: not counted */
+    struct wh_cluster one = {0};
+    struct wh_cluster saved = c.cluster;
+    json_t *nl = pod_json(
+        "{\"items\":[{\"metadata\":{\"name\":\"t\",\"labels\":{\"nvidia.com/gpu.product\":"
+        "\"Tesla-T4\",\"nvidia.com/gpu.memory\":\"15360\"}},\"status\":{\"capacity\":"
+        "{\"nvidia.com/gpu\":\"4\"}}},{\"metadata\":{\"name\":\"a\",\"labels\":"
+        "{\"nvidia.com/gpu.product\":\"A100-SXM4-80GB\",\"nvidia.com/gpu.memory\":\"81920\"}},"
+        "\"status\":{\"capacity\":{\"nvidia.com/gpu\":\"8\"}}}]}");
+    ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &one, &e), 0);
+    json_decref(nl);
+    ASSERT_EQ(one.n_models, 2);
+    c.cluster = one;
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), -GS_ENOFIT); /* 3 x 15Gi > 40Gi */
+    ASSERT_CONTAINS(e.msg, "GPUQuota ml/mem: GPU memory: the pod asks for 45Gi, 0Mi already "
+                           "in use, limit 40Gi (whole GPUs count all their memory, and the smallest "
+                           "GPU the pod accepts has 15Gi)");
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "dev", &e), 0);
+    json_decref(p);
+    snprintf(wdoc, sizeof wdoc, whole3, "\"gpusched.io/gpu-type\":\"A100\"");
+    p = pod_json(wdoc); /* held to A100: 3 x 80Gi */
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "asks for 240Gi");
+    json_decref(p);
+    snprintf(wdoc, sizeof wdoc, whole3, "\"gpusched.io/gpu-type\":\"V100\"");
+    p = pod_json(wdoc); /* a model the cluster lacks: nothing known to count */
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), 0);
+    json_decref(p);
+    c.cluster.models_overflow = 1; /* more models than kept: none counted */
+    snprintf(wdoc, sizeof wdoc, whole3, "");
+    p = pod_json(wdoc);
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), 0);
+    json_decref(p);
+    /* merging keeps each model once, with its smallest memory */
+    struct wh_cluster m = one;
+    one.models[0].mem_mib = 15000;
+    wh_cluster_merge(&m, &one);
+    ASSERT_EQ(m.n_models, 2);
+    ASSERT_EQ(m.models[0].mem_mib, 15000);
+    ASSERT_TRUE(wh_cluster_same(&m, &one));
+    one.models[1].mem_mib = 1;
+    ASSERT_TRUE(!wh_cluster_same(&m, &one));
+    c.cluster = saved;
+    core_quotas_free(qs);
+
     /* mutation: scheduler, canonical request, default policy; existing
      * annotations get one op per key with '/' escaped */
     p = pod_json("{\"metadata\":{\"annotations\":{\"x\":\"y\"}},\"spec\":{\"schedulerName\":"
