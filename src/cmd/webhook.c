@@ -156,7 +156,7 @@ static int gen_certs(int argc, char **argv)
     printf("wrote %s/{ca.crt,ca.key,tls.crt,tls.key,ca-bundle.txt} for %s.%s.svc (valid %d "
            "days)\n\n"
            "kubectl -n %s create secret tls %s-tls --cert=%s/tls.crt --key=%s/tls.key\n"
-           "then set caBundle in deploy/webhook.yaml (both webhook configurations) to:\n%s\n",
+           "then set every caBundle in deploy/webhook.yaml (its three webhooks) to:\n%s\n",
            out, service, ns, c.days, ns, service, out, out, c.ca_bundle);
     wh_certs_free(&c);
     return 0;

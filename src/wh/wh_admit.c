@@ -352,13 +352,20 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
     return 0;
 }
 
-/* What mutation leaves on every GPU pod: no tkestack key in a container
- * that asks for a GPU (kubelet would start it without one) and, with --assigners,
- * the GPU pod label (without it no update of the pod would be checked).
- * A pod without them got past /mutate, whose failurePolicy is Ignore,
- * while it was down or slow. */
+/* A GPU pod without the `gpusched.io/request` annotation, which /mutate
+ * writes on every GPU pod (and every version of it did), got past /mutate,
+ * whose failurePolicy is Ignore, while it was down or slow. It is refused
+ * when what mutation does matters: a tkestack key left in a container that
+ * asks for a GPU (kubelet would start it without one) and, with
+ * --assigners, no GPU pod label (no update of the pod would be checked).
+ * With the annotation, the pod passes: replicas may differ in version or in
+ * what they know of the kubelets. */
 static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs_err *e)
 {
+    char key[160];
+    snprintf(key, sizeof key, "%srequest", c->names.annot_prefix);
+    if (kube_annotation(pod, key))
+        return 0;
     static const char *const maps[] = {"limits", "requests"};
     static const char why[] = "the mutating webhook (/mutate) did not run on this pod (it was "
                               "unreachable or timed out, and its failurePolicy is Ignore); "
@@ -397,18 +404,18 @@ static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs
 }
 
 /* The least memory of a GPU the request may get: the smallest GPU of the
- * models it accepts; 0 when none is known (or the models were too many to
- * keep). */
+ * models it accepts; 0 when none is known, one of them has no known memory
+ * (the extender counts it as 0), or the models were too many to keep. */
 static int64_t least_gpu_mem(const struct wh_cluster *cl, const struct core_request *r)
 {
-    int64_t least = 0;
+    int64_t least = -1;
     if (cl->models_overflow)
         return 0;
     for (int i = 0; i < cl->n_models; i++)
         if (core_request_model_ok(r, cl->models[i].model) &&
-            (!least || cl->models[i].mem_mib < least))
+            (least < 0 || cl->models[i].mem_mib < least))
             least = cl->models[i].mem_mib;
-    return least;
+    return least > 0 ? least : 0;
 }
 
 /* A request alone over a quota of ns. Whole GPUs hold all their memory, which

@@ -189,6 +189,11 @@ def test_a_webhook_outage_stops_no_update_of_a_cpu_only_pod(cluster):
         r = create(cluster, gpu_pod(name, limits, node="no-such-node", scheduler=sched))
         assert r.status_code == 201, r.text
     alice = {"Impersonate-User": "alice", "Impersonate-Group": "system:masters"}
+    # docs/webhook.md's listing of the pods to label after an upgrade
+    listed = cluster.kubectl("get", "pods", "-n", NS, "-o", "jsonpath={range .items[?(@.metadata."
+                             "annotations.gpusched\\.io/request)]}{.metadata.namespace} "
+                             "{.metadata.name}{\"\\n\"}{end}").stdout.splitlines()
+    assert f"{NS} {names[0]}" in listed and not any(names[1] in x for x in listed), listed
 
     def patch(name, labels, headers=None):
         t0 = time.monotonic()

@@ -247,6 +247,16 @@ static void admit_tests(void)
     p = pod_json(wdoc); /* a model the cluster lacks: nothing known to count */
     ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), 0);
     json_decref(p);
+    /* a model of unknown memory (the extender counts it 0) between the two:
+     * nothing to count */
+    c.cluster.models[2] = c.cluster.models[1];
+    c.cluster.models[1] = (struct wh_model){"Unlabelled", 0};
+    c.cluster.n_models = 3;
+    snprintf(wdoc, sizeof wdoc, whole3, "");
+    p = pod_json(wdoc);
+    ASSERT_EQ(wh_validate_pod(&c, qs, p, "ml", &e), 0);
+    json_decref(p);
+    c.cluster = one;
     c.cluster.models_overflow = 1; /* more models than kept: none counted */
     snprintf(wdoc, sizeof wdoc, whole3, "");
     p = pod_json(wdoc);
@@ -427,6 +437,15 @@ static void mutated_tests(void)
     ASSERT_EQ(json_array_size(patch), 0);
     json_decref(patch);
     json_decref(old);
+    json_decref(p);
+    /* the request annotation says /mutate ran (any version of it): a pod with
+     * it passes without the label (a replica of an older version mutated it)
+     * and with a tkestack container (replicas that differ on the kubelets) */
+    p = pod_json("{\"metadata\":{\"annotations\":{\"gpusched.io/request\":"
+                 "\"kind=shared,gpus=1,memory-mib=8192,milli=500\"}},\"spec\":{\"containers\":"
+                 "[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/vcuda-core\":\"50\","
+                 "\"nvidia.com/vcuda-memory\":\"32\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
     json_decref(p);
     /* gpu: 0 asks for no GPU: no label asked or set, and removing one is free */
     p = pod_json("{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},\"spec\":"
