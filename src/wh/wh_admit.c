@@ -17,11 +17,11 @@ static int is_gpu_resource(const struct core_names *n, const char *key)
 }
 
 static const char *const ctr_lists[] = {"initContainers", "containers"};
+static const char *const res_maps[] = {"limits", "requests"};
 
 /* Does any container name a GPU resource (in limits or requests)? */
 static int asks_gpu(const struct wh_config *c, const json_t *spec)
 {
-    static const char *const maps[] = {"limits", "requests"};
     for (int l = 0; l < 2; l++) {
         json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr, *v;
         size_t i;
@@ -29,7 +29,7 @@ static int asks_gpu(const struct wh_config *c, const json_t *spec)
         json_array_foreach(arr, i, ctr) {
             json_t *res = json_object_get(ctr, "resources");
             for (int m = 0; m < 2; m++) {
-                json_object_foreach(json_object_get(res, maps[m]), key, v) {
+                json_object_foreach(json_object_get(res, res_maps[m]), key, v) {
                     if (is_gpu_resource(&c->names, key))
                         return 1;
                 }
@@ -45,6 +45,12 @@ static int asks_gpu(const struct wh_config *c, const json_t *spec)
 static void gpu_pod_label(const struct wh_config *c, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%sgpu-pod", c->names.annot_prefix);
+}
+
+/* The annotation /mutate writes on every GPU pod: its request, canonical. */
+static void request_annotation(const struct wh_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%srequest", c->names.annot_prefix);
 }
 
 /* Does the pod ask for a GPU (`nvidia.com/gpu: 0` does not)? One the parser
@@ -289,6 +295,45 @@ static int rewritten(const struct wh_config *c, const json_t *ctr, const char *l
            !init_share_fails(c, list, r);
 }
 
+/* One resources map (limits or requests) of a container that mutation
+ * rewrites, holding a tkestack key. */
+struct vcuda_map {
+    const json_t *ctr, *map;
+    const char *list, *map_name, *key; /* key: the first tkestack key found */
+    size_t idx;
+    struct core_request r;             /* the container's request */
+};
+
+/* Calls fn for every such map of the pod, in spec order, until fn returns
+ * nonzero, which it returns. */
+static int foreach_vcuda_map(const struct wh_config *c, const json_t *pod,
+                             int (*fn)(const struct wh_config *c, const struct vcuda_map *v,
+                                       void *ud),
+                             void *ud)
+{
+    const json_t *spec = json_object_get(pod, "spec");
+    for (int l = 0; l < 2; l++) {
+        const json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
+        size_t i;
+        json_array_foreach(arr, i, ctr) {
+            struct vcuda_map v = {.ctr = ctr, .list = ctr_lists[l], .idx = i};
+            if (!rewritten(c, ctr, ctr_lists[l], i, &v.r))
+                continue;
+            for (int m = 0; m < 2; m++) {
+                v.map_name = res_maps[m];
+                v.map = json_object_get(json_object_get(ctr, "resources"), res_maps[m]);
+                v.key = json_object_get(v.map, c->names.vcuda_core)     ? c->names.vcuda_core
+                        : json_object_get(v.map, c->names.vcuda_memory) ? c->names.vcuda_memory
+                                                                        : NULL;
+                int rc = v.key ? fn(c, &v, ud) : 0;
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    return 0;
+}
+
 static int refuse_init_share(const struct wh_config *c, const json_t *lim, const json_t *req,
                              const char *list, size_t idx, const char *name, struct gs_err *e)
 {
@@ -352,6 +397,18 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
     return 0;
 }
 
+static const char not_mutated[] = "the mutating webhook (/mutate) did not run on this pod (it "
+                                  "was unreachable or timed out, and its failurePolicy is "
+                                  "Ignore); create the pod again";
+
+static int refuse_vcuda(const struct wh_config *c, const struct vcuda_map *v, void *ud)
+{
+    const char *name = json_string_value(json_object_get(v->ctr, "name"));
+    return gs_errf(ud, GS_EINVAL, "%s[%zu].%s[%s]: not rewritten as %s, so kubelet would start "
+                   "the container without a GPU: %s (container '%s')", v->list, v->idx,
+                   v->map_name, v->key, c->names.gpu, not_mutated, name ? name : "");
+}
+
 /* A GPU pod without the `gpusched.io/request` annotation, which /mutate
  * writes on every GPU pod (and every version of it did), got past /mutate,
  * whose failurePolicy is Ignore, while it was down or slow. It is refused
@@ -363,43 +420,17 @@ static int check_container(const struct wh_config *c, json_t *ctr, const char *l
 static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs_err *e)
 {
     char key[160];
-    snprintf(key, sizeof key, "%srequest", c->names.annot_prefix);
+    request_annotation(c, key, sizeof key);
     if (kube_annotation(pod, key))
         return 0;
-    static const char *const maps[] = {"limits", "requests"};
-    static const char why[] = "the mutating webhook (/mutate) did not run on this pod (it was "
-                              "unreachable or timed out, and its failurePolicy is Ignore); "
-                              "create the pod again";
-    const json_t *spec = json_object_get(pod, "spec");
-    for (int l = 0; l < 2; l++) {
-        const json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
-        size_t i;
-        json_array_foreach(arr, i, ctr) {
-            const json_t *res = json_object_get(ctr, "resources");
-            const char *name = json_string_value(json_object_get(ctr, "name"));
-            struct core_request r;
-            if (!rewritten(c, ctr, ctr_lists[l], i, &r))
-                continue;
-            for (int m = 0; m < 2; m++) {
-                const json_t *map = json_object_get(res, maps[m]);
-                const char *key = json_object_get(map, c->names.vcuda_core)
-                                      ? c->names.vcuda_core
-                                  : json_object_get(map, c->names.vcuda_memory)
-                                      ? c->names.vcuda_memory
-                                      : NULL;
-                if (key)
-                    return gs_errf(e, GS_EINVAL, "%s[%zu].%s[%s]: not rewritten as %s, so "
-                                   "kubelet would start the container without a GPU: %s "
-                                   "(container '%s')", ctr_lists[l], i, maps[m], key,
-                                   c->names.gpu, why, name ? name : "");
-            }
-        }
-    }
+    int rc = foreach_vcuda_map(c, pod, refuse_vcuda, e);
+    if (rc < 0)
+        return rc;
     char label[160];
     gpu_pod_label(c, label, sizeof label);
     if (c->assigners && c->assigners[0] && !kube_label(pod, label))
         return gs_errf(e, GS_EINVAL, "metadata.labels[%s]: missing, so no update of this GPU "
-                       "pod would be checked (webhook --assigners): %s", label, why);
+                       "pod would be checked (webhook --assigners): %s", label, not_mutated);
     return 0;
 }
 
@@ -549,28 +580,12 @@ static json_t *native_resources(const struct core_names *n, const json_t *res,
  * container asking in the tkestack form is rewritten in the native one (the
  * same request: the extender reads both the same way), and then gets its
  * GPUs from the device plugin like any other. */
-static void vcuda_to_native(const struct wh_config *c, const json_t *pod, json_t *ops)
+static int add_native(const struct wh_config *c, const struct vcuda_map *v, void *ops)
 {
-    const json_t *spec = json_object_get(pod, "spec");
-    for (int l = 0; l < 2; l++) {
-        const json_t *arr = json_object_get(spec, ctr_lists[l]), *ctr;
-        size_t i;
-        json_array_foreach(arr, i, ctr) {
-            const json_t *res = json_object_get(ctr, "resources");
-            struct core_request r;
-            if (!rewritten(c, ctr, ctr_lists[l], i, &r))
-                continue;
-            static const char *const maps[] = {"limits", "requests"};
-            for (int m = 0; m < 2; m++) {
-                json_t *native = native_resources(&c->names, json_object_get(res, maps[m]), &r);
-                char path[96];
-                if (!native)
-                    continue;
-                snprintf(path, sizeof path, "/spec/%s/%zu/resources/%s", ctr_lists[l], i, maps[m]);
-                add_op(ops, path, native); /* "add" replaces an existing member */
-            }
-        }
-    }
+    char path[96];
+    snprintf(path, sizeof path, "/spec/%s/%zu/resources/%s", v->list, v->idx, v->map_name);
+    add_op(ops, path, native_resources(&c->names, v->map, &v->r)); /* "add" replaces it */
+    return 0;
 }
 
 /* Removes the assignment annotations of a pod created without a node by a
@@ -663,7 +678,7 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         if (c->scheduler_name && c->scheduler_name[0] &&
             (!sn || !sn[0] || strcmp(sn, "default-scheduler") == 0))
             add_op(ops, "/spec/schedulerName", json_string(c->scheduler_name));
-        snprintf(key, sizeof key, "%srequest", c->names.annot_prefix);
+        request_annotation(c, key, sizeof key);
         wh_request_string(&p.req, val, sizeof val);
         const char *cur = json_string_value(json_object_get(have, key));
         if (!cur || strcmp(cur, val) != 0)
@@ -671,7 +686,7 @@ int wh_mutate_pod(const struct wh_config *c, const json_t *pod, const char *ns, 
         gpu_pod_label(c, key, sizeof key);
         if (!kube_label(pod, key))
             json_object_set_new(labels, key, json_string("true"));
-        vcuda_to_native(c, pod, ops);
+        foreach_vcuda_map(c, pod, add_native, ops);
         if (!p.policy[0]) {
             for (int i = 0; i < c->n_defaults; i++)
                 if (strcmp(c->defaults[i].ns, p.ns) == 0) {

@@ -54,7 +54,7 @@ struct wh_cluster {
     int max_gpus_per_node;
     int kubelet_minor;               /* the oldest node's kubelet 1.x (0: none known) */
     int n_models;                    /* the models seen, for the least memory a whole GPU */
-    int models_overflow;             /* holds: more than WH_MAX_MODELS (then none is used) */
+    int models_overflow;             /* more than WH_MAX_MODELS seen: none is used */
     struct wh_model models[WH_MAX_MODELS];
 };
 

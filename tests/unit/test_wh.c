@@ -358,6 +358,27 @@ static void admit_tests(void)
     json_decref(p);
 }
 
+/* A pod of these limits asks for no GPU: created without the GPU pod label
+ * it passes and gets none, and a user may remove the label from it. */
+static void no_gpu_label_checks(const struct wh_config *c, const char *limits)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char doc[512], warn[512];
+    json_t *patch;
+    snprintf(doc, sizeof doc, "{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},"
+             "\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":%s}}]}}",
+             limits);
+    json_t *p = pod_json(doc), *old = json_deep_copy(p);
+    json_object_clear(json_object_get(json_object_get(p, "metadata"), "labels"));
+    ASSERT_EQ(wh_validate_pod(c, NULL, p, "ml", &e), 0);
+    ASSERT_EQ(wh_check_assignment(c, old, p, "alice", &e), 0);
+    ASSERT_EQ(wh_mutate_pod(c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
+    ASSERT_EQ(json_array_size(patch), 0);
+    json_decref(patch);
+    json_decref(old);
+    json_decref(p);
+}
+
 /* What /mutate leaves on a GPU pod, which validation requires: a tkestack
  * container rewritten, and with --assigners the GPU pod label; the label
  * cannot be removed by a user who may not write assignments. */
@@ -427,17 +448,7 @@ static void mutated_tests(void)
     json_decref(old);
     json_decref(p);
     /* a CPU-only pod: no label asked, none set, and its label is the user's */
-    p = pod_json("{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},\"spec\":"
-                 "{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":{\"cpu\":\"1\"}}}]}}");
-    old = json_deep_copy(p);
-    json_object_clear(json_object_get(json_object_get(p, "metadata"), "labels"));
-    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
-    ASSERT_EQ(wh_check_assignment(&c, old, p, "alice", &e), 0);
-    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 0);
-    json_decref(patch);
-    json_decref(old);
-    json_decref(p);
+    no_gpu_label_checks(&c, "{\"cpu\":\"1\"}");
     /* the request annotation says /mutate ran (any version of it): a pod with
      * it passes without the label (a replica of an older version mutated it)
      * and with a tkestack container (replicas that differ on the kubelets) */
@@ -448,18 +459,7 @@ static void mutated_tests(void)
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
     json_decref(p);
     /* gpu: 0 asks for no GPU: no label asked or set, and removing one is free */
-    p = pod_json("{\"metadata\":{\"labels\":{\"gpusched.io/gpu-pod\":\"true\"}},\"spec\":"
-                 "{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
-                 "{\"nvidia.com/gpu\":\"0\"}}}]}}");
-    old = json_deep_copy(p);
-    json_object_clear(json_object_get(json_object_get(p, "metadata"), "labels"));
-    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
-    ASSERT_EQ(wh_check_assignment(&c, old, p, "alice", &e), 0);
-    ASSERT_EQ(wh_mutate_pod(&c, p, "ml", "alice", &patch, warn, sizeof warn, &e), 0);
-    ASSERT_EQ(json_array_size(patch), 0);
-    json_decref(patch);
-    json_decref(old);
-    json_decref(p);
+    no_gpu_label_checks(&c, "{\"nvidia.com/gpu\":\"0\"}");
     /* renamed: the label follows --annotation-prefix */
     c.names.annot_prefix = "sched.example.com/";
     p = pod_json("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
