@@ -148,6 +148,12 @@ int cmd_extender(int argc, char **argv)
         status = 2;
         goto out;
     }
+    if (cfg.nodes && cfg.filter_preemption) {
+        fprintf(stderr, "gpusched extender: filter_preemption: needs cluster mode (--kubeconfig "
+                        "or --in-cluster): standalone has no pods to preempt\n");
+        status = 2;
+        goto out;
+    }
     /* Every /filter and /prioritize allocates and frees buffers of 70-200 KB
      * (5,000 node names in and out). glibc would return that memory to the
      * kernel after each request (mmap/munmap, or madvise on a thread's
@@ -165,6 +171,8 @@ int cmd_extender(int argc, char **argv)
     if (!m || ext_sched_new(&(struct ext_sched_opts){.names = &cfg.names, .policy = cfg.policy,
                                                      .top_k = (int)cfg.top_k, .metrics = m,
                                                      .filter_wait = cfg.filter_wait,
+                                                     .filter_preemption =
+                                                         (int)cfg.filter_preemption,
                                                      .hard_pod_affinity_weight =
                                                          cfg.hard_pod_affinity_weight
                                                              ? (int)cfg.hard_pod_affinity_weight

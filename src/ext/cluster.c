@@ -316,6 +316,64 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
     }
 }
 
+/* The preemption a /filter chose (ext/sched_preempt.c), carried out as
+ * kube-scheduler's own: each victim deleted, only while it is still the pod
+ * chosen (its UID a precondition), with a Preempted event; then the
+ * preemptor nominated to the node, which kube-scheduler's filters read (it
+ * keeps the node's CPU and memory for it) and the extender's watch too. A
+ * victim already gone, or replaced by a pod of the same name, counts as
+ * deleted. */
+static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_err *e)
+{
+    struct ext_cluster *cl = ud;
+    char path[700], msg[1024], who[2 * CORE_NAME_MAX];
+    for (int i = 0; i < pr->n; i++) {
+        struct gs_err de = GS_ERR_INIT;
+        long status = 0;
+        snprintf(who, sizeof who, "%s", pr->v[i].pod);
+        char *slash = strchr(who, '/');
+        if (!slash)
+            return gs_errf(e, GS_EINVAL, "victim %s: no namespace", who);
+        *slash = '\0';
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", who, slash + 1);
+        json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "kind", "DeleteOptions", "apiVersion",
+                                 "v1", "preconditions", "uid", pr->v[i].uid);
+        int rc = kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL, &status,
+                              &de);
+        json_decref(opts);
+        if (rc < 0 && status != 404 && status != 409)
+            return gs_errf(e, rc, "deleting victim %s: %s", pr->v[i].pod, de.msg);
+        if (rc < 0)
+            continue;
+        snprintf(msg, sizeof msg, "Preempted by %s on node %s", pr->pod, pr->node);
+        if (cl->cfg->events &&
+            kube_event(cl->kc, "Pod", who, slash + 1, pr->v[i].uid, "Normal", "Preempted", msg,
+                       &de) < 0)
+            log_warn("extender", "event for %s: %s", pr->v[i].pod, de.msg);
+    }
+    snprintf(who, sizeof who, "%s", pr->pod);
+    char *slash = strchr(who, '/');
+    if (!slash)
+        return gs_errf(e, GS_EINVAL, "pod %s: no namespace", who);
+    *slash = '\0';
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/status", who, slash + 1);
+    json_t *patch = json_pack("{s:{s:s}}", "status", "nominatedNodeName", pr->node);
+    struct gs_err pe = GS_ERR_INIT;
+    /* the victims are going: a pod that cannot be nominated (no RBAC for
+     * pods/status, say) still has the node kept by the extender */
+    if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &pe) < 0)
+        log_warn("extender", "nominating %s to %s: %s", pr->pod, pr->node, pe.msg);
+    json_decref(patch);
+    size_t o = (size_t)snprintf(msg, sizeof msg, "preempted %d pod%s on %s for %s (priority %d):",
+                                pr->n, pr->n == 1 ? "" : "s", pr->node, pr->pod,
+                                (int)pr->priority);
+    for (int i = 0; i < pr->n && o < sizeof msg; i++)
+        o += (size_t)snprintf(msg + o, sizeof msg - o, "%s %s (priority %d)", i ? "," : "",
+                              pr->v[i].pod, (int)pr->v[i].priority);
+    log_info("extender", "%s", msg);
+    return 0;
+}
+
 int ext_cluster_leader(void *cluster, char *out, size_t cap)
 {
     struct ext_cluster *cl = cluster;
@@ -455,6 +513,7 @@ static void *house_main(void *arg)
         }
         if (now_real() - last_inv >= 1.0) {
             last_inv = now_real();
+            ext_sched_expire_preemptions(cl->s, last_inv);
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
             if (cl->cfg->events && leading)
                 post_events(cl);
@@ -509,7 +568,8 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
             return rc;
         }
     }
-    ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind, .ud = cl});
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind,
+                                                  .preempt = commit_preempt, .ud = cl});
     if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,

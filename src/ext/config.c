@@ -56,6 +56,10 @@ static const struct row rows[] = {
     {"nudge", C_BOOL, F(nudge), NULL, "touch unschedulable GPU pods when GPUs free up (default on)",
      0, 0},
     {"events", C_BOOL, F(events), NULL, "post Events on pods that fit nowhere (default on)", 0, 0},
+    {"filter_preemption", C_BOOL, F(filter_preemption), NULL,
+     "cluster: when GPUs alone keep a pod off every node, the leader preempts lower-priority "
+     "GPU pods for it from /filter (for kube-scheduler 1.22+, whose preemption never asks "
+     "/preempt then; default off)", 0, 0},
     {"node_lock_timeout", C_DBL, F(node_lock_timeout), "SECONDS",
      "cluster: a GPU pod bound to a node holds it until kubelet admits it, at most this long "
      "(0 = no node lock; default 300)", 0, 0},

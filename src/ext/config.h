@@ -33,6 +33,7 @@ struct ext_config {
     double workload_save;                 /* seconds between saves */
     long nudge;                           /* nudge unschedulable GPU pods when GPUs free up */
     long events;                          /* post Events on pods */
+    long filter_preemption;               /* cluster: preempt for GPU pods from /filter */
     double node_lock_timeout;             /* seconds a bound GPU pod holds its node; 0 = no lock */
     double bind_wait;                     /* seconds a /bind waits for a held node */
     double filter_wait;                   /* seconds a /filter waits for the bind before it */

@@ -239,6 +239,7 @@ static void pod_free(struct pod *p)
 {
     if (p) {
         json_decref(p->obj);
+        free(p->pre);
         free(p);
     }
 }
@@ -251,6 +252,7 @@ void ext_sched_free(struct ext_sched *s)
     SMAP_FOREACH(&s->inv, it) free(sched_smap_del(&s->inv, it->key));
     SMAP_FOREACH(&s->unkept, it) free(sched_smap_del(&s->unkept, it->key));
     SMAP_FOREACH(&s->nominated, it) sched_smap_del(&s->nominated, it->key); /* pods' */
+    SMAP_FOREACH(&s->preempting, it) sched_smap_del(&s->preempting, it->key); /* pods' */
     sched_usage_clear(s);
     free(s->usage_pods.b);
     free(s->usage_nodes.b);
@@ -258,6 +260,7 @@ void ext_sched_free(struct ext_sched *s)
     free(s->inv.b);
     free(s->unkept.b);
     free(s->nominated.b);
+    free(s->preempting.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
     ext_memo_free(s->memo);
@@ -400,12 +403,16 @@ static void set_nominated(struct ext_sched *s, struct pod *p, const char *node)
     snprintf(p->nominated, sizeof p->nominated, "%s", node);
 }
 
-static void track_nomination(struct ext_sched *s, struct pod *p)
+void sched_track_nomination(struct ext_sched *s, struct pod *p)
 {
     const char *node =
         json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
     const char *nom = json_string_value(
         json_object_get(json_object_get(p->obj, "status"), "nominatedNodeName"));
+    if (node && *node)
+        sched_preempt_drop(s, p); /* bound: its preemption is over */
+    else if (sched_preempting(p))
+        nom = sched_preempting(p); /* kube-scheduler 1.22+ may clear the one written for it */
     /* in cluster mode only: the watch tells when the pod goes (standalone,
      * a pod that /filter once saw nominated would hold its node forever) */
     if (!s->commit.bind || (node && *node) || !nom || strlen(nom) >= sizeof p->nominated)
@@ -448,7 +455,7 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj, int watched)
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
         if (watched)
-            track_nomination(s, p);
+            sched_track_nomination(s, p);
         sched_podaff_owner_put(s, p->uid, obj);
     }
     p->seq = ++s->seq;
@@ -468,6 +475,7 @@ static void forget(struct ext_sched *s, struct pod *p)
     if (s->lock)
         s->released |= ext_nodelock_clear(s->lock, p->uid);
     sched_set_bind_busy(s, p, 0);
+    sched_preempt_drop(s, p);
     set_nominated(s, p, "");
     if (p->need_restore)
         s->n_need_restore--;

@@ -55,6 +55,20 @@ struct ext_sched;
  * other failure is a negative GS_E* code, and the reservation is undone. */
 #define EXT_COMMIT_UNKNOWN 1
 
+/* A preemption decided by /filter (opts.filter_preemption): pod (UID uid)
+ * takes node once the victims, lower-priority GPU pods there, are gone. */
+#define EXT_MAX_VICTIMS 64
+struct ext_preemption {
+    char pod[2 * CORE_NAME_MAX]; /* "namespace/name" */
+    char uid[64], node[CORE_NAME_MAX];
+    int32_t priority;
+    int n;
+    struct {
+        char pod[2 * CORE_NAME_MAX], uid[64];
+        int32_t priority;
+    } v[EXT_MAX_VICTIMS];
+};
+
 struct ext_commit {
     int (*bind)(void *ud, const char *ns, const char *name, const char *uid,
                 const struct core_alloc *a, const json_t *annotations, struct gs_err *e);
@@ -65,6 +79,10 @@ struct ext_commit {
     int (*durable)(void *ud, void *ticket, struct gs_err *e);
     /* May this replica bind now? (leader election); NULL = always. */
     int (*may_bind)(void *ud);
+    /* Carries out a preemption (cluster: deletes the victims, each only
+     * while it has its UID, and nominates the pod to the node), called
+     * without the lock. NULL: /filter never preempts. */
+    int (*preempt)(void *ud, const struct ext_preemption *pr, struct gs_err *e);
     void *ud;
 };
 
@@ -87,6 +105,8 @@ struct ext_sched_opts {
     int hard_pod_affinity_weight; /* kube-scheduler's InterPodAffinityArgs: what a placed
                              pod's required podAffinity term adds for the pods it picks,
                              1..100; 0 = its default (1); EXT_HARD_AFFINITY_NONE = 0 */
+    int filter_preemption; /* a GPU pod that no node offered fits: preempt for it from
+                             /filter (the leader, through commit.preempt) */
 };
 #define EXT_HARD_AFFINITY_NONE (-1)
 
@@ -115,6 +135,11 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
 /* Marks nodes whose inventory is older than ttl_s unavailable (and fresh
  * ones available again). Returns the number of stale nodes. */
 int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
+/* Ends the preemptions /filter started whose victims all let go of their
+ * GPUs more than EXT_PREEMPT_KEEP_S before now (wall clock): their pods
+ * keep the node only through status.nominatedNodeName from then on. */
+#define EXT_PREEMPT_KEEP_S 30.0
+void ext_sched_expire_preemptions(struct ext_sched *s, double now);
 
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes

@@ -18,6 +18,7 @@
 #include "ext/sched_int.h"
 #include "ext/namelist.h"
 #include "util/buf.h"
+#include "util/log.h"
 
 /* Appends ,"node":"reason" to a FailedNodes map being built. */
 static void add_reason(struct gs_buf *b, const char *node, const char *reason)
@@ -247,6 +248,29 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
 
 /* wait: -1 never waits; 0 answers EXT_FILTER_WAIT when it would; 1 waits
  * (ext_sched_filter_after_bind). */
+/* Has the preemption /filter chose carried out (commit.preempt). One that
+ * failed is forgotten: its victims keep their GPUs, and the node must not
+ * stay kept for the pod. */
+static void carry_out(struct ext_sched *s, struct ext_preemption *pr)
+{
+    struct gs_err e = GS_ERR_INIT;
+    if (s->commit.preempt(s->commit.ud, pr, &e) == 0) {
+        sched_decision(s, "preempt", "from_filter");
+        free(pr);
+        return;
+    }
+    log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = sched_smap_get(&s->pods, pr->uid);
+    if (p && sched_preempting(p) && strcmp(sched_preempting(p), pr->node) == 0) {
+        sched_preempt_drop(s, p);
+        sched_track_nomination(s, p);
+    }
+    pthread_mutex_unlock(&s->mu);
+    sched_decision(s, "preempt", "from_filter_error");
+    free(pr);
+}
+
 static int filter_run(struct ext_sched *s, const char *body, size_t len, int wait,
                       struct ext_reply *out)
 {
@@ -274,6 +298,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     unsigned long epoch = 0;
     uint64_t ver = 0;
     const int *pos = NULL; /* the nodes' positions (-1: unknown) */
+    struct ext_preemption *pr = NULL;
 
     pthread_mutex_lock(&s->mu);
     if (gpu && wait >= 0 && sched_await_bind(s, pod->uid, wait)) {
@@ -405,7 +430,17 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         p->unschedulable = nfit == 0;
     if (gpu && ok && nfit > 0)
         sched_expect_bind(s, pod->uid);
+    /* no node fits: preempt for it (sched_preempt.c), the API calls made
+     * once the lock is let go */
+    if (p && ok && en && pos && nfit == 0 && s->opts.filter_preemption &&
+        (pr = malloc(sizeof *pr)) &&
+        !sched_filter_preempt(s, p, pod, a->pod, pos, en->fit, a->n, pr)) {
+        free(pr);
+        pr = NULL;
+    }
     pthread_mutex_unlock(&s->mu);
+    if (pr)
+        carry_out(s, pr);
 done:
     ext_memo_entry_clear(&own);
     free(own_pos);

@@ -50,6 +50,8 @@ struct node_info {
     int kubelet;            /* a kubelet registered it (status.nodeInfo.kubeletVersion) */
 };
 
+struct sched_preempting; /* ext/sched_preempt.c */
+
 /* A pod the extender has seen. */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
@@ -62,7 +64,9 @@ struct pod {
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
-    char nominated[CORE_NAME_MAX]; /* status.nominatedNodeName while it has no node ("": none) */
+    char nominated[CORE_NAME_MAX]; /* the node it is nominated to while it has none ("": none):
+                                      its own preemption's (pre), else status.nominatedNodeName */
+    struct sched_preempting *pre; /* the preemption /filter started for it, or NULL */
     struct pod *older, *newer; /* the eviction order (see evict) */
 };
 
@@ -120,6 +124,7 @@ struct ext_sched {
     struct smap nominated; /* uid -> struct pod, of the remembered pods with a nomination
                               (struct pod.nominated) */
     int nomination_gone;  /* one was withdrawn or moved since the last check */
+    struct smap preempting; /* uid -> struct pod, of the pods with a preemption (pod.pre) */
     struct sched_held *held; /* nominated pods gathered for the pod asked (sched_nominated.c) */
 };
 
@@ -161,6 +166,28 @@ int sched_nominated_fit(struct ext_sched *s, const struct core_pod *pod, const s
  * sched_nominated_undo takes back what it reserved. */
 int sched_nominated_hold(struct ext_sched *s, const struct core_node *n, struct gs_err *e);
 void sched_nominated_undo(struct ext_sched *s);
+
+/* ---- preemption (ext/sched_preempt.c) ----------------------------------------
+ * Lock held for all of them. */
+
+/* GPU pod `pod` (remembered as p; obj its Pod) fits none of the n nodes a
+ * /filter asked about (pos: their positions, -1 unknown; fit: their
+ * verdicts, enum ext_memo_fit). When opts.filter_preemption is on, this
+ * replica may bind, the pod may preempt and some node has lower-priority
+ * GPU pods whose removal lets it fit, chooses that node and those victims
+ * as kube-scheduler's preemption would, records them on p (nominated to
+ * the node from now on) and returns 1 with *pr filled: the caller carries
+ * it out through commit.preempt once the lock is released. Else 0. */
+int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_pod *pod,
+                         const json_t *obj, const int *pos, const unsigned char *fit, int n,
+                         struct ext_preemption *pr);
+/* The node of the preemption /filter started for p, while it is under
+ * way; NULL when none is. */
+const char *sched_preempting(const struct pod *p);
+/* Drops p's preemption record (p is forgotten, bound, or it expired). */
+void sched_preempt_drop(struct ext_sched *s, struct pod *p);
+/* Sets p's nomination from its preemption record or its watched object. */
+void sched_track_nomination(struct ext_sched *s, struct pod *p);
 
 /* ---- what pods without GPUs of ours take (ext/sched_usage.c) ----------------
  * Lock held for all of them. */

@@ -1,10 +1,22 @@
 /*
- * ext/sched_preempt.c - the extender's /preempt verb (kube-scheduler's
- * PostFilter preemption): per node offered, kube-scheduler's victims plus the
- * GPU pods that must also go for the pod to fit beside the pods nominated
- * there that it must leave room for, or the node dropped.
+ * ext/sched_preempt.c - preemption for GPU pods, two ways in:
+ *
+ * - /preempt (kube-scheduler's PostFilter preemption): per node offered,
+ *   kube-scheduler's victims plus the GPU pods that must also go for the pod
+ *   to fit beside the pods nominated there that it must leave room for, or
+ *   the node dropped.
+ * - from /filter (opts.filter_preemption): kube-scheduler 1.22+ never asks
+ *   /preempt when GPUs alone keep a pod out (its dry run fits the pod on
+ *   every node it passed, with no victim, since the GPU resources are
+ *   ignoredByScheduler). So when no node fits, the extender chooses the
+ *   victims and the node as kube-scheduler would, has them deleted and the
+ *   pod nominated there (commit.preempt), and keeps the node for the pod
+ *   (sched_nominated.c) until it binds, or until EXT_PREEMPT_KEEP_S after
+ *   the victims let go of their GPUs: kube-scheduler may clear the
+ *   nomination it was given before it retries the pod.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +27,80 @@
 #include "ext/sched.h"
 #include "ext/sched_int.h"
 #include "util/log.h"
+
+/* A preemption /filter started: the victims it waits for. */
+struct sched_preempting {
+    char node[CORE_NAME_MAX];
+    int n;
+    char uid[EXT_MAX_VICTIMS][64];
+    double gone_at; /* wall clock: when the last victim let go of its GPUs (0: not yet) */
+};
+
+/* The GPU pods beyond gone[0..ngone) (taken off first: kube-scheduler's
+ * victims) that must leave n for pod to fit there beside the pods nominated
+ * there that it must leave room for (held: sched_nominated_prepare found
+ * some) and within its namespace's quota (quota: it has one). Returns how
+ * many, their allocations copied to out[0..max), or -1 when the pod cannot
+ * fit there. The cluster is left as it was. Lock held. */
+static int node_victims(struct ext_sched *s, struct core_node *n, const struct core_pod *pod,
+                        int held, int quota, const char *const *gone, int ngone,
+                        struct core_alloc *out, int max)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_alloc *saved = calloc((size_t)ngone + 1, sizeof *saved);
+    int nsaved = 0, ok = 1, nmore = 0;
+    if (!saved)
+        return -1;
+    /* take kube-scheduler's victims off first, as it will */
+    for (int k = 0; k < ngone; k++) {
+        const struct core_alloc *al = core_alloc_find(s->c, gone[k]);
+        if (al && strcmp(al->node, n->name) == 0) {
+            saved[nsaved++] = *al;
+            core_unreserve(s->c, gone[k], NULL);
+        }
+    }
+    /* and its victims without GPUs (ext/sched_usage.c) */
+    if (ngone)
+        sched_usage_without(s, n->name, gone, ngone);
+    /* the pods nominated there that it must leave room for hold their GPUs
+     * (sched_nominated.c): a node one of them does not fit yet is theirs */
+    if (held && sched_nominated_hold(s, n, NULL) < 0)
+        ok = 0;
+    if (ok && pod->req.kind != CORE_REQ_NONE && !core_filter(s->c, n, pod, NULL)) {
+        const char *victims[EXT_MAX_VICTIMS];
+        int nv = 0;
+        if (core_preempt(s->c, n, pod, victims, max < EXT_MAX_VICTIMS ? max : EXT_MAX_VICTIMS,
+                         &nv, &e) == 0) {
+            for (int k = 0; k < nv; k++)
+                out[nmore++] = *core_alloc_find(s->c, victims[k]);
+        } else {
+            ok = 0;
+        }
+    }
+    /* kubelet's device count with every victim gone: the core's victims
+     * free GPU capacity, which is not always a device (victims are not
+     * chosen for devices; such a node is dropped); and the quota, counted
+     * without them */
+    for (int k = 0; k < nmore; k++)
+        core_unreserve(s->c, out[k].pod_uid, NULL);
+    if (ok && !sched_devices_fit(s, n, pod, NULL))
+        ok = 0;
+    if (ok && quota) {
+        sched_quota_prepare(s, pod);
+        ok = !sched_quota_blocks(s, pod, n, &e);
+    }
+    sched_nominated_undo(s);
+    for (int k = 0; k < nmore; k++)
+        core_reserve_back(s->c, &out[k], NULL);
+    for (int k = 0; k < nsaved; k++)
+        core_reserve_back(s->c, &saved[k], NULL);
+    free(saved);
+    if (quota && nmore + nsaved)
+        sched_quota_prepare(s, pod);
+    if (ngone)
+        sched_usage_push(s, n->name);
+    return ok ? nmore : -1;
+}
 
 int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *rep)
 {
@@ -40,76 +126,187 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         return 500;
     }
     json_t *out = json_object();
+    struct core_alloc *more = calloc(EXT_MAX_VICTIMS, sizeof *more);
     pthread_mutex_lock(&s->mu);
-    int held = sched_nominated_prepare(s, &pod);
-    for (int i = 0; i < pa.n; i++) {
+    /* a preemption /filter started for it is under way: none on top */
+    struct pod *p = sched_find_by_name(s, pod.ns, pod.name);
+    int busy = p && sched_preempting(p);
+    int held = busy ? 0 : sched_nominated_prepare(s, &pod);
+    for (int i = 0; more && !busy && i < pa.n; i++) {
         struct ext_victims *v = &pa.nodes[i];
         struct core_node *n = core_cluster_find(s->c, v->node);
-        struct core_alloc *saved = calloc((size_t)v->n + 1, sizeof *saved);
-        int nsaved = 0, ok = 1;
-        json_t *pods = json_array();
-        if (!n || !saved) {
-            free(saved);
-            json_decref(pods);
+        if (!n)
             continue;
-        }
-        /* take kube-scheduler's victims off first, as it will */
-        for (int k = 0; k < v->n; k++) {
-            const struct core_alloc *al = core_alloc_find(s->c, v->uids[k]);
-            if (al && strcmp(al->node, v->node) == 0) {
-                saved[nsaved++] = *al;
-                core_unreserve(s->c, v->uids[k], NULL);
-            }
+        int nmore = node_victims(s, n, &pod, held, 0, (const char *const *)v->uids, v->n, more,
+                                 EXT_MAX_VICTIMS);
+        if (nmore < 0 || v->n + nmore == 0)
+            continue;
+        json_t *pods = json_array();
+        for (int k = 0; k < v->n; k++)
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
-        }
-        /* and its victims without GPUs (ext/sched_usage.c) */
-        sched_usage_without(s, v->node, v->uids, v->n);
-        /* the pods nominated there that it must leave room for hold their
-         * GPUs (sched_nominated.c): a node one of them does not fit yet is
-         * theirs, and dropped */
-        if (held && sched_nominated_hold(s, n, NULL) < 0)
-            ok = 0;
-        struct core_alloc *more = NULL;
-        int nmore = 0;
-        if (ok && pod.req.kind != CORE_REQ_NONE && !core_filter(s->c, n, &pod, NULL)) {
-            const char *victims[64];
-            int nv = 0;
-            if (core_preempt(s->c, n, &pod, victims, 64, &nv, &e) == 0 &&
-                (more = calloc((size_t)nv + 1, sizeof *more))) {
-                for (int k = 0; k < nv; k++) {
-                    json_array_append_new(pods, json_pack("{s:s}", "UID", victims[k]));
-                    more[nmore++] = *core_alloc_find(s->c, victims[k]);
-                }
-            } else {
-                ok = 0;
-            }
-        }
-        /* kubelet's device count with every victim gone: the core's victims
-         * free GPU capacity, which is not always a device (victims are not
-         * chosen for devices; such a node is dropped) */
         for (int k = 0; k < nmore; k++)
-            core_unreserve(s->c, more[k].pod_uid, NULL);
-        if (ok && !sched_devices_fit(s, n, &pod, NULL))
-            ok = 0;
-        sched_nominated_undo(s);
-        for (int k = 0; k < nmore; k++)
-            core_reserve_back(s->c, &more[k], NULL);
-        free(more);
-        for (int k = 0; k < nsaved; k++)
-            core_reserve_back(s->c, &saved[k], NULL);
-        free(saved);
-        sched_usage_push(s, v->node);
-        if (ok && json_array_size(pods) > 0)
-            json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
-                                                        "NumPDBViolations",
-                                                        (json_int_t)v->pdb_violations));
-        else
-            json_decref(pods);
+            json_array_append_new(pods, json_pack("{s:s}", "UID", more[k].pod_uid));
+        json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
+                                                    "NumPDBViolations",
+                                                    (json_int_t)v->pdb_violations));
     }
     pthread_mutex_unlock(&s->mu);
+    free(more);
     sched_decision(s, "preempt", json_object_size(out) ? "victims" : "none");
     core_pod_clear(&pod);
     ext_preempt_clear(&pa);
     *reply = json_pack("{s:o}", "NodeNameToMetaVictims", out);
     return 200;
+}
+
+/* ---- from /filter ----------------------------------------------------------- */
+
+const char *sched_preempting(const struct pod *p) { return p->pre ? p->pre->node : NULL; }
+
+void sched_preempt_drop(struct ext_sched *s, struct pod *p)
+{
+    if (p->pre) {
+        sched_smap_del(&s->preempting, p->uid);
+        free(p->pre);
+        p->pre = NULL;
+    }
+}
+
+/* kube-scheduler's PodEligibleToPreemptOthers: a pod that asks never to
+ * preempt does not, nor one nominated to a node where a pod of lower
+ * priority still terminates (a preemption of kube-scheduler's under way). */
+static int may_preempt(struct ext_sched *s, const struct pod *p, const struct core_pod *pod,
+                       const json_t *obj)
+{
+    const char *never =
+        json_string_value(json_object_get(json_object_get(obj, "spec"), "preemptionPolicy"));
+    if (never && strcmp(never, "Never") == 0)
+        return 0;
+    if (!p->nominated[0])
+        return 1;
+    SMAP_FOREACH(&s->pods, it)
+    {
+        const struct pod *q = it->val;
+        const json_t *spec = json_object_get(q->obj, "spec");
+        const char *node = json_string_value(json_object_get(spec, "nodeName"));
+        if (node && strcmp(node, p->nominated) == 0 &&
+            json_object_get(json_object_get(q->obj, "metadata"), "deletionTimestamp") &&
+            json_integer_value(json_object_get(spec, "priority")) < pod->priority)
+            return 0;
+    }
+    return 1;
+}
+
+/* kube-scheduler's pickOneNodeForPreemption, less PDBs and start times: the
+ * lowest highest victim priority, then the lowest sum of priorities (each
+ * offset by 2^31, so that more victims weigh more), then the fewest. */
+struct victims_key {
+    int32_t top;
+    int64_t sum;
+    int n;
+};
+
+static struct victims_key key_of(const struct core_alloc *v, int n)
+{
+    struct victims_key k = {INT32_MIN, 0, n};
+    for (int i = 0; i < n; i++) {
+        if (v[i].priority > k.top)
+            k.top = v[i].priority;
+        k.sum += (int64_t)v[i].priority + ((int64_t)1 << 31);
+    }
+    return k;
+}
+
+static int key_less(struct victims_key a, struct victims_key b)
+{
+    if (a.top != b.top)
+        return a.top < b.top;
+    if (a.sum != b.sum)
+        return a.sum < b.sum;
+    return a.n < b.n;
+}
+
+int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_pod *pod,
+                         const json_t *obj, const int *pos, const unsigned char *fit, int n,
+                         struct ext_preemption *pr)
+{
+    if (!s->opts.filter_preemption || !s->commit.preempt || !p || p->pre ||
+        pod->req.kind == CORE_REQ_NONE ||
+        (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) ||
+        !may_preempt(s, p, pod, obj))
+        return 0;
+    struct core_alloc *v = calloc(EXT_MAX_VICTIMS, sizeof *v);
+    struct core_alloc *best = calloc(EXT_MAX_VICTIMS, sizeof *best);
+    struct sched_preempting *rec = calloc(1, sizeof *rec);
+    struct core_node *at = NULL;
+    struct victims_key bk = {0};
+    int nbest = 0;
+    if (!v || !best || !rec)
+        goto out;
+    int held = sched_nominated_prepare(s, pod);
+    int quota = sched_quota_prepare(s, pod);
+    for (int i = 0; i < n; i++) {
+        /* the nodes kube-scheduler's own filters passed, which the pod
+         * does not fit now (or a nomination or its quota refused) */
+        if (pos[i] < 0 || (fit[i] != EXT_FIT_NOW && fit[i] != EXT_FIT_YES))
+            continue;
+        struct core_node *node = core_cluster_node(s->c, pos[i]);
+        int nv = node_victims(s, node, pod, held, quota, NULL, 0, v, EXT_MAX_VICTIMS);
+        if (nv <= 0)
+            continue;
+        struct victims_key k = key_of(v, nv);
+        if (!at || key_less(k, bk)) {
+            at = node;
+            bk = k;
+            nbest = nv;
+            memcpy(best, v, (size_t)nv * sizeof *v);
+        }
+    }
+    if (!at || sched_smap_put(&s->preempting, p->uid, p) < 0) {
+        nbest = 0;
+        goto out;
+    }
+    memset(pr, 0, sizeof *pr);
+    snprintf(pr->pod, sizeof pr->pod, "%s/%s", p->ns, p->name);
+    snprintf(pr->uid, sizeof pr->uid, "%s", p->uid);
+    snprintf(pr->node, sizeof pr->node, "%s", at->name);
+    snprintf(rec->node, sizeof rec->node, "%s", at->name);
+    pr->priority = pod->priority;
+    pr->n = rec->n = nbest;
+    for (int k = 0; k < nbest; k++) {
+        snprintf(pr->v[k].pod, sizeof pr->v[k].pod, "%s", best[k].pod_name);
+        snprintf(pr->v[k].uid, sizeof pr->v[k].uid, "%s", best[k].pod_uid);
+        snprintf(rec->uid[k], sizeof rec->uid[k], "%s", best[k].pod_uid);
+        pr->v[k].priority = best[k].priority;
+    }
+    p->pre = rec;
+    rec = NULL;
+    sched_track_nomination(s, p); /* the node is the pod's from now on */
+out:
+    free(v);
+    free(best);
+    free(rec);
+    return nbest > 0;
+}
+
+void ext_sched_expire_preemptions(struct ext_sched *s, double now)
+{
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->preempting, it)
+    {
+        struct pod *p = it->val;
+        struct sched_preempting *rec = p->pre;
+        int holding = 0;
+        for (int k = 0; k < rec->n && !holding; k++)
+            holding = core_alloc_find(s->c, rec->uid[k]) != NULL;
+        if (holding)
+            rec->gone_at = 0;
+        else if (!rec->gone_at)
+            rec->gone_at = now;
+        else if (now - rec->gone_at > EXT_PREEMPT_KEEP_S) {
+            sched_preempt_drop(s, p); /* deletes this entry: SMAP_FOREACH allows it */
+            sched_track_nomination(s, p);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
 }

@@ -1257,3 +1257,70 @@ def test_gpus_of_a_nominated_pod_are_kept_for_it(gpusched_bin, api, tmp_path):
         assert bound(e.bind(api.get("pods", "low", "default"), "g1"))
     finally:
         e.stop()
+
+
+def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, api, tmp_path):
+    """--filter-preemption (kube-scheduler 1.22+ never asks /preempt when GPUs alone
+    keep a pod out): a GPU pod that no node fits has the leader choose the victims
+    and the node as kube-scheduler would (lowest highest victim priority first),
+    delete them with their UID as a precondition, post Preempted events and
+    nominate the pod there; the node is kept for it from the start. A /filter of
+    the pod while its preemption is under way preempts nothing more, /preempt
+    offers it nothing, a failed delete forgets the preemption (the node is not
+    kept) and a pod with preemptionPolicy Never preempts nothing."""
+    for name, prio in (("a", 100), ("b", 500), ("c", 100), ("d", 100)):
+        add_gpu_pod(api, name, "1", priority=prio)
+    add_gpu_pod(api, "high", "2", priority=1000)
+    add_gpu_pod(api, "late", "1", priority=100)
+    never = pod("never", {"nvidia.com/gpu": "2"})
+    api.add_pod("default", "never", containers=never["spec"]["containers"], priority=2000)
+    api.update("pods", "never", "default",
+               fn=lambda p: p["spec"].__setitem__("preemptionPolicy", "Never"))
+    e = start(gpusched_bin, api, tmp_path, "--filter-preemption")
+    try:
+        for name, node in (("a", "g1"), ("b", "g1"), ("c", "g2"), ("d", "g2")):
+            wait_for(lambda: e.filter(api.get("pods", name, "default"), [node])["NodeNames"],
+                     what=f"{name} seen")
+            assert bound(e.bind(api.get("pods", name, "default"), node))
+        names = lambda: sorted(p["metadata"]["name"] for p in api.list("pods"))
+        # Never: no node, nothing deleted
+        f = e.filter(api.get("pods", "never", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [] and names() == ["a", "b", "c", "d", "high", "late", "never"]
+        # a failed delete: nothing kept, nothing nominated, tried again next time
+        api.fail("DELETE", "/pods/", 403, message="pods is forbidden")
+        assert e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"] == []
+        assert e.metric("gpusched_extender_nominated_pods") == 0
+        assert names() == ["a", "b", "c", "d", "high", "late", "never"]
+        assert not api.get("pods", "high", "default")["status"].get("nominatedNodeName")
+        # g1 would cost a 500, g2 two 100s: g2. The deletes are slow; a second
+        # /filter meanwhile preempts nothing more, and /preempt offers nothing
+        api.delay("DELETE", "/pods/", 1.0, times=2)
+        first = threading.Thread(target=lambda: e.filter(api.get("pods", "high", "default"),
+                                                         ["g1", "g2"]))
+        first.start()
+        wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 1,
+                 what="high kept g2 from the start")
+        assert e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"] == []
+        r = e.post("preempt", {"Pod": api.get("pods", "high", "default"),
+                               "NodeNameToMetaVictims": {
+                                   n: {"Pods": [], "NumPDBViolations": 0} for n in ("g1", "g2")}})
+        assert r.json()["NodeNameToMetaVictims"] == {}, r.text
+        first.join()
+        assert names() == ["a", "b", "high", "late", "never"]
+        assert api.get("pods", "high", "default")["status"]["nominatedNodeName"] == "g2"
+        reasons = [(ev["involvedObject"]["name"], ev["reason"], ev["message"])
+                   for ev in api.list("events") if ev["reason"] == "Preempted"]
+        assert sorted(reasons) == [(v, "Preempted", "Preempted by default/high on node g2")
+                                   for v in ("c", "d")], reasons
+        # the victims are gone: high fits g2, late is kept off it, and nothing
+        # more was deleted
+        wait_for(lambda: e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"]
+                 == ["g2"], what="high fits g2")
+        f = e.filter(api.get("pods", "late", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [] and "kept for pod default/high" in f["FailedNodes"]["g2"], f
+        assert names() == ["a", "b", "high", "late", "never"]
+        assert bound(e.bind(api.get("pods", "high", "default"), "g2"))
+        wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 0,
+                 what="the nomination ends with the bind")
+    finally:
+        e.stop()
