@@ -1312,6 +1312,15 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
                    for ev in api.list("events") if ev["reason"] == "Preempted"]
         assert sorted(reasons) == [(v, "Preempted", "Preempted by default/high on node g2")
                                    for v in ("c", "d")], reasons
+        assert e.metric('gpusched_extender_decisions_total{verb="preempt",'
+                        'result="from_filter"}') == 1
+        assert e.metric('gpusched_extender_decisions_total{verb="preempt",'
+                        'result="from_filter_error"}') == 1
+        # kube-scheduler 1.22+ clears the nomination when it finds no victim of
+        # its own: the extender keeps the node for high all the same
+        api.update("pods", "high", "default", fn=lambda p: p["status"].pop("nominatedNodeName"))
+        time.sleep(0.5)
+        assert e.metric("gpusched_extender_nominated_pods") == 1
         # the victims are gone: high fits g2, late is kept off it, and nothing
         # more was deleted
         wait_for(lambda: e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"]

@@ -132,6 +132,25 @@ def test_crd_and_rbac_applied(cluster):
     assert not can(cluster, ext, "patch", "events")
 
 
+def test_preemption_rbac_is_its_own_file(cluster):
+    """deploy/rbac-extender-preemption.yaml, applied for real, grants what
+    filter_preemption uses (src/ext/cluster.c, commit_preempt): delete pods and
+    patch pods/status; without it the extender may do neither."""
+    ext = "gpusched:gpusched-extender"
+    path = os.path.join(kcluster.ROOT, "deploy", "rbac-extender-preemption.yaml")
+    assert not can(cluster, ext, "delete", "pods")
+    assert not can(cluster, ext, "patch", "pods/status")
+    cluster.kubectl("apply", "-f", path)
+    try:
+        assert can(cluster, ext, "delete", "pods", "default")
+        assert can(cluster, ext, "patch", "pods/status", "default")
+        assert not can(cluster, ext, "update", "pods/status", "default")
+        assert not can(cluster, ext, "delete", "nodes")
+    finally:
+        cluster.kubectl("delete", "-f", path)
+    assert not can(cluster, ext, "delete", "pods")
+
+
 def test_webhook_rbac_grants_what_it_uses(cluster):
     """deploy/webhook.yaml's ServiceAccount and ClusterRole, applied for real: the
     webhook lists and watches GPUQuotas and Nodes (src/wh/wh_server.c, wh_nodes.c),

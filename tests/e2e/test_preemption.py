@@ -84,10 +84,13 @@ def prio(host_clean):
         yield c
 
 
-def fill(c):
-    """gpu-0 and gpu-1 full: six low (100) and two mid (500) whole-GPU pods."""
+def fill(c, grace=0):
+    """gpu-0 and gpu-1 full: six low (100) and two mid (500) whole-GPU pods; a
+    deleted one terminates for `grace` seconds (no kubelet ends it sooner)."""
     objs = [scale.pod(f"low-{i}", scale.WHOLE1, priority_class="e2e-low") for i in range(6)]
     objs += [scale.pod(f"mid-{i}", scale.WHOLE1, priority_class="e2e-mid") for i in range(2)]
+    for o in objs:
+        o["spec"]["terminationGracePeriodSeconds"] = grace
     scale.create_pods(c, objs)
     c.wait(lambda: len(scale.pods_by_name(c, NS)) == 8 and
            all(p["spec"].get("nodeName") for p in scale.pods_by_name(c, NS).values()),

@@ -561,6 +561,96 @@ static void test_filter_wait_counts_from_prioritize(void)
     ext_sched_free(s);
 }
 
+static int stub_bind(void *ud, const char *ns, const char *name, const char *uid,
+                     const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
+{
+    (void)ud, (void)ns, (void)name, (void)uid, (void)a, (void)annotations, (void)e;
+    return 0;
+}
+
+static int stub_preempt(void *ud, const struct ext_preemption *pr, struct gs_err *e)
+{
+    struct ext_preemption *got = ud;
+    (void)e;
+    *got = *pr;
+    return 0;
+}
+
+/* A /filter of a one-GPU pod with a priority: its NodeNames as "a,b". */
+static void filter_prio(struct ext_sched *s, const char *name, int prio, char *out, size_t cap)
+{
+    char body[600];
+    struct ext_reply reply;
+    size_t rlen;
+    snprintf(body, sizeof body,
+             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
+             "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
+             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}", name, name,
+             prio);
+    ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
+    char *txt = ext_reply_take(&reply, &rlen);
+    json_t *fr = json_loads(txt, 0, NULL), *v;
+    size_t i;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(fr, "NodeNames"), i, v)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", json_string_value(v));
+    json_decref(fr);
+    free(txt);
+}
+
+/* filter_preemption: a pod that no node fits has its victims chosen and
+ * carried out (commit.preempt) once; the node is kept for it while they
+ * hold their GPUs and EXT_PREEMPT_KEEP_S after they let go, then no more. */
+static void test_filter_preemption(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    struct ext_preemption got = {0};
+    char names[64];
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_preemption = 1}, &s, &e), 0);
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = stub_bind, .preempt = stub_preempt,
+                                                 .ud = &got});
+    json_t *n = node_json("n", inv);
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+    filter_prio(s, "low", 100, names, sizeof names);
+    ASSERT_STREQ(names, "n");
+    bind_to(s, "low", "n");
+    /* an equal priority preempts nothing */
+    filter_prio(s, "peer", 100, names, sizeof names);
+    ASSERT_STREQ(names, "");
+    ASSERT_EQ(got.n, 0);
+    filter_prio(s, "high", 1000, names, sizeof names);
+    ASSERT_STREQ(names, "");
+    ASSERT_EQ(got.n, 1);
+    ASSERT_STREQ(got.pod, "d/high");
+    ASSERT_STREQ(got.node, "n");
+    ASSERT_STREQ(got.v[0].pod, "d/low");
+    ASSERT_STREQ(got.v[0].uid, "low");
+    ASSERT_EQ(got.v[0].priority, 100);
+    ASSERT_EQ(got.priority, 1000);
+    /* asked again while the victim holds its GPU: nothing more */
+    memset(&got, 0, sizeof got);
+    filter_prio(s, "high", 1000, names, sizeof names);
+    ASSERT_EQ(got.n, 0);
+    /* the victim lets go at t: the node is high's, kept from mid */
+    ASSERT_EQ(ext_sched_release(s, "d/low", &e), 0);
+    double t = 1e9;
+    ext_sched_expire_preemptions(s, t);
+    ext_sched_expire_preemptions(s, t + EXT_PREEMPT_KEEP_S - 1);
+    filter_prio(s, "mid", 500, names, sizeof names);
+    ASSERT_STREQ(names, "");
+    filter_prio(s, "high", 1000, names, sizeof names);
+    ASSERT_STREQ(names, "n");
+    /* until EXT_PREEMPT_KEEP_S after it let go */
+    ext_sched_expire_preemptions(s, t + EXT_PREEMPT_KEEP_S + 1);
+    filter_prio(s, "mid", 500, names, sizeof names);
+    ASSERT_STREQ(names, "n");
+    ext_sched_free(s);
+}
+
 int test_ext(void)
 {
     char dir[] = "/tmp/gs_ext_XXXXXX";
@@ -574,6 +664,7 @@ int test_ext(void)
     test_sched();
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
+    test_filter_preemption();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
