@@ -848,6 +848,13 @@ def test_learned_workload_keeps_the_models_pods_were_held_to(gpusched_bin, nodes
         "workload record: ended: classes[0].milli: 0 is outside 1..1000" in r.stderr, r.stderr
 
 
+def test_filter_preemption_needs_cluster_mode(gpusched_bin, nodes_file):
+    """Standalone has no pods to delete: --filter-preemption is refused at start."""
+    r = run(gpusched_bin, "extender", "--nodes", nodes_file, "--filter-preemption",
+            "--listen", "127.0.0.1:0", timeout=20)
+    assert r.returncode == 2 and "filter_preemption: needs cluster mode" in r.stderr, r.stderr
+
+
 def test_damaged_journal_refuses_to_start(gpusched_bin, nodes_file, tmp_path):
     state = tmp_path / "state"
     state.mkdir()

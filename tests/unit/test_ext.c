@@ -417,6 +417,19 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A /filter reply's NodeNames as "a,b" in out (the reply taken). */
+static void reply_names(struct ext_reply *reply, char *out, size_t cap)
+{
+    size_t rlen, i;
+    char *txt = ext_reply_take(reply, &rlen);
+    json_t *fr = json_loads(txt, 0, NULL), *v;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(fr, "NodeNames"), i, v)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", json_string_value(v));
+    json_decref(fr);
+    free(txt);
+}
+
 /* ext_sched_filter_after_bind for GPU pod NAME (uid NAME too) asked about
  * nodes (a JSON array): its status, the NodeNames as "a,b" in out, and the
  * seconds it took in *took. */
@@ -425,7 +438,6 @@ static int filter_names(struct ext_sched *s, const char *name, const char *nodes
 {
     char body[600];
     struct ext_reply reply;
-    size_t rlen;
     snprintf(body, sizeof body,
              "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
              "\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
@@ -433,14 +445,7 @@ static int filter_names(struct ext_sched *s, const char *name, const char *nodes
     double t0 = mono_s();
     int status = ext_sched_filter_after_bind(s, body, strlen(body), may_wait, &reply);
     *took = mono_s() - t0;
-    char *txt = ext_reply_take(&reply, &rlen);
-    json_t *fr = json_loads(txt, 0, NULL), *v;
-    size_t i;
-    out[0] = '\0';
-    json_array_foreach(json_object_get(fr, "NodeNames"), i, v)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", json_string_value(v));
-    json_decref(fr);
-    free(txt);
+    reply_names(&reply, out, cap);
     return status;
 }
 
@@ -581,21 +586,13 @@ static void filter_prio(struct ext_sched *s, const char *name, int prio, char *o
 {
     char body[600];
     struct ext_reply reply;
-    size_t rlen;
     snprintf(body, sizeof body,
              "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
              "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
              "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}", name, name,
              prio);
     ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
-    char *txt = ext_reply_take(&reply, &rlen);
-    json_t *fr = json_loads(txt, 0, NULL), *v;
-    size_t i;
-    out[0] = '\0';
-    json_array_foreach(json_object_get(fr, "NodeNames"), i, v)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", json_string_value(v));
-    json_decref(fr);
-    free(txt);
+    reply_names(&reply, out, cap);
 }
 
 /* filter_preemption: a pod that no node fits has its victims chosen and
