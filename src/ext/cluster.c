@@ -327,6 +327,7 @@ static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_e
 {
     struct ext_cluster *cl = ud;
     char path[700], msg[1024], who[2 * CORE_NAME_MAX];
+    int deleted = 0, failed = 0;
     for (int i = 0; i < pr->n; i++) {
         struct gs_err de = GS_ERR_INIT;
         long status = 0;
@@ -341,8 +342,18 @@ static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_e
         int rc = kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL, &status,
                               &de);
         json_decref(opts);
-        if (rc < 0 && status != 404 && status != 409)
-            return gs_errf(e, rc, "deleting victim %s: %s", pr->v[i].pod, de.msg);
+        if (rc < 0 && status != 404 && status != 409) {
+            /* the first one: nothing done, the preemption is forgotten; a
+             * later one: the others are going, the node stays the pod's
+             * (until the preemption's deadline, if this one stays) */
+            if (!deleted)
+                return gs_errf(e, rc, "deleting victim %s: %s", pr->v[i].pod, de.msg);
+            log_warn("extender", "preempting for %s: deleting victim %s: %s", pr->pod,
+                     pr->v[i].pod, de.msg);
+            failed++;
+            continue;
+        }
+        deleted++;
         if (rc < 0)
             continue;
         snprintf(msg, sizeof msg, "Preempted by %s on node %s", pr->pod, pr->node);
@@ -365,8 +376,8 @@ static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_e
         log_warn("extender", "nominating %s to %s: %s", pr->pod, pr->node, pe.msg);
     json_decref(patch);
     size_t o = (size_t)snprintf(msg, sizeof msg, "preempted %d pod%s on %s for %s (priority %d):",
-                                pr->n, pr->n == 1 ? "" : "s", pr->node, pr->pod,
-                                (int)pr->priority);
+                                pr->n - failed, pr->n - failed == 1 ? "" : "s", pr->node,
+                                pr->pod, (int)pr->priority);
     for (int i = 0; i < pr->n && o < sizeof msg; i++)
         o += (size_t)snprintf(msg + o, sizeof msg - o, "%s %s (priority %d)", i ? "," : "",
                               pr->v[i].pod, (int)pr->v[i].priority);
@@ -513,7 +524,8 @@ static void *house_main(void *arg)
         }
         if (now_real() - last_inv >= 1.0) {
             last_inv = now_real();
-            ext_sched_expire_preemptions(cl->s, last_inv);
+            if (ext_sched_expire_preemptions(cl->s, last_inv) > 0)
+                atomic_store(&cl->freed, 1); /* the pods they kept off: nudged next */
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
             if (cl->cfg->events && leading)
                 post_events(cl);

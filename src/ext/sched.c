@@ -812,6 +812,19 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
             core_unreserve_undo(s->c, a->pod_uid, NULL);
         }
     }
+    /* the preemptions under way carry over to the pods listed again */
+    size_t n_pre = 0;
+    struct carried {
+        char uid[64];
+        struct sched_preempting *rec;
+    } *pre = calloc(s->preempting.n + 1, sizeof *pre);
+    SMAP_FOREACH(&s->preempting, it)
+    {
+        if (!pre)
+            break; /* out of memory: forgotten with their pods */
+        snprintf(pre[n_pre].uid, sizeof pre[n_pre].uid, "%s", it->key);
+        pre[n_pre++].rec = sched_preempt_take(s, it->val);
+    }
     SMAP_FOREACH(&s->pods, it)
     {
         if (!keeps_through_relist(it->val) || !core_alloc_find(s->c, it->key))
@@ -837,6 +850,9 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
             forget(s, p);
         }
     }
+    for (size_t k = 0; k < n_pre; k++)
+        sched_preempt_give(s, sched_smap_get(&s->pods, pre[k].uid), pre[k].rec);
+    free(pre);
     int n = core_cluster_alloc_count(s->c);
     pthread_mutex_unlock(&s->mu);
     log_info("extender", "rebuilt the allocation state from %zu pods: %d hold GPUs",

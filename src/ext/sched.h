@@ -136,10 +136,12 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
  * ones available again). Returns the number of stale nodes. */
 int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
 /* Ends the preemptions /filter started whose victims all let go of their
- * GPUs more than EXT_PREEMPT_KEEP_S before now (wall clock): their pods
- * keep the node only through status.nominatedNodeName from then on. */
+ * GPUs more than EXT_PREEMPT_KEEP_S before now (wall clock), or that have
+ * lasted the victims' longest grace period plus twice that: their pods
+ * keep the node only through status.nominatedNodeName from then on.
+ * Returns how many ended (the pods they kept off may fit now). */
 #define EXT_PREEMPT_KEEP_S 30.0
-void ext_sched_expire_preemptions(struct ext_sched *s, double now);
+int ext_sched_expire_preemptions(struct ext_sched *s, double now);
 
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes

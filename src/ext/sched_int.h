@@ -186,6 +186,10 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
 const char *sched_preempting(const struct pod *p);
 /* Drops p's preemption record (p is forgotten, bound, or it expired). */
 void sched_preempt_drop(struct ext_sched *s, struct pod *p);
+/* Takes p's record off it (a relist forgets the pods), or NULL; and gives
+ * one to p (the same pod listed again; NULL p: it is freed). */
+struct sched_preempting *sched_preempt_take(struct ext_sched *s, struct pod *p);
+void sched_preempt_give(struct ext_sched *s, struct pod *p, struct sched_preempting *rec);
 /* Sets p's nomination from its preemption record or its watched object. */
 void sched_track_nomination(struct ext_sched *s, struct pod *p);
 

@@ -33,7 +33,9 @@ struct sched_preempting {
     char node[CORE_NAME_MAX];
     int n;
     char uid[EXT_MAX_VICTIMS][64];
-    double gone_at; /* wall clock: when the last victim let go of its GPUs (0: not yet) */
+    double gone_at;  /* wall clock: when the last victim let go of its GPUs (0: not yet) */
+    double deadline; /* wall clock: ends then whatever the victims do (one that never
+                        goes: its node lost, a finalizer, a delete that failed) */
 };
 
 /* The GPU pods beyond gone[0..ngone) (taken off first: kube-scheduler's
@@ -85,11 +87,11 @@ static int node_victims(struct ext_sched *s, struct core_node *n, const struct c
         core_unreserve(s->c, out[k].pod_uid, NULL);
     if (ok && !sched_devices_fit(s, n, pod, NULL))
         ok = 0;
-    if (ok && quota) {
+    sched_nominated_undo(s);
+    if (ok && quota) { /* as /filter counts it: without the nominated pods */
         sched_quota_prepare(s, pod);
         ok = !sched_quota_blocks(s, pod, n, &e);
     }
-    sched_nominated_undo(s);
     for (int k = 0; k < nmore; k++)
         core_reserve_back(s->c, &out[k], NULL);
     for (int k = 0; k < nsaved; k++)
@@ -129,7 +131,8 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
     struct core_alloc *more = calloc(EXT_MAX_VICTIMS, sizeof *more);
     pthread_mutex_lock(&s->mu);
     /* a preemption /filter started for it is under way: none on top */
-    struct pod *p = sched_find_by_name(s, pod.ns, pod.name);
+    struct pod *p = pod.uid[0] ? sched_smap_get(&s->pods, pod.uid)
+                               : sched_find_by_name(s, pod.ns, pod.name);
     int busy = p && sched_preempting(p);
     int held = busy ? 0 : sched_nominated_prepare(s, &pod);
     for (int i = 0; more && !busy && i < pa.n; i++) {
@@ -163,14 +166,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
 
 const char *sched_preempting(const struct pod *p) { return p->pre ? p->pre->node : NULL; }
 
-void sched_preempt_drop(struct ext_sched *s, struct pod *p)
-{
-    if (p->pre) {
-        sched_smap_del(&s->preempting, p->uid);
-        free(p->pre);
-        p->pre = NULL;
-    }
-}
+void sched_preempt_drop(struct ext_sched *s, struct pod *p) { free(sched_preempt_take(s, p)); }
 
 /* kube-scheduler's PodEligibleToPreemptOthers: a pod that asks never to
  * preempt does not, nor one nominated to a node where a pod of lower
@@ -226,15 +222,66 @@ static int key_less(struct victims_key a, struct victims_key b)
     return a.n < b.n;
 }
 
+/* A preemption under way whose node is gone, or can never take the pod
+ * now (kube-scheduler's rule: a nominated node that is unresolvable lets
+ * the pod preempt again), is over. 1 when p has one still under way. */
+static int still_preempting(struct ext_sched *s, struct pod *p, const int *pos,
+                            const unsigned char *fit, int n)
+{
+    if (!p->pre)
+        return 0;
+    const struct core_node *node = core_cluster_find(s->c, p->pre->node);
+    int over = !node;
+    for (int i = 0; i < n && !over; i++)
+        over = pos[i] >= 0 && pos[i] == core_node_pos(node) && fit[i] == EXT_FIT_NEVER;
+    if (!over)
+        return 1;
+    sched_preempt_drop(s, p);
+    sched_track_nomination(s, p);
+    return 0;
+}
+
+/* The longest terminationGracePeriodSeconds of the victims (30 when unset). */
+static double grace_of(struct ext_sched *s, const struct core_alloc *v, int n)
+{
+    double g = 0;
+    for (int k = 0; k < n; k++) {
+        const struct pod *q = sched_smap_get(&s->pods, v[k].pod_uid);
+        const json_t *t = q ? json_object_get(json_object_get(q->obj, "spec"),
+                                              "terminationGracePeriodSeconds")
+                            : NULL;
+        double gk = json_is_integer(t) ? (double)json_integer_value(t) : 30.0;
+        if (gk > g)
+            g = gk;
+    }
+    return g;
+}
+
 int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_pod *pod,
                          const json_t *obj, const int *pos, const unsigned char *fit, int n,
                          struct ext_preemption *pr)
 {
-    if (!s->opts.filter_preemption || !s->commit.preempt || !p || p->pre ||
+    if (!s->opts.filter_preemption || !s->commit.preempt || !p ||
         pod->req.kind == CORE_REQ_NONE ||
         (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) ||
-        !may_preempt(s, p, pod, obj))
+        still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj))
         return 0;
+    /* the nodes that hold a pod of lower priority, in one pass: the search
+     * below moves the stamps of the nodes it visits (the kept answers of
+     * every pod there are decided again), so it visits only those */
+    int nn = core_cluster_node_count(s->c), any = 0;
+    unsigned char *low = calloc((size_t)nn + 1, 1);
+    for (int k = 0; low && k < core_cluster_alloc_count(s->c); k++) {
+        const struct core_alloc *a = core_cluster_alloc(s->c, k);
+        const struct core_node *an = a->priority < pod->priority ? core_cluster_find(s->c, a->node)
+                                                                 : NULL;
+        if (an && core_node_pos(an) >= 0 && core_node_pos(an) < nn)
+            any = low[core_node_pos(an)] = 1;
+    }
+    if (!any) {
+        free(low);
+        return 0;
+    }
     struct core_alloc *v = calloc(EXT_MAX_VICTIMS, sizeof *v);
     struct core_alloc *best = calloc(EXT_MAX_VICTIMS, sizeof *best);
     struct sched_preempting *rec = calloc(1, sizeof *rec);
@@ -247,8 +294,10 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
     int quota = sched_quota_prepare(s, pod);
     for (int i = 0; i < n; i++) {
         /* the nodes kube-scheduler's own filters passed, which the pod
-         * does not fit now (or a nomination or its quota refused) */
-        if (pos[i] < 0 || (fit[i] != EXT_FIT_NOW && fit[i] != EXT_FIT_YES))
+         * does not fit now (or a nomination or its quota refused), and
+         * where a pod of lower priority runs */
+        if (pos[i] < 0 || pos[i] >= nn || !low[pos[i]] ||
+            (fit[i] != EXT_FIT_NOW && fit[i] != EXT_FIT_YES))
             continue;
         struct core_node *node = core_cluster_node(s->c, pos[i]);
         int nv = node_victims(s, node, pod, held, quota, NULL, 0, v, EXT_MAX_VICTIMS);
@@ -279,18 +328,21 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
         snprintf(rec->uid[k], sizeof rec->uid[k], "%s", best[k].pod_uid);
         pr->v[k].priority = best[k].priority;
     }
+    rec->deadline = sched_wall_now() + grace_of(s, best, nbest) + 2 * EXT_PREEMPT_KEEP_S;
     p->pre = rec;
     rec = NULL;
     sched_track_nomination(s, p); /* the node is the pod's from now on */
 out:
+    free(low);
     free(v);
     free(best);
     free(rec);
     return nbest > 0;
 }
 
-void ext_sched_expire_preemptions(struct ext_sched *s, double now)
+int ext_sched_expire_preemptions(struct ext_sched *s, double now)
 {
+    int ended = 0;
     pthread_mutex_lock(&s->mu);
     SMAP_FOREACH(&s->preempting, it)
     {
@@ -303,10 +355,32 @@ void ext_sched_expire_preemptions(struct ext_sched *s, double now)
             rec->gone_at = 0;
         else if (!rec->gone_at)
             rec->gone_at = now;
-        else if (now - rec->gone_at > EXT_PREEMPT_KEEP_S) {
+        if (now > rec->deadline || (rec->gone_at && now - rec->gone_at > EXT_PREEMPT_KEEP_S)) {
             sched_preempt_drop(s, p); /* deletes this entry: SMAP_FOREACH allows it */
             sched_track_nomination(s, p);
+            ended++;
         }
     }
     pthread_mutex_unlock(&s->mu);
+    return ended;
+}
+
+struct sched_preempting *sched_preempt_take(struct ext_sched *s, struct pod *p)
+{
+    struct sched_preempting *rec = p->pre;
+    if (rec) {
+        sched_smap_del(&s->preempting, p->uid);
+        p->pre = NULL;
+    }
+    return rec;
+}
+
+void sched_preempt_give(struct ext_sched *s, struct pod *p, struct sched_preempting *rec)
+{
+    if (!p || p->pre || sched_smap_put(&s->preempting, p->uid, p) < 0) {
+        free(rec);
+        return;
+    }
+    p->pre = rec;
+    sched_track_nomination(s, p); /* a bound pod drops it here */
 }

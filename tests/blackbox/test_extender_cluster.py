@@ -1319,7 +1319,13 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         # kube-scheduler 1.22+ clears the nomination when it finds no victim of
         # its own: the extender keeps the node for high all the same
         api.update("pods", "high", "default", fn=lambda p: p["status"].pop("nominatedNodeName"))
-        time.sleep(0.5)
+        # and across a relist of the pods (410 Gone), which forgets and lists
+        # every pending pod again
+        lists = e.metric('gpusched_extender_lists_total{resource="pods"}')
+        api.drop_watches(gone=True)
+        wait_for(lambda: e.metric('gpusched_extender_lists_total{resource="pods"}') > lists,
+                 what="the pods listed again")
+        assert not api.get("pods", "high", "default")["status"].get("nominatedNodeName")
         assert e.metric("gpusched_extender_nominated_pods") == 1
         # the victims are gone: high fits g2, late is kept off it, and nothing
         # more was deleted

@@ -642,9 +642,26 @@ static void test_filter_preemption(void)
     filter_prio(s, "high", 1000, names, sizeof names);
     ASSERT_STREQ(names, "n");
     /* until EXT_PREEMPT_KEEP_S after it let go */
-    ext_sched_expire_preemptions(s, t + EXT_PREEMPT_KEEP_S + 1);
+    ASSERT_EQ(ext_sched_expire_preemptions(s, t + EXT_PREEMPT_KEEP_S + 1), 1);
     filter_prio(s, "mid", 500, names, sizeof names);
     ASSERT_STREQ(names, "n");
+    /* a victim that never lets go: top's preemption of mid ends at its
+     * deadline (mid's grace, 30 s unset, plus 60 s), and others are kept
+     * off meanwhile (peer2 would evict mid too, but the node is top's) */
+    bind_to(s, "mid", "n");
+    memset(&got, 0, sizeof got);
+    filter_prio(s, "top", 2000, names, sizeof names);
+    ASSERT_STREQ(got.v[0].pod, "d/mid");
+    memset(&got, 0, sizeof got);
+    filter_prio(s, "peer2", 1500, names, sizeof names);
+    ASSERT_EQ(got.n, 0);
+    double now = (double)time(NULL);
+    ASSERT_EQ(ext_sched_expire_preemptions(s, now + 80), 0);
+    filter_prio(s, "top", 2000, names, sizeof names);
+    ASSERT_EQ(got.n, 0);
+    ASSERT_EQ(ext_sched_expire_preemptions(s, now + 100), 1);
+    filter_prio(s, "top", 2000, names, sizeof names);
+    ASSERT_STREQ(got.v[0].pod, "d/mid");
     ext_sched_free(s);
 }
 
