@@ -323,7 +323,7 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
  * keeps the node's CPU and memory for it) and the extender's watch too. A
  * victim already gone, or replaced by a pod of the same name, counts as
  * deleted. */
-static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_err *e)
+static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
 {
     struct ext_cluster *cl = ud;
     char path[700], msg[1024], who[2 * CORE_NAME_MAX];
@@ -347,9 +347,10 @@ static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_e
              * later one: the others are going, the node stays the pod's
              * (until the preemption's deadline, if this one stays) */
             if (!deleted)
-                return gs_errf(e, rc, "deleting victim %s: %s", pr->v[i].pod, de.msg);
+                return gs_errf(e, -rc, "deleting victim %s: %s", pr->v[i].pod, de.msg);
             log_warn("extender", "preempting for %s: deleting victim %s: %s", pr->pod,
                      pr->v[i].pod, de.msg);
+            pr->v[i].failed = 1; /* not waited for */
             failed++;
             continue;
         }
@@ -378,9 +379,10 @@ static int commit_preempt(void *ud, const struct ext_preemption *pr, struct gs_e
     size_t o = (size_t)snprintf(msg, sizeof msg, "preempted %d pod%s on %s for %s (priority %d):",
                                 pr->n - failed, pr->n - failed == 1 ? "" : "s", pr->node,
                                 pr->pod, (int)pr->priority);
-    for (int i = 0; i < pr->n && o < sizeof msg; i++)
-        o += (size_t)snprintf(msg + o, sizeof msg - o, "%s %s (priority %d)", i ? "," : "",
-                              pr->v[i].pod, (int)pr->v[i].priority);
+    for (int i = 0, k = 0; i < pr->n && o < sizeof msg; i++)
+        if (!pr->v[i].failed)
+            o += (size_t)snprintf(msg + o, sizeof msg - o, "%s %s (priority %d)", k++ ? "," : "",
+                                  pr->v[i].pod, (int)pr->v[i].priority);
     log_info("extender", "%s", msg);
     return 0;
 }

@@ -66,6 +66,7 @@ struct ext_preemption {
     struct {
         char pod[2 * CORE_NAME_MAX], uid[64];
         int32_t priority;
+        int failed; /* set by commit.preempt: its delete failed, it stays */
     } v[EXT_MAX_VICTIMS];
 };
 
@@ -81,8 +82,9 @@ struct ext_commit {
     int (*may_bind)(void *ud);
     /* Carries out a preemption (cluster: deletes the victims, each only
      * while it has its UID, and nominates the pod to the node), called
-     * without the lock. NULL: /filter never preempts. */
-    int (*preempt)(void *ud, const struct ext_preemption *pr, struct gs_err *e);
+     * without the lock. An error: nothing was done. 0 with some victims'
+     * `failed` set: the others are going. NULL: /filter never preempts. */
+    int (*preempt)(void *ud, struct ext_preemption *pr, struct gs_err *e);
     void *ud;
 };
 
@@ -137,7 +139,7 @@ int ext_sched_replace_nodes(struct ext_sched *s, const json_t *items);
 int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
 /* Ends the preemptions /filter started whose victims all let go of their
  * GPUs more than EXT_PREEMPT_KEEP_S before now (wall clock), or that have
- * lasted the victims' longest grace period plus twice that: their pods
+ * lasted the victims' longest grace period plus 2 * EXT_PREEMPT_KEEP_S: their pods
  * keep the node only through status.nominatedNodeName from then on.
  * Returns how many ended (the pods they kept off may fit now). */
 #define EXT_PREEMPT_KEEP_S 30.0

@@ -254,20 +254,21 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
 static void carry_out(struct ext_sched *s, struct ext_preemption *pr)
 {
     struct gs_err e = GS_ERR_INIT;
-    if (s->commit.preempt(s->commit.ud, pr, &e) == 0) {
-        sched_decision(s, "preempt", "from_filter");
-        free(pr);
-        return;
-    }
-    log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);
+    int rc = s->commit.preempt(s->commit.ud, pr, &e) != 0 ? -1 : 0;
+    if (rc < 0)
+        log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);
     pthread_mutex_lock(&s->mu);
     struct pod *p = sched_smap_get(&s->pods, pr->uid);
     if (p && sched_preempting(p) && strcmp(sched_preempting(p), pr->node) == 0) {
-        sched_preempt_drop(s, p);
-        sched_track_nomination(s, p);
+        if (rc < 0) {
+            sched_preempt_drop(s, p);
+            sched_track_nomination(s, p);
+        } else {
+            sched_preempt_unwait(s, p, pr); /* the victims it could not delete */
+        }
     }
     pthread_mutex_unlock(&s->mu);
-    sched_decision(s, "preempt", "from_filter_error");
+    sched_decision(s, "preempt", rc < 0 ? "from_filter_error" : "from_filter");
     free(pr);
 }
 

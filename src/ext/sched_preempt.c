@@ -12,7 +12,8 @@
  *   victims and the node as kube-scheduler would, has them deleted and the
  *   pod nominated there (commit.preempt), and keeps the node for the pod
  *   (sched_nominated.c) until it binds, or until EXT_PREEMPT_KEEP_S after
- *   the victims let go of their GPUs: kube-scheduler may clear the
+ *   the victims let go of their GPUs (at the latest, their grace period
+ *   and twice that after the decision): kube-scheduler may clear the
  *   nomination it was given before it retries the pod.
  */
 #include <pthread.h>
@@ -168,17 +169,45 @@ const char *sched_preempting(const struct pod *p) { return p->pre ? p->pre->node
 
 void sched_preempt_drop(struct ext_sched *s, struct pod *p) { free(sched_preempt_take(s, p)); }
 
+void sched_preempt_unwait(struct ext_sched *s, struct pod *p, const struct ext_preemption *pr)
+{
+    struct sched_preempting *rec = p->pre;
+    (void)s;
+    for (int i = 0; i < pr->n; i++)
+        for (int k = 0; pr->v[i].failed && k < rec->n; k++)
+            if (strcmp(rec->uid[k], pr->v[i].uid) == 0) {
+                memmove(rec->uid[k], rec->uid[k + 1], (size_t)(rec->n - k - 1) * sizeof rec->uid[k]);
+                rec->n--;
+                break;
+            }
+}
+
+/* Is node `name` gone from the cluster, or one that this /filter (pos,
+ * fit: its nodes' positions and verdicts) found can never take the pod? */
+static int node_lost(struct ext_sched *s, const char *name, const int *pos,
+                     const unsigned char *fit, int n)
+{
+    const struct core_node *node = core_cluster_find(s->c, name);
+    if (!node)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (pos[i] >= 0 && pos[i] == core_node_pos(node))
+            return fit[i] == EXT_FIT_NEVER;
+    return 0;
+}
+
 /* kube-scheduler's PodEligibleToPreemptOthers: a pod that asks never to
  * preempt does not, nor one nominated to a node where a pod of lower
- * priority still terminates (a preemption of kube-scheduler's under way). */
+ * priority still terminates (a preemption under way), unless that node is
+ * lost to it. */
 static int may_preempt(struct ext_sched *s, const struct pod *p, const struct core_pod *pod,
-                       const json_t *obj)
+                       const json_t *obj, const int *pos, const unsigned char *fit, int n)
 {
     const char *never =
         json_string_value(json_object_get(json_object_get(obj, "spec"), "preemptionPolicy"));
     if (never && strcmp(never, "Never") == 0)
         return 0;
-    if (!p->nominated[0])
+    if (!p->nominated[0] || node_lost(s, p->nominated, pos, fit, n))
         return 1;
     SMAP_FOREACH(&s->pods, it)
     {
@@ -230,11 +259,7 @@ static int still_preempting(struct ext_sched *s, struct pod *p, const int *pos,
 {
     if (!p->pre)
         return 0;
-    const struct core_node *node = core_cluster_find(s->c, p->pre->node);
-    int over = !node;
-    for (int i = 0; i < n && !over; i++)
-        over = pos[i] >= 0 && pos[i] == core_node_pos(node) && fit[i] == EXT_FIT_NEVER;
-    if (!over)
+    if (!node_lost(s, p->pre->node, pos, fit, n))
         return 1;
     sched_preempt_drop(s, p);
     sched_track_nomination(s, p);
@@ -264,7 +289,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
     if (!s->opts.filter_preemption || !s->commit.preempt || !p ||
         pod->req.kind == CORE_REQ_NONE ||
         (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) ||
-        still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj))
+        still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj, pos, fit, n))
         return 0;
     /* the nodes that hold a pod of lower priority, in one pass: the search
      * below moves the stamps of the nodes it visits (the kept answers of

@@ -573,26 +573,36 @@ static int stub_bind(void *ud, const char *ns, const char *name, const char *uid
     return 0;
 }
 
-static int stub_preempt(void *ud, const struct ext_preemption *pr, struct gs_err *e)
+static int stub_fail_first; /* stub_preempt: the first victim's delete fails */
+
+static int stub_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
 {
     struct ext_preemption *got = ud;
     (void)e;
+    pr->v[0].failed = stub_fail_first;
     *got = *pr;
     return 0;
 }
 
-/* A /filter of a one-GPU pod with a priority: its NodeNames as "a,b". */
-static void filter_prio(struct ext_sched *s, const char *name, int prio, char *out, size_t cap)
+/* A /filter of a one-GPU pod with a priority asked about nodes (a JSON
+ * array; NULL: ["n"]): its NodeNames as "a,b". */
+static void filter_prio_on(struct ext_sched *s, const char *name, int prio, const char *nodes,
+                           char *out, size_t cap)
 {
     char body[600];
     struct ext_reply reply;
     snprintf(body, sizeof body,
              "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
              "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
-             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}", name, name,
-             prio);
+             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":%s}", name, name,
+             prio, nodes ? nodes : "[\"n\"]");
     ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
     reply_names(&reply, out, cap);
+}
+
+static void filter_prio(struct ext_sched *s, const char *name, int prio, char *out, size_t cap)
+{
+    filter_prio_on(s, name, prio, NULL, out, cap);
 }
 
 /* filter_preemption: a pod that no node fits has its victims chosen and
@@ -660,8 +670,31 @@ static void test_filter_preemption(void)
     filter_prio(s, "top", 2000, names, sizeof names);
     ASSERT_EQ(got.n, 0);
     ASSERT_EQ(ext_sched_expire_preemptions(s, now + 100), 1);
+    /* a victim whose delete failed is not waited for: the preemption ends
+     * EXT_PREEMPT_KEEP_S later though it still holds its GPU */
+    stub_fail_first = 1;
     filter_prio(s, "top", 2000, names, sizeof names);
     ASSERT_STREQ(got.v[0].pod, "d/mid");
+    ASSERT_EQ(ext_sched_expire_preemptions(s, t), 0);
+    ASSERT_EQ(ext_sched_expire_preemptions(s, t + EXT_PREEMPT_KEEP_S + 1), 1);
+    stub_fail_first = 0;
+    /* a preemption whose node is gone is over: the pod preempts elsewhere */
+    filter_prio(s, "top", 2000, names, sizeof names);
+    ASSERT_STREQ(got.node, "n");
+    n = node_json("n2", "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G9\","
+                        "\"model\":\"A\",\"memory_mib\":1000}]}");
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+    filter_prio_on(s, "low2", 100, "[\"n2\"]", names, sizeof names);
+    ASSERT_STREQ(names, "n2");
+    bind_to(s, "low2", "n2");
+    memset(&got, 0, sizeof got);
+    filter_prio_on(s, "top", 2000, "[\"n2\"]", names, sizeof names);
+    ASSERT_EQ(got.n, 0);
+    ASSERT_EQ(ext_sched_remove_node(s, "n", &e), 0);
+    filter_prio_on(s, "top", 2000, "[\"n2\"]", names, sizeof names);
+    ASSERT_STREQ(got.node, "n2");
+    ASSERT_STREQ(got.v[0].pod, "d/low2");
     ext_sched_free(s);
 }
 
