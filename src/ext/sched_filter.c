@@ -246,8 +246,6 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
     return oom ? -1 : changed;
 }
 
-/* wait: -1 never waits; 0 answers EXT_FILTER_WAIT when it would; 1 waits
- * (ext_sched_filter_after_bind). */
 /* Has the preemption /filter chose carried out (commit.preempt). One that
  * failed is forgotten: its victims keep their GPUs, and the node must not
  * stay kept for the pod. */
@@ -264,7 +262,7 @@ static void carry_out(struct ext_sched *s, struct ext_preemption *pr)
             sched_preempt_drop(s, p);
             sched_track_nomination(s, p);
         } else {
-            sched_preempt_unwait(s, p, pr); /* the victims it could not delete */
+            sched_preempt_unwait(p, pr); /* the victims it could not delete */
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -272,6 +270,8 @@ static void carry_out(struct ext_sched *s, struct ext_preemption *pr)
     free(pr);
 }
 
+/* wait: -1 never waits; 0 answers EXT_FILTER_WAIT when it would; 1 waits
+ * (ext_sched_filter_after_bind). */
 static int filter_run(struct ext_sched *s, const char *body, size_t len, int wait,
                       struct ext_reply *out)
 {

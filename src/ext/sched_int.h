@@ -186,7 +186,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
 const char *sched_preempting(const struct pod *p);
 /* Waits no more for the victims of p's preemption whose delete failed
  * (pr: what commit.preempt carried out). */
-void sched_preempt_unwait(struct ext_sched *s, struct pod *p, const struct ext_preemption *pr);
+void sched_preempt_unwait(struct pod *p, const struct ext_preemption *pr);
 /* Drops p's preemption record (p is forgotten, bound, or it expired). */
 void sched_preempt_drop(struct ext_sched *s, struct pod *p);
 /* Takes p's record off it (a relist forgets the pods), or NULL; and gives

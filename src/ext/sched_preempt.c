@@ -169,10 +169,9 @@ const char *sched_preempting(const struct pod *p) { return p->pre ? p->pre->node
 
 void sched_preempt_drop(struct ext_sched *s, struct pod *p) { free(sched_preempt_take(s, p)); }
 
-void sched_preempt_unwait(struct ext_sched *s, struct pod *p, const struct ext_preemption *pr)
+void sched_preempt_unwait(struct pod *p, const struct ext_preemption *pr)
 {
     struct sched_preempting *rec = p->pre;
-    (void)s;
     for (int i = 0; i < pr->n; i++)
         for (int k = 0; pr->v[i].failed && k < rec->n; k++)
             if (strcmp(rec->uid[k], pr->v[i].uid) == 0) {
