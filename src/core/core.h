@@ -147,15 +147,28 @@ struct core_decision {
 int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
                       const struct core_pod *pod, struct core_decision *d, struct gs_err *e);
 
+/* Which of a node's candidate victims a disruption budget protects
+ * (kube-scheduler's filterPodsWithPDBViolation): mark() gets the pods of
+ * lower priority, most important first, and sets viol[i] for each whose
+ * eviction would take some PodDisruptionBudget below zero. */
+struct core_preempt_guard {
+    void (*mark)(void *ud, const struct core_alloc *const *cand, int n, unsigned char *viol);
+    void *ud;
+};
+
 /* Preemption on one node: a minimal set of pods with priority lower than
- * the pod's whose eviction lets it fit (lowest priorities taken first, then
- * every victim whose return still leaves room is spared). Fills
- * victims[0..*n_victims-1] with borrowed pod UIDs (valid until the cluster
- * changes); the cluster is left unchanged. 0 victims if the pod fits now.
- * Returns 0, or -GS_ENOFIT if even evicting every lower-priority pod would
- * not do (or more than max victims are needed). */
+ * the pod's whose eviction lets it fit (pods no budget protects first, then
+ * the protected ones; within each, lowest priorities first; then every
+ * victim whose return still leaves room is spared, protected ones first).
+ * guard may be NULL (no budgets). Fills victims[0..*n_victims-1] with
+ * borrowed pod UIDs (valid until the cluster changes) and *n_violating (may
+ * be NULL) with how many of them a budget protects; the cluster is left
+ * unchanged. 0 victims if the pod fits now. Returns 0, or -GS_ENOFIT if
+ * even evicting every lower-priority pod would not do (or more than max
+ * victims are needed). */
 int core_preempt(struct core_cluster *c, const struct core_node *n, const struct core_pod *pod,
-                 const char **victims, int max, int *n_victims, struct gs_err *e);
+                 const struct core_preempt_guard *guard, const char **victims, int max,
+                 int *n_victims, int *n_violating, struct gs_err *e);
 
 /* The node's position in the cluster: core_cluster_node(c, pos) is n. A
  * position stays while the node is updated in place and changes only when

@@ -5,8 +5,10 @@
  * priority (lowest first; among equals, the largest GPU holders first) until
  * the pod fits; then give back every victim, highest priority first, whose
  * return still leaves room. The result is minimal (no victim can be spared)
- * and favours evicting the least important pods. The node is restored
- * exactly before returning.
+ * and favours evicting the least important pods. Pods a disruption budget
+ * protects (the guard's marks) come after all others, so they are taken
+ * last and given back first, as kube-scheduler's selectVictimsOnNode
+ * reprieves them first. The node is restored exactly before returning.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +36,44 @@ static int cmp_victim(const void *x, const void *y)
     return strcmp(a->pod_uid, b->pod_uid);
 }
 
+/* Puts the candidates the guard marks after the others, each part in its
+ * order. cand is in victim order (least important first); the guard sees
+ * the reverse. 0, or -1 out of memory. */
+static int guard_order(const struct core_preempt_guard *g, const struct core_alloc **cand, int k,
+                       unsigned char *viol)
+{
+    const struct core_alloc **rev = malloc(((size_t)k + 1) * sizeof *rev);
+    unsigned char *rviol = calloc((size_t)k + 1, 1);
+    if (!rev || !rviol) {
+        free(rev);
+        free(rviol);
+        return -1;
+    }
+    for (int i = 0; i < k; i++)
+        rev[i] = cand[k - 1 - i];
+    g->mark(g->ud, rev, k, rviol);
+    int j = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = k - 1; i >= 0; i--)
+            if ((rviol[i] != 0) == pass) {
+                cand[j] = rev[i];
+                viol[j++] = (unsigned char)pass;
+            }
+    free(rev);
+    free(rviol);
+    return 0;
+}
+
 int core_preempt(struct core_cluster *c, const struct core_node *node, const struct core_pod *pod,
-                 const char **victims, int max, int *n_victims, struct gs_err *e)
+                 const struct core_preempt_guard *guard, const char **victims, int max,
+                 int *n_victims, int *n_violating, struct gs_err *e)
 {
     struct core_cycle cy;
     struct core_status st;
     int rc = core_cycle_init(&cy, c, NULL, pod, e);
     *n_victims = 0;
+    if (n_violating)
+        *n_violating = 0;
     if (rc < 0)
         return rc;
     struct core_node *n = core_cluster_find(c, node->name);
@@ -53,16 +86,21 @@ int core_preempt(struct core_cluster *c, const struct core_node *node, const str
 
     const struct core_alloc **cand = malloc(((size_t)c->n_allocs + 1) * sizeof *cand);
     char *out = calloc((size_t)c->n_allocs + 1, 1);
-    if (!cand || !out) {
+    unsigned char *viol = calloc((size_t)c->n_allocs + 1, 1);
+    int k = 0;
+    if (cand && out && viol) {
+        for (int i = 0; i < c->n_allocs; i++)
+            if (strcmp(c->allocs[i]->node, n->name) == 0 &&
+                c->allocs[i]->priority < pod->priority)
+                cand[k++] = c->allocs[i];
+        qsort(cand, (size_t)k, sizeof *cand, cmp_victim);
+    }
+    if (!cand || !out || !viol || (guard && k && guard_order(guard, cand, k, viol) < 0)) {
         free(cand);
         free(out);
+        free(viol);
         return gs_errf(e, GS_ENOMEM, "preempt: out of memory");
     }
-    int k = 0;
-    for (int i = 0; i < c->n_allocs; i++)
-        if (strcmp(c->allocs[i]->node, n->name) == 0 && c->allocs[i]->priority < pod->priority)
-            cand[k++] = c->allocs[i];
-    qsort(cand, (size_t)k, sizeof *cand, cmp_victim);
 
     int taken = 0, fits = 0;
     while (taken < k && !fits) {
@@ -85,17 +123,19 @@ int core_preempt(struct core_cluster *c, const struct core_node *node, const str
             core_node_refresh(c, n);
         }
     }
-    int nv = 0;
+    int nv = 0, nviol = 0;
     for (int i = 0; i < taken; i++)
         if (out[i]) {
             if (fits && nv < max)
                 victims[nv] = cand[i]->pod_uid;
             nv++;
+            nviol += viol[i];
             core_alloc_apply(n, cand[i], 1, 0, NULL);
         }
     core_node_refresh(c, n);
     free(cand);
     free(out);
+    free(viol);
     if (!fits)
         return gs_errf(e, GS_ENOFIT, "node %s: evicting all %d lower-priority pods would not be "
                        "enough (%s)", n->name, k, st.reason);
@@ -103,5 +143,7 @@ int core_preempt(struct core_cluster *c, const struct core_node *node, const str
         return gs_errf(e, GS_ENOFIT, "node %s: %d victims needed, at most %d allowed", n->name, nv,
                        max);
     *n_victims = nv;
+    if (n_violating)
+        *n_violating = nviol;
     return 0;
 }

@@ -1054,6 +1054,19 @@ static int parse_label_selector(json_t *ls, const char *f, struct core_term *sel
     return 0;
 }
 
+int core_label_selector_parse(const json_t *ls, const char *field, struct core_term *out,
+                              struct gs_err *e)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(ls))
+        return gs_errf(e, GS_EINVAL, "%s: must be an object", field);
+    if (parse_label_selector((json_t *)ls, field, out, e) < 0) {
+        core_term_clear(out);
+        return -(e && e->code ? e->code : GS_EINVAL);
+    }
+    return 0;
+}
+
 /* One PodAffinityTerm at f into *pt (its weight set by the caller). */
 static int parse_affinity_term(json_t *at, const char *f, struct core_pod_term *pt,
                                struct gs_err *e)
@@ -1372,6 +1385,12 @@ static void free_reqs(struct core_term *term)
     free(term->reqs);
 }
 
+void core_term_clear(struct core_term *term)
+{
+    free_reqs(term);
+    memset(term, 0, sizeof *term);
+}
+
 static void free_terms(struct core_term *terms, int n)
 {
     for (int t = 0; t < n; t++)
@@ -1464,8 +1483,13 @@ int core_pod_term_picks(const struct core_pod *pod, const struct core_pod_term *
         in = strcmp(t->namespaces[i], ns) == 0;
     if (!in && (t->n_namespaces || strcmp(pod->ns, ns) != 0))
         return 0;
-    for (int r = 0; r < t->selector.n_reqs; r++) { /* an empty selector picks every pod */
-        const struct core_requirement *q = &t->selector.reqs[r];
+    return core_label_selector_matches(&t->selector, labels); /* empty: every pod */
+}
+
+int core_label_selector_matches(const struct core_term *sel, const json_t *labels)
+{
+    for (int r = 0; r < sel->n_reqs; r++) {
+        const struct core_requirement *q = &sel->reqs[r];
         if (!value_matches(q, json_string_value(json_object_get(labels, q->key))))
             return 0;
     }

@@ -224,6 +224,18 @@ void core_pod_soft_counts(const struct core_pod *pod, const char *node_name, int
 int core_pod_term_picks(const struct core_pod *pod, const struct core_pod_term *t,
                         const json_t *other);
 
+/* A metav1.LabelSelector (matchLabels, matchExpressions with In, NotIn,
+ * Exists, DoesNotExist) into *out, errors naming `field`; *out is empty
+ * after an error. Free with core_term_clear(). */
+int core_label_selector_parse(const json_t *ls, const char *field, struct core_term *out,
+                              struct gs_err *e);
+
+/* Do these labels (an object, or NULL: none) pass every requirement of the
+ * selector? An empty selector passes every set of labels. */
+int core_label_selector_matches(const struct core_term *sel, const json_t *labels);
+
+void core_term_clear(struct core_term *term);
+
 /* Does a node with these labels pass the pod's nodeSelector and required
  * affinity? Labels are parallel arrays. */
 int core_pod_matches_labels(const struct core_pod *pod, int n, char *const *keys,

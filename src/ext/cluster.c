@@ -29,7 +29,7 @@ struct ext_cluster {
     struct ext_sched *s;
     const struct ext_config *cfg;
     char prefix[128];
-    struct kube_watch *nodes, *pods;
+    struct kube_watch *nodes, *pods, *pdbs;
     struct kube_leader *leader;
     struct gs_worker wk;       /* housekeeping: nudges, inventory TTL, events */
     atomic_int freed;          /* GPUs were freed since the last nudge */
@@ -181,6 +181,42 @@ static void pods_event(void *ud, const char *type, const json_t *obj)
         atomic_store(&cl->freed, 1);
         gs_worker_wake(&cl->wk);
     }
+}
+
+static void pdbs_replace(void *ud, const json_t *items, const char *rv)
+{
+    struct ext_cluster *cl = ud;
+    (void)rv;
+    int bad = ext_sched_replace_pdbs(cl->s, items);
+    if (bad)
+        log_warn("extender", "%d of %zu PodDisruptionBudgets could not be read (see above): "
+                 "they protect no pod", bad, json_array_size(items));
+}
+
+static void pdbs_event(void *ud, const char *type, const json_t *obj)
+{
+    struct ext_cluster *cl = ud;
+    struct gs_err e = GS_ERR_INIT;
+    if (strcmp(type, "DELETED") == 0)
+        ext_sched_remove_pdb(cl->s, kube_meta_str(obj, "namespace"), kube_meta_str(obj, "name"));
+    else if (ext_sched_upsert_pdb(cl->s, obj, &e) < 0)
+        log_warn("extender", "%s: it protects no pod", e.msg);
+}
+
+/* The PodDisruptionBudgets' collection: policy/v1 from Kubernetes 1.21,
+ * policy/v1beta1 before (and until 1.25). */
+static const char *pdbs_path(struct ext_cluster *cl)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *got = NULL;
+    int rc = kube_get(cl->kc, "/apis/policy/v1", &got, &e);
+    json_decref(got);
+    if (rc == -GS_ENOENT)
+        return "/apis/policy/v1beta1/poddisruptionbudgets";
+    if (rc < 0)
+        log_warn("extender", "API discovery of policy/v1: %s; watching its "
+                 "PodDisruptionBudgets", e.msg);
+    return "/apis/policy/v1/poddisruptionbudgets";
 }
 
 int ext_cluster_ready(void *ud)
@@ -490,6 +526,12 @@ void ext_cluster_collect(struct ext_cluster *cl)
     metric_set(cl->m_restarts, (const char *[]){"pods"}, (double)b.restarts);
     metric_set(cl->m_relists, (const char *[]){"nodes"}, (double)a.lists);
     metric_set(cl->m_relists, (const char *[]){"pods"}, (double)b.lists);
+    if (cl->pdbs) {
+        struct kube_watch_stats d = {0};
+        kube_watch_get_stats(cl->pdbs, &d);
+        metric_set(cl->m_restarts, (const char *[]){"poddisruptionbudgets"}, (double)d.restarts);
+        metric_set(cl->m_relists, (const char *[]){"poddisruptionbudgets"}, (double)d.lists);
+    }
     metric_set(cl->m_rebuilds, NULL, (double)atomic_load(&cl->rebuilds));
     metric_set(cl->m_leader, NULL, may_bind(cl));
 }
@@ -542,6 +584,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     struct ext_cluster *cl = calloc(1, sizeof *cl);
     static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event};
     static const struct kube_watch_ops pod_ops = {pods_replace, pods_event};
+    static const struct kube_watch_ops pdb_ops = {pdbs_replace, pdbs_event};
     int rc;
 
     if (!cl)
@@ -584,11 +627,17 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     }
     ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind,
                                                   .preempt = commit_preempt, .ud = cl});
-    if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
+    /* the budgets only preemption from /filter reads (before the pods: a
+     * preemption waits for those), with the RBAC that comes with it */
+    if ((cfg->filter_preemption &&
+         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = pdbs_path(cl)}, &pdb_ops,
+                                cl, &cl->pdbs, e)) < 0) ||
+        (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,
                                cl, &cl->pods, e)) < 0 ||
         gs_worker_start(&cl->wk, house_main, cl) < 0) {
+        kube_watch_stop(cl->pdbs);
         kube_watch_stop(cl->nodes);
         kube_watch_stop(cl->pods);
         kube_leader_stop(cl->leader);
@@ -607,6 +656,7 @@ void ext_cluster_stop(struct ext_cluster *cl)
     gs_worker_stop(&cl->wk);
     kube_watch_stop(cl->pods);
     kube_watch_stop(cl->nodes);
+    kube_watch_stop(cl->pdbs);
     /* what ended since the last save, for the replica that leads next */
     if (cl->workload_loaded && may_bind(cl))
         workload_save(cl);

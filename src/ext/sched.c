@@ -152,8 +152,9 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
     }
     if (smap_reserve(&s->pods, s->opts.max_pods) < 0 || !(s->c = core_cluster_new()) ||
-        !(s->quotas = core_quotas_new()) ||
+        !(s->quotas = core_quotas_new()) || !(s->pdbs = ext_pdbs_new()) ||
         !(s->lists = ext_namecache_new(EXT_NAMELISTS)) || !(s->memo = ext_memo_new(EXT_MEMO_SLOTS))) {
+        ext_pdbs_free(s->pdbs);
         ext_namecache_free(s->lists);
         core_cluster_free(s->c);
         core_quotas_free(s->quotas);
@@ -263,6 +264,7 @@ void ext_sched_free(struct ext_sched *s)
     free(s->preempting.b);
     core_cluster_free(s->c);
     core_quotas_free(s->quotas);
+    ext_pdbs_free(s->pdbs);
     ext_memo_free(s->memo);
     ext_namelist_put(s->base);
     ext_namecache_free(s->lists);

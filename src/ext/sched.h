@@ -145,6 +145,14 @@ int ext_sched_check_inventory(struct ext_sched *s, double now, double ttl_s);
 #define EXT_PREEMPT_KEEP_S 30.0
 int ext_sched_expire_preemptions(struct ext_sched *s, double now);
 
+/* PodDisruptionBudgets (ext/pdbs.h): the victims the extender chooses
+ * spare the pods they protect where it can, as kube-scheduler's do. Kept by
+ * the cluster watch when filter_preemption is on; errors name the field. */
+int ext_sched_upsert_pdb(struct ext_sched *s, const json_t *obj, struct gs_err *e);
+void ext_sched_remove_pdb(struct ext_sched *s, const char *ns, const char *name);
+/* Makes the set exactly `items` (a relist); returns how many were broken. */
+int ext_sched_replace_pdbs(struct ext_sched *s, const json_t *items);
+
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes
  * it (journal replay). Errors name the field. */

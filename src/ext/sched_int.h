@@ -21,6 +21,7 @@
 #include "core/quota.h"
 #include "ext/devices.h"
 #include "ext/memo.h"
+#include "ext/pdbs.h"
 #include "ext/namelist.h"
 #include "ext/nodelock.h"
 #include "ext/proto.h"
@@ -102,6 +103,7 @@ struct ext_sched {
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others, *m_nominated,
         *m_owners;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
+    struct ext_pdbs *pdbs;      /* PodDisruptionBudgets that preemption respects */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
     /* the GPU pod /filter last found nodes for, whose /bind is still to come
      * until expect_until (CLOCK_MONOTONIC; 0 = none), and the /binds'

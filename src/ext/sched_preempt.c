@@ -39,15 +39,70 @@ struct sched_preempting {
                         goes: its node lost, a finalizer, a delete that failed) */
 };
 
+/* ---- disruption budgets ------------------------------------------------------ */
+
+int ext_sched_upsert_pdb(struct ext_sched *s, const json_t *obj, struct gs_err *e)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = ext_pdbs_upsert(s->pdbs, obj, e);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void ext_sched_remove_pdb(struct ext_sched *s, const char *ns, const char *name)
+{
+    pthread_mutex_lock(&s->mu);
+    ext_pdbs_remove(s->pdbs, ns, name);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ext_sched_replace_pdbs(struct ext_sched *s, const json_t *items)
+{
+    pthread_mutex_lock(&s->mu);
+    int bad = ext_pdbs_replace(s->pdbs, items);
+    pthread_mutex_unlock(&s->mu);
+    return bad;
+}
+
+/* The guard of core_preempt: the budgets, with kube-scheduler's victims
+ * (gone) counted as evicted. */
+struct guard_ud {
+    struct ext_sched *s;
+    const char *const *gone;
+    int ngone;
+};
+
+static const json_t *pod_obj(struct ext_sched *s, const char *uid)
+{
+    const struct pod *q = sched_smap_get(&s->pods, uid);
+    return q ? q->obj : NULL;
+}
+
+static void guard_mark(void *ud, const struct core_alloc *const *cand, int n, unsigned char *viol)
+{
+    struct guard_ud *g = ud;
+    const json_t **objs = calloc((size_t)(n + g->ngone) + 1, sizeof *objs);
+    if (!objs)
+        return;
+    for (int k = 0; k < g->ngone; k++)
+        objs[n + k] = pod_obj(g->s, g->gone[k]);
+    for (int i = 0; i < n; i++)
+        objs[i] = pod_obj(g->s, cand[i]->pod_uid);
+    ext_pdbs_mark(g->s->pdbs, objs + n, g->ngone, objs, n, viol);
+    free(objs);
+}
+
 /* The GPU pods beyond gone[0..ngone) (taken off first: kube-scheduler's
  * victims) that must leave n for pod to fit there beside the pods nominated
  * there that it must leave room for (held: sched_nominated_prepare found
- * some) and within its namespace's quota (quota: it has one). Returns how
- * many, their allocations copied to out[0..max), or -1 when the pod cannot
- * fit there. The cluster is left as it was. Lock held. */
+ * some) and within its namespace's quota (quota: it has one), sparing the
+ * pods a disruption budget protects where it can. Returns how many, their
+ * allocations copied to out[0..max) and how many of them a budget protects
+ * in *nviol, or -1 when the pod cannot fit there. The cluster is left as it
+ * was. Lock held. */
 static int node_victims(struct ext_sched *s, struct core_node *n, const struct core_pod *pod,
                         int held, int quota, const char *const *gone, int ngone,
-                        struct core_alloc *out, int max)
+                        struct core_alloc *out, int max, int *nviol)
 {
     struct gs_err e = GS_ERR_INIT;
     struct core_alloc *saved = calloc((size_t)ngone + 1, sizeof *saved);
@@ -69,11 +124,14 @@ static int node_victims(struct ext_sched *s, struct core_node *n, const struct c
      * (sched_nominated.c): a node one of them does not fit yet is theirs */
     if (held && sched_nominated_hold(s, n, NULL) < 0)
         ok = 0;
+    *nviol = 0;
     if (ok && pod->req.kind != CORE_REQ_NONE && !core_filter(s->c, n, pod, NULL)) {
         const char *victims[EXT_MAX_VICTIMS];
         int nv = 0;
-        if (core_preempt(s->c, n, pod, victims, max < EXT_MAX_VICTIMS ? max : EXT_MAX_VICTIMS,
-                         &nv, &e) == 0) {
+        struct guard_ud gu = {s, gone, ngone};
+        struct core_preempt_guard guard = {guard_mark, &gu};
+        if (core_preempt(s->c, n, pod, ext_pdbs_count(s->pdbs) ? &guard : NULL, victims,
+                         max < EXT_MAX_VICTIMS ? max : EXT_MAX_VICTIMS, &nv, nviol, &e) == 0) {
             for (int k = 0; k < nv; k++)
                 out[nmore++] = *core_alloc_find(s->c, victims[k]);
         } else {
@@ -141,8 +199,9 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
         struct core_node *n = core_cluster_find(s->c, v->node);
         if (!n)
             continue;
+        int nviol = 0;
         int nmore = node_victims(s, n, &pod, held, 0, (const char *const *)v->uids, v->n, more,
-                                 EXT_MAX_VICTIMS);
+                                 EXT_MAX_VICTIMS, &nviol);
         if (nmore < 0 || v->n + nmore == 0)
             continue;
         json_t *pods = json_array();
@@ -150,9 +209,10 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
             json_array_append_new(pods, json_pack("{s:s}", "UID", v->uids[k]));
         for (int k = 0; k < nmore; k++)
             json_array_append_new(pods, json_pack("{s:s}", "UID", more[k].pod_uid));
+        /* kube-scheduler's count for its victims, plus the extender's */
         json_object_set_new(out, v->node, json_pack("{s:o, s:I}", "Pods", pods,
                                                     "NumPDBViolations",
-                                                    (json_int_t)v->pdb_violations));
+                                                    (json_int_t)v->pdb_violations + nviol));
     }
     pthread_mutex_unlock(&s->mu);
     free(more);
@@ -221,18 +281,20 @@ static int may_preempt(struct ext_sched *s, const struct pod *p, const struct co
     return 1;
 }
 
-/* kube-scheduler's pickOneNodeForPreemption, less PDBs and start times: the
- * lowest highest victim priority, then the lowest sum of priorities (each
- * offset by 2^31, so that more victims weigh more), then the fewest. */
+/* kube-scheduler's pickOneNodeForPreemption, less start times: the fewest
+ * victims a disruption budget protects, then the lowest highest victim
+ * priority, then the lowest sum of priorities (each offset by 2^31, so that
+ * more victims weigh more), then the fewest. */
 struct victims_key {
+    int viol;
     int32_t top;
     int64_t sum;
     int n;
 };
 
-static struct victims_key key_of(const struct core_alloc *v, int n)
+static struct victims_key key_of(const struct core_alloc *v, int n, int viol)
 {
-    struct victims_key k = {INT32_MIN, 0, n};
+    struct victims_key k = {viol, INT32_MIN, 0, n};
     for (int i = 0; i < n; i++) {
         if (v[i].priority > k.top)
             k.top = v[i].priority;
@@ -243,6 +305,8 @@ static struct victims_key key_of(const struct core_alloc *v, int n)
 
 static int key_less(struct victims_key a, struct victims_key b)
 {
+    if (a.viol != b.viol)
+        return a.viol < b.viol;
     if (a.top != b.top)
         return a.top < b.top;
     if (a.sum != b.sum)
@@ -324,10 +388,11 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
             (fit[i] != EXT_FIT_NOW && fit[i] != EXT_FIT_YES))
             continue;
         struct core_node *node = core_cluster_node(s->c, pos[i]);
-        int nv = node_victims(s, node, pod, held, quota, NULL, 0, v, EXT_MAX_VICTIMS);
+        int nviol = 0;
+        int nv = node_victims(s, node, pod, held, quota, NULL, 0, v, EXT_MAX_VICTIMS, &nviol);
         if (nv <= 0)
             continue;
-        struct victims_key k = key_of(v, nv);
+        struct victims_key k = key_of(v, nv, nviol);
         if (!at || key_less(k, bk)) {
             at = node;
             bk = k;

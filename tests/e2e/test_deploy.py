@@ -134,16 +134,21 @@ def test_crd_and_rbac_applied(cluster):
 
 def test_preemption_rbac_is_its_own_file(cluster):
     """deploy/rbac-extender-preemption.yaml, applied for real, grants what
-    filter_preemption uses (src/ext/cluster.c, commit_preempt): delete pods and
-    patch pods/status; without it the extender may do neither."""
+    filter_preemption uses (src/ext/cluster.c, commit_preempt and the
+    PodDisruptionBudget watch): delete pods, patch pods/status, list and watch
+    PodDisruptionBudgets; without it the extender may do none of it."""
     ext = "gpusched:gpusched-extender"
     path = os.path.join(kcluster.ROOT, "deploy", "rbac-extender-preemption.yaml")
     assert not can(cluster, ext, "delete", "pods")
     assert not can(cluster, ext, "patch", "pods/status")
+    assert not can(cluster, ext, "watch", "poddisruptionbudgets.policy")
     cluster.kubectl("apply", "-f", path)
     try:
         assert can(cluster, ext, "delete", "pods", "default")
         assert can(cluster, ext, "patch", "pods/status", "default")
+        for verb in ("list", "watch"):
+            assert can(cluster, ext, verb, "poddisruptionbudgets.policy")
+        assert not can(cluster, ext, "delete", "poddisruptionbudgets.policy", "default")
         assert not can(cluster, ext, "update", "pods/status", "default")
         assert not can(cluster, ext, "delete", "nodes")
     finally:

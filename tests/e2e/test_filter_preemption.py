@@ -89,3 +89,68 @@ def test_the_extender_preempts_for_a_gpu_pod_from_filter(fprio):
         check_outcome(c, before, victims, node, high)
     finally:
         c.force_delete_all(NS, "e2e=1")
+
+
+def test_filter_preemption_spares_pods_a_disruption_budget_protects(fprio):
+    """A PodDisruptionBudget (policy/v1beta1 on this 1.20 API server: the extender
+    finds policy/v1 missing) keeps the extender off the pods it protects, as
+    kube-scheduler's own preemption: the node with fewer violations wins even
+    though its victims rank higher.
+
+    gpu-0 holds four low pods (100) the budget protects, gpu-1 two low pods and
+    two mid (500). A pod of three GPUs would take three of gpu-0's low pods
+    without the budget (the lowest highest victim priority); with it, both low
+    pods of gpu-1 and one mid."""
+    c = fprio
+    pdb = {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "db", "namespace": NS},
+           "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "db"}}}}
+    base = f"/apis/policy/v1beta1/namespaces/{NS}/poddisruptionbudgets"
+    r = c.api("POST", base, body=pdb)
+    assert r.status_code == 201, r.text
+    try:
+        # what the disruption controller (not running here) would write
+        obj = r.json()
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 4, "desiredHealthy": 4,
+                         "expectedPods": 4, "observedGeneration": obj["metadata"]["generation"]}
+        r = c.api("PUT", f"{base}/db/status", body=obj)
+        assert r.status_code == 200, r.text
+        objs = []
+        for i in range(6):
+            node, app = ("gpu-0", "db") if i < 4 else ("gpu-1", "web")
+            o = scale.pod(f"low-{i}", scale.WHOLE1, priority_class="e2e-low",
+                          labels={"e2e": "1", "app": app})
+            o["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+            objs.append(o)
+        for i in range(2):
+            o = scale.pod(f"mid-{i}", scale.WHOLE1, priority_class="e2e-mid")
+            o["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-1"}
+            objs.append(o)
+        scale.create_pods(c, objs)
+        c.wait(lambda: len(scale.pods_by_name(c, NS)) == 8 and
+               all(p["spec"].get("nodeName") for p in scale.pods_by_name(c, NS).values()),
+               60, "8 low/mid pods bound")
+        before = scale.pods_by_name(c, NS)
+        assert {n: p["spec"]["nodeName"] for n, p in before.items()} == {
+            **{f"low-{i}": "gpu-0" for i in range(4)}, "low-4": "gpu-1", "low-5": "gpu-1",
+            "mid-0": "gpu-1", "mid-1": "gpu-1"}
+        done = c.extender_metric(0, "gpusched_extender_decisions_total",
+                                 {"verb": "preempt", "result": "from_filter"})
+        scale.create_pods(c, [scale.pod("high3", {"nvidia.com/gpu": "3"},
+                                        priority_class="e2e-high")])
+        # the victims have grace 0: they are gone at once, and high3 binds
+        high = c.wait(lambda: bound(c, "high3"), 60, "the preemptor bound", interval=0.2,
+                      proc=c.extenders[0])
+        after = scale.pods_by_name(c, NS)
+        gone = set(before) - set(after)
+        assert high["spec"]["nodeName"] == "gpu-1", (high["spec"]["nodeName"], sorted(gone))
+        assert len(gone) == 3 and {"low-4", "low-5"} < gone, sorted(gone)
+        assert all(f"low-{i}" in after for i in range(4)), sorted(gone)
+        assert c.extender_metric(0, "gpusched_extender_decisions_total",
+                                 {"verb": "preempt", "result": "from_filter"}) == done + 1
+        scale.check_assignments(after, scale.inventories(c, "gpu"))
+        print(f"filter preemption with a budget: {sorted(gone)} on gpu-1, gpu-0's "
+              f"protected pods kept")
+    finally:
+        c.api("DELETE", f"{base}/db")
+        c.force_delete_all(NS, "e2e=1")

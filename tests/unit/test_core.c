@@ -1138,7 +1138,7 @@ static void test_preempt(void)
     int nv = -1;
     struct core_pod p = tc_pod("new", CORE_REQ_WHOLE, 2, 0, 0, 1000);
     p.priority = 50;
-    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(core_preempt(c, n, &p, NULL, victims, 4, &nv, NULL, &e), 0);
     ASSERT_EQ(nv, 1);
     ASSERT_STREQ(victims[0], "low1");
     /* unchanged */
@@ -1148,16 +1148,84 @@ static void test_preempt(void)
     check_invariants(c);
     /* needs 4: both low pods are not enough, high is untouchable */
     p.req.num_gpu = 4;
-    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), -GS_ENOFIT);
+    ASSERT_EQ(core_preempt(c, n, &p, NULL, victims, 4, &nv, NULL, &e), -GS_ENOFIT);
     ASSERT_CONTAINS(e.msg, "evicting all 2 lower-priority pods");
     p.priority = 1000;
-    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(core_preempt(c, n, &p, NULL, victims, 4, &nv, NULL, &e), 0);
     ASSERT_EQ(nv, 3);
-    ASSERT_EQ(core_preempt(c, n, &p, victims, 2, &nv, &e), -GS_ENOFIT);
+    ASSERT_EQ(core_preempt(c, n, &p, NULL, victims, 2, &nv, NULL, &e), -GS_ENOFIT);
     /* fits already: no victims */
     p.req.num_gpu = 1;
-    ASSERT_EQ(core_preempt(c, n, &p, victims, 4, &nv, &e), 0);
+    ASSERT_EQ(core_preempt(c, n, &p, NULL, victims, 4, &nv, NULL, &e), 0);
     ASSERT_EQ(nv, 0);
+    core_cluster_free(c);
+}
+
+/* The guard's marks: the UIDs it protects; what it was shown, in order. */
+struct guard_seen {
+    const char *protect[4];
+    const char *order[8];
+    int n;
+};
+
+static void guard_mark(void *ud, const struct core_alloc *const *cand, int n, unsigned char *viol)
+{
+    struct guard_seen *g = ud;
+    g->n = n;
+    for (int i = 0; i < n; i++) {
+        g->order[i] = cand[i]->pod_uid;
+        for (int k = 0; k < 4 && g->protect[k]; k++)
+            if (strcmp(cand[i]->pod_uid, g->protect[k]) == 0)
+                viol[i] = 1;
+    }
+}
+
+static void test_preempt_guard(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    tc_node(c, "n", 16000, 64, 4, "A100", 40960);
+    const struct core_node *n = core_cluster_find(c, "n");
+    const char *uids[] = {"a", "b", "c", "d"};
+    const int prio[] = {1, 2, 3, 4};
+    for (int i = 0; i < 4; i++) {
+        struct core_pod p = tc_pod(uids[i], CORE_REQ_WHOLE, 1, 0, 0, 1000);
+        p.priority = prio[i];
+        ASSERT_EQ(tc_place(c, "n", &p, "binpack"), 0);
+    }
+    const char *victims[4];
+    int nv = -1, nviol = -1;
+    struct core_pod p = tc_pod("new", CORE_REQ_WHOLE, 2, 0, 0, 1000);
+    p.priority = 50;
+    /* the guard sees the candidates most important first */
+    struct guard_seen g = {{"a", NULL}, {NULL}, 0};
+    struct core_preempt_guard guard = {guard_mark, &g};
+    ASSERT_EQ(core_preempt(c, n, &p, &guard, victims, 4, &nv, &nviol, &e), 0);
+    ASSERT_EQ(g.n, 4);
+    ASSERT_STREQ(g.order[0], "d");
+    ASSERT_STREQ(g.order[3], "a");
+    /* a is protected: b and c go, though a has the lowest priority */
+    ASSERT_EQ(nv, 2);
+    ASSERT_EQ(nviol, 0);
+    ASSERT_STREQ(victims[0], "b");
+    ASSERT_STREQ(victims[1], "c");
+    /* all but d protected: d and the least important protected one, a */
+    g = (struct guard_seen){{"a", "b", "c", NULL}, {NULL}, 0};
+    ASSERT_EQ(core_preempt(c, n, &p, &guard, victims, 4, &nv, &nviol, &e), 0);
+    ASSERT_EQ(nv, 2);
+    ASSERT_EQ(nviol, 1);
+    ASSERT_STREQ(victims[0], "d");
+    ASSERT_STREQ(victims[1], "a");
+    /* every pod protected: the two of lowest priority, both counted */
+    g = (struct guard_seen){{"a", "b", "c", "d"}, {NULL}, 0};
+    ASSERT_EQ(core_preempt(c, n, &p, &guard, victims, 4, &nv, &nviol, &e), 0);
+    ASSERT_EQ(nv, 2);
+    ASSERT_EQ(nviol, 2);
+    ASSERT_STREQ(victims[0], "a");
+    ASSERT_STREQ(victims[1], "b");
+    ASSERT_EQ(n->gpus[0].free_milli + n->gpus[1].free_milli + n->gpus[2].free_milli +
+                  n->gpus[3].free_milli, 0);
+    check_invariants(c);
     core_cluster_free(c);
 }
 
@@ -1328,6 +1396,7 @@ int test_core(void)
     test_shared_links();
     test_ranked_pick_is_exhaustive();
     test_preempt();
+    test_preempt_guard();
     test_registry();
     test_score_cache();
     test_tiebreak();

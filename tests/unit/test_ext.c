@@ -14,6 +14,7 @@
 #include "ext/config.h"
 #include "ext/journal.h"
 #include "ext/nodes.h"
+#include "ext/pdbs.h"
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "test.h"
@@ -584,25 +585,177 @@ static int stub_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
     return 0;
 }
 
-/* A /filter of a one-GPU pod with a priority asked about nodes (a JSON
- * array; NULL: ["n"]): its NodeNames as "a,b". */
+/* A /filter of a one-GPU pod with a priority and labels (a JSON object;
+ * NULL: none) asked about nodes (a JSON array; NULL: ["n"]): its NodeNames
+ * as "a,b". */
+static void filter_labeled(struct ext_sched *s, const char *name, int prio, const char *labels,
+                           const char *nodes, char *out, size_t cap)
+{
+    char body[800];
+    struct ext_reply reply;
+    snprintf(body, sizeof body,
+             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\","
+             "\"labels\":%s},"
+             "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
+             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":%s}", name, name,
+             labels ? labels : "{}", prio, nodes ? nodes : "[\"n\"]");
+    ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
+    reply_names(&reply, out, cap);
+}
+
 static void filter_prio_on(struct ext_sched *s, const char *name, int prio, const char *nodes,
                            char *out, size_t cap)
 {
-    char body[600];
-    struct ext_reply reply;
-    snprintf(body, sizeof body,
-             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
-             "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
-             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":%s}", name, name,
-             prio, nodes ? nodes : "[\"n\"]");
-    ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
-    reply_names(&reply, out, cap);
+    filter_labeled(s, name, prio, NULL, nodes, out, cap);
 }
 
 static void filter_prio(struct ext_sched *s, const char *name, int prio, char *out, size_t cap)
 {
     filter_prio_on(s, name, prio, NULL, out, cap);
+}
+
+/* Where filter preemption takes a GPU for a pod of priority 1000, and how
+ * many PodDisruptionBudget violations /preempt counts for node a (its
+ * victim is the extender's): a (priority 100, labels app=db) holds the one
+ * GPU of node a, b (priority 200) the one of node b; pdb, when not NULL, is
+ * a PodDisruptionBudget in namespace d. */
+static void pdb_case(const char *pdb, char *node, size_t cap, long *viol_a)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    struct ext_preemption got = {0};
+    struct ext_reply reply;
+    size_t rlen;
+    char names[64];
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_preemption = 1}, &s, &e), 0);
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = stub_bind, .preempt = stub_preempt,
+                                                 .ud = &got});
+    for (int i = 0; i < 2; i++) {
+        char inv[200];
+        snprintf(inv, sizeof inv, "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G%d\","
+                 "\"model\":\"A\",\"memory_mib\":1000}]}", i);
+        json_t *n = node_json(i ? "b" : "a", inv);
+        ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+        json_decref(n);
+    }
+    filter_labeled(s, "a", 100, "{\"app\":\"db\"}", "[\"a\"]", names, sizeof names);
+    bind_to(s, "a", "a");
+    filter_labeled(s, "b", 200, "{\"app\":\"web\"}", "[\"b\"]", names, sizeof names);
+    bind_to(s, "b", "b");
+    if (pdb) {
+        json_t *o = json_loads(pdb, 0, NULL);
+        ASSERT_TRUE(o != NULL);
+        ASSERT_EQ(ext_sched_upsert_pdb(s, o, &e), 0);
+        json_decref(o);
+    }
+    const char *pre = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
+                      "\"uid\":\"p\"},\"spec\":{\"priority\":1000,\"containers\":[{\"name\":"
+                      "\"c\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
+                      "\"NodeNameToMetaVictims\":{\"a\":{\"Pods\":[],\"NumPDBViolations\":0}}}";
+    ASSERT_EQ(ext_sched_preempt(s, pre, strlen(pre), &reply), 200);
+    char *txt = ext_reply_take(&reply, &rlen);
+    json_t *r = json_loads(txt, 0, NULL);
+    free(txt);
+    *viol_a = (long)json_integer_value(json_object_get(
+        json_object_get(json_object_get(r, "NodeNameToMetaVictims"), "a"), "NumPDBViolations"));
+    json_decref(r);
+    filter_labeled(s, "high", 1000, NULL, "[\"a\",\"b\"]", names, sizeof names);
+    ASSERT_STREQ(names, "");
+    ASSERT_EQ(got.n, 1);
+    snprintf(node, cap, "%.*s", (int)(cap - 1), got.node);
+    ASSERT_STREQ(got.v[0].pod, strcmp(got.node, "a") == 0 ? "d/a" : "d/b");
+    ext_sched_free(s);
+}
+
+/* The victims spare the pods a PodDisruptionBudget protects where they can,
+ * as kube-scheduler's: the node with fewer violations first. */
+static void test_preemption_pdbs(void)
+{
+    char node[CORE_NAME_MAX];
+    long viol = -1;
+    /* no budget: a, of the lowest priority */
+    pdb_case(NULL, node, sizeof node, &viol);
+    ASSERT_STREQ(node, "a");
+    ASSERT_EQ(viol, 0);
+    /* a budget that allows no disruption of a: b goes instead */
+    const char *pdb0 = "{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
+                       "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
+                       "\"status\":{\"disruptionsAllowed\":0}}";
+    pdb_case(pdb0, node, sizeof node, &viol);
+    ASSERT_STREQ(node, "b");
+    ASSERT_EQ(viol, 1);
+    /* so does one with no status yet (the controller has not counted) */
+    pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},\"spec\":{\"selector\":"
+             "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"In\",\"values\":"
+             "[\"db\",\"x\"]}]}}}", node, sizeof node, &viol);
+    ASSERT_STREQ(node, "b");
+    /* one disruption allowed: a again */
+    pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
+             "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
+             "\"status\":{\"disruptionsAllowed\":1}}", node, sizeof node, &viol);
+    ASSERT_STREQ(node, "a");
+    ASSERT_EQ(viol, 0);
+    /* a already counted as disrupted by the budget: not again */
+    pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
+             "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
+             "\"status\":{\"disruptionsAllowed\":0,\"disruptedPods\":{\"a\":"
+             "\"2026-11-29T00:00:00Z\"}}}", node, sizeof node, &viol);
+    ASSERT_STREQ(node, "a");
+    /* another namespace, an empty selector, a selector that picks no label
+     * of a's: no protection */
+    const char *none[] = {
+        "{\"metadata\":{\"namespace\":\"other\",\"name\":\"db\"},\"spec\":{\"selector\":"
+        "{\"matchLabels\":{\"app\":\"db\"}}}}",
+        "{\"metadata\":{\"namespace\":\"d\",\"name\":\"all\"},\"spec\":{\"selector\":{}}}",
+        "{\"metadata\":{\"namespace\":\"d\",\"name\":\"x\"},\"spec\":{\"selector\":"
+        "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"NotIn\",\"values\":"
+        "[\"db\"]}]}}}"};
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+        pdb_case(none[i], node, sizeof node, &viol);
+        ASSERT_STREQ(node, "a");
+    }
+    /* broken ones are refused, naming the field, and protect nothing */
+    struct ext_pdbs *b = ext_pdbs_new();
+    struct gs_err e = GS_ERR_INIT;
+    json_t *o = json_loads(pdb0, 0, NULL);
+    ASSERT_EQ(ext_pdbs_upsert(b, o, &e), 0);
+    ASSERT_EQ(ext_pdbs_count(b), 1);
+    json_object_set_new(json_object_get(o, "status"), "disruptionsAllowed", json_integer(-1));
+    ASSERT_EQ(ext_pdbs_upsert(b, o, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "poddisruptionbudget d/db: status.disruptionsAllowed");
+    ASSERT_EQ(ext_pdbs_count(b), 0);
+    json_decref(o);
+    const struct { const char *obj, *msg; } bad[] = {
+        {"{\"metadata\":{\"name\":\"x\"}}", "metadata.namespace"},
+        {"{\"metadata\":{\"namespace\":\"d\",\"name\":\"x\"},\"spec\":{\"selector\":"
+         "{\"matchExpressions\":[{\"key\":\"a\",\"operator\":\"Gt\",\"values\":[\"1\"]}]}}}",
+         "d/x: spec.selector.matchExpressions[0].operator"},
+        {"{\"metadata\":{\"namespace\":\"d\",\"name\":\"x\"},\"spec\":{\"selector\":"
+         "{\"matchLabels\":{\"a\":1}}}}", "spec.selector.matchLabels.a: must be a string"},
+        {"{\"metadata\":{\"namespace\":\"d\",\"name\":\"x\"},\"spec\":[]}", "d/x: spec:"},
+        {"{\"metadata\":{\"namespace\":\"d\",\"name\":\"x\"},\"status\":"
+         "{\"disruptedPods\":[]}}", "status.disruptedPods"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        o = json_loads(bad[i].obj, 0, NULL);
+        ASSERT_TRUE(o != NULL);
+        e = (struct gs_err)GS_ERR_INIT;
+        ASSERT_EQ(ext_pdbs_upsert(b, o, &e), -GS_EINVAL);
+        ASSERT_CONTAINS(e.msg, bad[i].msg);
+        json_decref(o);
+    }
+    ASSERT_EQ(ext_pdbs_count(b), 0);
+    /* a relist replaces the set; a delete removes one */
+    json_t *items = json_pack("[o, o]", json_loads(pdb0, 0, NULL),
+                              json_loads(bad[0].obj, 0, NULL));
+    ASSERT_EQ(ext_pdbs_replace(b, items), 1);
+    ASSERT_EQ(ext_pdbs_count(b), 1);
+    ext_pdbs_remove(b, "d", "nope");
+    ASSERT_EQ(ext_pdbs_count(b), 1);
+    ext_pdbs_remove(b, "d", "db");
+    ASSERT_EQ(ext_pdbs_count(b), 0);
+    json_decref(items);
+    ext_pdbs_free(b);
 }
 
 /* filter_preemption: a pod that no node fits has its victims chosen and
@@ -712,6 +865,7 @@ int test_ext(void)
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
+    test_preemption_pdbs();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
