@@ -15,6 +15,9 @@
  *   the victims let go of their GPUs (at the latest, their grace period
  *   and twice that after the decision): kube-scheduler may clear the
  *   nomination it was given before it retries the pod.
+ *
+ * Both spare the pods a PodDisruptionBudget protects where they can
+ * (ext/pdbs.h: the budgets are known when filter_preemption is on).
  */
 #include <pthread.h>
 #include <stdio.h>

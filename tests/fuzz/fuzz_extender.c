@@ -1,8 +1,8 @@
 /* tests/fuzz/fuzz_extender.c - the extender's request parsers (ExtenderArgs,
  * ExtenderBindingArgs, ExtenderPreemptionArgs), the node inventory
  * annotation, the watch event decoder and the saved learned workload (the
- * ConfigMap's and the journal's) on arbitrary bytes. The first byte picks
- * the parser. A saved workload that is taken must come back the same: saved
+ * ConfigMap's and the journal's) and a PodDisruptionBudget on arbitrary
+ * bytes. The first byte picks the parser. A saved workload that is taken must come back the same: saved
  * again (no pod is live) and read by a fresh replica, both show the same
  * /debug/workload. */
 #include <stdint.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ext/nodes.h"
+#include "ext/pdbs.h"
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "kube/watch.h"
@@ -63,6 +64,40 @@ static void saved_workload(const char *body, size_t len)
     ext_sched_free(s);
 }
 
+/* A budget taken is there once, marks a pod of its namespace or none, and
+ * goes with its key; one refused is not there. */
+static void pdb(const char *body, size_t len)
+{
+    struct gs_err e = GS_ERR_INIT;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    struct ext_pdbs *b = ext_pdbs_new();
+    if (!b)
+        abort();
+    if (doc && ext_pdbs_upsert(b, doc, &e) == 0) {
+        const json_t *md = json_object_get(doc, "metadata");
+        json_t *pod = json_pack("{s:{s:O?, s:s, s:O?}}", "metadata", "namespace",
+                                json_object_get(md, "namespace"), "name", "p", "labels",
+                                json_object_get(json_object_get(json_object_get(doc, "spec"),
+                                                                "selector"), "matchLabels"));
+        unsigned char viol[2] = {0, 0};
+        const json_t *pods[2] = {pod, pod};
+        if (ext_pdbs_count(b) != 1 || !pod)
+            abort();
+        ext_pdbs_mark(b, NULL, 0, pods, 2, viol);
+        if (viol[0] > 1 || viol[1] > 1 || viol[0] > viol[1])
+            abort(); /* the first takes its budget before the second */
+        ext_pdbs_remove(b, json_string_value(json_object_get(md, "namespace")),
+                        json_string_value(json_object_get(md, "name")));
+        if (ext_pdbs_count(b) != 0)
+            abort();
+        json_decref(pod);
+    } else if (ext_pdbs_count(b) != 0) {
+        abort();
+    }
+    json_decref(doc);
+    ext_pdbs_free(b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -72,6 +107,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 1;
     if (data[0] >= 250) {
         saved_workload(body, len);
+        return 0;
+    }
+    if (data[0] >= 245) {
+        pdb(body, len);
         return 0;
     }
     switch (data[0] % 5) {
