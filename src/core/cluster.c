@@ -685,10 +685,8 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         struct core_node *old = c->nodes[pos];
         n->available = old->available;
         n->generation = old->generation;
-        for (int i = 0; i < c->n_allocs; i++) {
-            const struct core_alloc *a = c->allocs[i];
-            if (strcmp(a->node, n->name) != 0)
-                continue;
+        for (const struct core_alloc *a = core_node_alloc_next(old, NULL); a;
+             a = core_node_alloc_next(old, a)) {
             struct gs_err sub = GS_ERR_INIT;
             if (core_alloc_apply(n, a, 1, 1, &sub) < 0) {
                 node_free(n);
@@ -698,6 +696,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
             core_alloc_apply(n, a, 1, 0, NULL);
         }
         others_apply(n, old->others_cpu_milli, old->others_mem_bytes, old->others_pods);
+        n->priv->allocs = old->priv->allocs;
         if (c->frag_sum_wver == c->wver && old->priv->frag_wver == c->wver)
             c->frag_sum -= old->priv->frag;
         c->nodes[pos] = n;
@@ -725,11 +724,18 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
     return 0;
 }
 
-static void alloc_remove_at(struct core_cluster *c, int i)
+static void alloc_remove_at(struct core_cluster *c, struct core_node *n, int i)
 {
     int last = c->n_allocs - 1;
+    struct core_alloc_rec *r = (struct core_alloc_rec *)c->allocs[i];
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        n->priv->allocs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
     index_del(c->alloc_index, c->alloc_index_cap, (void *const *)c->allocs, i, last, alloc_key);
-    free(c->allocs[i]);
+    free(r);
     c->allocs[i] = c->allocs[last];
     c->n_allocs--;
 }
@@ -741,11 +747,12 @@ int core_cluster_remove_node(struct core_cluster *c, const char *name, struct gs
     if (pos < 0)
         return gs_errf(e, GS_ENOENT, "node %s: not in the cluster", name);
     struct core_node *n = c->nodes[pos];
-    for (int i = c->n_allocs - 1; i >= 0; i--)
-        if (strcmp(c->allocs[i]->node, name) == 0) {
-            c->milli_alloc -= alloc_milli(c->allocs[i]);
-            alloc_remove_at(c, i);
-        }
+    while (n->priv->allocs) {
+        const struct core_alloc *a = &n->priv->allocs->a;
+        c->milli_alloc -= alloc_milli(a);
+        alloc_remove_at(c, n, index_find(c->alloc_index, c->alloc_index_cap,
+                                         (void *const *)c->allocs, a->pod_uid, alloc_key));
+    }
     if (c->frag_sum_wver == c->wver && n->priv->frag_wver == c->wver)
         c->frag_sum -= n->priv->frag;
     count_models(c, n, -1);
@@ -875,19 +882,24 @@ static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn
     int rc = core_alloc_apply(n, a, 1, 1, e);
     if (rc < 0)
         return rc;
-    struct core_alloc *copy = malloc(sizeof *copy);
+    struct core_alloc_rec *copy = malloc(sizeof *copy);
     if (!copy || grow((void **)&c->allocs, &c->cap_allocs, c->n_allocs + 1, sizeof *c->allocs) < 0) {
         free(copy);
         return gs_errf(e, GS_ENOMEM, "allocation %s: out of memory", a->pod_uid);
     }
-    *copy = *a;
-    c->allocs[c->n_allocs++] = copy;
+    copy->a = *a;
+    c->allocs[c->n_allocs++] = &copy->a;
     if (index_add(&c->alloc_index, &c->alloc_index_cap, (void *const *)c->allocs, c->n_allocs,
                   c->n_allocs - 1, alloc_key) < 0) {
         free(copy);
         c->n_allocs--;
         return gs_errf(e, GS_ENOMEM, "allocation %s: out of memory", a->pod_uid);
     }
+    copy->prev = NULL;
+    copy->next = n->priv->allocs;
+    if (copy->next)
+        copy->next->prev = copy;
+    n->priv->allocs = copy;
     core_alloc_apply(n, a, 1, 0, NULL);
     c->milli_alloc += alloc_milli(a);
     if (learn && !c->explicit_workload)
@@ -931,14 +943,20 @@ int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e
     if (pos < 0)
         return gs_errf(e, GS_ENOENT, "pod uid %s holds no allocation", pod_uid);
     const struct core_alloc *a = c->allocs[pos];
-    struct core_node *n = core_cluster_find(c, a->node);
-    if (n) {
-        core_alloc_apply(n, a, -1, 0, NULL);
-        core_node_refresh(c, n);
-    }
+    struct core_node *n = core_cluster_find(c, a->node); /* always there (remove_node) */
+    core_alloc_apply(n, a, -1, 0, NULL);
+    core_node_refresh(c, n);
     c->milli_alloc -= alloc_milli(a);
-    alloc_remove_at(c, pos);
+    alloc_remove_at(c, n, pos);
     return 0;
+}
+
+const struct core_alloc *core_node_alloc_next(const struct core_node *n,
+                                              const struct core_alloc *after)
+{
+    const struct core_alloc_rec *r = after ? ((const struct core_alloc_rec *)after)->next
+                                           : n->priv->allocs;
+    return r ? &r->a : NULL;
 }
 
 const struct core_alloc *core_alloc_find(const struct core_cluster *c, const char *pod_uid)

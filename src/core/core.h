@@ -156,6 +156,12 @@ struct core_preempt_guard {
     void *ud;
 };
 
+/* The node's allocations, one after the other (in no set order): a NULL
+ * `after` gives the first; NULL when there are no more. Valid until the
+ * cluster changes. */
+const struct core_alloc *core_node_alloc_next(const struct core_node *n,
+                                              const struct core_alloc *after);
+
 /* Preemption on one node: a minimal set of pods with priority lower than
  * the pod's whose eviction lets it fit (pods no budget protects first, then
  * the protected ones; within each, lowest priorities first; then every

@@ -71,6 +71,15 @@ struct core_node_priv {
      * (small); lets fgd price a placement in O(|M|) per changed GPU */
     int *fc_cnt, *fc_small;
     int fc_cap;
+    struct core_alloc_rec *allocs; /* the node's allocations, a list (see below) */
+};
+
+/* An allocation as the cluster holds it: c->allocs[] point at a (so the
+ * record is freed through them), and each node lists its own, so work on
+ * one node (an update, a removal, preemption) does not scan the cluster's. */
+struct core_alloc_rec {
+    struct core_alloc a;       /* first */
+    struct core_alloc_rec *prev, *next;
 };
 
 /* One class of the target workload, resolved against the cluster's models. */

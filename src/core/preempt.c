@@ -84,15 +84,18 @@ int core_preempt(struct core_cluster *c, const struct core_node *node, const str
     if (st.code == CORE_UNRESOLVABLE)
         return gs_errf(e, GS_ENOFIT, "node %s: %s", n->name, st.reason);
 
-    const struct core_alloc **cand = malloc(((size_t)c->n_allocs + 1) * sizeof *cand);
-    char *out = calloc((size_t)c->n_allocs + 1, 1);
-    unsigned char *viol = calloc((size_t)c->n_allocs + 1, 1);
-    int k = 0;
+    int on = 0, k = 0;
+    for (const struct core_alloc *a = core_node_alloc_next(n, NULL); a;
+         a = core_node_alloc_next(n, a))
+        on++;
+    const struct core_alloc **cand = malloc(((size_t)on + 1) * sizeof *cand);
+    char *out = calloc((size_t)on + 1, 1);
+    unsigned char *viol = calloc((size_t)on + 1, 1);
     if (cand && out && viol) {
-        for (int i = 0; i < c->n_allocs; i++)
-            if (strcmp(c->allocs[i]->node, n->name) == 0 &&
-                c->allocs[i]->priority < pod->priority)
-                cand[k++] = c->allocs[i];
+        for (const struct core_alloc *a = core_node_alloc_next(n, NULL); a;
+             a = core_node_alloc_next(n, a))
+            if (a->priority < pod->priority)
+                cand[k++] = a;
         qsort(cand, (size_t)k, sizeof *cand, cmp_victim);
     }
     if (!cand || !out || !viol || (guard && k && guard_order(guard, cand, k, viol) < 0)) {

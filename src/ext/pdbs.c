@@ -20,7 +20,7 @@ struct pdb {
 };
 
 struct ext_pdbs {
-    struct pdb *v;
+    struct pdb *v;             /* sorted by namespace, then name */
     int n, cap;
 };
 
@@ -51,21 +51,34 @@ void ext_pdbs_free(struct ext_pdbs *b)
 
 int ext_pdbs_count(const struct ext_pdbs *b) { return b ? b->n : 0; }
 
-static int find(const struct ext_pdbs *b, const char *ns, const char *name)
+/* The first position whose key is not below (ns, name; NULL: the first of
+ * ns); *hit when it is that key. */
+static int lower(const struct ext_pdbs *b, const char *ns, const char *name, int *hit)
 {
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->v[i].ns, ns) == 0 && strcmp(b->v[i].name, name) == 0)
-            return i;
-    return -1;
+    int lo = 0, hi = b->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(b->v[mid].ns, ns);
+        if (c == 0 && name)
+            c = strcmp(b->v[mid].name, name);
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (hit)
+        *hit = lo < b->n && name && strcmp(b->v[lo].ns, ns) == 0 &&
+               strcmp(b->v[lo].name, name) == 0;
+    return lo;
 }
 
 void ext_pdbs_remove(struct ext_pdbs *b, const char *ns, const char *name)
 {
-    int i = find(b, ns, name);
-    if (i < 0)
+    int hit, i = ns && name ? lower(b, ns, name, &hit) : 0;
+    if (!ns || !name || !hit)
         return;
     pdb_clear(&b->v[i]);
-    b->v[i] = b->v[--b->n];
+    memmove(&b->v[i], &b->v[i + 1], (size_t)(b->n - i - 1) * sizeof *b->v);
+    b->n--;
 }
 
 static int name_of(const json_t *md, const char *k, char *dst, struct gs_err *e)
@@ -129,8 +142,8 @@ int ext_pdbs_upsert(struct ext_pdbs *b, const json_t *obj, struct gs_err *e)
         pdb_clear(&p);
         return rc;
     }
-    int i = find(b, p.ns, p.name);
-    if (i >= 0) {
+    int hit, i = lower(b, p.ns, p.name, &hit);
+    if (hit) {
         pdb_clear(&b->v[i]);
         b->v[i] = p;
         return 0;
@@ -146,7 +159,9 @@ int ext_pdbs_upsert(struct ext_pdbs *b, const json_t *obj, struct gs_err *e)
         b->v = v;
         b->cap = cap;
     }
-    b->v[b->n++] = p;
+    memmove(&b->v[i + 1], &b->v[i], (size_t)(b->n - i) * sizeof *b->v);
+    b->v[i] = p;
+    b->n++;
     return 0;
 }
 
@@ -177,10 +192,10 @@ static int take(const struct ext_pdbs *b, const json_t *pod, int64_t *left)
     int viol = 0;
     if (!json_object_size(labels)) /* a pod without labels matches no budget */
         return 0;
-    for (int i = 0; i < b->n; i++) {
+    ns = ns ? ns : "default";
+    for (int i = lower(b, ns, NULL, NULL); i < b->n && strcmp(b->v[i].ns, ns) == 0; i++) {
         const struct pdb *p = &b->v[i];
-        if (!p->selects || strcmp(p->ns, ns ? ns : "default") != 0 ||
-            !core_label_selector_matches(&p->sel, labels) ||
+        if (!p->selects || !core_label_selector_matches(&p->sel, labels) ||
             (name && json_object_get(p->disrupted, name)))
             continue;
         if (--left[i] < 0)
