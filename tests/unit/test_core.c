@@ -24,6 +24,15 @@ static void check_invariants(struct core_cluster *c)
                 gmem[a->gpu[g]] += a->mem_mib[g];
             }
         }
+        /* the node's own list holds exactly its allocations */
+        int listed = 0;
+        for (const struct core_alloc *a = core_node_alloc_next(n, NULL); a;
+             a = core_node_alloc_next(n, a)) {
+            ASSERT_STREQ(a->node, n->name);
+            ASSERT_TRUE(core_alloc_find(c, a->pod_uid) == a);
+            listed++;
+        }
+        ASSERT_EQ(listed, pods);
         ASSERT_EQ(n->free_cpu_milli, n->cpu_milli - cpu - n->others_cpu_milli);
         ASSERT_EQ(n->free_mem_bytes, n->mem_bytes - mem - n->others_mem_bytes);
         ASSERT_EQ(n->n_pods, pods + n->others_pods);
@@ -531,9 +540,25 @@ static void test_reserve(void)
     ASSERT_EQ(n->gpus[1].free_milli, 0);
     ASSERT_EQ(tc_node(c, "n", 16000, 64, 1, "A100", 40960), -GS_ECONFLICT);
     ASSERT_EQ(core_cluster_find(c, "n")->n_gpus, 4);
+    /* the updated node lists what the old one held; a node of its own
+     * keeps its own list through the removal of another */
+    ASSERT_EQ(core_reserve(c, &s1, &e), 0);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
+    ASSERT_EQ(tc_node(c, "m", 16000, 64, 4, "A100", 40960), 0);
+    struct core_alloc m1 = s1;
+    snprintf(m1.pod_uid, sizeof m1.pod_uid, "m1");
+    snprintf(m1.node, sizeof m1.node, "m");
+    ASSERT_EQ(core_reserve(c, &m1, &e), 0);
+    check_invariants(c);
+    ASSERT_EQ(core_unreserve(c, "s1", &e), 0);
+    check_invariants(c);
+    ASSERT_EQ(core_reserve(c, &s1, &e), 0);
     /* removing the node drops its allocations */
     ASSERT_EQ(core_cluster_remove_node(c, "n", &e), 0);
     ASSERT_TRUE(core_alloc_find(c, "w") == NULL);
+    ASSERT_TRUE(core_alloc_find(c, "s1") == NULL);
+    ASSERT_EQ(core_cluster_alloc_count(c), 1);
+    check_invariants(c);
     core_cluster_free(c);
 }
 
