@@ -29,7 +29,9 @@ struct ext_cluster {
     struct ext_sched *s;
     const struct ext_config *cfg;
     char prefix[128];
-    struct kube_watch *nodes, *pods, *pdbs;
+    struct kube_watch *nodes, *pods;
+    _Atomic(struct kube_watch *) pdbs; /* started by the house thread (pdbs_start) */
+    double pdbs_tried;         /* when it last tried (house thread) */
     struct kube_leader *leader;
     struct gs_worker wk;       /* housekeeping: nudges, inventory TTL, events */
     atomic_int freed;          /* GPUs were freed since the last nudge */
@@ -203,20 +205,33 @@ static void pdbs_event(void *ud, const char *type, const json_t *obj)
         log_warn("extender", "%s: it protects no pod", e.msg);
 }
 
-/* The PodDisruptionBudgets' collection: policy/v1 from Kubernetes 1.21,
- * policy/v1beta1 before (and until 1.25). */
-static const char *pdbs_path(struct ext_cluster *cl)
+/* Starts the PodDisruptionBudgets' watch once API discovery says which
+ * version the API server serves: policy/v1 from Kubernetes 1.21,
+ * policy/v1beta1 before (and until 1.25). Until then (the API server did
+ * not answer; tried again every 5 s) no preemption from /filter is made
+ * (ext_sched_pdbs_pending). House thread. */
+static void pdbs_start(struct ext_cluster *cl)
 {
+    static const struct kube_watch_ops ops = {pdbs_replace, pdbs_event};
     struct gs_err e = GS_ERR_INIT;
+    struct kube_watch *w = NULL;
     json_t *got = NULL;
+    if (atomic_load(&cl->pdbs) || now_real() - cl->pdbs_tried < 5.0)
+        return;
+    cl->pdbs_tried = now_real();
     int rc = kube_get(cl->kc, "/apis/policy/v1", &got, &e);
     json_decref(got);
-    if (rc == -GS_ENOENT)
-        return "/apis/policy/v1beta1/poddisruptionbudgets";
-    if (rc < 0)
-        log_warn("extender", "API discovery of policy/v1: %s; watching its "
-                 "PodDisruptionBudgets", e.msg);
-    return "/apis/policy/v1/poddisruptionbudgets";
+    if (rc < 0 && rc != -GS_ENOENT) {
+        log_warn("extender", "API discovery of policy/v1 (PodDisruptionBudgets): %s; trying "
+                 "again", e.msg);
+        return;
+    }
+    const char *path = rc == 0 ? "/apis/policy/v1/poddisruptionbudgets"
+                               : "/apis/policy/v1beta1/poddisruptionbudgets";
+    if (kube_watch_start(cl->kc, &(struct kube_watch_opts){.path = path}, &ops, cl, &w, &e) < 0)
+        log_warn("extender", "watching %s: %s; trying again", path, e.msg);
+    else
+        atomic_store(&cl->pdbs, w);
 }
 
 int ext_cluster_ready(void *ud)
@@ -526,9 +541,10 @@ void ext_cluster_collect(struct ext_cluster *cl)
     metric_set(cl->m_restarts, (const char *[]){"pods"}, (double)b.restarts);
     metric_set(cl->m_relists, (const char *[]){"nodes"}, (double)a.lists);
     metric_set(cl->m_relists, (const char *[]){"pods"}, (double)b.lists);
-    if (cl->pdbs) {
+    struct kube_watch *pw = atomic_load(&cl->pdbs);
+    if (pw) {
         struct kube_watch_stats d = {0};
-        kube_watch_get_stats(cl->pdbs, &d);
+        kube_watch_get_stats(pw, &d);
         metric_set(cl->m_restarts, (const char *[]){"poddisruptionbudgets"}, (double)d.restarts);
         metric_set(cl->m_relists, (const char *[]){"poddisruptionbudgets"}, (double)d.lists);
     }
@@ -545,7 +561,9 @@ static void *house_main(void *arg)
      * led (or this one was restarting) left them in kube-scheduler's
      * unschedulable queue */
     int led = 0;
+    pdbs_start(cl);
     while (!gs_worker_sleep(&cl->wk, 1.0, &cl->freed)) {
+        pdbs_start(cl);
         int leading = may_bind(cl) && ext_cluster_ready(cl);
         /* a replica that does not lead nudges too: the pods it refused
          * itself, when the leader did not answer a forwarded /filter, are
@@ -584,7 +602,6 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     struct ext_cluster *cl = calloc(1, sizeof *cl);
     static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event};
     static const struct kube_watch_ops pod_ops = {pods_replace, pods_event};
-    static const struct kube_watch_ops pdb_ops = {pdbs_replace, pdbs_event};
     int rc;
 
     if (!cl)
@@ -627,17 +644,12 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
     }
     ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind,
                                                   .preempt = commit_preempt, .ud = cl});
-    /* the budgets only preemption from /filter reads (before the pods: a
-     * preemption waits for those), with the RBAC that comes with it */
-    if ((cfg->filter_preemption &&
-         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = pdbs_path(cl)}, &pdb_ops,
-                                cl, &cl->pdbs, e)) < 0) ||
-        (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
+    ext_sched_pdbs_pending(s); /* until pdbs_start's watch has listed them */
+    if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
                                cl, &cl->nodes, e)) < 0 ||
         (rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/pods"}, &pod_ops,
                                cl, &cl->pods, e)) < 0 ||
         gs_worker_start(&cl->wk, house_main, cl) < 0) {
-        kube_watch_stop(cl->pdbs);
         kube_watch_stop(cl->nodes);
         kube_watch_stop(cl->pods);
         kube_leader_stop(cl->leader);
@@ -656,7 +668,7 @@ void ext_cluster_stop(struct ext_cluster *cl)
     gs_worker_stop(&cl->wk);
     kube_watch_stop(cl->pods);
     kube_watch_stop(cl->nodes);
-    kube_watch_stop(cl->pdbs);
+    kube_watch_stop(atomic_load(&cl->pdbs)); /* the house thread that starts it is gone */
     /* what ended since the last save, for the replica that leads next */
     if (cl->workload_loaded && may_bind(cl))
         workload_save(cl);

@@ -22,6 +22,11 @@ struct pdb {
 struct ext_pdbs {
     struct pdb *v;             /* sorted by namespace, then name */
     int n, cap;
+    /* ext_pdbs_mark's disruptions left per budget: left[i] holds for the
+     * call numbered calls when stamp[i] says so (set when first touched,
+     * so a call costs only the budgets of the pods' namespaces) */
+    int64_t *left;
+    unsigned long *stamp, calls;
 };
 
 struct ext_pdbs *ext_pdbs_new(void) { return calloc(1, sizeof(struct ext_pdbs)); }
@@ -46,6 +51,8 @@ void ext_pdbs_free(struct ext_pdbs *b)
         return;
     clear_all(b);
     free(b->v);
+    free(b->left);
+    free(b->stamp);
     free(b);
 }
 
@@ -149,14 +156,23 @@ int ext_pdbs_upsert(struct ext_pdbs *b, const json_t *obj, struct gs_err *e)
         return 0;
     }
     if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 16;
-        struct pdb *v = cap <= MAX_PDBS ? realloc(b->v, (size_t)cap * sizeof *v) : NULL;
-        if (!v) {
+        int cap = b->cap ? (b->cap > MAX_PDBS / 2 ? MAX_PDBS : 2 * b->cap) : 16;
+        struct pdb *v = b->n < MAX_PDBS ? realloc(b->v, (size_t)cap * sizeof *v) : NULL;
+        int64_t *left = v ? realloc(b->left, (size_t)cap * sizeof *left) : NULL;
+        unsigned long *stamp = left ? realloc(b->stamp, (size_t)cap * sizeof *stamp) : NULL;
+        if (v)
+            b->v = v;
+        if (left)
+            b->left = left;
+        if (!stamp) {
+            char key[2 * CORE_NAME_MAX + 2];
+            snprintf(key, sizeof key, "%s/%s", p.ns, p.name);
             pdb_clear(&p);
-            return gs_errf(e, GS_ENOMEM, "poddisruptionbudget %s/%s: no room (at most %d)",
-                           p.ns, p.name, MAX_PDBS);
+            return gs_errf(e, GS_ENOMEM, "poddisruptionbudget %s: no room (at most %d)", key,
+                           MAX_PDBS);
         }
-        b->v = v;
+        b->stamp = stamp;
+        memset(stamp + b->cap, 0, (size_t)(cap - b->cap) * sizeof *stamp);
         b->cap = cap;
     }
     memmove(&b->v[i + 1], &b->v[i], (size_t)(b->n - i) * sizeof *b->v);
@@ -181,9 +197,9 @@ int ext_pdbs_replace(struct ext_pdbs *b, const json_t *items)
     return bad;
 }
 
-/* Takes pod's disruptions from the budgets (left[]); 1 when one went below
+/* Takes pod's disruptions from the budgets (b->left); 1 when one went below
  * zero. */
-static int take(const struct ext_pdbs *b, const json_t *pod, int64_t *left)
+static int take(struct ext_pdbs *b, const json_t *pod)
 {
     const json_t *md = json_object_get(pod, "metadata");
     const json_t *labels = json_object_get(md, "labels");
@@ -198,25 +214,29 @@ static int take(const struct ext_pdbs *b, const json_t *pod, int64_t *left)
         if (!p->selects || !core_label_selector_matches(&p->sel, labels) ||
             (name && json_object_get(p->disrupted, name)))
             continue;
-        if (--left[i] < 0)
+        if (b->stamp[i] != b->calls) {
+            b->stamp[i] = b->calls;
+            b->left[i] = p->allowed;
+        }
+        if (--b->left[i] < 0)
             viol = 1;
     }
     return viol;
 }
 
-void ext_pdbs_mark(const struct ext_pdbs *b, const json_t *const *gone, int ngone,
+void ext_pdbs_mark(struct ext_pdbs *b, const json_t *const *gone, int ngone,
                    const json_t *const *pods, int n, unsigned char *viol)
 {
-    int64_t *left = b && b->n ? malloc((size_t)b->n * sizeof *left) : NULL;
-    if (!left)
-        return; /* no budgets (or no memory: then as if none) */
-    for (int i = 0; i < b->n; i++)
-        left[i] = b->v[i].allowed;
+    if (!b || !b->n)
+        return;
+    if (++b->calls == 0) { /* wrapped: no stamp may match a new call */
+        memset(b->stamp, 0, (size_t)b->cap * sizeof *b->stamp);
+        b->calls = 1;
+    }
     for (int k = 0; k < ngone; k++)
         if (gone[k])
-            take(b, gone[k], left);
+            take(b, gone[k]);
     for (int k = 0; k < n; k++)
-        if (pods[k] && take(b, pods[k], left))
+        if (pods[k] && take(b, pods[k]))
             viol[k] = 1;
-    free(left);
 }

@@ -40,7 +40,7 @@ int ext_pdbs_count(const struct ext_pdbs *b);
  * budget lists them as disrupted already; viol[i] is set for each pod that
  * takes some budget below zero. The pods gone[0..ngone) are evicted anyway:
  * they take theirs first. A NULL pod has no labels. */
-void ext_pdbs_mark(const struct ext_pdbs *b, const json_t *const *gone, int ngone,
+void ext_pdbs_mark(struct ext_pdbs *b, const json_t *const *gone, int ngone,
                    const json_t *const *pods, int n, unsigned char *viol);
 
 #endif

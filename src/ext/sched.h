@@ -147,11 +147,15 @@ int ext_sched_expire_preemptions(struct ext_sched *s, double now);
 
 /* PodDisruptionBudgets (ext/pdbs.h): the victims the extender chooses
  * spare the pods they protect where it can, as kube-scheduler's do. Kept by
- * the cluster watch when filter_preemption is on; errors name the field. */
+ * the cluster watch; errors name the field. */
 int ext_sched_upsert_pdb(struct ext_sched *s, const json_t *obj, struct gs_err *e);
 void ext_sched_remove_pdb(struct ext_sched *s, const char *ns, const char *name);
-/* Makes the set exactly `items` (a relist); returns how many were broken. */
+/* Makes the set exactly `items` (a relist); returns how many were broken.
+ * The first one ends ext_sched_pdbs_pending(). */
 int ext_sched_replace_pdbs(struct ext_sched *s, const json_t *items);
+/* The budgets are not known yet (a watch will list them): until they are,
+ * no preemption from /filter is made, so none evicts a pod one protects. */
+void ext_sched_pdbs_pending(struct ext_sched *s);
 
 /* ---- pods and allocations ---- */
 /* Records an allocation from a record as ext_sched_allocations() writes

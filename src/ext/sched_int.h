@@ -104,6 +104,7 @@ struct ext_sched {
         *m_owners;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
     struct ext_pdbs *pdbs;      /* PodDisruptionBudgets that preemption respects */
+    int pdbs_pending;           /* they are not listed yet (ext_sched_pdbs_pending) */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;
     /* the GPU pod /filter last found nodes for, whose /bind is still to come
      * until expect_until (CLOCK_MONOTONIC; 0 = none), and the /binds'

@@ -17,7 +17,7 @@
  *   nomination it was given before it retries the pod.
  *
  * Both spare the pods a PodDisruptionBudget protects where they can
- * (ext/pdbs.h: the budgets are known when filter_preemption is on).
+ * (ext/pdbs.h; cluster mode watches the budgets).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -61,10 +61,25 @@ void ext_sched_remove_pdb(struct ext_sched *s, const char *ns, const char *name)
 
 int ext_sched_replace_pdbs(struct ext_sched *s, const json_t *items)
 {
+    struct ext_pdbs *b = ext_pdbs_new(); /* read outside the lock, then swapped in */
+    int bad = b ? ext_pdbs_replace(b, items) : (int)json_array_size(items);
     pthread_mutex_lock(&s->mu);
-    int bad = ext_pdbs_replace(s->pdbs, items);
+    if (b) {
+        struct ext_pdbs *old = s->pdbs;
+        s->pdbs = b;
+        b = old;
+        s->pdbs_pending = 0;
+    }
     pthread_mutex_unlock(&s->mu);
+    ext_pdbs_free(b);
     return bad;
+}
+
+void ext_sched_pdbs_pending(struct ext_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pdbs_pending = 1;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* The guard of core_preempt: the budgets, with kube-scheduler's victims
@@ -354,7 +369,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
 {
     if (!s->opts.filter_preemption || !s->commit.preempt || !p ||
         pod->req.kind == CORE_REQ_NONE ||
-        (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) ||
+        (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) || s->pdbs_pending ||
         still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj, pos, fit, n))
         return 0;
     /* the nodes that hold a pod of lower priority, in one pass: the search

@@ -552,6 +552,22 @@ static void test_reserve(void)
     check_invariants(c);
     ASSERT_EQ(core_unreserve(c, "s1", &e), 0);
     check_invariants(c);
+    /* taken off the middle, the head, the last: the links hold */
+    struct core_alloc m2 = m1, m3 = m1;
+    snprintf(m2.pod_uid, sizeof m2.pod_uid, "m2");
+    snprintf(m3.pod_uid, sizeof m3.pod_uid, "m3");
+    m2.gpu[0] = 1;
+    m3.gpu[0] = 3;
+    ASSERT_EQ(core_reserve(c, &m2, &e), 0);
+    ASSERT_EQ(core_reserve(c, &m3, &e), 0);
+    check_invariants(c);
+    const char *order[] = {"m2", "m3", "m1"};
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(core_unreserve(c, order[i], &e), 0);
+        check_invariants(c);
+    }
+    ASSERT_TRUE(core_node_alloc_next(core_cluster_find(c, "m"), NULL) == NULL);
+    ASSERT_EQ(core_reserve(c, &m1, &e), 0);
     ASSERT_EQ(core_reserve(c, &s1, &e), 0);
     /* removing the node drops its allocations */
     ASSERT_EQ(core_cluster_remove_node(c, "n", &e), 0);

@@ -619,7 +619,7 @@ static void filter_prio(struct ext_sched *s, const char *name, int prio, char *o
  * victim is the extender's): a (priority 100, labels app=db) holds the one
  * GPU of node a, b (priority 200) the one of node b; pdb, when not NULL, is
  * a PodDisruptionBudget in namespace d. */
-static void pdb_case(const char *pdb, char *node, size_t cap, long *viol_a)
+static void pdb_case(const char *pdb, int pending, char *node, size_t cap, long *viol_a)
 {
     struct gs_err e = GS_ERR_INIT;
     struct ext_sched *s;
@@ -642,11 +642,22 @@ static void pdb_case(const char *pdb, char *node, size_t cap, long *viol_a)
     bind_to(s, "a", "a");
     filter_labeled(s, "b", 200, "{\"app\":\"web\"}", "[\"b\"]", names, sizeof names);
     bind_to(s, "b", "b");
+    if (pending) /* a watch will list them: no preemption from /filter until it has */
+        ext_sched_pdbs_pending(s);
     if (pdb) {
         json_t *o = json_loads(pdb, 0, NULL);
         ASSERT_TRUE(o != NULL);
         ASSERT_EQ(ext_sched_upsert_pdb(s, o, &e), 0);
         json_decref(o);
+    }
+    if (pending) {
+        filter_labeled(s, "high", 1000, NULL, "[\"a\",\"b\"]", names, sizeof names);
+        ASSERT_EQ(got.n, 0);
+        json_t *items = json_pack("[]");
+        if (pdb)
+            json_array_append_new(items, json_loads(pdb, 0, NULL));
+        ASSERT_EQ(ext_sched_replace_pdbs(s, items), 0);
+        json_decref(items);
     }
     const char *pre = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
                       "\"uid\":\"p\"},\"spec\":{\"priority\":1000,\"containers\":[{\"name\":"
@@ -674,32 +685,37 @@ static void test_preemption_pdbs(void)
     char node[CORE_NAME_MAX];
     long viol = -1;
     /* no budget: a, of the lowest priority */
-    pdb_case(NULL, node, sizeof node, &viol);
+    pdb_case(NULL, 0, node, sizeof node, &viol);
     ASSERT_STREQ(node, "a");
     ASSERT_EQ(viol, 0);
     /* a budget that allows no disruption of a: b goes instead */
     const char *pdb0 = "{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
                        "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
                        "\"status\":{\"disruptionsAllowed\":0}}";
-    pdb_case(pdb0, node, sizeof node, &viol);
+    pdb_case(pdb0, 0, node, sizeof node, &viol);
     ASSERT_STREQ(node, "b");
     ASSERT_EQ(viol, 1);
+    /* the same, the budgets listed by a watch: nothing preempted before */
+    pdb_case(pdb0, 1, node, sizeof node, &viol);
+    ASSERT_STREQ(node, "b");
+    pdb_case(NULL, 1, node, sizeof node, &viol);
+    ASSERT_STREQ(node, "a");
     /* so does one with no status yet (the controller has not counted) */
     pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},\"spec\":{\"selector\":"
              "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"In\",\"values\":"
-             "[\"db\",\"x\"]}]}}}", node, sizeof node, &viol);
+             "[\"db\",\"x\"]}]}}}", 0, node, sizeof node, &viol);
     ASSERT_STREQ(node, "b");
     /* one disruption allowed: a again */
     pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
              "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
-             "\"status\":{\"disruptionsAllowed\":1}}", node, sizeof node, &viol);
+             "\"status\":{\"disruptionsAllowed\":1}}", 0, node, sizeof node, &viol);
     ASSERT_STREQ(node, "a");
     ASSERT_EQ(viol, 0);
     /* a already counted as disrupted by the budget: not again */
     pdb_case("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
              "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"db\"}}},"
              "\"status\":{\"disruptionsAllowed\":0,\"disruptedPods\":{\"a\":"
-             "\"2026-11-29T00:00:00Z\"}}}", node, sizeof node, &viol);
+             "\"2026-11-29T00:00:00Z\"}}}", 0, node, sizeof node, &viol);
     ASSERT_STREQ(node, "a");
     /* another namespace, an empty selector, a selector that picks no label
      * of a's: no protection */
@@ -711,7 +727,7 @@ static void test_preemption_pdbs(void)
         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"NotIn\",\"values\":"
         "[\"db\"]}]}}}"};
     for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
-        pdb_case(none[i], node, sizeof node, &viol);
+        pdb_case(none[i], 0, node, sizeof node, &viol);
         ASSERT_STREQ(node, "a");
     }
     /* broken ones are refused, naming the field, and protect nothing */
