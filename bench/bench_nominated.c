@@ -71,16 +71,9 @@ int main(int argc, char **argv)
         return 2;
     }
     ext_sched_set_commit(s, &(struct ext_commit){.bind = fake_bind});
-    json_t *nl = json_array(), *names = json_array();
-    for (int i = 0; i < nodes; i++) {
-        json_t *n = bench_node_obj(i);
-        json_array_append(names, json_object_get(json_object_get(n, "metadata"), "name"));
-        json_array_append_new(nl, n);
-    }
-    if (ext_sched_replace_nodes(s, nl) != 0) {
-        fprintf(stderr, "nodes refused\n");
+    json_t *names;
+    if (bench_add_nodes(s, nodes, &names) < 0)
         return 1;
-    }
     json_t *args = json_pack("{s:o, s:O}", "Pod", gpu_pod("asked", "1", 0), "NodeNames", names);
     char *body = json_dumps(args, JSON_COMPACT);
     int reps = 200;
@@ -108,7 +101,6 @@ int main(int argc, char **argv)
     }
     free(body);
     json_decref(args);
-    json_decref(nl);
     json_decref(names);
     ext_sched_free(s);
     return 0;

@@ -72,16 +72,9 @@ int main(int argc, char **argv)
         return 2;
     }
     ext_sched_set_commit(s, &(struct ext_commit){.bind = fake_bind, .preempt = fake_preempt});
-    json_t *nl = json_array(), *names = json_array();
-    for (int i = 0; i < nodes; i++) {
-        json_t *n = bench_node_obj(i);
-        json_array_append(names, json_object_get(json_object_get(n, "metadata"), "name"));
-        json_array_append_new(nl, n);
-    }
-    if (ext_sched_replace_nodes(s, nl) != 0) {
-        fprintf(stderr, "nodes refused\n");
+    json_t *names;
+    if (bench_add_nodes(s, nodes, &names) < 0)
         return 1;
-    }
     for (int k = 0; k < budgets; k++) {
         char name[32];
         snprintf(name, sizeof name, "a%d", k);
@@ -140,7 +133,6 @@ int main(int argc, char **argv)
     printf("%d nodes of 8 GPUs full of priority-100 pods, %d budgets: a preempting /filter "
            "of a 2-GPU pod (median of %d rounds of %d): %.0f us\n", nodes, budgets, rounds, reps,
            bench_median(t, rounds));
-    json_decref(nl);
     json_decref(names);
     ext_sched_free(s);
     return 0;

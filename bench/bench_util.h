@@ -48,6 +48,26 @@ static inline json_t *bench_node_obj(int i)
 }
 #endif
 
+#if defined(JANSSON_H) && defined(GPUSCHED_EXT_SCHED_H)
+/* Nodes 0..n-1 of bench_node_obj given to the scheduler; their names in
+ * *names (a new array). 0, or -1 when refused (said on stderr). */
+static inline int bench_add_nodes(struct ext_sched *s, int n, json_t **names)
+{
+    json_t *nl = json_array();
+    *names = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *node = bench_node_obj(i);
+        json_array_append(*names, json_object_get(json_object_get(node, "metadata"), "name"));
+        json_array_append_new(nl, node);
+    }
+    int bad = ext_sched_replace_nodes(s, nl);
+    json_decref(nl);
+    if (bad)
+        fprintf(stderr, "nodes refused\n");
+    return bad ? -1 : 0;
+}
+#endif
+
 #ifdef GS_UTIL_BUF_H
 /* CURLOPT_WRITEFUNCTION: the reply into the gs_buf given as CURLOPT_WRITEDATA */
 static inline size_t bench_on_data(char *p, size_t sz, size_t n, void *ud)
