@@ -149,8 +149,10 @@ int core_schedule_one(struct core_cluster *c, const struct core_policy *pol,
 
 /* Which of a node's candidate victims a disruption budget protects
  * (kube-scheduler's filterPodsWithPDBViolation): mark() gets the pods of
- * lower priority, most important first, and sets viol[i] for each whose
- * eviction would take some PodDisruptionBudget below zero. */
+ * lower priority, highest priority first (within one, the core has no start
+ * times: smaller GPU holders first, then by UID; a caller that knows more
+ * ranks them its own way), and sets viol[i] for each whose eviction would
+ * take some PodDisruptionBudget below zero. */
 struct core_preempt_guard {
     void (*mark)(void *ud, const struct core_alloc *const *cand, int n, unsigned char *viol);
     void *ud;

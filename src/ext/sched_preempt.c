@@ -30,6 +30,7 @@
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "ext/sched_int.h"
+#include "kube/client.h"
 #include "util/log.h"
 
 /* A preemption /filter started: the victims it waits for. */
@@ -96,18 +97,65 @@ static const json_t *pod_obj(struct ext_sched *s, const char *uid)
     return q ? q->obj : NULL;
 }
 
+/* kube-scheduler's GetPodStartTime: status.startTime, else now (a pod not
+ * started yet counts as the latest). */
+static double start_of(const json_t *obj, double now)
+{
+    double t;
+    const char *v = json_string_value(json_object_get(json_object_get(obj, "status"),
+                                                      "startTime"));
+    return v && kube_parse_time(v, &t) == 0 ? t : now;
+}
+
+/* A candidate in kube-scheduler's order of importance (MoreImportantPod:
+ * higher priority, then the earlier start). */
+struct ranked {
+    const json_t *obj;
+    int32_t priority;
+    double start;
+    int at;                    /* its index in the core's order */
+};
+
+static int cmp_importance(const void *x, const void *y)
+{
+    const struct ranked *a = x, *b = y;
+    if (a->priority != b->priority)
+        return a->priority > b->priority ? -1 : 1;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return a->at - b->at;
+}
+
 static void guard_mark(void *ud, const struct core_alloc *const *cand, int n, unsigned char *viol)
 {
     struct guard_ud *g = ud;
     const json_t **objs = calloc((size_t)(n + g->ngone) + 1, sizeof *objs);
-    if (!objs)
-        return;
+    struct ranked *r = calloc((size_t)n + 1, sizeof *r);
+    unsigned char *rv = calloc((size_t)n + 1, 1);
+    double now = sched_wall_now();
+    if (!objs || !r || !rv)
+        goto out;
     for (int k = 0; k < g->ngone; k++)
         objs[n + k] = pod_obj(g->s, g->gone[k]);
+    /* the budgets go to the most important pods first, as kube-scheduler's
+     * do: the core's order within a priority is its own (larger holders
+     * first as victims) */
+    for (int i = 0; i < n; i++) {
+        r[i].obj = pod_obj(g->s, cand[i]->pod_uid);
+        r[i].priority = cand[i]->priority;
+        r[i].start = start_of(r[i].obj, now);
+        r[i].at = i;
+    }
+    qsort(r, (size_t)n, sizeof *r, cmp_importance);
     for (int i = 0; i < n; i++)
-        objs[i] = pod_obj(g->s, cand[i]->pod_uid);
-    ext_pdbs_mark(g->s->pdbs, objs + n, g->ngone, objs, n, viol);
+        objs[i] = r[i].obj;
+    ext_pdbs_mark(g->s->pdbs, objs + n, g->ngone, objs, n, rv);
+    for (int i = 0; i < n; i++)
+        viol[r[i].at] = rv[i];
+out:
     free(objs);
+    free(r);
+    free(rv);
 }
 
 /* The GPU pods beyond gone[0..ngone) (taken off first: kube-scheduler's
@@ -299,24 +347,33 @@ static int may_preempt(struct ext_sched *s, const struct pod *p, const struct co
     return 1;
 }
 
-/* kube-scheduler's pickOneNodeForPreemption, less start times: the fewest
- * victims a disruption budget protects, then the lowest highest victim
- * priority, then the lowest sum of priorities (each offset by 2^31, so that
- * more victims weigh more), then the fewest. */
+/* kube-scheduler's pickOneNodeForPreemption: the fewest victims a
+ * disruption budget protects, then the lowest highest victim priority, then
+ * the lowest sum of priorities (each offset by 2^31, so that more victims
+ * weigh more), then the fewest, then the latest start of the earliest
+ * started victim of the highest priority. */
 struct victims_key {
     int viol;
     int32_t top;
     int64_t sum;
     int n;
+    double start;
 };
 
-static struct victims_key key_of(const struct core_alloc *v, int n, int viol)
+static struct victims_key key_of(struct ext_sched *s, const struct core_alloc *v, int n,
+                                 int viol, double now)
 {
-    struct victims_key k = {viol, INT32_MIN, 0, n};
+    struct victims_key k = {viol, INT32_MIN, 0, n, 0};
     for (int i = 0; i < n; i++) {
         if (v[i].priority > k.top)
             k.top = v[i].priority;
         k.sum += (int64_t)v[i].priority + ((int64_t)1 << 31);
+    }
+    k.start = now;
+    for (int i = 0; i < n; i++) {
+        double t = v[i].priority == k.top ? start_of(pod_obj(s, v[i].pod_uid), now) : now;
+        if (t < k.start)
+            k.start = t;
     }
     return k;
 }
@@ -329,7 +386,9 @@ static int key_less(struct victims_key a, struct victims_key b)
         return a.top < b.top;
     if (a.sum != b.sum)
         return a.sum < b.sum;
-    return a.n < b.n;
+    if (a.n != b.n)
+        return a.n < b.n;
+    return a.start > b.start;
 }
 
 /* A preemption under way whose node is gone, or can never take the pod
@@ -396,6 +455,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
     int nbest = 0;
     if (!v || !best || !rec)
         goto out;
+    double now = sched_wall_now(); /* the start of victims not started yet */
     int held = sched_nominated_prepare(s, pod);
     int quota = sched_quota_prepare(s, pod);
     for (int i = 0; i < n; i++) {
@@ -410,7 +470,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
         int nv = node_victims(s, node, pod, held, quota, NULL, 0, v, EXT_MAX_VICTIMS, &nviol);
         if (nv <= 0)
             continue;
-        struct victims_key k = key_of(v, nv, nviol);
+        struct victims_key k = key_of(s, v, nv, nviol, now);
         if (!at || key_less(k, bk)) {
             at = node;
             bk = k;

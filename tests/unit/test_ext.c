@@ -585,22 +585,31 @@ static int stub_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
     return 0;
 }
 
+/* filter_labeled, the pod started at start (RFC 3339; NULL: not yet). */
+static void filter_started(struct ext_sched *s, const char *name, int prio, const char *labels,
+                           const char *start, const char *nodes, char *out, size_t cap)
+{
+    char body[900];
+    struct ext_reply reply;
+    snprintf(body, sizeof body,
+             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\","
+             "\"labels\":%s},"
+             "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
+             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]},\"status\":{%s%s%s}},"
+             "\"NodeNames\":%s}", name, name, labels ? labels : "{}", prio,
+             start ? "\"startTime\":\"" : "", start ? start : "", start ? "\"" : "",
+             nodes ? nodes : "[\"n\"]");
+    ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
+    reply_names(&reply, out, cap);
+}
+
 /* A /filter of a one-GPU pod with a priority and labels (a JSON object;
  * NULL: none) asked about nodes (a JSON array; NULL: ["n"]): its NodeNames
  * as "a,b". */
 static void filter_labeled(struct ext_sched *s, const char *name, int prio, const char *labels,
                            const char *nodes, char *out, size_t cap)
 {
-    char body[800];
-    struct ext_reply reply;
-    snprintf(body, sizeof body,
-             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\","
-             "\"labels\":%s},"
-             "\"spec\":{\"priority\":%d,\"containers\":[{\"name\":\"c\",\"resources\":"
-             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":%s}", name, name,
-             labels ? labels : "{}", prio, nodes ? nodes : "[\"n\"]");
-    ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
-    reply_names(&reply, out, cap);
+    filter_started(s, name, prio, labels, NULL, nodes, out, cap);
 }
 
 static void filter_prio_on(struct ext_sched *s, const char *name, int prio, const char *nodes,
@@ -619,25 +628,36 @@ static void filter_prio(struct ext_sched *s, const char *name, int prio, char *o
  * victim is the extender's): a (priority 100, labels app=db) holds the one
  * GPU of node a, b (priority 200) the one of node b; pdb, when not NULL, is
  * a PodDisruptionBudget in namespace d. */
-static void pdb_case(const char *pdb, int pending, char *node, size_t cap, long *viol_a)
+/* A scheduler with filter_preemption whose preemptions land in *got, and
+ * nodes a (gpus_a GPUs) and b (one). */
+static struct ext_sched *preempting_sched(struct ext_preemption *got, int gpus_a)
 {
     struct gs_err e = GS_ERR_INIT;
     struct ext_sched *s;
-    struct ext_preemption got = {0};
-    struct ext_reply reply;
-    size_t rlen;
-    char names[64];
     ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_preemption = 1}, &s, &e), 0);
     ext_sched_set_commit(s, &(struct ext_commit){.bind = stub_bind, .preempt = stub_preempt,
-                                                 .ud = &got});
+                                                 .ud = got});
     for (int i = 0; i < 2; i++) {
-        char inv[200];
+        char inv[300];
         snprintf(inv, sizeof inv, "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G%d\","
-                 "\"model\":\"A\",\"memory_mib\":1000}]}", i);
+                 "\"model\":\"A\",\"memory_mib\":1000}%s]}", i,
+                 !i && gpus_a == 2 ? ",{\"index\":1,\"uuid\":\"GX\",\"model\":\"A\","
+                                     "\"memory_mib\":1000}" : "");
         json_t *n = node_json(i ? "b" : "a", inv);
         ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
         json_decref(n);
     }
+    return s;
+}
+
+static void pdb_case(const char *pdb, int pending, char *node, size_t cap, long *viol_a)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_preemption got = {0};
+    struct ext_sched *s = preempting_sched(&got, 1);
+    struct ext_reply reply;
+    size_t rlen;
+    char names[64];
     filter_labeled(s, "a", 100, "{\"app\":\"db\"}", "[\"a\"]", names, sizeof names);
     bind_to(s, "a", "a");
     filter_labeled(s, "b", 200, "{\"app\":\"web\"}", "[\"b\"]", names, sizeof names);
@@ -774,6 +794,59 @@ static void test_preemption_pdbs(void)
     ext_pdbs_free(b);
 }
 
+/* Start times, as kube-scheduler reads them (status.startTime): between
+ * nodes alike in every other way, the one whose victim started last; and a
+ * budget that allows one disruption goes to the earlier started of two
+ * pods of one priority, so the other is the protected one. */
+static void test_preemption_start_times(void)
+{
+    const char *early = "2026-01-01T00:00:00Z", *late = "2026-06-01T00:00:00.5+02:00";
+    for (int round = 0; round < 3; round++) {
+        struct gs_err e = GS_ERR_INIT;
+        struct ext_preemption got = {0};
+        struct ext_sched *s = preempting_sched(&got, round == 2 ? 2 : 1);
+        char names[64];
+        if (round < 2) {
+            /* round 0: b's victim started last; round 1: a's */
+            filter_started(s, "pa", 100, NULL, round ? late : early, "[\"a\"]", names,
+                           sizeof names);
+            bind_to(s, "pa", "a");
+            filter_started(s, "pb", 100, NULL, round ? NULL : late, "[\"b\"]", names,
+                           sizeof names);
+            bind_to(s, "pb", "b");
+            if (round == 1) { /* pb not started yet counts as now: the latest */
+                filter_started(s, "high", 1000, NULL, NULL, "[\"a\",\"b\"]", names,
+                               sizeof names);
+                ASSERT_STREQ(got.node, "b");
+                ext_sched_free(s);
+                continue;
+            }
+            filter_started(s, "high", 1000, NULL, NULL, "[\"a\",\"b\"]", names, sizeof names);
+            ASSERT_EQ(got.n, 1);
+            ASSERT_STREQ(got.node, "b");
+            ASSERT_STREQ(got.v[0].pod, "d/pb");
+        } else {
+            /* p1 started first, p2 last (the core's own order puts p2 first
+             * as the more important: uid order); a budget allowing one */
+            filter_started(s, "p1", 100, "{\"app\":\"db\"}", early, "[\"a\"]", names,
+                           sizeof names);
+            bind_to(s, "p1", "a");
+            filter_started(s, "p2", 100, "{\"app\":\"db\"}", late, "[\"a\"]", names,
+                           sizeof names);
+            bind_to(s, "p2", "a");
+            json_t *o = json_loads("{\"metadata\":{\"namespace\":\"d\",\"name\":\"db\"},"
+                                   "\"spec\":{\"selector\":{\"matchLabels\":{\"app\":"
+                                   "\"db\"}}},\"status\":{\"disruptionsAllowed\":1}}", 0, NULL);
+            ASSERT_EQ(ext_sched_upsert_pdb(s, o, &e), 0);
+            json_decref(o);
+            filter_started(s, "high", 1000, NULL, NULL, "[\"a\"]", names, sizeof names);
+            ASSERT_EQ(got.n, 1);
+            ASSERT_STREQ(got.v[0].pod, "d/p1"); /* p2 is the one the budget protects */
+        }
+        ext_sched_free(s);
+    }
+}
+
 /* filter_preemption: a pod that no node fits has its victims chosen and
  * carried out (commit.preempt) once; the node is kept for it while they
  * hold their GPUs and EXT_PREEMPT_KEEP_S after they let go, then no more. */
@@ -882,6 +955,7 @@ int test_ext(void)
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
     test_preemption_pdbs();
+    test_preemption_start_times();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
