@@ -374,20 +374,33 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
  * keeps the node's CPU and memory for it) and the extender's watch too. A
  * victim already gone, or replaced by a pod of the same name, counts as
  * deleted. */
+/* A pod's "namespace/name" key split into ns and name (each at least
+ * CORE_NAME_MAX), and its API path into path (NULL: not wanted), with
+ * "/sub" when sub is not NULL. -1 when the key has no namespace. */
+static int pod_ref(const char *key, const char *sub, char *ns, char *name, char *path,
+                   size_t cap)
+{
+    const char *slash = strchr(key, '/');
+    if (!slash)
+        return -1;
+    snprintf(ns, CORE_NAME_MAX, "%.*s", (int)(slash - key), key);
+    snprintf(name, CORE_NAME_MAX, "%s", slash + 1);
+    if (path)
+        snprintf(path, cap, "/api/v1/namespaces/%s/pods/%s%s%s", ns, name, sub ? "/" : "",
+                 sub ? sub : "");
+    return 0;
+}
+
 static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
 {
     struct ext_cluster *cl = ud;
-    char path[700], msg[1024], who[2 * CORE_NAME_MAX];
+    char path[700], msg[1024], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
     int deleted = 0, failed = 0;
     for (int i = 0; i < pr->n; i++) {
         struct gs_err de = GS_ERR_INIT;
         long status = 0;
-        snprintf(who, sizeof who, "%s", pr->v[i].pod);
-        char *slash = strchr(who, '/');
-        if (!slash)
-            return gs_errf(e, GS_EINVAL, "victim %s: no namespace", who);
-        *slash = '\0';
-        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", who, slash + 1);
+        if (pod_ref(pr->v[i].pod, NULL, ns, name, path, sizeof path) < 0)
+            return gs_errf(e, GS_EINVAL, "victim %s: no namespace", pr->v[i].pod);
         json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "kind", "DeleteOptions", "apiVersion",
                                  "v1", "preconditions", "uid", pr->v[i].uid);
         int rc = kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL, &status,
@@ -410,16 +423,12 @@ static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
             continue;
         snprintf(msg, sizeof msg, "Preempted by %s on node %s", pr->pod, pr->node);
         if (cl->cfg->events &&
-            kube_event(cl->kc, "Pod", who, slash + 1, pr->v[i].uid, "Normal", "Preempted", msg,
+            kube_event(cl->kc, "Pod", ns, name, pr->v[i].uid, "Normal", "Preempted", msg,
                        &de) < 0)
             log_warn("extender", "event for %s: %s", pr->v[i].pod, de.msg);
     }
-    snprintf(who, sizeof who, "%s", pr->pod);
-    char *slash = strchr(who, '/');
-    if (!slash)
-        return gs_errf(e, GS_EINVAL, "pod %s: no namespace", who);
-    *slash = '\0';
-    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/status", who, slash + 1);
+    if (pod_ref(pr->pod, "status", ns, name, path, sizeof path) < 0)
+        return gs_errf(e, GS_EINVAL, "pod %s: no namespace", pr->pod);
     json_t *patch = json_pack("{s:{s:s}}", "status", "nominatedNodeName", pr->node);
     struct gs_err pe = GS_ERR_INIT;
     /* the victims are going: a pod that cannot be nominated (no RBAC for
@@ -481,13 +490,13 @@ static void nudge(struct ext_cluster *cl, int all)
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
     for (int i = 0; i < n; i++) {
         struct gs_err e = GS_ERR_INIT;
-        char path[700];
-        char *slash = strchr(pods[i], '/');
-        *slash = '\0';
-        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", pods[i], slash + 1);
+        char path[700], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
         json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, now);
-        if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e) < 0)
-            log_warn("extender", "nudging %s/%s: %s", pods[i], slash + 1, e.msg);
+        int rc = pod_ref(pods[i], NULL, ns, name, path, sizeof path) < 0
+                     ? gs_errf(&e, GS_EINVAL, "no namespace")
+                     : kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e);
+        if (rc < 0)
+            log_warn("extender", "nudging %s: %s", pods[i], e.msg);
         else
             metric_inc(cl->m_nudges, NULL);
         json_decref(patch);
@@ -519,15 +528,13 @@ static void post_events(struct ext_cluster *cl)
         }
         snprintf(cl->ev[k].key, sizeof cl->ev[k].key, "%s", pods[i]);
         cl->ev[k].at = t;
-        char summary[1024], uid[64];
-        char *slash = strchr(pods[i], '/');
+        char summary[1024], uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
         struct gs_err e = GS_ERR_INIT;
-        *slash = '\0';
-        if (ext_sched_summary(cl->s, pods[i], slash + 1, uid, sizeof uid, summary,
-                              sizeof summary) == 0 &&
-            kube_event(cl->kc, "Pod", pods[i], slash + 1, uid, "Warning", "GPUUnschedulable",
-                       summary, &e) < 0)
-            log_warn("extender", "event for %s/%s: %s", pods[i], slash + 1, e.msg);
+        if (pod_ref(pods[i], NULL, ns, name, NULL, 0) == 0 &&
+            ext_sched_summary(cl->s, ns, name, uid, sizeof uid, summary, sizeof summary) == 0 &&
+            kube_event(cl->kc, "Pod", ns, name, uid, "Warning", "GPUUnschedulable", summary,
+                       &e) < 0)
+            log_warn("extender", "event for %s: %s", pods[i], e.msg);
         free(pods[i]);
     }
 }
