@@ -456,6 +456,10 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj, int watched)
         s->labels_gen += p->obj && !sched_labels_same(p->obj, obj);
         json_decref(p->obj);
         p->obj = json_incref((json_t *)obj);
+        const char *st = json_string_value(json_object_get(json_object_get(obj, "status"),
+                                                           "startTime"));
+        if (!st || kube_parse_time(st, &p->start) < 0)
+            p->start = 0;
         if (watched)
             sched_track_nomination(s, p);
         sched_podaff_owner_put(s, p->uid, obj);

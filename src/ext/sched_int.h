@@ -57,6 +57,8 @@ struct sched_preempting; /* ext/sched_preempt.c */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
     json_t *obj;          /* the Pod object (for /bind and rebuilds) */
+    double start;         /* its status.startTime (wall clock; 0: not started), read
+                             once per object: preemption orders victims by it */
     int unschedulable;    /* its last /filter found no node */
     int need_restore;     /* assignment annotations whose node is not known yet */
     int binding;          /* a /bind is committing its allocation right now */

@@ -30,7 +30,6 @@
 #include "ext/proto.h"
 #include "ext/sched.h"
 #include "ext/sched_int.h"
-#include "kube/client.h"
 #include "util/log.h"
 
 /* A preemption /filter started: the victims it waits for. */
@@ -98,13 +97,10 @@ static const json_t *pod_obj(struct ext_sched *s, const char *uid)
 }
 
 /* kube-scheduler's GetPodStartTime: status.startTime, else now (a pod not
- * started yet counts as the latest). */
-static double start_of(const json_t *obj, double now)
+ * started yet, or not known, counts as the latest). */
+static double start_of(const struct pod *q, double now)
 {
-    double t;
-    const char *v = json_string_value(json_object_get(json_object_get(obj, "status"),
-                                                      "startTime"));
-    return v && kube_parse_time(v, &t) == 0 ? t : now;
+    return q && q->start ? q->start : now;
 }
 
 /* A candidate in kube-scheduler's order of importance (MoreImportantPod:
@@ -141,9 +137,10 @@ static void guard_mark(void *ud, const struct core_alloc *const *cand, int n, un
      * do: the core's order within a priority is its own (larger holders
      * first as victims) */
     for (int i = 0; i < n; i++) {
-        r[i].obj = pod_obj(g->s, cand[i]->pod_uid);
+        const struct pod *q = sched_smap_get(&g->s->pods, cand[i]->pod_uid);
+        r[i].obj = q ? q->obj : NULL;
         r[i].priority = cand[i]->priority;
-        r[i].start = start_of(r[i].obj, now);
+        r[i].start = start_of(q, now);
         r[i].at = i;
     }
     qsort(r, (size_t)n, sizeof *r, cmp_importance);
@@ -371,7 +368,8 @@ static struct victims_key key_of(struct ext_sched *s, const struct core_alloc *v
     }
     k.start = now;
     for (int i = 0; i < n; i++) {
-        double t = v[i].priority == k.top ? start_of(pod_obj(s, v[i].pod_uid), now) : now;
+        double t = v[i].priority == k.top ? start_of(sched_smap_get(&s->pods, v[i].pod_uid), now)
+                                          : now;
         if (t < k.start)
             k.start = t;
     }
