@@ -125,6 +125,7 @@ int cmd_device_plugin(int argc, char **argv)
     const char *ignore_xids = NULL, *health_xids = NULL;
     const char *metrics = NULL, *dev_dir = "/dev", *log_level = "info", *log_format = "text";
     const char *caps_dir = "/proc/driver/nvidia/capabilities";
+    const char *lists = "envvar", *cdi_kind = DP_CDI_KIND_DEFAULT;
     const char *limiter_dir = "/var/lib/gpusched/limiter", *limiter_lib = NULL;
     int no_limiter = 0;
     long replicas = 0, transient_s = 10, fatal_s = 0, publish_s = 60, api_wait_s = 20,
@@ -161,6 +162,12 @@ int cmd_device_plugin(int argc, char **argv)
                 "the driver's MIG capability list (/proc/driver/nvidia/capabilities)"),
         OPT_BOOL("no-device-specs", &no_device_specs,
                  "leave device nodes to the NVIDIA container runtime"),
+        OPT_STR("device-list-strategy", &lists, "LIST",
+                "how containers' GPUs are named to the runtime, any of envvar (default), "
+                "volume-mounts, cdi-annotations, cdi-cri, comma-separated"),
+        OPT_STR("cdi-kind", &cdi_kind, "KIND",
+                "CDI kind of the device names, which are the GPU and MIG UUIDs "
+                "(nvidia.com/gpu)"),
         OPT_INT("publish-interval", &publish_s, "SECONDS",
                 "refresh the node's inventory annotation this often", 1, 86400),
         OPT_INT("healthz-grace", &grace_s, "SECONDS",
@@ -231,6 +238,15 @@ int cmd_device_plugin(int argc, char **argv)
                         "(--ignore-xids all)\n");
         return 2;
     }
+    if (dp_alloc_parse_lists(lists, &cfg.alloc.lists, &e) != 0) {
+        fprintf(stderr, "gpusched device-plugin: --device-list-strategy: %s\n", e.msg);
+        return 2;
+    }
+    if (dp_alloc_check_cdi_kind(cdi_kind, &e) != 0) {
+        fprintf(stderr, "gpusched device-plugin: --cdi-kind: %s\n", e.msg);
+        return 2;
+    }
+    cfg.alloc.cdi_kind = cdi_kind;
     cfg.alloc.dev_dir = no_device_specs ? NULL : dev_dir;
     cfg.alloc.caps_dir = caps_dir;
     cfg.alloc.annot_prefix = annot_prefix;

@@ -315,11 +315,17 @@ struct kvs {
     V1beta1__DeviceSpec dev[3 * DP_MAX_GPUS + 4];
     V1beta1__DeviceSpec *devp[3 * DP_MAX_GPUS + 4];
     int n_dev;
-    V1beta1__Mount mnt[DP_LIM_MOUNTS];
-    V1beta1__Mount *mntp[DP_LIM_MOUNTS];
+    V1beta1__Mount mnt[DP_LIM_MOUNTS + DP_MAX_GPUS]; /* the limiter's; one per GPU */
+    V1beta1__Mount *mntp[DP_LIM_MOUNTS + DP_MAX_GPUS];
     struct dp_limiter_mount lm[DP_LIM_MOUNTS];
     int n_mnt;
-    char strs[128][1600]; /* up to 16 UUIDs joined; two per device spec */
+    V1beta1__CDIDevice cdi[DP_MAX_GPUS];
+    V1beta1__CDIDevice *cdip[DP_MAX_GPUS];
+    int n_cdi;
+    char cdi_names[DP_MAX_GPUS * (128 + DP_UUID_MAX)]; /* the CDI annotation's value */
+    /* up to 16 UUIDs joined; two per device spec; one per GPU for its mount
+     * and one for its CDI name */
+    char strs[192][1600];
     int n_str;
 };
 
@@ -354,6 +360,125 @@ static void ann(struct kvs *k, char *key, char *val)
     k->ann[k->n_ann].value = val;
     k->annp[k->n_ann] = &k->ann[k->n_ann];
     k->n_ann++;
+}
+
+static void mount(struct kvs *k, char *host, char *container, int read_only)
+{
+    V1beta1__Mount *m = &k->mnt[k->n_mnt];
+    v1beta1__mount__init(m);
+    m->host_path = host;
+    m->container_path = container;
+    m->read_only = read_only;
+    k->mntp[k->n_mnt++] = m;
+}
+
+/* ---- device list strategies --------------------------------------------- */
+
+int dp_alloc_parse_lists(const char *s, unsigned *out, struct gs_err *e)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } words[] = {{"envvar", DP_LIST_ENVVAR},
+                 {"volume-mounts", DP_LIST_MOUNTS},
+                 {"cdi-annotations", DP_LIST_CDI_ANNOTATIONS},
+                 {"cdi-cri", DP_LIST_CDI_CRI}};
+    unsigned bits = 0;
+    const char *p = s;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        size_t w = 0;
+        while (w < sizeof words / sizeof words[0] &&
+               (strlen(words[w].name) != len || strncmp(words[w].name, p, len) != 0))
+            w++;
+        if (w == sizeof words / sizeof words[0])
+            return gs_errf(e, GS_EINVAL,
+                           "\"%.*s\": not a device list strategy (envvar, volume-mounts, "
+                           "cdi-annotations, cdi-cri)",
+                           (int)(len > 64 ? 64 : len), p);
+        bits |= words[w].bit;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    *out = bits;
+    return 0;
+}
+
+static int alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* One part of a CDI kind: 1..63 characters of alnum and `extra`, starting
+ * and ending with a letter or digit. */
+static int kind_part(const char *p, size_t len, const char *extra)
+{
+    if (len == 0 || len > 63 || !alnum(p[0]) || !alnum(p[len - 1]))
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!alnum(p[i]) && !strchr(extra, p[i]))
+            return 0;
+    return 1;
+}
+
+int dp_alloc_check_cdi_kind(const char *kind, struct gs_err *e)
+{
+    const char *slash = strchr(kind, '/');
+    if (!slash || !kind_part(kind, (size_t)(slash - kind), "-_.") ||
+        !kind_part(slash + 1, strlen(slash + 1), "-_"))
+        return gs_errf(e, GS_EINVAL,
+                       "\"%.100s\": not a CDI kind (vendor/class, e.g. nvidia.com/gpu)", kind);
+    return 0;
+}
+
+/* The device names: NVIDIA_VISIBLE_DEVICES (the UUIDs, the mount
+ * directory, or "void"), the mounts, the CDI annotation and CDIDevices. */
+static void device_lists(struct kvs *k, const struct dp_alloc_opts *o, const struct dp_assign *a,
+                         char *list)
+{
+    unsigned lists = o->lists ? o->lists : DP_LIST_ENVVAR;
+    const char *kind = o->cdi_kind ? o->cdi_kind : DP_CDI_KIND_DEFAULT;
+    if (lists & DP_LIST_MOUNTS) {
+        env(k, "NVIDIA_VISIBLE_DEVICES", (char *)DP_LIST_MOUNT_DIR);
+        for (int i = 0; i < a->n; i++)
+            mount(k, (char *)"/dev/null", keep_s(k, DP_LIST_MOUNT_DIR "/", a->uuids[i]), 1);
+    } else {
+        env(k, "NVIDIA_VISIBLE_DEVICES", lists & DP_LIST_ENVVAR ? list : (char *)"void");
+    }
+    if (!(lists & (DP_LIST_CDI_ANNOTATIONS | DP_LIST_CDI_CRI)))
+        return;
+    char *names = k->cdi_names;
+    size_t len = 0;
+    for (int i = 0; i < a->n; i++) {
+        char *name = keep_s(k, kind, "=");
+        size_t nl = strlen(name);
+        snprintf(name + nl, sizeof k->strs[0] - nl, "%s", a->uuids[i]);
+        /* fits: 16 names of a checked kind (<= 127) '=' a UUID (< DP_UUID_MAX) */
+        if (len < sizeof k->cdi_names)
+            len += (size_t)snprintf(names + len, sizeof k->cdi_names - len, "%s%s",
+                                    i ? "," : "", name);
+        v1beta1__cdidevice__init(&k->cdi[k->n_cdi]);
+        k->cdi[k->n_cdi].name = name;
+        k->cdip[k->n_cdi] = &k->cdi[k->n_cdi];
+        k->n_cdi++;
+    }
+    if (!(lists & DP_LIST_CDI_CRI))
+        k->n_cdi = 0;
+    if (lists & DP_LIST_CDI_ANNOTATIONS) {
+        /* cdi.k8s.io/<plugin>_<id>: one key per container and resource,
+         * its name part (<= 63 characters) of the first UUID's name-safe
+         * characters */
+        char *key = keep_s(k, "cdi.k8s.io/gpusched_", "");
+        size_t kl = strlen(key);
+        for (const char *c = a->uuids[0]; *c && kl < 11 + 63; c++)
+            if (alnum(*c) || *c == '-' || *c == '_' || *c == '.')
+                key[kl++] = *c;
+        while (!alnum(key[kl - 1])) /* a name ends with a letter or digit */
+            kl--;
+        key[kl] = '\0';
+        ann(k, key, names);
+    }
 }
 
 /* Adds /dev/<name> when <dev_dir>/<name> exists: dev_dir is where the
@@ -424,14 +549,8 @@ static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp
                                   a->uuids, k->lm, e);
     if (rc)
         return rc;
-    for (int i = 0; i < DP_LIM_MOUNTS; i++) {
-        v1beta1__mount__init(&k->mnt[i]);
-        k->mnt[i].container_path = k->lm[i].container;
-        k->mnt[i].host_path = k->lm[i].host;
-        k->mnt[i].read_only = k->lm[i].read_only;
-        k->mntp[i] = &k->mnt[i];
-    }
-    k->n_mnt = DP_LIM_MOUNTS;
+    for (int i = 0; i < DP_LIM_MOUNTS; i++)
+        mount(k, k->lm[i].host, k->lm[i].container, k->lm[i].read_only);
     env(k, "GPUSCHED_LIMITER_DIR", (char *)DP_LIM_CTR_LEDGER);
     return 0;
 }
@@ -460,7 +579,7 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
             minors[n_minor++] = g->minor;
     }
     char *l = keep_s(k, list, "");
-    env(k, "NVIDIA_VISIBLE_DEVICES", l);
+    device_lists(k, o, a, l);
     env(k, "CUDA_VISIBLE_DEVICES", l);
     if (a->mem_mib > 0 && strcmp(a->kind, "shared") == 0) {
         env(k, "GPUSCHED_GPU_MEMORY_MIB", keep_i(k, a->mem_mib, ""));
@@ -507,6 +626,8 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
     cr->devices = k->devp;
     cr->n_mounts = (size_t)k->n_mnt;
     cr->mounts = k->mntp;
+    cr->n_cdi_devices = (size_t)k->n_cdi;
+    cr->cdi_devices = k->cdip;
     return 0;
 }
 

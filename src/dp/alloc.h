@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "dp/gpu.h"
+#include "util/err.h"
 
 #define DP_KEY_MAX 800  /* "namespace/pod/container" */
 
@@ -80,7 +81,45 @@ struct dp_alloc_opts {
     const char *limiter_dir;  /* shared-GPU containers get the in-container
                                  limiter from here (dp/limiter.h); NULL =
                                  no injection */
+    unsigned lists;           /* how the devices are named to the runtime:
+                                 DP_LIST_* bits; 0 = DP_LIST_ENVVAR */
+    const char *cdi_kind;     /* CDI kind of the device names ("nvidia.com/gpu");
+                                 NULL = DP_CDI_KIND_DEFAULT */
 };
+
+/* How a container's devices are named to the container runtime (what
+ * NVIDIA's plugin calls DEVICE_LIST_STRATEGY; any combination):
+ * - ENVVAR: NVIDIA_VISIBLE_DEVICES=<uuid,...>, read by the NVIDIA container
+ *   runtime (legacy mode) and its CDI mode alike;
+ * - MOUNTS: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices and
+ *   /dev/null mounted there as one file per UUID, for a toolkit that ignores
+ *   the variable in unprivileged containers
+ *   (accept-nvidia-visible-devices-as-volume-mounts);
+ * - CDI_ANNOTATIONS: the annotation cdi.k8s.io/gpusched_<first uuid> =
+ *   <kind>=<uuid>,..., which a CDI-enabled runtime (containerd 1.7+, CRI-O)
+ *   resolves against the node's CDI specs (`nvidia-ctk cdi generate`, whose
+ *   device names include the UUIDs);
+ * - CDI_CRI: the same names in the response's CDIDevices (kubelet 1.28+
+ *   with DevicePluginCDIDevices, on by default from 1.29).
+ * Without ENVVAR or MOUNTS, NVIDIA_VISIBLE_DEVICES is "void": a CUDA image's
+ * own NVIDIA_VISIBLE_DEVICES=all must not hand the container every GPU of
+ * the node through a legacy NVIDIA runtime. */
+#define DP_LIST_ENVVAR 0x1u
+#define DP_LIST_MOUNTS 0x2u
+#define DP_LIST_CDI_ANNOTATIONS 0x4u
+#define DP_LIST_CDI_CRI 0x8u
+#define DP_CDI_KIND_DEFAULT "nvidia.com/gpu"
+#define DP_LIST_MOUNT_DIR "/var/run/nvidia-container-devices"
+
+/* Parses a comma-separated list of envvar, volume-mounts, cdi-annotations
+ * and cdi-cri into DP_LIST_* bits; an unknown or empty word is an error
+ * naming it. */
+int dp_alloc_parse_lists(const char *s, unsigned *out, struct gs_err *e);
+
+/* Checks a CDI kind: "<vendor>/<class>", the vendor a domain-like name
+ * (letters, digits, '-', '_', '.'), the class letters, digits, '-' and '_',
+ * each starting and ending with a letter or digit. */
+int dp_alloc_check_cdi_kind(const char *kind, struct gs_err *e);
 
 /* Packs a V1beta1__AllocateResponse with one ContainerAllocateResponse per
  * assignment: NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES = the UUIDs,

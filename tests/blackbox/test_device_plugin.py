@@ -202,6 +202,28 @@ def test_device_specs_for_device_nodes_that_exist(kubelet, plugin_factory, gpus_
         shutil.rmtree(dev)
 
 
+def test_device_list_strategies(kubelet, plugin_factory, gpus_file, gpusched_bin):
+    """--device-list-strategy (NVIDIA's DEVICE_LIST_STRATEGY): volume-mounts for a
+    toolkit that ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers, CDI names
+    in an annotation and in CDIDevices for CDI-enabled runtimes, --cdi-kind."""
+    plugin_factory(gpus_file, "--device-list-strategy", "volume-mounts,cdi-annotations,cdi-cri",
+                   "--cdi-kind", "example.com/gpu")
+    p = kubelet.wait_plugin("nvidia.com/gpu")
+    r = p.allocate([GPU[3], GPU[1]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+    assert r.envs["CUDA_VISIBLE_DEVICES"] == "%s,%s" % (GPU[3], GPU[1])
+    assert [(m.host_path, m.container_path, m.read_only) for m in r.mounts] == [
+        ("/dev/null", "/var/run/nvidia-container-devices/" + g, True) for g in (GPU[3], GPU[1])]
+    names = ["example.com/gpu=" + g for g in (GPU[3], GPU[1])]
+    assert [d.name for d in r.cdi_devices] == names
+    assert r.annotations["cdi.k8s.io/gpusched_" + GPU[3]] == ",".join(names)
+    for flag, value, why in (("--device-list-strategy", "envvar,cdi", '"cdi": not a device list'),
+                             ("--cdi-kind", "nvidia.com", '"nvidia.com": not a CDI kind')):
+        bad = subprocess.run([gpusched_bin, "device-plugin", flag, value], capture_output=True,
+                             text=True, timeout=10)
+        assert bad.returncode == 2 and flag + ": " + why in bad.stderr, bad.stderr
+
+
 def test_mig_instances_get_their_capability_device_nodes(kubelet, plugin_factory, gpus_file):
     """Without the NVIDIA container runtime a MIG instance needs its GPU and
     compute instance's /dev/nvidia-caps nodes; the driver lists their minors

@@ -2,6 +2,7 @@
 inventory annotation, re-registration after a kubelet restart (kubelet wipes its
 device-plugin directory), and a GPU going unhealthy shrinking allocatable fast,
 after which pods are placed on the healthy GPU only."""
+import base64
 import json
 import os
 import time
@@ -102,3 +103,49 @@ def test_unhealthy_gpu_leaves_allocatable_and_placement(cluster):
         cluster.delete_pods(NS, made)
         node.write_fake_gpus(doc)
         node.restart_device_plugin()       # a fatal XID is never re-probed by default
+
+
+def cri_annotations(node, pod, container):
+    """The annotations kubelet handed containerd for a container (its CRI
+    ContainerConfig, which containerd keeps in the container's metadata)."""
+    cid = next(s["containerID"] for s in pod["status"]["containerStatuses"]
+               if s["name"] == container).split("://", 1)[1]
+    r = node.ctr("containers", "info", cid)
+    assert r.returncode == 0, r.stderr
+    for ext in (json.loads(r.stdout).get("Extensions") or {}).values():
+        meta = json.loads(base64.b64decode(ext["value"]))
+        if "Metadata" in meta:
+            return meta["Metadata"]["Config"].get("annotations", {})
+    raise AssertionError(f"no CRI metadata in containerd's record of {cid}: {r.stdout[:500]}")
+
+
+def test_device_list_strategies_reach_the_container(cluster):
+    """--device-list-strategy volume-mounts,cdi-annotations on the real kubelet and
+    containerd: the container sees one file per assigned GPU under
+    /var/run/nvidia-container-devices (what a toolkit that ignores
+    NVIDIA_VISIBLE_DEVICES in unprivileged containers reads), and the CDI
+    annotation naming those GPUs reaches the runtime, where a CDI-enabled one
+    (containerd 1.7+, CRI-O) resolves it (containerd 1.6 here only keeps it)."""
+    node = cluster.node(NODE_B)
+    old = list(node.dp_args)
+    node.restart_device_plugin(old + ["--device-list-strategy=volume-mounts,cdi-annotations"])
+    try:
+        pod = gpu_pod("listed", {"nvidia.com/gpu": "2"}, node=NODE_B)
+        pod["spec"]["containers"][0]["command"] = [
+            "sh", "-c", "for f in /var/run/nvidia-container-devices/*; do echo DEV $f; done; "
+            f"env; echo {READY}; trap 'exit 0' TERM; sleep 3600 & wait"]
+        cluster.apply(pod)
+        p = cluster.wait_pods(NS, ["listed"], ready_log=READY)["listed"]
+        uuids = p["metadata"]["annotations"]["gpusched.io/gpu-uuids"].split(",")
+        assert sorted(uuids) == sorted(g["uuid"] for g in node.read_fake_gpus()["gpus"])
+        lines = cluster.pod_log(NS, "listed", "main").split(READY)[0].splitlines()
+        assert [ln for ln in lines if ln.startswith("DEV ")] == \
+            ["DEV /var/run/nvidia-container-devices/" + u for u in sorted(uuids)], lines
+        assert "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices" in lines, lines
+        assert "CUDA_VISIBLE_DEVICES=" + ",".join(uuids) in lines, lines
+        ann = cri_annotations(node, p, "main")
+        assert ann.get("cdi.k8s.io/gpusched_" + uuids[0]) == \
+            ",".join("nvidia.com/gpu=" + u for u in uuids), ann
+    finally:
+        cluster.delete_pods(NS, ["listed"])
+        node.restart_device_plugin(old)

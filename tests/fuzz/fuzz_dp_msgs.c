@@ -3,7 +3,8 @@
  *   0: a PreferredAllocationRequest, answered by dp_devices_prefer;
  *   1: a ListPodResourcesResponse (dp_podres_parse);
  *   2: a JSON pod list matched by dp_alloc_match, then packed by dp_alloc_pack;
- *   3: an AllocateRequest whose IDs are looked up and answered.
+ *   3: an AllocateRequest whose IDs are looked up and answered, with every
+ *      device list strategy (one mount and one CDI name per GPU).
  * Nothing may crash, leak or answer with an ID it was not offered. */
 #include <jansson.h>
 #include <stdint.h>
@@ -92,7 +93,9 @@ static void pods(const uint8_t *d, size_t n)
 static void allocate(const uint8_t *d, size_t n)
 {
     V1beta1__AllocateRequest *r = v1beta1__allocate_request__unpack(NULL, n, d);
-    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/"};
+    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/",
+                              .lists = DP_LIST_ENVVAR | DP_LIST_MOUNTS | DP_LIST_CDI_ANNOTATIONS |
+                                       DP_LIST_CDI_CRI};
     struct gs_err e = GS_ERR_INIT;
 
     if (!r)
@@ -110,8 +113,15 @@ static void allocate(const uint8_t *d, size_t n)
         }
         uint8_t *buf;
         size_t len;
-        if (ok && dp_alloc_pack(&inv, &a, 1, &o, &buf, &len, &e) == 0)
+        if (ok && dp_alloc_pack(&inv, &a, 1, &o, &buf, &len, &e) == 0) {
+            V1beta1__AllocateResponse *out = v1beta1__allocate_response__unpack(NULL, len, buf);
+            if (!out || out->n_container_responses != 1 ||
+                out->container_responses[0]->n_cdi_devices != (size_t)a.n ||
+                out->container_responses[0]->n_mounts != (size_t)a.n)
+                abort();
+            v1beta1__allocate_response__free_unpacked(out, NULL);
             free(buf);
+        }
     }
     v1beta1__allocate_request__free_unpacked(r, NULL);
 }

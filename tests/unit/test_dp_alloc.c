@@ -343,6 +343,124 @@ static void test_pack(void)
     ASSERT_CONTAINS(e.msg, "GPU GPU-77 (assigned to ns/p1) is not on this node");
 }
 
+/* The env value of key in c, NULL when absent. */
+static const char *env_of(const V1beta1__ContainerAllocateResponse *c, const char *key)
+{
+    for (size_t i = 0; i < c->n_envs; i++)
+        if (strcmp(c->envs[i]->key, key) == 0)
+            return c->envs[i]->value;
+    return NULL;
+}
+
+static V1beta1__AllocateResponse *pack_lists(const struct dp_inventory *inv,
+                                             const struct dp_assign *a, const char *lists,
+                                             const char *kind)
+{
+    struct dp_alloc_opts o = {.annot_prefix = "gpusched.io/", .cdi_kind = kind};
+    struct gs_err e = GS_ERR_INIT;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    ASSERT_EQ(dp_alloc_parse_lists(lists, &o.lists, &e), 0);
+    ASSERT_EQ(dp_alloc_pack(inv, a, 1, &o, &buf, &len, &e), 0);
+    V1beta1__AllocateResponse *r = v1beta1__allocate_response__unpack(NULL, len, buf);
+    free(buf);
+    ASSERT_TRUE(r && r->n_container_responses == 1);
+    return r;
+}
+
+static void test_device_lists(void)
+{
+    struct dp_inventory inv;
+    struct dp_assign a;
+    struct gs_err e = GS_ERR_INIT;
+    unsigned bits = 0;
+
+    ASSERT_EQ(dp_alloc_parse_lists("cdi-cri,envvar,volume-mounts,cdi-annotations", &bits, &e), 0);
+    ASSERT_EQ(bits, DP_LIST_ENVVAR | DP_LIST_MOUNTS | DP_LIST_CDI_ANNOTATIONS | DP_LIST_CDI_CRI);
+    ASSERT_EQ(dp_alloc_parse_lists("envvar,volume", &bits, &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "\"volume\": not a device list strategy");
+    ASSERT_EQ(dp_alloc_parse_lists("", &bits, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_alloc_parse_lists("envvar,", &bits, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_alloc_parse_lists("envvarx", &bits, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_alloc_check_cdi_kind("nvidia.com/gpu", &e), 0);
+    ASSERT_EQ(dp_alloc_check_cdi_kind("k8s.device-plugin.nvidia.com/gpu", &e), 0);
+    const char *bad[] = {"nvidia.com", "/gpu", "nvidia.com/", "nvidia.com/g.pu", "-a/b",
+                         "a/b-", "a/b/c", "a b/c"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ASSERT_EQ(dp_alloc_check_cdi_kind(bad[i], &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "\"a b/c\": not a CDI kind");
+
+    make_inv(&inv, 1);
+    memset(&a, 0, sizeof a);
+    snprintf(a.kind, sizeof a.kind, "whole");
+    a.n = 2;
+    snprintf(a.uuids[0], sizeof a.uuids[0], "GPU-2");
+    snprintf(a.uuids[1], sizeof a.uuids[1], "MIG-3-1");
+
+    /* envvar alone: the UUIDs, nothing else */
+    V1beta1__AllocateResponse *r = pack_lists(&inv, &a, "envvar", NULL);
+    V1beta1__ContainerAllocateResponse *c = r->container_responses[0];
+    ASSERT_STREQ(env_of(c, "NVIDIA_VISIBLE_DEVICES"), "GPU-2,MIG-3-1");
+    ASSERT_EQ(c->n_mounts, 0);
+    ASSERT_EQ(c->n_cdi_devices, 0);
+    ASSERT_EQ(c->n_annotations, 1); /* gpu-uuids */
+    v1beta1__allocate_response__free_unpacked(r, NULL);
+
+    /* volume-mounts wins the variable over envvar: the directory, one
+     * /dev/null per UUID in it */
+    r = pack_lists(&inv, &a, "envvar,volume-mounts", NULL);
+    c = r->container_responses[0];
+    ASSERT_STREQ(env_of(c, "NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+    ASSERT_STREQ(env_of(c, "CUDA_VISIBLE_DEVICES"), "GPU-2,MIG-3-1");
+    ASSERT_EQ(c->n_mounts, 2);
+    if (c->n_mounts == 2) {
+        ASSERT_STREQ(c->mounts[0]->host_path, "/dev/null");
+        ASSERT_STREQ(c->mounts[0]->container_path, "/var/run/nvidia-container-devices/GPU-2");
+        ASSERT_STREQ(c->mounts[1]->container_path, "/var/run/nvidia-container-devices/MIG-3-1");
+        ASSERT_TRUE(c->mounts[1]->read_only);
+    }
+    v1beta1__allocate_response__free_unpacked(r, NULL);
+
+    /* CDI only: "void" keeps a CUDA image's NVIDIA_VISIBLE_DEVICES=all from
+     * reaching a legacy runtime; the names in both places */
+    r = pack_lists(&inv, &a, "cdi-cri,cdi-annotations", NULL);
+    c = r->container_responses[0];
+    ASSERT_STREQ(env_of(c, "NVIDIA_VISIBLE_DEVICES"), "void");
+    ASSERT_EQ(c->n_mounts, 0);
+    ASSERT_EQ(c->n_cdi_devices, 2);
+    if (c->n_cdi_devices == 2) {
+        ASSERT_STREQ(c->cdi_devices[0]->name, "nvidia.com/gpu=GPU-2");
+        ASSERT_STREQ(c->cdi_devices[1]->name, "nvidia.com/gpu=MIG-3-1");
+    }
+    ASSERT_EQ(c->n_annotations, 2);
+    if (c->n_annotations == 2) {
+        ASSERT_STREQ(c->annotations[0]->key, "cdi.k8s.io/gpusched_GPU-2");
+        ASSERT_STREQ(c->annotations[0]->value, "nvidia.com/gpu=GPU-2,nvidia.com/gpu=MIG-3-1");
+    }
+    v1beta1__allocate_response__free_unpacked(r, NULL);
+
+    /* annotations alone, another kind; a key made only of the UUID's
+     * name-safe characters, at most 63 of them after "cdi.k8s.io/", ending
+     * with a letter or digit */
+    char uuid[80], want[80];
+    snprintf(uuid, sizeof uuid, "MIG-GPU-%045d-7/1/0", 0); /* 45 zeros, then '-' at the cut */
+    snprintf(want, sizeof want, "cdi.k8s.io/gpusched_MIG-GPU-%045d", 0);
+    snprintf(a.uuids[0], sizeof a.uuids[0], "%s", uuid);
+    snprintf(inv.gpu[3].mig[0].uuid, sizeof inv.gpu[3].mig[0].uuid, "%s", uuid);
+    a.n = 1;
+    r = pack_lists(&inv, &a, "cdi-annotations", "k8s.device-plugin.nvidia.com/gpu");
+    c = r->container_responses[0];
+    ASSERT_EQ(c->n_cdi_devices, 0);
+    ASSERT_EQ(c->n_annotations, 2);
+    if (c->n_annotations == 2) {
+        ASSERT_STREQ(c->annotations[0]->key, want);
+        ASSERT_EQ(strlen(want), 11 + 62);
+        ASSERT_CONTAINS(c->annotations[0]->value, "k8s.device-plugin.nvidia.com/gpu=MIG-GPU-");
+        ASSERT_CONTAINS(c->annotations[0]->value, "-7/1/0");
+    }
+    v1beta1__allocate_response__free_unpacked(r, NULL);
+}
+
 static void test_inventory(void)
 {
     struct dp_inventory inv;
@@ -459,6 +577,7 @@ int test_dp_alloc(void)
     test_match();
     test_init_containers();
     test_pack();
+    test_device_lists();
     test_inventory();
     test_podres();
     return 0;
