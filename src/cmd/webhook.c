@@ -187,7 +187,7 @@ int cmd_webhook(int argc, char **argv)
     const char *assigners = NULL, *res_prefix = CORE_RES_PREFIX_DEFAULT;
     const char *annot_prefix = CORE_ANNOT_PREFIX_DEFAULT;
     struct core_names_store names;
-    long max_gpus = 0, max_body = 1 << 20;
+    long max_gpus = 0, max_body = 4 << 20;
     int in_cluster = 0;
     int npos;
     struct gs_err e = GS_ERR_INIT;
@@ -208,7 +208,7 @@ int cmd_webhook(int argc, char **argv)
         OPT_STR("assigners", &assigners, "USERS",
                 "the only users who may write GPU assignment annotations, comma-separated "
                 "(the extender's service account; default: anyone)"),
-        OPT_INT("max-body", &max_body, "BYTES", "largest AdmissionReview accepted (default 1 MiB)",
+        OPT_INT("max-body", &max_body, "BYTES", "largest AdmissionReview accepted (default 4 MiB)",
                 4096, 64 << 20),
         OPT_STR("resource-prefix", &res_prefix, "PREFIX", "resource names' prefix (nvidia.com/)"),
         OPT_STR("annotation-prefix", &annot_prefix, "PREFIX", "annotation prefix (gpusched.io/)"),

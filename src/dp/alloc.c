@@ -268,6 +268,14 @@ int dp_alloc_match(const json_t *pods, const char *node, const char *resource,
             continue; /* no assignment, going, or every container served */
         if (phase && strcmp(phase, "Pending") != 0)
             continue;
+        /* admitted: kubelet allocates every container of a pod inside its
+         * admission, and sets startTime after it. The extender takes
+         * startTime as the end of the pod's admission too (its node lock),
+         * and may bind the node's next GPU pod: this one must not be taken
+         * for it (a pod whose allocated-at mark failed, still Pending in
+         * an image pull or an init container's backoff) */
+        if (str_at(pod, "status", "startTime"))
+            continue;
         if (!(on && strcmp(on, node) == 0) && !(spec_node && strcmp(spec_node, node) == 0))
             continue;
         if (on && strcmp(on, node) != 0)

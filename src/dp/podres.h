@@ -21,7 +21,8 @@
 struct dp_podres_entry {
     char *key;      /* "namespace/pod/container" */
     int n_ids;
-    char **ids;     /* device IDs of the requested resource */
+    char **ids;     /* device IDs of the requested resource, each once (kubelet may
+                       split them over several entries) */
 };
 
 struct dp_podres {

@@ -114,7 +114,7 @@ static json_t *decode(const char *line, size_t len)
     unsigned long crc = strtoul(hex, &end, 16);
     if (*end || crc != ext_crc32(line + 9, len - 9))
         return NULL;
-    return json_loadb(line + 9, len - 9, 0, NULL);
+    return json_loadb(line + 9, len - 9, JSON_ALLOW_NUL, NULL);
 }
 
 /* Hands every good record of `path` to fn in order; *good: the offset

@@ -24,7 +24,7 @@ json_t *ext_iget(const json_t *obj, const char *key)
 static int load(const char *body, size_t len, json_t **doc, struct gs_err *e)
 {
     json_error_t je;
-    if (!(*doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je)))
+    if (!(*doc = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je)))
         return gs_errf(e, GS_EINVAL, "request body is not valid JSON: %s (line %d column %d)",
                        je.text, je.line, je.column);
     if (!json_is_object(*doc)) {
@@ -443,7 +443,8 @@ int ext_args_parse_cached(struct ext_namecache *cache, const char *body, size_t 
         goto fail;
     }
     json_error_t je;
-    if (!(a->pod_doc = json_loadb(pod_s, (size_t)(pod_e - pod_s), JSON_REJECT_DUPLICATES, &je))) {
+    if (!(a->pod_doc = json_loadb(pod_s, (size_t)(pod_e - pod_s),
+                                  JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je))) {
         rc = gs_errf(e, GS_EINVAL, "Pod: %s", je.text);
         goto fail;
     }
@@ -463,7 +464,7 @@ int ext_args_parse_cached(struct ext_namecache *cache, const char *body, size_t 
     if (nodes_s && !(nodes_e - nodes_s == 4 && memcmp(nodes_s, "null", 4) == 0)) {
         const json_t *nodes, *items;
         if (!(a->nodes_doc = json_loadb(nodes_s, (size_t)(nodes_e - nodes_s),
-                                        JSON_REJECT_DUPLICATES, &je))) {
+                                        JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je))) {
             rc = gs_errf(e, GS_EINVAL, "Nodes: %s", je.text);
             goto fail;
         }

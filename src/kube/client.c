@@ -292,7 +292,7 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
     }
     if (resp.b.len) {
         json_error_t je;
-        reply = json_loadb(resp.b.buf, resp.b.len, 0, &je);
+        reply = json_loadb(resp.b.buf, resp.b.len, JSON_ALLOW_NUL, &je);
         if (!reply && code >= 200 && code < 300) {
             gs_buf_free(&resp.b);
             return gs_errf(e, GS_EPROTO, "%s %s: reply is not JSON: %s", method, path, je.text);

@@ -70,7 +70,7 @@ int kube_watch_decode(const char *line, size_t n, enum kube_event_type *type, js
 {
     static const char *const names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"};
     json_error_t je;
-    json_t *ev = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je), *t, *o;
+    json_t *ev = json_loadb(line, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je), *t, *o;
     int i;
 
     *obj = NULL;

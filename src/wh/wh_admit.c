@@ -117,13 +117,13 @@ int wh_check_assignment(const struct wh_config *c, const json_t *old, const json
         }
     if (how)
         return gs_errf(e, GS_EPERM, "annotation %s: the GPU assignment is written by the "
-                       "extender at bind; user '%s' may not %s it (webhook --assigners)", key,
+                       "extender at bind; user '%.253s' may not %s it (webhook --assigners)", key,
                        user[0] ? user : "(unknown)", how);
     char label[160];
     gpu_pod_label(c, label, sizeof label);
     if (old && kube_label(old, label) && !kube_label(pod, label) && is_gpu_pod(c, pod))
         return gs_errf(e, GS_EPERM, "metadata.labels[%s]: marks a GPU pod, whose updates this "
-                       "webhook checks; user '%s' may not remove it (webhook --assigners)",
+                       "webhook checks; user '%.253s' may not remove it (webhook --assigners)",
                        label, user[0] ? user : "(unknown)");
     return 0;
 }
@@ -409,29 +409,28 @@ static int refuse_vcuda(const struct wh_config *c, const struct vcuda_map *v, vo
                    v->map_name, v->key, c->names.gpu, not_mutated, name ? name : "");
 }
 
-/* A GPU pod without the `gpusched.io/request` annotation, which /mutate
- * writes on every GPU pod (and every version of it did), got past /mutate,
- * whose failurePolicy is Ignore, while it was down or slow. It is refused
- * when what mutation does matters: a tkestack key left in a container that
- * asks for a GPU (kubelet would start it without one) and, with
- * --assigners, no GPU pod label (no update of the pod would be checked).
- * With the annotation, the pod passes: replicas may differ in version or in
- * what they know of the kubelets. */
+/* A GPU pod that got past /mutate, whose failurePolicy is Ignore, while it
+ * was down or slow, is refused where what mutation does matters:
+ * - with --assigners, a GPU pod without the GPU pod label: no update of it
+ *   would be checked. Always, even when the pod carries the request
+ *   annotation, which its author may have written to look mutated;
+ * - without the `gpusched.io/request` annotation, which /mutate writes on
+ *   every GPU pod (and every version of it did), a tkestack key left in a
+ *   container that asks for a GPU (kubelet would start it without one). With
+ *   the annotation this passes: replicas may differ in what they know of the
+ *   kubelets, and so in which init containers they rewrite. */
 static int check_mutated(const struct wh_config *c, const json_t *pod, struct gs_err *e)
 {
-    char key[160];
-    request_annotation(c, key, sizeof key);
-    if (kube_annotation(pod, key))
-        return 0;
-    int rc = foreach_vcuda_map(c, pod, refuse_vcuda, e);
-    if (rc < 0)
-        return rc;
     char label[160];
     gpu_pod_label(c, label, sizeof label);
     if (c->assigners && c->assigners[0] && !kube_label(pod, label))
         return gs_errf(e, GS_EINVAL, "metadata.labels[%s]: missing, so no update of this GPU "
                        "pod would be checked (webhook --assigners): %s", label, not_mutated);
-    return 0;
+    char key[160];
+    request_annotation(c, key, sizeof key);
+    if (kube_annotation(pod, key))
+        return 0;
+    return foreach_vcuda_map(c, pod, refuse_vcuda, e);
 }
 
 /* The least memory of a GPU the request may get: the smallest GPU of the

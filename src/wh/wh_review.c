@@ -20,7 +20,7 @@ int wh_review_parse(const char *body, size_t len, struct wh_review *r, struct gs
     memset(r, 0, sizeof *r);
     if (len == 0)
         return gs_errf(e, GS_EINVAL, "empty body: expected an AdmissionReview");
-    r->root = json_loadb(body, len, 0, &je);
+    r->root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!r->root)
         return gs_errf(e, GS_EINVAL, "body is not JSON (line %d: %s)", je.line, je.text);
     if (!json_is_object(r->root)) {
@@ -83,12 +83,8 @@ int wh_review_parse(const char *body, size_t len, struct wh_review *r, struct gs
     v = json_object_get(req, "oldObject");
     r->old_object = json_is_object(v) ? v : NULL;
     r->user = opt_str(json_object_get(req, "userInfo"), "username");
-    if (!r->user)
+    if (!r->user) /* any length: compared whole, quoted cut short */
         r->user = "";
-    if (strlen(r->user) > 512) {
-        gs_errf(e, GS_EINVAL, "request.userInfo.username: longer than 512 characters");
-        goto fail;
-    }
     if (!r->name[0] && r->object) { /* pods made by controllers have only generateName */
         json_t *meta = json_object_get(r->object, "metadata");
         const char *n = opt_str(meta, "name");

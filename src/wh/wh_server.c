@@ -12,7 +12,8 @@
 #include "wh/wh_nodes.h"
 #include "wh/wh_server.h"
 
-#define WH_DEFAULT_BODY (1u << 20)
+#define WH_DEFAULT_BODY (4u << 20) /* an UPDATE's object and oldObject, each up to the
+                                         API server's 1.5 MiB */
 
 enum { EP_VALIDATE, EP_MUTATE, EP_N };
 enum { RES_ALLOWED, RES_DENIED, RES_PATCHED, RES_ERROR, RES_N };

@@ -250,7 +250,8 @@ class FakePodResources:
                 for ns, name, cname, res, ids in me.pods:
                     pr = out.pod_resources.add(namespace=ns, name=name)
                     c = pr.containers.add(name=cname)
-                    c.devices.add(resource_name=res, device_ids=ids)
+                    for i in ids:  # one entry per device, as kubelet 1.21+
+                        c.devices.add(resource_name=res, device_ids=[i])
                 return out
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -308,6 +308,18 @@ def test_pod_resources_skips_admitted_containers_and_prestart_catches_a_swap(wor
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "went to default/b/main" in ei.value.details()
     assert "assigned to default/a/main" in ei.value.details()
+    # a container of two devices: kubelet lists them one entry each (1.21+, as the
+    # fake kubelet does), one set all the same
+    world.podres.pods[1:] = world.podres.pods[1:][::-1]
+    assigned_pod(world.api, "c", [GPU[0], GPU[1]], "2026-11-22T15:20:03.000000000Z")
+    two = [GPU[2] + "::1", GPU[2] + "::2"]
+    assert p.allocate(two).envs["GPUSCHED_POD"] == "default/c"
+    world.podres.pods.append(("default", "c", "main", "nvidia.com/gpu", two))
+    p.prestart(two[::-1])
+    world.podres.pods[-1] = ("default", "d", "main", "nvidia.com/gpu", two)
+    with pytest.raises(grpc.RpcError) as ei:
+        p.prestart(two)
+    assert "went to default/d/main" in ei.value.details(), ei.value.details()
 
 
 def test_pod_recreated_under_the_same_name_is_a_new_pod(world):

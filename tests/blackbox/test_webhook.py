@@ -350,6 +350,12 @@ def test_only_assigners_write_gpu_assignments(env, gpusched_bin):
                 "metadata.labels[gpusched.io/gpu-pod]: missing, so no update of this GPU pod "
                 "would be checked (webhook --assigners): the mutating webhook (/mutate) did "
                 "not run on this pod"), r
+        # a request annotation written by the pod's author does not pass for /mutate's work
+        posing = pod(gpu, labels={"app": "x"},
+                     annotations={"gpusched.io/request": "kind=whole,gpus=1"})
+        r = check(posing, "alice")
+        assert r["allowed"] is False and r["status"]["code"] == 422, r
+        assert "metadata.labels[gpusched.io/gpu-pod]: missing" in r["status"]["message"], r
         r = check(unlabelled, "alice", "UPDATE", bare)
         assert r["allowed"] is False and r["status"]["code"] == 403, r
         assert "metadata.labels[gpusched.io/gpu-pod]" in r["status"]["message"], r
@@ -598,8 +604,23 @@ def test_bad_bodies_get_clear_errors(env, body, want):
         assert want in r.json()["error"]
 
 
+def test_what_any_valid_pod_carries_is_accepted(env):
+    """Under failurePolicy Fail a 400 or 413 refuses the pod: strings holding NUL
+    (Kubernetes stores them in annotations and env values), a user name of any
+    length, and an UPDATE of a pod of over 1 MiB, sent with its old version, are
+    read and answered."""
+    cpu = pod({"cpu": "1"}, annotations={"note": "a\u0000b"})
+    assert validate(env, cpu, user="u" * 5000)["allowed"] is True
+    out, patch = mutate(env, pod({"nvidia.com/gpu": "1"}, annotations={"note": "a\u0000b"}))
+    assert patch and out["metadata"]["annotations"]["note"] == "a\u0000b"
+    gpu = pod({"nvidia.com/gpu": "1"}, annotations={"note": "x" * (1400 << 10)})
+    gpu["spec"]["containers"][0]["env"] = [{"name": "A", "value": "\u0000"}]
+    r = env["wh"].post("/validate", json.dumps(review(gpu, op="UPDATE", old=gpu)))
+    assert r.status_code == 200 and answer(r)["allowed"] is True, r.text[:300]
+
+
 def test_oversized_and_wrong_method(env):
-    r = env["wh"].post("/validate", "x" * (2 << 20))
+    r = env["wh"].post("/validate", "x" * (5 << 20))
     assert r.status_code == 413
     assert requests.get(env["wh"].url + "/validate", verify=str(env["certs"] / "ca.crt"),
                         timeout=5).status_code == 405

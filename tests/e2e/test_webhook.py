@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import NS, gpu_pod
+from conftest import NS, READY, gpu_pod
 
 QNS = "e2e-quota"
 
@@ -221,5 +221,36 @@ def test_a_webhook_outage_stops_no_update_of_a_cpu_only_pod(cluster):
             return patch(names[0], {"step": "after"})[0].status_code == 200
         cluster.wait(updated, 30, "the GPU pod updated once the webhook is back")
         assert cluster.pod(NS, names[0])["metadata"]["labels"]["step"] == "after"
+    finally:
+        cluster.delete_pods(NS, names)
+
+
+def test_a_pod_carrying_nul_is_admitted_scheduled_and_watched(cluster):
+    """Kubernetes stores a NUL in an annotation value and sends it as \\u0000. A pod
+    carrying one passes the webhook (under failurePolicy Fail a body it could not
+    read would refuse the pod), a GPU pod carrying one is placed (kube-scheduler sends
+    it to /filter and /bind), and neither breaks the extenders' pod watch, which
+    would otherwise re-open on the same event, again and again, and see no pod
+    change after it."""
+    names = ["nul-cpu", "nul-gpu"]
+
+    def restarts():
+        return sum(cluster.extender_metric(i, "gpusched_extender_watch_restarts_total",
+                                           {"resource": "pods"})
+                   for i in range(cluster.extender_replicas))
+    before = restarts()
+    try:
+        cpu = gpu_pod(names[0], {"cpu": "10m"}, node="no-such-node", scheduler=None,
+                      annotations={"note": "a\u0000b"})
+        r = create(cluster, cpu)
+        assert r.status_code == 201, r.text
+        assert cluster.pod(NS, names[0])["metadata"]["annotations"]["note"] == "a\u0000b"
+        r = create(cluster, gpu_pod(names[1], {"nvidia.com/gpu": "1"},
+                                    annotations={"note": "c\u0000d"}))
+        assert r.status_code == 201, r.text
+        p = cluster.wait_pods(NS, [names[1]], ready_log=READY)[names[1]]
+        assert p["metadata"]["annotations"].get("gpusched.io/gpu-uuids"), p["metadata"]
+        time.sleep(2)  # a watch that choked on the events would have re-opened by now
+        assert restarts() == before
     finally:
         cluster.delete_pods(NS, names)

@@ -202,6 +202,17 @@ static void test_match(void)
                              &e), 0);
     ASSERT_STREQ(a.pod, "p2");
     ASSERT_STREQ(a.uuids[0], "GPU-1");
+    /* so is an admitted pod (startTime) whose mark failed, still Pending in
+     * an image pull, even with a container not claimed any more (the plugin
+     * restarted): the extender has bound the next pod, p2 */
+    json_t *p1 = json_array_get(items, 1);
+    json_object_del(json_object_get(json_object_get(p1, "metadata"), "annotations"),
+                    "gpusched.io/allocated-at");
+    json_object_set_new(json_object_get(p1, "status"), "startTime",
+                        json_string("2026-11-22T15:20:03Z"));
+    ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 1, claimed, 1, &a,
+                             &e), 0);
+    ASSERT_STREQ(a.pod, "p2");
 
     /* Nobody asks for 2 devices in one container: refuse, do not guess. */
     ASSERT_EQ(dp_alloc_match(pods, "node-a", "nvidia.com/gpu", "gpusched.io/", 2, NULL, 0, &a,
@@ -556,6 +567,25 @@ static void test_podres(void)
     char *q[] = {"GPU-2::1", "GPU-1::0"};
     ASSERT_TRUE(dp_podres_find_ids(&out, q, 2) == &out.e[0]);
     ASSERT_TRUE(dp_podres_find_ids(&out, q, 1) == NULL);
+    dp_podres_clear(&out);
+    /* kubelet 1.21+: one entry per device (and per NUMA node of it, so an ID
+     * may come twice); 1.20: one per NUMA node. One set of IDs either way. */
+    V1__ContainerDevices s1 = V1__CONTAINER_DEVICES__INIT, s2 = V1__CONTAINER_DEVICES__INIT;
+    V1__ContainerDevices s3 = V1__CONTAINER_DEVICES__INIT;
+    V1__ContainerDevices *sp[] = {&s1, &d2, &s2, &s3};
+    char *i1[] = {"GPU-1::0"}, *i2[] = {"GPU-2::1"};
+    s1.resource_name = s2.resource_name = s3.resource_name = "nvidia.com/gpu";
+    s1.n_device_ids = s2.n_device_ids = s3.n_device_ids = 1;
+    s1.device_ids = i1;
+    s2.device_ids = i2;
+    s3.device_ids = i1;
+    c.n_devices = 4;
+    c.devices = sp;
+    len = v1__list_pod_resources_response__pack(&r, buf);
+    ASSERT_EQ(dp_podres_parse(buf, len, "nvidia.com/gpu", &out, &e), 0);
+    ASSERT_EQ(out.n, 1);
+    ASSERT_EQ(out.e[0].n_ids, 2);
+    ASSERT_TRUE(dp_podres_find_ids(&out, q, 2) == &out.e[0]);
     dp_podres_clear(&out);
     uint8_t junk[] = {0x0a, 0x7f, 0x01};
     ASSERT_EQ(dp_podres_parse(junk, sizeof junk, "nvidia.com/gpu", &out, &e), -GS_EPROTO);

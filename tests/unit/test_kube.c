@@ -195,6 +195,15 @@ static void test_helpers(void)
     ASSERT_EQ(ty, KUBE_EV_MODIFIED);
     ASSERT_STREQ(kube_meta_str(obj, "name"), "x");
     json_decref(obj);
+    /* a NUL in a string, which Kubernetes stores (an annotation, an env
+     * value) and sends as \u0000: the event is read, not dropped */
+    ev = "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"n\","
+         "\"annotations\":{\"a\":\"x\\u0000y\"}}}}";
+    ASSERT_EQ(kube_watch_decode(ev, strlen(ev), &ty, &obj, &e), 0);
+    ASSERT_EQ(json_string_length(json_object_get(
+                  json_object_get(json_object_get(obj, "metadata"), "annotations"), "a")),
+              3);
+    json_decref(obj);
     ev = "{\"type\":\"WHAT\",\"object\":{}}";
     ASSERT_TRUE(kube_watch_decode(ev, strlen(ev), &ty, &obj, &e) < 0);
     ASSERT_CONTAINS(e.msg, "type");

@@ -450,12 +450,18 @@ static void mutated_tests(void)
     /* a CPU-only pod: no label asked, none set, and its label is the user's */
     no_gpu_label_checks(&c, "{\"cpu\":\"1\"}");
     /* the request annotation says /mutate ran (any version of it): a pod with
-     * it passes without the label (a replica of an older version mutated it)
-     * and with a tkestack container (replicas that differ on the kubelets) */
+     * it passes with a tkestack container (replicas that differ on the
+     * kubelets), but not without the label, since its author may have written
+     * the annotation to look mutated (a replica of a version before the label
+     * gets the pod refused, "create the pod again", while it is upgraded) */
     p = pod_json("{\"metadata\":{\"annotations\":{\"gpusched.io/request\":"
                  "\"kind=shared,gpus=1,memory-mib=8192,milli=500\"}},\"spec\":{\"containers\":"
                  "[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/vcuda-core\":\"50\","
                  "\"nvidia.com/vcuda-memory\":\"32\"}}}]}}");
+    ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "metadata.labels[gpusched.io/gpu-pod]: missing");
+    json_object_set_new(json_object_get(p, "metadata"), "labels",
+                        json_pack("{s:s}", "gpusched.io/gpu-pod", "true"));
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
     json_decref(p);
     /* gpu: 0 asks for no GPU: no label asked or set, and removing one is free */
