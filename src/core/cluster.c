@@ -668,6 +668,49 @@ static int ensure_scratch(struct core_cluster *c)
     return 0;
 }
 
+/* a's positions on old as positions on n, found by UUID (GPUs and MIG
+ * instances; a GPU without one by its NVML index, an instance without one
+ * at its place): the GPU list may change under allocations (a GPU gone from
+ * the bus, NVML's indices renumbered, a MIG instance made or destroyed), and
+ * a position kept as it was would point at another GPU. -1 when a GPU or
+ * instance a holds is not on n. */
+static int alloc_remap(const struct core_node *old, const struct core_node *n,
+                       const struct core_alloc *a, struct core_alloc *out)
+{
+    *out = *a;
+    for (int i = 0; i < a->n; i++) {
+        const struct core_gpu *g = &old->gpus[a->gpu[i]];
+        int j = 0;
+        while (j < n->n_gpus && (g->uuid[0] ? strcmp(n->gpus[j].uuid, g->uuid) != 0
+                                            : n->gpus[j].index != g->index))
+            j++;
+        if (j == n->n_gpus)
+            return -1;
+        out->gpu[i] = j;
+        if (a->mig[i] < 0)
+            continue;
+        const char *mu = g->mig[a->mig[i]].uuid;
+        int k = mu[0] ? 0 : a->mig[i];
+        while (mu[0] && k < n->gpus[j].n_mig && strcmp(n->gpus[j].mig[k].uuid, mu) != 0)
+            k++;
+        if (k >= n->gpus[j].n_mig)
+            return -1;
+        out->mig[i] = k;
+    }
+    /* a whole allocation keeps its positions ascending (the order of
+     * n->gpus, which a renumbering may change) */
+    for (int i = 1; a->kind == CORE_REQ_WHOLE && i < out->n; i++)
+        for (int k = i; k > 0 && out->gpu[k - 1] > out->gpu[k]; k--) {
+            int tg = out->gpu[k], tm = out->milli[k], tx = out->mig[k];
+            int64_t tb = out->mem_mib[k];
+            out->gpu[k] = out->gpu[k - 1], out->gpu[k - 1] = tg;
+            out->milli[k] = out->milli[k - 1], out->milli[k - 1] = tm;
+            out->mig[k] = out->mig[k - 1], out->mig[k - 1] = tx;
+            out->mem_mib[k] = out->mem_mib[k - 1], out->mem_mib[k - 1] = tb;
+        }
+    return 0;
+}
+
 int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec *spec,
                              struct gs_err *e)
 {
@@ -681,20 +724,38 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
     int pos = index_find(c->node_index, c->node_index_cap, (void *const *)c->nodes, spec->name,
                          node_key);
     if (pos >= 0) {
-        /* keep the allocations: re-take them on the new node, all or nothing */
+        /* keep the allocations: re-take them on the new node, on the same
+         * GPUs (by UUID), all or nothing */
         struct core_node *old = c->nodes[pos];
         n->available = old->available;
         n->generation = old->generation;
+        int k = 0;
         for (const struct core_alloc *a = core_node_alloc_next(old, NULL); a;
-             a = core_node_alloc_next(old, a)) {
+             a = core_node_alloc_next(old, a))
+            k++;
+        struct core_alloc *moved = malloc(((size_t)k + 1) * sizeof *moved);
+        if (!moved) {
+            node_free(n);
+            return gs_errf(e, GS_ENOMEM, "node %s: out of memory", spec->name);
+        }
+        k = 0;
+        for (const struct core_alloc *a = core_node_alloc_next(old, NULL); a;
+             a = core_node_alloc_next(old, a), k++) {
             struct gs_err sub = GS_ERR_INIT;
-            if (core_alloc_apply(n, a, 1, 1, &sub) < 0) {
+            if (alloc_remap(old, n, a, &moved[k]) < 0)
+                gs_errf(&sub, GS_ENOENT, "a GPU or MIG instance it holds is gone");
+            if (sub.code || core_alloc_apply(n, &moved[k], 1, 1, &sub) < 0) {
+                free(moved);
                 node_free(n);
                 return gs_errf(e, GS_ECONFLICT, "node %s: update would break allocation of "
                                "pod %s: %s", spec->name, a->pod_name, sub.msg);
             }
-            core_alloc_apply(n, a, 1, 0, NULL);
+            core_alloc_apply(n, &moved[k], 1, 0, NULL);
         }
+        k = 0; /* the records take their new positions */
+        for (struct core_alloc_rec *r = old->priv->allocs; r; r = r->next)
+            r->a = moved[k++];
+        free(moved);
         others_apply(n, old->others_cpu_milli, old->others_mem_bytes, old->others_pods);
         n->priv->allocs = old->priv->allocs;
         if (c->frag_sum_wver == c->wver && old->priv->frag_wver == c->wver)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dp/limiter.h"
 #include "limiter/lim_ledger.h"
 #include "limiter/lim_util.h"
 
@@ -98,7 +99,7 @@ static int read_ctr(const char *dir, const char *name, struct ctr *c)
     snprintf(c->dir, sizeof c->dir, "%s/containers/%.300s", dir, name);
     snprintf(c->pod, sizeof c->pod, "%.*s", (int)strcspn(name, "_"), name);
     snprintf(path, sizeof path, "%s/owner", c->dir);
-    FILE *f = fopen(path, "r");
+    FILE *f = dp_limiter_fopen(path);
     if (!f)
         return -1;
     for (int i = 0; i < 3 && fgets(line, sizeof line, f); i++)

@@ -31,6 +31,18 @@ static int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
+FILE *dp_limiter_fopen(const char *path)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    FILE *f = NULL;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        f = fdopen(fd, "r");
+    if (!f && fd >= 0)
+        close(fd);
+    return f;
+}
+
 /* Writes a file through <path>.tmp and a rename. */
 static int put_file(const char *path, int src_fd, const char *text, mode_t mode, struct gs_err *e)
 {
@@ -154,7 +166,7 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
         n++;
         memset(&u, 0, sizeof u);
         snprintf(path, sizeof path, "%s/containers/%.300s/owner", dir, de->d_name);
-        FILE *f = fopen(path, "r");
+        FILE *f = dp_limiter_fopen(path);
         char line[32];
         int devs = LIM_MAX_DEV;
         if (!f || !fgets(u.owner, sizeof u.owner, f))

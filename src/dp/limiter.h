@@ -23,6 +23,7 @@
 #define GPUSCHED_DP_LIMITER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dp/gpu.h"
 #include "util/err.h"
@@ -88,6 +89,11 @@ char *dp_limiter_usage_json(const char *dir, const char *now);
  * whose pod uid is not in uids[0..n), no process holds, and that are older
  * than min_age_s (a pod just allocated may not be listed yet). Returns how
  * many were removed. */
+/* Opens a file of a container's directory for reading: that directory is
+ * the container's to change, so a FIFO or a symbolic link put in the file's
+ * place is refused (NULL), never waited on or followed. */
+FILE *dp_limiter_fopen(const char *path);
+
 int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s);
 
 #endif

@@ -295,7 +295,11 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
     int rc;
 
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
-    patch = json_pack("{s:{s:O}}", "metadata", "annotations", annotations);
+    /* the UID makes the patch fail on a pod re-created under the name
+     * meanwhile (uid is immutable), which must not get this assignment */
+    patch = uid && *uid ? json_pack("{s:{s:s, s:O}}", "metadata", "uid", uid, "annotations",
+                                    annotations)
+                        : json_pack("{s:{s:O}}", "metadata", "annotations", annotations);
     rc = kube_patch(cl->kc, path, KUBE_PATCH_STRATEGIC, patch, NULL, e);
     json_decref(patch);
     if (rc < 0) {
@@ -327,6 +331,10 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
             log_info("extender", "pod %s/%s: %s; the pod is bound to %s all the same", ns, name,
                      e->msg, a->node);
             return 0;
+        }
+        if (where == -GS_ENOENT) { /* deleted: nothing to bind, nothing to hold */
+            log_info("extender", "pod %s/%s: %s; the pod is gone", ns, name, e->msg);
+            return rc;
         }
         if (where < 0) {
             log_warn("extender", "pod %s/%s: %s, and the pod cannot be read: its GPUs stay "

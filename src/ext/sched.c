@@ -696,6 +696,28 @@ static void count_other(struct ext_sched *s, const json_t *pod, const char *uid,
     core_pod_clear(&cp);
 }
 
+/* Does allocation a hold what the assignment annotations say: their node
+ * and GPUs (or MIG instances), in order? */
+static int alloc_is_annotated(struct ext_sched *s, const struct core_alloc *a, const json_t *ann)
+{
+    const char *node = ext_annot_node(ann, s->opts.names->annot_prefix);
+    char key[300];
+    snprintf(key, sizeof key, "%sgpu-uuids", s->opts.names->annot_prefix);
+    const char *want = json_string_value(json_object_get(ann, key));
+    const struct core_node *n = core_cluster_find(s->c, a->node);
+    if (!node || !want || !n || strcmp(node, a->node) != 0)
+        return 0;
+    for (int i = 0; i < a->n; i++) {
+        const struct core_gpu *g = &n->gpus[a->gpu[i]];
+        const char *u = a->mig[i] >= 0 ? g->mig[a->mig[i]].uuid : g->uuid;
+        size_t len = strlen(u);
+        if (strncmp(want, u, len) != 0 || (want[len] != ',' && want[len] != '\0'))
+            return 0;
+        want += len + (want[len] == ',');
+    }
+    return *want == '\0';
+}
+
 static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
 {
     const char *uid, *ns, *name;
@@ -722,10 +744,18 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
         sched_usage_drop(s, uid); /* its allocation counts it */
         if ((p = sched_remember(s, pod, 1))) {
             p->unschedulable = 0;
+            /* an allocation the annotations no longer name (a follower kept
+             * the node an earlier bind chose; the leader bound it again
+             * elsewhere) gives way to theirs, unless a bind of this replica
+             * is writing them right now or wrote them (this view may then
+             * predate them: a list taken before its patch) */
+            const struct core_alloc *a = core_alloc_find(s->c, uid);
+            if (a && !p->binding && !p->bound && !alloc_is_annotated(s, a, ann))
+                freed = core_unreserve_undo(s->c, uid, NULL) == 0;
             restore_pod(s, p);
             lock_observe(s, p, ann);
         }
-        return 0;
+        return freed;
     }
     if (json_is_string(node) && *json_string_value(node)) {
         /* running without an assignment: not a GPU pod of ours, but what
@@ -1011,9 +1041,32 @@ int sched_upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *
 
 static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e)
 {
+    /* the pods holding GPUs there: their assignment is restored when the
+     * node comes back (deleted and registered again, its pods kept) */
+    const struct core_node *n = core_cluster_find(s->c, name);
+    int held = 0;
+    for (const struct core_alloc *a = n ? core_node_alloc_next(n, NULL) : NULL; a;
+         a = core_node_alloc_next(n, a))
+        held++;
+    char(*uids)[64] = held ? calloc((size_t)held, sizeof *uids) : NULL;
+    held = 0;
+    for (const struct core_alloc *a = n && uids ? core_node_alloc_next(n, NULL) : NULL; a;
+         a = core_node_alloc_next(n, a))
+        snprintf(uids[held++], sizeof uids[0], "%s", a->pod_uid);
     int rc = core_cluster_remove_node(s->c, name, e);
     if (rc == 0)
         s->node_gen++;
+    for (int i = 0; rc == 0 && i < held; i++) {
+        struct pod *p = sched_smap_get(&s->pods, uids[i]);
+        const json_t *ann = p ? json_object_get(json_object_get(p->obj, "metadata"),
+                                                "annotations")
+                              : NULL;
+        if (p && !p->need_restore && ext_annot_node(ann, s->opts.names->annot_prefix)) {
+            p->need_restore = 1;
+            s->n_need_restore++;
+        }
+    }
+    free(uids);
     struct node_info *t = sched_smap_del(&s->inv, name);
     if (t)
         s->n_devcap -= t->cap.known;

@@ -174,13 +174,13 @@ static int wanted(int i)
     return st->cfg.mem_on;
 }
 
-LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
+/* dlsym on a real handle: the driver's hooked functions come back as their
+ * wrappers. Called by dlsym below. */
+__attribute__((visibility("hidden"))) void *lim_dlsym_handle(void *handle, const char *name)
 {
     dlsym_fn rd = real_dlsym();
     if (!rd)
         return NULL;
-    /* RTLD_NEXT is relative to the caller; from here it would skip this
-     * library, which is what a caller after it wants anyway */
     void *p = rd(handle, name);
     if (!p || handle == RTLD_NEXT || handle == RTLD_DEFAULT)
         return p;
@@ -190,6 +190,54 @@ LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
     adopt_handle(handle, g_hooks[i].nvml);
     return bind(i, p) ? (void *)g_hooks[i].wrapper : p;
 }
+
+__attribute__((visibility("hidden"))) void *lim_dlsym_real(void)
+{
+    return (void *)real_dlsym();
+}
+
+/* dlsym itself. glibc answers RTLD_NEXT (the next definition after the
+ * caller) and RTLD_DEFAULT (the caller's scope: its own too, for a library
+ * opened RTLD_LOCAL) for the object its return address lies in. Those two
+ * go to glibc's dlsym by a jump, so that the return address is still the
+ * caller's: called from C here, the caller would be this library, and a
+ * library asking for the next definition of its own function (interposers,
+ * OpenMP's ompt_start_tool) would get that function back, and call itself
+ * until the stack runs out. On other architectures they are passed on from
+ * C, with that flaw. */
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "    endbr64\n"
+        "    cmpq $-1, %rdi\n" /* RTLD_NEXT */
+        "    je 1f\n"
+        "    testq %rdi, %rdi\n" /* RTLD_DEFAULT */
+        "    je 1f\n"
+        "    jmp lim_dlsym_handle\n"
+        "1:  pushq %rdi\n"
+        "    pushq %rsi\n"
+        "    subq $8, %rsp\n" /* the call's 16-byte alignment */
+        "    call lim_dlsym_real\n"
+        "    addq $8, %rsp\n"
+        "    popq %rsi\n"
+        "    popq %rdi\n"
+        "    testq %rax, %rax\n"
+        "    je 2f\n"
+        "    jmp *%rax\n"
+        "2:  ret\n"
+        ".size dlsym, .-dlsym\n");
+#else
+LIM_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
+{
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT) {
+        dlsym_fn rd = real_dlsym();
+        return rd ? rd(handle, name) : NULL;
+    }
+    return lim_dlsym_handle(handle, name);
+}
+#endif
 
 /* What cuGetProcAddress gave for `sym` replaced by its wrapper when hooked. */
 void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags)

@@ -188,30 +188,52 @@ fail:
 
 int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t errlen)
 {
+    struct stat st;
     base_init(l);
     snprintf(l->path, sizeof l->path, "%s", path);
     l->opened_by = getpid();
-    l->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* the file is the container's to change: a FIFO must not block this
+     * open, and what is read is a copy, checked once (a mapping would see
+     * the header change under the reader, and a truncated file raise
+     * SIGBUS); fd stays open for the slots' locks */
+    l->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (l->fd < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
-    if (map_checked(l, path, PROT_READ, err, errlen) < 0) {
-        close(l->fd);
-        l->fd = -1;
-        return -1;
+    if (lim_fstat(l->fd, &st) < 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(err, errlen, "%s: not a regular file", path);
+    else if (st.st_size < (off_t)sizeof(struct lim_ledger_hdr) || st.st_size > (off_t)(1 << 24))
+        snprintf(err, errlen, "%s: size %lld is not a ledger's", path, (long long)st.st_size);
+    else if (!(l->h = malloc((size_t)st.st_size)))
+        snprintf(err, errlen, "%s: out of memory", path);
+    else if (pread(l->fd, l->h, (size_t)st.st_size, 0) != (ssize_t)st.st_size)
+        snprintf(err, errlen, "%s: short read", path);
+    else {
+        char why[200];
+        l->size = (size_t)st.st_size;
+        l->copy = 1;
+        if (lim_ledger_check(l->h, l->size, why, sizeof why) == 0) {
+            l->slots = (struct lim_slot *)((char *)l->h + l->h->hdr_size);
+            return 0;
+        }
+        snprintf(err, errlen, "%s: %s", path, why);
     }
-    return 0;
+    free(l->h);
+    l->h = NULL;
+    close(l->fd);
+    l->fd = -1;
+    return -1;
 }
 
 void lim_ledger_close(struct lim_ledger *l)
 {
-    if (!l->priv) {
-        if (l->h)
-            munmap(l->h, l->size);
-        if (l->fd >= 0)
-            close(l->fd);
-    } else {
+    if (l->priv || l->copy)
         free(l->h);
-    }
+    else if (l->h)
+        munmap(l->h, l->size);
+    if (!l->priv && l->fd >= 0)
+        close(l->fd);
     pthread_mutex_destroy(&l->mu);
     l->h = NULL;
     l->slots = NULL;

@@ -21,7 +21,8 @@
  *
  * A file that is not a ledger of this major version, or whose sizes do not
  * fit the file, is an error on open, never a crash. The device plugin opens
- * ledgers read-only to report usage (lim_ledger_open_ro).
+ * ledgers read-only to report usage (lim_ledger_open_ro): a copy read once,
+ * since the container may change the file, or put a FIFO in its place.
  *
  * Ownership: a struct lim_ledger is the caller's; lim_ledger_close() undoes
  * the open.
@@ -61,6 +62,7 @@ struct lim_slot {
 
 struct lim_ledger {
     int priv;                    /* a private in-process ledger, no file */
+    int copy;                    /* h is a copy of the file read once (lim_ledger_open_ro) */
     int fd;                      /* -1 when closed (after fork, until reopened) */
     pid_t opened_by;             /* the process fd belongs to */
     char path[LIM_DIR_MAX + 16];

@@ -47,12 +47,29 @@ static CUresult post(CUresult rc, int kind, uint64_t key, int dev, uint64_t byte
     return rc;
 }
 
-static void give_back(int kind, uint64_t key)
+/* What a free is about to give back: its entry is taken before the real
+ * free, so an allocation that gets the same address at once, on another
+ * thread (pools hand addresses out again right away), is not taken for it;
+ * freed() puts it back when the free fails. */
+struct freeing {
+    int kind, had, dev;
+    uint64_t key, bytes;
+};
+
+static struct freeing freeing(int kind, uint64_t key)
 {
-    int dev;
-    uint64_t bytes;
-    if (lim_track_take(kind, key, &dev, &bytes))
-        lim_mem_undo(dev, bytes);
+    struct freeing x = {kind, 0, 0, key, 0};
+    x.had = mem_on() && lim_track_take(kind, key, &x.dev, &x.bytes);
+    return x;
+}
+
+static CUresult freed(CUresult rc, const struct freeing *x)
+{
+    if (x->had && rc == CUDA_SUCCESS)
+        lim_mem_undo(x->dev, x->bytes);
+    else if (x->had)
+        lim_track_put(x->kind, x->key, x->dev, x->bytes);
+    return rc;
 }
 
 /* ---- allocations ------------------------------------------------------- */
@@ -274,10 +291,8 @@ LIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
     free_fn f = REAL(cuMemFree_v2, free_fn);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(p);
-    if (rc == CUDA_SUCCESS && mem_on())
-        give_back(LIM_K_PTR, p);
-    return rc;
+    struct freeing x = freeing(LIM_K_PTR, p);
+    return freed(f(p), &x);
 }
 
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
@@ -285,10 +300,8 @@ static CUresult free_async(free_async_fn f, CUdeviceptr p, CUstream s)
 {
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(p, s);
-    if (rc == CUDA_SUCCESS && mem_on())
-        give_back(LIM_K_PTR, p);
-    return rc;
+    struct freeing x = freeing(LIM_K_PTR, p);
+    return freed(f(p, s), &x);
 }
 LIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
@@ -305,10 +318,8 @@ LIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
         REAL(cuMemRelease, CUresult(*)(CUmemGenericAllocationHandle));
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(h);
-    if (rc == CUDA_SUCCESS && mem_on())
-        give_back(LIM_K_HANDLE, h);
-    return rc;
+    struct freeing x = freeing(LIM_K_HANDLE, h);
+    return freed(f(h), &x);
 }
 
 LIM_EXPORT CUresult cuArrayDestroy(CUarray a)
@@ -316,10 +327,8 @@ LIM_EXPORT CUresult cuArrayDestroy(CUarray a)
     CUresult (*f)(CUarray) = REAL(cuArrayDestroy, CUresult(*)(CUarray));
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(a);
-    if (rc == CUDA_SUCCESS && mem_on())
-        give_back(LIM_K_ARRAY, (uint64_t)(uintptr_t)a);
-    return rc;
+    struct freeing x = freeing(LIM_K_ARRAY, (uint64_t)(uintptr_t)a);
+    return freed(f(a), &x);
 }
 
 LIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a)
@@ -328,10 +337,8 @@ LIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a)
         REAL(cuMipmappedArrayDestroy, CUresult(*)(CUmipmappedArray));
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(a);
-    if (rc == CUDA_SUCCESS && mem_on())
-        give_back(LIM_K_MIPMAP, (uint64_t)(uintptr_t)a);
-    return rc;
+    struct freeing x = freeing(LIM_K_MIPMAP, (uint64_t)(uintptr_t)a);
+    return freed(f(a), &x);
 }
 
 /* ---- what the program is told ---------------------------------------- */

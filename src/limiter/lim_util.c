@@ -34,7 +34,9 @@ int lim_util_write(const char *dir, struct lim_util *u)
     snprintf(tmp, sizeof tmp, "%s/." LIM_UTIL_FILE ".%d", dir, (int)getpid());
     memcpy(u->magic, LIM_UTIL_MAGIC, 8);
     u->n_dev = LIM_MAX_DEV;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* the directory is the container's: a FIFO in tmp's place must not
+     * block the device plugin (ENXIO without a reader) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0)
         return -1;
     ssize_t n = write(fd, u, sizeof *u);

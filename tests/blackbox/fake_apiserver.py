@@ -293,12 +293,13 @@ users:
             self.faults.append([method.upper(), re.compile(pattern), status, times, message,
                                 after])
 
-    def delay(self, method, pattern, seconds, times=1):
+    def delay(self, method, pattern, seconds, times=1, body_has=None):
         """The next `times` requests with this method whose path matches
-        `pattern` are held `seconds` before they are served (a slow apiserver;
-        other requests go on meanwhile)."""
+        `pattern` (and whose JSON body holds the text `body_has`, when given)
+        are held `seconds` before they are served (a slow apiserver; other
+        requests go on meanwhile)."""
         with self.lock:
-            self.delays.append([method.upper(), re.compile(pattern), seconds, times])
+            self.delays.append([method.upper(), re.compile(pattern), seconds, times, body_has])
 
     def drop_watches(self, gone=False):
         """Closes every open watch stream: abruptly, or with gone=True after
@@ -314,10 +315,11 @@ users:
             self.compacted = self.rv
             self.history.clear()
 
-    def _take_delay(self, method, path):
+    def _take_delay(self, method, path, body):
         with self.lock:
             for d in self.delays:
-                if d[0] == method and d[1].search(path) and d[3] > 0:
+                if d[0] == method and d[1].search(path) and d[3] > 0 and \
+                        (d[4] is None or d[4] in json.dumps(body)):
                     d[3] -= 1
                     return d[2]
         return 0
@@ -488,6 +490,10 @@ users:
                 want = (new.get("metadata") or {}).get("resourceVersion")
                 if want and want != obj["metadata"]["resourceVersion"]:
                     return 409, _status(409, "Conflict", "the object has been modified")
+                if (new.get("metadata") or {}).get("uid") != obj["metadata"].get("uid"):
+                    # as the real API server: a patch naming another UID (the object
+                    # was re-created under its name) is refused
+                    return 422, _status(422, "Invalid", "metadata.uid: field is immutable")
                 objs[key] = new
                 self._bump("MODIFIED", route.coll, key[0], new)
                 return 200, copy.deepcopy(new)
@@ -607,7 +613,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._control(url.path, body or {})
         with api.lock:
             api.requests.append((method, self.path, body))
-        time.sleep(api._take_delay(method, self.path))
+        time.sleep(api._take_delay(method, self.path, body))
         fault = api._take_fault(method, self.path)
         if fault and not fault[2]:
             return self._send(fault[0], _status(fault[0], "Injected", fault[1]))

@@ -473,7 +473,7 @@ def test_a_slow_bind_holds_no_other_connection(gpusched_bin, api, tmp_path):
         wait_for(lambda: filter_g().json()["NodeNames"], what="g cached")
         wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
                  what="f cached")
-        api.delay("PATCH", r"/pods/f$", 4.0)
+        api.delay("PATCH", r"/pods/f$", 4.0, body_has="gpu-uuids")  # the bind's, not a nudge
         res = {}
         t = threading.Thread(target=lambda: res.__setitem__(
             "f", e.bind(api.get("pods", "f", "default"), "g1")))
@@ -497,7 +497,7 @@ def test_a_bind_asked_again_while_it_commits_waits_for_it(gpusched_bin, api, tmp
     try:
         wait_for(lambda: e.filter(api.get("pods", "f", "default"), ["g1"])["NodeNames"],
                  what="pod cached")
-        api.delay("PATCH", r"/pods/f$", 5.0)  # long enough to ask again under ASan
+        api.delay("PATCH", r"/pods/f$", 5.0, body_has="gpu-uuids")  # long enough under ASan
         api.fail("POST", r"/pods/f/binding$", 500)
         res = {}
         t = threading.Thread(target=lambda: res.__setitem__(
@@ -551,7 +551,7 @@ def test_relist_during_a_bind_keeps_its_gpus(gpusched_bin, api, tmp_path):
     the GPUs that bind holds: a second pod then finds them taken."""
     e = two_pods_for_g1(gpusched_bin, api, tmp_path)
     try:
-        api.delay("PATCH", r"/pods/x$", 2.0)  # the bind's annotation patch is slow
+        api.delay("PATCH", r"/pods/x$", 2.0, body_has="gpu-uuids")  # the bind's patch is slow
         res = {}
         t = threading.Thread(target=lambda: res.__setitem__(
             "x", e.bind(api.get("pods", "x", "default"), "g1")))
@@ -1342,5 +1342,44 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         assert bound(e.bind(api.get("pods", "high", "default"), "g2"))
         wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 0,
                  what="the nomination ends with the bind")
+    finally:
+        e.stop()
+
+
+def test_pods_keep_their_gpus_when_the_node_changes(gpusched_bin, api, tmp_path):
+    """A node's GPU list changes under running pods (GPU 0 leaves the bus and NVML
+    numbers the others from 0): each pod keeps the GPU it holds, found by UUID, and
+    the next pod gets the free one, not a held one at the held one's old place. A node
+    deleted and registered again (its pods kept) gets its pods' GPUs back from their
+    annotations."""
+    api.add_node("g3", **node_kwargs("g3", n=3))
+    add_gpu_pod(api, "held", "1", node="g3", annotations=assignment("g3", ["GPU-g3-1"]))
+    add_gpu_pod(api, "b", "1")
+    add_gpu_pod(api, "c", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric("gpusched_allocations") == 1
+        inv = json.loads(node_kwargs("g3", n=3)["annotations"][PREFIX + "gpu-inventory"])
+        inv["gpus"] = inv["gpus"][1:]
+        for i, g in enumerate(inv["gpus"]):
+            g["index"] = i
+            g["links"] = [{"gpu": 1 - i, "type": "nvlink"}]
+        two = json.dumps(inv)
+        api.update("nodes", "g3",
+                   fn=lambda o: o["metadata"]["annotations"].update({PREFIX + "gpu-inventory": two}))
+        wait_for(lambda: e.metric('gpusched_gpus{node="g3"') == 2, what="g3's 2 GPUs seen")
+        wait_for(lambda: e.filter(api.get("pods", "b", "default"), ["g3"])["NodeNames"],
+                 what="b cached")
+        assert bound(schedule(e, api, "b", ("g3",))[1])
+        got = api.get("pods", "b", "default")["metadata"]["annotations"]
+        assert got[PREFIX + "gpu-uuids"] == "GPU-g3-2", got
+        assert e.filter(api.get("pods", "c", "default"), ["g3"])["NodeNames"] == []
+        # deleted and registered again: both pods hold their GPUs once more
+        api.delete("nodes", "g3")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="g3's pods let go")
+        api.add_node("g3", labels={}, annotations={PREFIX + "gpu-inventory": two},
+                     capacity=node_kwargs("g3")["capacity"])
+        wait_for(lambda: e.metric("gpusched_allocations") == 2, what="g3's pods restored")
+        assert e.filter(api.get("pods", "c", "default"), ["g3"])["NodeNames"] == []
     finally:
         e.stop()

@@ -459,7 +459,7 @@ def test_a_bind_running_when_the_lease_is_lost_is_answered_not_forwarded(
         wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
         p = api.get("pods", "f", "default")
         wait_for(lambda: a.filter(p, ["g1"])["NodeNames"], what="f cached")
-        api.delay("PATCH", r"/pods/f$", 4.0)
+        api.delay("PATCH", r"/pods/f$", 4.0, body_has="gpu-uuids")  # the bind's, not a nudge
         out = {}
         t = threading.Thread(target=lambda: out.__setitem__("r", a.bind(p, "g1")))
         t.start()

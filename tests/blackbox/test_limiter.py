@@ -291,6 +291,24 @@ def test_preloaded_into_every_program(ledger_dir):
     assert not os.path.exists(ledger_dir), "no GPU call: nothing created"
 
 
+def test_dlsym_next_and_default_answer_for_their_caller(ledger_dir):
+    """The library replaces dlsym, which glibc answers for RTLD_NEXT ("the next
+    definition after the caller": interposers, OpenMP's ompt_start_tool) and for
+    RTLD_DEFAULT (the caller's scope, its own for a library opened RTLD_LOCAL)
+    relative to the object that called it. Passed on from inside the limiter, a
+    library's RTLD_NEXT lookup found its own function again (which then calls
+    itself until the stack runs out) and RTLD_DEFAULT missed RTLD_LOCAL
+    libraries' own symbols."""
+    exe = os.path.join(TDIR, "lim_next")
+    if platform.machine() != "x86_64":
+        pytest.skip("dlsym passes the caller through on x86-64 only (lim_hook.c)")
+    for preload in (False, True):
+        for extra in ({}, {"CUDA_DEVICE_MEMORY_LIMIT": "64m", "CUDA_DEVICE_SM_LIMIT": "30"}):
+            env = env_for(ledger_dir, preload=preload, **extra)
+            r = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=60)
+            assert (r.returncode, r.stdout) == (0, "next 102 local 1\n"), (preload, r)
+
+
 def test_needs_nothing_but_an_old_glibc():
     """Preloaded into every program of any image: the library may depend on
     glibc alone (the image may have nothing else), of any version since 2.17

@@ -748,6 +748,71 @@ static void test_mig(void)
     snprintf(r.uid, sizeof r.uid, "r");
     ASSERT_EQ(core_filter(c, n, &r, &st), 0);
     ASSERT_STREQ(st.reason, "node has 0 free MIG instances of 1g.5gb, pod needs 1");
+    /* an instance made before the others: q keeps MIG-1, now at place 2, and
+     * w its GPU (no UUID: by its NVML index) */
+    memmove(&s.gpus[0].mig[1], &s.gpus[0].mig[0], 3 * sizeof s.gpus[0].mig[0]);
+    snprintf(s.gpus[0].mig[0].uuid, CORE_UUID_MAX, "MIG-9");
+    s.gpus[0].mig[0].unhealthy = 0;
+    s.gpus[0].n_mig = 4;
+    ASSERT_EQ(core_cluster_upsert_node(c, &s, &e), 0);
+    n = core_cluster_find(c, "mig");
+    ASSERT_EQ(core_alloc_find(c, "q")->mig[0], 2);
+    ASSERT_TRUE(n->gpus[0].mig[2].used && !n->gpus[0].mig[0].used && !n->gpus[0].mig[1].used);
+    ASSERT_EQ(core_alloc_find(c, "w")->gpu[0], 1);
+    ASSERT_TRUE(tc_place(c, "mig", &r, "binpack") == 0);
+    ASSERT_EQ(core_alloc_find(c, "r")->mig[0], 0);
+    core_cluster_free(c);
+}
+
+/* A node's GPU list changes under its allocations (a GPU gone from the bus,
+ * NVML's indices renumbered): each keeps its GPUs, found by UUID, not its
+ * positions, which now name other GPUs. */
+static void test_node_gpus_change(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    ASSERT_EQ(tc_node(c, "r", 64000, 64, 4, "A100", 40960), 0);
+    struct core_node *n = core_cluster_find(c, "r");
+    struct core_pod held = tc_pod("held", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    struct core_pod shr = tc_pod("shr", CORE_REQ_SHARED, 1, 300, 8192, 1000);
+    struct core_alloc a;
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), n, &held, &a, &e), 0);
+    a.gpu[0] = 2;
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), n, &shr, &a, &e), 0);
+    a.gpu[0] = 3;
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+
+    /* GPU 1 leaves: NVML numbers GPU-r-2 and GPU-r-3 as 1 and 2 */
+    struct core_node_spec *s = tc_spec("r", 64000, 64, 4, "A100", 40960);
+    for (int i = 1; i < 3; i++) {
+        s->gpus[i] = s->gpus[i + 1];
+        s->gpus[i].index = i;
+    }
+    s->n_gpus = 3;
+    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), 0);
+    n = core_cluster_find(c, "r");
+    ASSERT_EQ(core_alloc_find(c, "held")->gpu[0], 1);
+    ASSERT_STREQ(n->gpus[1].uuid, "GPU-r-2");
+    ASSERT_EQ(n->gpus[1].free_milli, 0);
+    ASSERT_EQ(core_alloc_find(c, "shr")->gpu[0], 2);
+    ASSERT_EQ(n->gpus[2].free_milli, 700);
+    ASSERT_EQ(n->gpus[0].free_milli, 1000);
+    check_invariants(c);
+    /* so the next whole pod gets the one free GPU, not GPU-r-2 again */
+    struct core_pod next = tc_pod("next", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "r", &next, "binpack"), 0);
+    ASSERT_STREQ(n->gpus[core_alloc_find(c, "next")->gpu[0]].uuid, "GPU-r-0");
+    ASSERT_EQ(core_unreserve(c, "next", &e), 0);
+
+    /* a GPU a pod holds gone: refused, nothing changed */
+    s = tc_spec("r", 64000, 64, 2, "A100", 40960);
+    snprintf(s->gpus[1].uuid, sizeof s->gpus[1].uuid, "GPU-r-3");
+    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), -GS_ECONFLICT);
+    ASSERT_CONTAINS(e.msg, "update would break allocation of pod default/held: a GPU or MIG "
+                           "instance it holds is gone");
+    ASSERT_EQ(core_cluster_find(c, "r")->n_gpus, 3);
+    check_invariants(c);
     core_cluster_free(c);
 }
 
@@ -1431,6 +1496,7 @@ int test_core(void)
     test_reserve();
     test_others();
     test_mig();
+    test_node_gpus_change();
     test_churn();
     test_topology();
     test_link_tiebreak();

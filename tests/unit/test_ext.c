@@ -411,6 +411,71 @@ static void test_sched(void)
     ext_sched_free(s);
 }
 
+/* The node and GPUs of the one allocation held ("" when none or several). */
+static void held(struct ext_sched *s, char *out, size_t cap)
+{
+    json_t *all = ext_sched_allocations(s);
+    const json_t *ann = json_object_get(json_array_get(all, 0), "annotations");
+    snprintf(out, cap, "%s:%s",
+             json_array_size(all) == 1 ? json_string_value(json_object_get(ann, "gpusched.io/node"))
+                                       : "",
+             json_array_size(all) == 1
+                 ? json_string_value(json_object_get(ann, "gpusched.io/gpu-uuids"))
+                 : "");
+    json_decref(all);
+}
+
+/* A watched pod whose assignment annotations change (a follower restored the
+ * node an earlier bind wrote; the leader then bound the pod elsewhere): the
+ * allocation follows them, not what was restored first. */
+static void test_observe_moved_assignment(void)
+{
+    struct ext_sched *s;
+    struct gs_err e = GS_ERR_INIT;
+    char got[64];
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    for (int i = 0; i < 2; i++) {
+        char name[8], inv[200];
+        snprintf(name, sizeof name, "n%d", i);
+        snprintf(inv, sizeof inv,
+                 "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G%d-0\",\"model\":\"A\","
+                 "\"memory_mib\":1000},{\"index\":1,\"uuid\":\"G%d-1\",\"model\":\"A\","
+                 "\"memory_mib\":1000}]}",
+                 i, i);
+        json_t *n = node_json(name, inv);
+        ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+        json_decref(n);
+    }
+    json_t *pod = json_pack(
+        "{s:{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s}}, s:{s:[{s:s, s:{s:{s:s}}}]},"
+        " s:{s:s}}",
+        "metadata", "name", "x", "namespace", "d", "uid", "u2", "annotations",
+        "gpusched.io/node", "n0", "gpusched.io/request-kind", "whole", "gpusched.io/gpu-uuids",
+        "G0-1", "gpusched.io/gpu-indices", "1", "gpusched.io/gpu-memory", "1000",
+        "gpusched.io/gpu-milli", "1000", "spec", "containers", "name", "c", "resources", "limits",
+        "nvidia.com/gpu", "1", "status", "phase", "Pending");
+    json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    ext_sched_observe_pod(s, pod, 0);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-1");
+    ext_sched_observe_pod(s, pod, 0); /* the same again: kept */
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-1");
+    json_object_set_new(ann, "gpusched.io/gpu-uuids", json_string("G0-0"));
+    json_object_set_new(ann, "gpusched.io/gpu-indices", json_string("0"));
+    ASSERT_EQ(ext_sched_observe_pod(s, pod, 0), 1); /* G0-1 freed */
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-0");
+    json_object_set_new(ann, "gpusched.io/node", json_string("n1"));
+    json_object_set_new(ann, "gpusched.io/gpu-uuids", json_string("G1-1"));
+    json_object_set_new(ann, "gpusched.io/gpu-indices", json_string("1"));
+    ext_sched_observe_pod(s, pod, 0);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n1:G1-1");
+    json_decref(pod);
+    ext_sched_free(s);
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -951,6 +1016,7 @@ int test_ext(void)
     test_journal(dir);
     test_config(dir);
     test_sched();
+    test_observe_moved_assignment();
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();

@@ -194,6 +194,31 @@ static void test_ledger(void)
     close(fd);
     unlink(path);
 
+    /* the device plugin reads a file the container may change: a FIFO in the
+     * ledger's place is refused at once (not waited on), and a ledger whose
+     * header is rewritten and file cut short after the open is not read past
+     * (a mapping would raise SIGBUS, or follow n_slots out of it) */
+    ASSERT_EQ(mkfifo(path, 0600), 0);
+    ASSERT_EQ(lim_ledger_open_ro(&a, path, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "not a regular file");
+    unlink(path);
+    ASSERT_EQ(lim_ledger_open(&b, dir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&b, 0, 10, 100), 0);
+    ASSERT_EQ(lim_ledger_open_ro(&ro, path, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_used(&ro, 0), 10);
+    lim_ledger_close(&b);
+    fd = open(path, O_RDWR);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    h.n_slots = 0xffffffffu;
+    ASSERT_EQ(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    ASSERT_EQ(ftruncate(fd, (off_t)sizeof h), 0);
+    ASSERT_EQ(lim_ledger_procs(&ro), 0);
+    ASSERT_EQ(lim_ledger_used(&ro, 0), 0);
+    lim_ledger_close(&ro);
+    close(fd);
+    unlink(path);
+
     /* the private fallback holds one process to the limit */
     ASSERT_EQ(lim_ledger_open_private(&a, lim), 0);
     ASSERT_EQ(lim_ledger_reserve(&a, 0, 100, 100), 0);
@@ -244,6 +269,21 @@ static void test_prune(void)
     fputs("ELF", f);
     fclose(f);
     ASSERT_EQ(dp_limiter_install(root, lib, &e), 0);
+    /* a container's files are opened for reading only when they are plain
+     * files: a FIFO would block the plugin, a link lead it elsewhere */
+    f = dp_limiter_fopen(lib);
+    ASSERT_TRUE(f != NULL);
+    if (f)
+        fclose(f);
+    char odd[320];
+    snprintf(odd, sizeof odd, "%s/fifo", root);
+    ASSERT_EQ(mkfifo(odd, 0600), 0);
+    ASSERT_TRUE(dp_limiter_fopen(odd) == NULL);
+    unlink(odd);
+    snprintf(odd, sizeof odd, "%s/link", root);
+    ASSERT_EQ(symlink(lib, odd), 0);
+    ASSERT_TRUE(dp_limiter_fopen(odd) == NULL);
+    unlink(odd);
     ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
     ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
     ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, NULL, m, &e), -GS_EINVAL);
