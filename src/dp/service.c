@@ -555,7 +555,8 @@ static void h_prestart(void *ud, const uint8_t *req, size_t len, struct dp_grpc_
     key = ids_key(rq->devices_ids, rq->n_devices_ids);
     pthread_mutex_lock(&p->mu);
     for (int i = p->n_claims - 1; key && i >= 0; i--)
-        if (strcmp(p->claims[i].resource, s->name) == 0 && strcmp(p->claims[i].ids, key) == 0) {
+        if (p->claims[i].ids && strcmp(p->claims[i].resource, s->name) == 0 &&
+            strcmp(p->claims[i].ids, key) == 0) { /* ids: NULL when out of memory */
             snprintf(assumed, sizeof assumed, "%s", p->claims[i].key);
             break;
         }

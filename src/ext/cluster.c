@@ -681,9 +681,10 @@ void ext_cluster_stop(struct ext_cluster *cl)
     if (!cl)
         return;
     gs_worker_stop(&cl->wk);
-    kube_watch_stop(cl->pods);
+    kube_watch_stop(cl->pods); /* its events wake the stopped worker: harmless */
     kube_watch_stop(cl->nodes);
     kube_watch_stop(atomic_load(&cl->pdbs)); /* the house thread that starts it is gone */
+    gs_worker_destroy(&cl->wk);
     /* what ended since the last save, for the replica that leads next */
     if (cl->workload_loaded && may_bind(cl))
         workload_save(cl);

@@ -219,6 +219,7 @@ void kube_leader_stop(struct kube_leader *l)
     if (!l)
         return;
     gs_worker_stop(&l->wk);
+    gs_worker_destroy(&l->wk);
     if (atomic_load(&l->leading)) {
         struct gs_err e = GS_ERR_INIT;
         json_t *lease = NULL;

@@ -412,6 +412,7 @@ void kube_watch_stop(struct kube_watch *w)
     if (!w)
         return;
     gs_worker_stop(&w->wk);
+    gs_worker_destroy(&w->wk);
     kube_lines_clear(&w->lines);
     free(w->path);
     free(w->query);

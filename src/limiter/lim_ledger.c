@@ -163,7 +163,13 @@ int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limit
         snprintf(err, errlen, "%s: lock: %s", path, strerror(errno));
         goto fail;
     }
-    if (lim_fstat(l->fd, &st) == 0 && st.st_size == 0) {
+    /* new, or left blank by a process that died between its ftruncate and
+     * its header (else every later process would fall back to a ledger of
+     * its own, each with the whole limit) */
+    char magic[8] = {0};
+    if (lim_fstat(l->fd, &st) == 0 &&
+        (st.st_size == 0 || (pread(l->fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic &&
+                             !memcmp(magic, (char[8]){0}, sizeof magic)))) {
         struct lim_ledger_hdr h;
         init_hdr(&h);
         (void)fchmod(l->fd, 0666);

@@ -52,6 +52,10 @@ void gs_worker_stop(struct gs_worker *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+}
+
+void gs_worker_destroy(struct gs_worker *w)
+{
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
 }

@@ -36,7 +36,12 @@ int gs_worker_stopping(struct gs_worker *w);
 /* Ends a gs_worker_sleep early (after the caller set its wake flag). */
 void gs_worker_wake(struct gs_worker *w);
 
-/* Tells the thread to stop, wakes it, joins it and releases mu and cv. */
+/* Tells the thread to stop, wakes it and joins it. mu and cv stay usable
+ * (a gs_worker_wake from another thread is harmless) until
+ * gs_worker_destroy. */
 void gs_worker_stop(struct gs_worker *w);
+
+/* Releases mu and cv, after gs_worker_stop and once nothing wakes it. */
+void gs_worker_destroy(struct gs_worker *w);
 
 #endif

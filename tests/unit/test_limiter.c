@@ -194,6 +194,18 @@ static void test_ledger(void)
     close(fd);
     unlink(path);
 
+    /* a ledger left blank (its maker died between its ftruncate and its
+     * header) is made again, not refused (each process would then hold a
+     * ledger of its own, with the whole limit) */
+    fd = open(path, O_RDWR | O_CREAT, 0666);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(ftruncate(fd, 65536), 0);
+    close(fd);
+    ASSERT_EQ(lim_ledger_open(&a, dir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 100, 100), 0);
+    lim_ledger_close(&a);
+    unlink(path);
+
     /* the device plugin reads a file the container may change: a FIFO in the
      * ledger's place is refused at once (not waited on), and a ledger whose
      * header is rewritten and file cut short after the open is not read past
