@@ -697,25 +697,21 @@ static void count_other(struct ext_sched *s, const json_t *pod, const char *uid,
 }
 
 /* Does allocation a hold what the assignment annotations say: their node
- * and GPUs (or MIG instances), in order? */
+ * and GPUs (or MIG instances)? Annotations that do not parse (a broken
+ * edit) leave a as it is. */
 static int alloc_is_annotated(struct ext_sched *s, const struct core_alloc *a, const json_t *ann)
 {
-    const char *node = ext_annot_node(ann, s->opts.names->annot_prefix);
-    char key[300];
-    snprintf(key, sizeof key, "%sgpu-uuids", s->opts.names->annot_prefix);
-    const char *want = json_string_value(json_object_get(ann, key));
-    const struct core_node *n = core_cluster_find(s->c, a->node);
-    if (!node || !want || !n || strcmp(node, a->node) != 0)
+    struct core_alloc b;
+    memset(&b, 0, sizeof b);
+    int rc = ext_annot_parse(s->c, ann, s->opts.names->annot_prefix, &b, NULL);
+    if (rc < 0)
+        return rc != -GS_ENOENT; /* ENOENT: on a node not known (yet) */
+    if (strcmp(a->node, b.node) != 0 || a->n != b.n)
         return 0;
-    for (int i = 0; i < a->n; i++) {
-        const struct core_gpu *g = &n->gpus[a->gpu[i]];
-        const char *u = a->mig[i] >= 0 ? g->mig[a->mig[i]].uuid : g->uuid;
-        size_t len = strlen(u);
-        if (strncmp(want, u, len) != 0 || (want[len] != ',' && want[len] != '\0'))
+    for (int i = 0; i < a->n; i++)
+        if (a->gpu[i] != b.gpu[i] || a->mig[i] != b.mig[i])
             return 0;
-        want += len + (want[len] == ',');
-    }
-    return *want == '\0';
+    return 1;
 }
 
 static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
@@ -1041,32 +1037,20 @@ int sched_upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *
 
 static int remove_locked(struct ext_sched *s, const char *name, struct gs_err *e)
 {
-    /* the pods holding GPUs there: their assignment is restored when the
-     * node comes back (deleted and registered again, its pods kept) */
-    const struct core_node *n = core_cluster_find(s->c, name);
-    int held = 0;
-    for (const struct core_alloc *a = n ? core_node_alloc_next(n, NULL) : NULL; a;
-         a = core_node_alloc_next(n, a))
-        held++;
-    char(*uids)[64] = held ? calloc((size_t)held, sizeof *uids) : NULL;
-    held = 0;
-    for (const struct core_alloc *a = n && uids ? core_node_alloc_next(n, NULL) : NULL; a;
-         a = core_node_alloc_next(n, a))
-        snprintf(uids[held++], sizeof uids[0], "%s", a->pod_uid);
     int rc = core_cluster_remove_node(s->c, name, e);
     if (rc == 0)
         s->node_gen++;
-    for (int i = 0; rc == 0 && i < held; i++) {
-        struct pod *p = sched_smap_get(&s->pods, uids[i]);
-        const json_t *ann = p ? json_object_get(json_object_get(p->obj, "metadata"),
-                                                "annotations")
-                              : NULL;
-        if (p && !p->need_restore && ext_annot_node(ann, s->opts.names->annot_prefix)) {
-            p->need_restore = 1;
-            s->n_need_restore++;
-        }
+    /* the pods whose assignment names it wait for it to come back (deleted
+     * and registered again, its pods kept): restore_pod marks them */
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        const char *on = ext_annot_node(
+            json_object_get(json_object_get(p->obj, "metadata"), "annotations"),
+            s->opts.names->annot_prefix);
+        if (rc == 0 && !p->need_restore && on && strcmp(on, name) == 0)
+            restore_pod(s, p);
     }
-    free(uids);
     struct node_info *t = sched_smap_del(&s->inv, name);
     if (t)
         s->n_devcap -= t->cap.known;

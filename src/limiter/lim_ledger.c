@@ -116,7 +116,9 @@ int lim_ledger_open_private(struct lim_ledger *l, const uint64_t *limits)
     return 0;
 }
 
-static int map_checked(struct lim_ledger *l, const char *path, int prot, char *err, size_t errlen)
+/* l->fd's size when it is a regular file of a ledger's size; -1 with a
+ * message otherwise. */
+static off_t file_checked(struct lim_ledger *l, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     if (lim_fstat(l->fd, &st) < 0)
@@ -126,20 +128,34 @@ static int map_checked(struct lim_ledger *l, const char *path, int prot, char *e
     if (st.st_size < (off_t)sizeof(struct lim_ledger_hdr) || st.st_size > (off_t)(1 << 24))
         return snprintf(err, errlen, "%s: size %lld is not a ledger's", path,
                         (long long)st.st_size), -1;
-    void *m = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, l->fd, 0);
+    return st.st_size;
+}
+
+/* The header at l->h (l->size bytes) checked, and l->slots set. */
+static int header_checked(struct lim_ledger *l, const char *path, char *err, size_t errlen)
+{
+    char why[256];
+    if (lim_ledger_check(l->h, l->size, why, sizeof why) < 0)
+        return snprintf(err, errlen, "%s: %s", path, why), -1;
+    l->slots = (struct lim_slot *)((char *)l->h + l->h->hdr_size);
+    return 0;
+}
+
+static int map_checked(struct lim_ledger *l, const char *path, int prot, char *err, size_t errlen)
+{
+    off_t size = file_checked(l, path, err, errlen);
+    if (size < 0)
+        return -1;
+    void *m = mmap(NULL, (size_t)size, prot, MAP_SHARED, l->fd, 0);
     if (m == MAP_FAILED)
         return snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno)), -1;
     l->h = m;
-    l->size = (size_t)st.st_size;
-    if (lim_ledger_check(l->h, l->size, err + 0, errlen) < 0) {
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", err);
-        snprintf(err, errlen, "%s: %s", path, tmp);
+    l->size = (size_t)size;
+    if (header_checked(l, path, err, errlen) < 0) {
         munmap(m, l->size);
         l->h = NULL;
         return -1;
     }
-    l->slots = (struct lim_slot *)((char *)l->h + l->h->hdr_size);
     return 0;
 }
 
@@ -194,7 +210,6 @@ fail:
 
 int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t errlen)
 {
-    struct stat st;
     base_init(l);
     snprintf(l->path, sizeof l->path, "%s", path);
     l->opened_by = getpid();
@@ -205,30 +220,18 @@ int lim_ledger_open_ro(struct lim_ledger *l, const char *path, char *err, size_t
     l->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (l->fd < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
-    if (lim_fstat(l->fd, &st) < 0)
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        snprintf(err, errlen, "%s: not a regular file", path);
-    else if (st.st_size < (off_t)sizeof(struct lim_ledger_hdr) || st.st_size > (off_t)(1 << 24))
-        snprintf(err, errlen, "%s: size %lld is not a ledger's", path, (long long)st.st_size);
-    else if (!(l->h = malloc((size_t)st.st_size)))
-        snprintf(err, errlen, "%s: out of memory", path);
-    else if (pread(l->fd, l->h, (size_t)st.st_size, 0) != (ssize_t)st.st_size)
-        snprintf(err, errlen, "%s: short read", path);
-    else {
-        char why[200];
-        l->size = (size_t)st.st_size;
-        l->copy = 1;
-        if (lim_ledger_check(l->h, l->size, why, sizeof why) == 0) {
-            l->slots = (struct lim_slot *)((char *)l->h + l->h->hdr_size);
+    l->copy = 1;
+    off_t size = file_checked(l, path, err, errlen);
+    if (size >= 0) {
+        l->size = (size_t)size;
+        if (!(l->h = malloc(l->size)))
+            snprintf(err, errlen, "%s: out of memory", path);
+        else if (pread(l->fd, l->h, l->size, 0) != (ssize_t)size)
+            snprintf(err, errlen, "%s: short read", path);
+        else if (header_checked(l, path, err, errlen) == 0)
             return 0;
-        }
-        snprintf(err, errlen, "%s: %s", path, why);
     }
-    free(l->h);
-    l->h = NULL;
-    close(l->fd);
-    l->fd = -1;
+    lim_ledger_close(l);
     return -1;
 }
 
