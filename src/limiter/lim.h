@@ -36,6 +36,9 @@ enum lim_hook_kind { LIM_PLAIN, LIM_PTSZ, LIM_NVML };
     X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 0, LIM_PTSZ)                                \
     X(cuMemCreate, "cuMemCreate", 0, LIM_PLAIN)                                           \
     X(cuMemRelease, "cuMemRelease", 0, LIM_PLAIN)                                         \
+    X(cuMemMap, "cuMemMap", 0, LIM_PLAIN)                                                 \
+    X(cuMemUnmap, "cuMemUnmap", 0, LIM_PLAIN)                                             \
+    X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 0, LIM_PLAIN)           \
     X(cuArrayCreate_v2, "cuArrayCreate", 3020, LIM_PLAIN)                                 \
     X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, LIM_PLAIN)                             \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 0, LIM_PLAIN)                     \
@@ -102,10 +105,15 @@ uint64_t lim_mem_limit(int dev); /* 0 = none */
  * the device plugin can find its GPU work; once per process. */
 void lim_proc_register(void);
 
-/* Live allocations: kind tells address spaces apart. */
-enum lim_kind { LIM_K_PTR = 1, LIM_K_HANDLE, LIM_K_ARRAY, LIM_K_MIPMAP };
-void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes);
-int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes); /* 1 = found */
+/* Live allocations: kind tells address spaces apart. An entry holds one
+ * reference when put; aux is the caller's (a mapping's handle). */
+enum lim_kind { LIM_K_PTR = 1, LIM_K_HANDLE, LIM_K_ARRAY, LIM_K_MIPMAP, LIM_K_MAP };
+void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t aux);
+/* Removes the entry whatever its references: 1 = found (aux may be NULL). */
+int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes, uint64_t *aux);
+/* Adds delta to the entry's references: -1 = no such entry, 0 = still
+ * referenced, 1 = none left (the entry is removed; *dev and *bytes set). */
+int lim_track_ref(int kind, uint64_t key, int delta, int *dev, uint64_t *bytes);
 
 /* The NVML device of CUDA device `cuda_dev` (through CUDA_VISIBLE_DEVICES,
  * as in lim_nvml.c): 0 or -1. */

@@ -154,8 +154,10 @@ int lim_cur_dev(CUdevice *dev)
 struct track_ent {
     uint64_t key;
     uint64_t bytes;
+    uint64_t aux;
     int kind; /* 0 = empty, -1 = deleted */
     int dev;
+    int refs;
 };
 
 static struct track_ent *g_tab;
@@ -190,7 +192,28 @@ static int grow(void)
     return 0;
 }
 
-void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes)
+/* The slot of (kind, key), or -1; under g_track_mu. */
+static long find_locked(int kind, uint64_t key)
+{
+    if (!g_cap)
+        return -1;
+    size_t j = slot_of(kind, key, g_cap);
+    while (g_tab[j].kind) {
+        if (g_tab[j].kind == kind && g_tab[j].key == key)
+            return (long)j;
+        j = (j + 1) & (g_cap - 1);
+    }
+    return -1;
+}
+
+static void drop_locked(size_t j)
+{
+    g_tab[j].kind = -1;
+    g_len--;
+    g_tomb++;
+}
+
+void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t aux)
 {
     pthread_mutex_lock(&g_track_mu);
     if ((g_len + g_tomb + 1) * 4 >= g_cap * 3 && grow() < 0) {
@@ -207,29 +230,41 @@ void lim_track_put(int kind, uint64_t key, int dev, uint64_t bytes)
             g_tomb--;
         g_len++;
     }
-    g_tab[j] = (struct track_ent){key, bytes, kind, dev};
+    g_tab[j] = (struct track_ent){key, bytes, aux, kind, dev, 1};
     pthread_mutex_unlock(&g_track_mu);
 }
 
-int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes)
+int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes, uint64_t *aux)
 {
-    int found = 0;
     pthread_mutex_lock(&g_track_mu);
-    if (g_cap) {
-        size_t j = slot_of(kind, key, g_cap);
-        while (g_tab[j].kind) {
-            if (g_tab[j].kind == kind && g_tab[j].key == key) {
+    long j = find_locked(kind, key);
+    if (j >= 0) {
+        *dev = g_tab[j].dev;
+        *bytes = g_tab[j].bytes;
+        if (aux)
+            *aux = g_tab[j].aux;
+        drop_locked((size_t)j);
+    }
+    pthread_mutex_unlock(&g_track_mu);
+    return j >= 0;
+}
+
+int lim_track_ref(int kind, uint64_t key, int delta, int *dev, uint64_t *bytes)
+{
+    int r = -1;
+    pthread_mutex_lock(&g_track_mu);
+    long j = find_locked(kind, key);
+    if (j >= 0) {
+        g_tab[j].refs += delta;
+        r = g_tab[j].refs > 0 ? 0 : 1;
+        if (r == 1) {
+            if (dev)
                 *dev = g_tab[j].dev;
+            if (bytes)
                 *bytes = g_tab[j].bytes;
-                g_tab[j].kind = -1;
-                g_len--;
-                g_tomb++;
-                found = 1;
-                break;
-            }
-            j = (j + 1) & (g_cap - 1);
+            drop_locked((size_t)j);
         }
     }
     pthread_mutex_unlock(&g_track_mu);
-    return found;
+    return r;
 }

@@ -41,7 +41,7 @@ static CUresult post(CUresult rc, int kind, uint64_t key, int dev, uint64_t byte
     if (!counted)
         return rc;
     if (rc == CUDA_SUCCESS)
-        lim_track_put(kind, key, dev, bytes);
+        lim_track_put(kind, key, dev, bytes, 0);
     else
         lim_mem_undo(dev, bytes);
     return rc;
@@ -59,7 +59,7 @@ struct freeing {
 static struct freeing freeing(int kind, uint64_t key)
 {
     struct freeing x = {kind, 0, 0, key, 0};
-    x.had = mem_on() && lim_track_take(kind, key, &x.dev, &x.bytes);
+    x.had = mem_on() && lim_track_take(kind, key, &x.dev, &x.bytes, NULL);
     return x;
 }
 
@@ -68,7 +68,7 @@ static CUresult freed(CUresult rc, const struct freeing *x)
     if (x->had && rc == CUDA_SUCCESS)
         lim_mem_undo(x->dev, x->bytes);
     else if (x->had)
-        lim_track_put(x->kind, x->key, x->dev, x->bytes);
+        lim_track_put(x->kind, x->key, x->dev, x->bytes, 0);
     return rc;
 }
 
@@ -312,14 +312,108 @@ LIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
     return free_async(REAL(cuMemFreeAsync_ptsz, free_async_fn), p, s);
 }
 
+/* ---- virtual memory management ----------------------------------------
+ *
+ * A cuMemCreate handle's memory lives while anything refers to it: the
+ * handle, each mapping of it (cuMemMap) and each cuMemRetainAllocationHandle.
+ * Programs release the handle right after mapping it (the driver API
+ * guide's own pattern; NCCL releases its retained handle before unmapping),
+ * so the bytes go back when the last reference goes, not at cuMemRelease.
+ * Each reference is dropped before the real call (the driver may hand the
+ * value out again at once) and taken back if the call fails. Handles the
+ * limiter did not count (imported, host memory) have no entry and are
+ * passed through.
+ */
+
+/* Drops a reference to handle h taken before a call that failed or
+ * succeeded (rc): r is what lim_track_ref said. */
+static CUresult unref_done(CUresult rc, uint64_t h, int r, int dev, uint64_t bytes)
+{
+    if (rc == CUDA_SUCCESS && r == 1)
+        lim_mem_undo(dev, bytes);
+    else if (rc != CUDA_SUCCESS && r == 1)
+        lim_track_put(LIM_K_HANDLE, h, dev, bytes, 0);
+    else if (rc != CUDA_SUCCESS && r == 0)
+        lim_track_ref(LIM_K_HANDLE, h, 1, NULL, NULL);
+    return rc;
+}
+
 LIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
     CUresult (*f)(CUmemGenericAllocationHandle) =
         REAL(cuMemRelease, CUresult(*)(CUmemGenericAllocationHandle));
+    int dev = -1, r = -1;
+    uint64_t bytes = 0;
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    struct freeing x = freeing(LIM_K_HANDLE, h);
-    return freed(f(h), &x);
+    if (mem_on())
+        r = lim_track_ref(LIM_K_HANDLE, h, -1, &dev, &bytes);
+    return unref_done(f(h), h, r, dev, bytes);
+}
+
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                           unsigned long long);
+LIM_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t n, size_t off, CUmemGenericAllocationHandle h,
+                             unsigned long long flags)
+{
+    map_fn f = REAL(cuMemMap, map_fn);
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    /* the mapping's reference is taken first: a release racing with it
+     * must not give the bytes back */
+    int r = mem_on() ? lim_track_ref(LIM_K_HANDLE, h, 1, NULL, NULL) : -1;
+    CUresult rc = f(va, n, off, h, flags);
+    if (r == 0 && rc == CUDA_SUCCESS)
+        lim_track_put(LIM_K_MAP, va, -1, n, h);
+    else if (r == 0) {
+        int dev;
+        uint64_t bytes;
+        if (lim_track_ref(LIM_K_HANDLE, h, -1, &dev, &bytes) == 1)
+            lim_mem_undo(dev, bytes);
+    }
+    return rc;
+}
+
+/* One cuMemUnmap may end several mappings laid end to end; this many are
+ * followed (a longer run stays counted: the safe side). */
+#define LIM_UNMAP_MAX 64
+
+LIM_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t n)
+{
+    CUresult (*f)(CUdeviceptr, size_t) = REAL(cuMemUnmap, CUresult(*)(CUdeviceptr, size_t));
+    struct { uint64_t va, n, h; } m[LIM_UNMAP_MAX];
+    int k = 0, dev;
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    for (uint64_t at = va; mem_on() && k < LIM_UNMAP_MAX && at - va < n;) {
+        if (!lim_track_take(LIM_K_MAP, at, &dev, &m[k].n, &m[k].h))
+            break;
+        m[k].va = at;
+        at += m[k++].n;
+    }
+    CUresult rc = f(va, n);
+    for (int i = 0; i < k; i++) {
+        if (rc != CUDA_SUCCESS) {
+            lim_track_put(LIM_K_MAP, m[i].va, -1, m[i].n, m[i].h);
+            continue;
+        }
+        uint64_t bytes;
+        if (lim_track_ref(LIM_K_HANDLE, m[i].h, -1, &dev, &bytes) == 1)
+            lim_mem_undo(dev, bytes);
+    }
+    return rc;
+}
+
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+LIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    retain_fn f = REAL(cuMemRetainAllocationHandle, retain_fn);
+    if (!f)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(h, addr);
+    if (rc == CUDA_SUCCESS && h && mem_on())
+        lim_track_ref(LIM_K_HANDLE, *h, 1, NULL, NULL);
+    return rc;
 }
 
 LIM_EXPORT CUresult cuArrayDestroy(CUarray a)

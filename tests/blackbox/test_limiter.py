@@ -146,6 +146,35 @@ def test_vmm_from_a_thread_without_context(mode, ledger_dir):
                         "info 0 24 64"]
 
 
+@pytest.mark.parametrize("mode", ["runtime", "dlsym", "linked"])
+@pytest.mark.parametrize("order", ["release-mapped", "retain", "unmap-first"])
+def test_vmm_memory_lives_until_its_last_mapping_and_handle_go(mode, order, ledger_dir):
+    # a handle's memory stays on the card while the handle, a handle
+    # retained from a mapping, or a mapping is left: the driver API guide
+    # releases right after cuMemMap, NCCL releases its retained handle
+    # before cuMemUnmap, PyTorch's expandable segments unmap first
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="100m")
+    steps = {
+        "release-mapped": ["map", "free"],
+        "retain": ["map", "retain", "free", "free"],
+        "unmap-first": ["map", "unmap"],
+    }[order]
+    last = {"release-mapped": "unmap", "retain": "unmap", "unmap-first": "free"}[order]
+    r = probe(mode, "ctx:0", "create:60:dev0", *steps, "card:0", "create:60:dev0", "info",
+              last, "card:0", "create:60:dev0", "card:0", env=env)
+    out = lines(r)
+    n = len(steps)
+    assert out[:2] == ["ctx 0", "create 0"]
+    assert all(x.endswith(" 0") for x in out[2:2 + n]), out
+    assert out[2 + n] == "card 60", "the card still holds the memory"
+    assert out[3 + n] == "create 2", f"memory still held was given back early: {out}"
+    assert out[4 + n] == "info 0 40 100"
+    assert out[5 + n] == f"{last} 0"
+    assert out[6 + n] == "card 0"
+    assert out[7 + n] == "create 0", f"the last reference did not give the memory back: {out}"
+    assert out[8 + n] == "card 60"
+
+
 def test_per_device_limits(ledger_dir):
     env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="512m", CUDA_DEVICE_MEMORY_LIMIT_1="64m")
     r = probe("runtime", "ctx:0", "alloc:400", "info", "ctx:1", "alloc:100", "alloc:60", "info",

@@ -17,6 +17,8 @@ GPUSCHED_LIMITER_DIR):
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API:
   cuMemCreate) and with backend:cudaMallocAsync (stream-ordered pools:
   cuMemAllocAsync, cuMemAllocFromPoolAsync);
+- the VMM API through ctypes: 12 GiB created, mapped and released at
+  once stays counted until cuMemUnmap (12 GiB more is refused till then);
 - two processes share the 20 GiB: while one holds 12 GiB the other cannot
   take 12 GiB, and can once the first is killed;
 - a compute-bound loop (fp16 matmuls) with a 30 % share runs at 25-40 % of
@@ -78,6 +80,48 @@ try:
     print("alloc 12GiB ok")
 except torch.cuda.OutOfMemoryError:
     print("alloc 12GiB OutOfMemoryError")
+"""
+
+# The driver's VMM API through ctypes (dlsym on libcuda's handle, as the
+# runtime does): 12 GiB created, mapped and released at once (the driver API
+# guide's pattern) is still on the card, so 12 GiB more does not fit the
+# share until it is unmapped.
+VMM = r"""
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location", Loc),
+                ("win32", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
+P, U64, SZ = ctypes.POINTER, ctypes.c_ulonglong, ctypes.c_size_t
+cu.cuMemCreate.argtypes = [P(U64), SZ, P(Prop), U64]
+cu.cuMemAddressReserve.argtypes = [P(U64), SZ, SZ, U64, U64]
+cu.cuMemMap.argtypes = [U64, SZ, SZ, U64, U64]
+cu.cuMemUnmap.argtypes = [U64, SZ]
+cu.cuMemRelease.argtypes = [U64]
+cu.cuMemAddressFree.argtypes = [U64, SZ]
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+prop = Prop(type=1, location=Loc(type=1, id=0))
+n = 12 << 30
+def create():
+    h = U64()
+    rc = cu.cuMemCreate(ctypes.byref(h), n, ctypes.byref(prop), 0)
+    return rc, h
+rc, h = create()
+va = U64()
+print("create", rc, "reserve", cu.cuMemAddressReserve(ctypes.byref(va), n, 0, 0, 0),
+      "map", cu.cuMemMap(va, n, 0, h, 0), "release", cu.cuMemRelease(h))
+rc2, h2 = create()
+print("while mapped create", rc2)
+if rc2 == 0:
+    cu.cuMemRelease(h2)
+print("unmap", cu.cuMemUnmap(va, n), "free", cu.cuMemAddressFree(va, n))
+rc3, h3 = create()
+print("after unmap create", rc3)
 """
 
 BENCH = r"""
@@ -147,6 +191,15 @@ def memory(lib, ledger, alloc_conf=None):
     check("alloc 21GiB OutOfMemoryError" in out, "21 GiB raises OutOfMemoryError%s" % tag)
     check(smi_total(env) == SHARE_GIB * 1024, "nvidia-smi shows %d MiB total%s" % (
         SHARE_GIB * 1024, tag))
+
+
+def vmm(lib, ledger):
+    env = env_for(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB)
+    out = py(VMM, env)
+    check("create 0 reserve 0 map 0 release 0" in out, "12 GiB created, mapped and released")
+    check("while mapped create 2" in out,
+          "while it is mapped 12 GiB more is refused (CUDA_ERROR_OUT_OF_MEMORY)")
+    check("unmap 0" in out and "after unmap create 0" in out, "after cuMemUnmap it fits")
 
 
 def shared_budget(lib, ledger):
@@ -308,6 +361,7 @@ def main():
         memory(lib, os.path.join(d, "a"))
         memory(lib, os.path.join(d, "b"), "expandable_segments:True")
         memory(lib, os.path.join(d, "b2"), "backend:cudaMallocAsync")
+        vmm(lib, os.path.join(d, "v"))
         print("== two processes, one budget")
         shared_budget(lib, os.path.join(d, "c"))
         print("== compute")

@@ -32,7 +32,7 @@ enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INIT = 3, INVALID_CTX = 201, NOT_
 #define MAX_ALLOC 65536
 #define MAX_DEV 8
 struct ctx { int dev; };
-struct alloc { uint64_t key; int kind, dev; uint64_t bytes; };
+struct alloc { uint64_t key; int kind, dev; uint64_t bytes; int holds, maps; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc allocs[MAX_ALLOC];
@@ -117,7 +117,7 @@ static CUresult take(int dev, uint64_t n, int kind, unsigned long long *key)
                 *key = kind == 2 ? next_handle++ : next_addr;
                 if (kind != 2)
                     next_addr += (n + 0xfffff) & ~0xfffffULL;
-                allocs[i] = (struct alloc){*key, kind, dev, n};
+                allocs[i] = (struct alloc){*key, kind, dev, n, 1, 0};
                 *pool += n;
                 if (dev >= 0 && used[dev] > peak[dev])
                     peak[dev] = used[dev];
@@ -190,7 +190,102 @@ CUresult cuMemCreate(handle_t *h, size_t n, const prop_t *prop, unsigned long lo
         return take(-1, n, 2, h);
     return INVALID_VALUE;
 }
-CUresult cuMemRelease(handle_t h) { return give(h, 2); }
+
+/* A handle's memory is freed once the handle (and every handle retained
+ * from a mapping) is released and no mapping of it is left. */
+#define MAX_MAP 1024
+static struct { uint64_t va, n, h; int on; } maps[MAX_MAP];
+
+static struct alloc *handle_locked(uint64_t h)
+{
+    for (int i = 0; i < MAX_ALLOC; i++)
+        if (allocs[i].kind == 2 && allocs[i].key == h)
+            return &allocs[i];
+    return NULL;
+}
+
+static void settle_locked(struct alloc *a)
+{
+    if (a->holds || a->maps)
+        return;
+    if (a->dev >= 0)
+        used[a->dev] -= a->bytes;
+    else
+        host_used -= a->bytes;
+    a->kind = 0;
+}
+
+CUresult cuMemRelease(handle_t h)
+{
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct alloc *a = handle_locked(h);
+    if (a && a->holds) {
+        a->holds--;
+        settle_locked(a);
+        rc = OK;
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+CUresult cuMemMap(CUdeviceptr va, size_t n, size_t off, handle_t h, unsigned long long flags)
+{
+    CUresult rc = INVALID_VALUE;
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    struct alloc *a = handle_locked(h);
+    int slot = -1;
+    for (int i = 0; i < MAX_MAP; i++) {
+        if (!maps[i].on)
+            slot = slot < 0 ? i : slot;
+        else if (va < maps[i].va + maps[i].n && maps[i].va < va + n)
+            slot = MAX_MAP; /* overlaps a mapping */
+    }
+    if (a && a->holds && n && off + n <= a->bytes && slot >= 0 && slot < MAX_MAP) {
+        maps[slot].va = va;
+        maps[slot].n = n;
+        maps[slot].h = h;
+        maps[slot].on = 1;
+        a->maps++;
+        rc = OK;
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+CUresult cuMemUnmap(CUdeviceptr va, size_t n)
+{
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_MAP; i++)
+        if (maps[i].on && maps[i].va >= va && maps[i].va + maps[i].n <= va + n) {
+            struct alloc *a = handle_locked(maps[i].h);
+            maps[i].on = 0;
+            if (a) {
+                a->maps--;
+                settle_locked(a);
+            }
+            rc = OK;
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+CUresult cuMemRetainAllocationHandle(handle_t *h, void *addr)
+{
+    CUresult rc = INVALID_VALUE;
+    uint64_t at = (uint64_t)(uintptr_t)addr;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_MAP && rc; i++)
+        if (maps[i].on && at >= maps[i].va && at - maps[i].va < maps[i].n) {
+            struct alloc *a = handle_locked(maps[i].h);
+            if (a) {
+                a->holds++;
+                *h = maps[i].h;
+                rc = OK;
+            }
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
 
 static uint64_t elem(int fmt) { return fmt == 1 || fmt == 8 ? 1 : fmt == 2 || fmt == 9 || fmt == 16 ? 2 : 4; }
 CUresult cuArrayCreate_v2(void **a, const desc_t *d)
@@ -295,6 +390,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuMemAlloc_v2), E(cuMemAllocPitch_v2), E(cuMemAllocManaged), E(cuMemAllocAsync),
     E(cuMemAllocAsync_ptsz), E(cuMemAllocFromPoolAsync), E(cuMemAllocFromPoolAsync_ptsz),
     E(cuMemFree_v2), E(cuMemFreeAsync), E(cuMemFreeAsync_ptsz), E(cuMemCreate), E(cuMemRelease),
+    E(cuMemMap), E(cuMemUnmap), E(cuMemRetainAllocationHandle),
     E(cuArrayCreate_v2), E(cuArray3DCreate_v2), E(cuMipmappedArrayCreate), E(cuArrayDestroy),
     E(cuMipmappedArrayDestroy), E(cuMemGetInfo_v2), E(cuDeviceTotalMem_v2), E(cuLaunchKernel),
     E(cuLaunchKernel_ptsz), E(cuLaunchKernelEx), E(cuLaunchKernelEx_ptsz),

@@ -41,6 +41,10 @@ typedef struct { unsigned version; unsigned long long total, reserved, free, use
     X(cuMemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, void *))                          \
     X(cuMemCreate, "cuMemCreate", CUresult, (handle_t *, size_t, const prop_t *, unsigned long long)) \
     X(cuMemRelease, "cuMemRelease", CUresult, (handle_t))                                         \
+    X(cuMemMap, "cuMemMap", CUresult,                                                             \
+      (CUdeviceptr, size_t, size_t, handle_t, unsigned long long))                                \
+    X(cuMemUnmap, "cuMemUnmap", CUresult, (CUdeviceptr, size_t))                                  \
+    X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", CUresult, (handle_t *, void *)) \
     X(cuArrayCreate_v2, "cuArrayCreate", CUresult, (void **, const desc_t *))                     \
     X(cuArray3DCreate_v2, "cuArray3DCreate", CUresult, (void **, const desc3_t *))                \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", CUresult,                                 \
@@ -122,15 +126,22 @@ static int load(void)
 }
 
 /* what was allocated, for "free" */
-struct live { int kind; uint64_t key; };
+struct live { int kind; uint64_t key, bytes; };
 static struct live live[4096];
 static int n_live;
 
-static void keep(int kind, uint64_t key)
+static void keep_n(int kind, uint64_t key, uint64_t bytes)
 {
     if (n_live < 4096)
-        live[n_live++] = (struct live){kind, key};
+        live[n_live++] = (struct live){kind, key, bytes};
 }
+static void keep(int kind, uint64_t key) { keep_n(kind, key, 0); }
+
+/* what "map" mapped, for "unmap" and "retain" */
+struct mapped { uint64_t va, n; };
+static struct mapped mapped[256];
+static int n_mapped;
+static uint64_t next_va = 0x300000000000ULL;
 
 static size_t mib(const char *s) { return (size_t)strtoull(s, NULL, 10) << 20; }
 
@@ -252,8 +263,33 @@ static int op(char *o, char **rest, char **argv)
         prop.location.id = prop.location.type == 1 ? atoi(b + 3) : 0;
         rc = api.cuMemCreate(&h, mib(a), &prop, 0);
         if (!rc)
-            keep(2, h);
+            keep_n(2, h, mib(a));
         printf("create %d\n", rc);
+    } else if (!strcmp(o, "map")) {
+        /* the newest live handle, whole, at an address of its own */
+        int i = n_live - 1;
+        while (i >= 0 && live[i].kind != 2)
+            i--;
+        rc = 1;
+        if (i >= 0 && n_mapped < 256) {
+            rc = api.cuMemMap(next_va, live[i].bytes, 0, live[i].key, 0);
+            if (!rc) {
+                mapped[n_mapped++] = (struct mapped){next_va, live[i].bytes};
+                next_va += live[i].bytes;
+            }
+        }
+        printf("map %d\n", rc);
+    } else if (!strcmp(o, "unmap")) {
+        rc = n_mapped ? api.cuMemUnmap(mapped[n_mapped - 1].va, mapped[n_mapped - 1].n) : 1;
+        n_mapped -= !rc;
+        printf("unmap %d\n", rc);
+    } else if (!strcmp(o, "retain")) {
+        /* NCCL's free: the handle back from the newest mapping's address */
+        handle_t h = 0;
+        rc = n_mapped ? api.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)mapped[n_mapped - 1].va) : 1;
+        if (!rc)
+            keep(2, h);
+        printf("retain %d\n", rc);
     } else if (!strcmp(o, "tcreate")) {
         struct tc t = {mib(a), atoi(b), -1};
         pthread_t th;
@@ -419,7 +455,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: lim_probe runtime|runtime-ptsz|dlsym|linked OP...\n"
                         "ops: ctx:D init alloc:M managed:M async:M pool:M pitch:W:H "
-                        "create:M:devD|host|hostnuma tcreate:M:D array:W:H array3d:W:H:D "
+                        "create:M:devD|host|hostnuma map unmap retain tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready sleep:S fork:M exec launch:N:B launchex:N:B "
                         "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
