@@ -328,8 +328,13 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     } else {
         if (!memo) {
             sched_resolve(s, a, nodes);
+            /* learnt first, found after: a name listed twice is learnt
+             * twice, and the second node replaces (frees) the first */
             for (int i = 0; i < a->n && a->from_nodes; i++)
-                if (!nodes[i] && sched_upsert_locked(s, a->nodes[i], &e) == 0)
+                if (!nodes[i])
+                    sched_upsert_locked(s, a->nodes[i], &e);
+            for (int i = 0; i < a->n && a->from_nodes; i++)
+                if (!nodes[i])
                     nodes[i] = core_cluster_find(s->c, a->names[i]);
             for (int i = 0; i < a->n; i++)
                 own_pos[i] = nodes[i] ? core_node_pos(nodes[i]) : -1;

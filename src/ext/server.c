@@ -422,8 +422,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
     const char *path = req->path, *last = strrchr(path, '/');
     const char *seg = last ? last + 1 : path;
     char ns[256], name[256];
+    /* a pod may be named like a verb: /allocations/ml/bind is a pod's */
+    int pod_path = strncmp(path, "/allocations/", 13) == 0 || strncmp(path, "/debug/pods/", 12) == 0;
 
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    for (size_t i = 0; !pod_path && i < sizeof verbs / sizeof verbs[0]; i++) {
         if (strcmp(seg, verbs[i].name) != 0)
             continue;
         if (strcmp(req->method, "POST") != 0) {

@@ -6,6 +6,7 @@ for the last GPU, restart from the journal (torn last record included),
 release, preemption, top-k, config files and metrics. The helpers here are
 reused by test_extender_cluster.py.
 """
+import copy
 import json
 import os
 import signal
@@ -401,6 +402,19 @@ def test_full_nodes_form(ext):
     assert body["NodeNames"] is None
     assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["a100-1"]
     assert "mig-1" in body["FailedAndUnresolvableNodes"]
+
+
+def test_a_node_listed_twice_in_nodes_is_learnt_once(ext):
+    # no kube-scheduler sends it, but any client may: the second copy
+    # replaced the first while the answer still pointed at it (a use after
+    # free, caught by the ASan run)
+    twin = copy.deepcopy(next(n for n in STANDARD_NODES if n["metadata"]["name"] == "a100-1"))
+    twin["metadata"]["name"] = "twin-1"
+    p = pod("twice", {"nvidia.com/gpu": "1"})
+    r = ext.post("filter", {"Pod": p, "Nodes": {"items": [twin, twin]}, "NodeNames": None})
+    assert r.status_code == 200, r.text
+    assert [n["metadata"]["name"] for n in r.json()["Nodes"]["items"]] == ["twin-1", "twin-1"]
+    assert bound(ext.bind(p, "twin-1"))
 
 
 def test_prioritize_range_and_policy_annotation(ext):
@@ -875,6 +889,15 @@ def test_release_from_the_cli(gpusched_bin, ext):
     r = run(gpusched_bin, "extender", "release", "default/rel", "--listen",
             f"127.0.0.1:{ext.port}")
     assert r.returncode == 1 and "holds no GPUs" in r.stderr
+
+
+def test_a_pod_named_like_a_verb_can_be_explained_and_released(ext):
+    p = pod("bind", {"nvidia.com/gpu": "1"})
+    ext.place(p, ["a100-1"])
+    r = requests.get(ext.url + "/debug/pods/default/bind", timeout=5)
+    assert r.status_code == 200, r.text
+    r = requests.delete(ext.url + "/allocations/default/bind", timeout=5)
+    assert r.status_code == 200 and r.json() == {"released": "default/bind"}, r.text
 
 
 def test_bind_is_idempotent_and_refuses_a_second_node(ext):
