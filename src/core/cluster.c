@@ -254,10 +254,9 @@ int core_cluster_model_count(const struct core_cluster *c)
 
 int core_gpu_free_share(const struct core_gpu *g)
 {
-    if (g->mem_mib <= 0)
-        return g->free_milli;
-    int64_t m = g->free_mem_mib * CORE_MILLI / g->mem_mib;
-    return m < g->free_milli ? (int)m : g->free_milli;
+    int64_t m = g->mem_mib > 0 ? g->free_mem_mib * CORE_MILLI / g->mem_mib : g->free_milli;
+    m = m < g->free_milli ? m : g->free_milli;
+    return m > 0 ? (int)m : 0; /* overcommitted (core_cluster_upsert_node): none */
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -687,6 +686,8 @@ static int alloc_remap(const struct core_node *old, const struct core_node *n,
         if (j == n->n_gpus)
             return -1;
         out->gpu[i] = j;
+        if (a->kind == CORE_REQ_WHOLE) /* the whole GPU, whatever its size now */
+            out->mem_mib[i] = n->gpus[j].mem_mib;
         if (a->mig[i] < 0)
             continue;
         const char *mu = g->mig[a->mig[i]].uuid;
@@ -724,15 +725,23 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
     int pos = index_find(c->node_index, c->node_index_cap, (void *const *)c->nodes, spec->name,
                          node_key);
     if (pos >= 0) {
-        /* keep the allocations: re-take them on the new node, on the same
-         * GPUs (by UUID), all or nothing */
+        /* keep the allocations on the same GPUs (by UUID). One whose GPU
+         * or MIG instance is gone leaves; the others stay even where the
+         * node now has less than they hold (its free amounts go below
+         * zero and nothing more fits): the pods run there whatever the
+         * node says, and refusing the update would freeze the node */
         struct core_node *old = c->nodes[pos];
         n->available = old->available;
         n->generation = old->generation;
         int k = 0;
-        for (const struct core_alloc *a = core_node_alloc_next(old, NULL); a;
-             a = core_node_alloc_next(old, a))
-            k++;
+        for (const struct core_alloc *a = core_node_alloc_next(old, NULL), *next; a; a = next) {
+            struct core_alloc tmp;
+            next = core_node_alloc_next(old, a);
+            if (alloc_remap(old, n, a, &tmp) < 0)
+                core_unreserve(c, a->pod_uid, NULL);
+            else
+                k++;
+        }
         struct core_alloc *moved = malloc(((size_t)k + 1) * sizeof *moved);
         if (!moved) {
             node_free(n);
@@ -741,15 +750,7 @@ int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec
         k = 0;
         for (const struct core_alloc *a = core_node_alloc_next(old, NULL); a;
              a = core_node_alloc_next(old, a), k++) {
-            struct gs_err sub = GS_ERR_INIT;
-            if (alloc_remap(old, n, a, &moved[k]) < 0)
-                gs_errf(&sub, GS_ENOENT, "a GPU or MIG instance it holds is gone");
-            if (sub.code || core_alloc_apply(n, &moved[k], 1, 1, &sub) < 0) {
-                free(moved);
-                node_free(n);
-                return gs_errf(e, GS_ECONFLICT, "node %s: update would break allocation of "
-                               "pod %s: %s", spec->name, a->pod_name, sub.msg);
-            }
+            alloc_remap(old, n, a, &moved[k]);
             core_alloc_apply(n, &moved[k], 1, 0, NULL);
         }
         k = 0; /* the records take their new positions */

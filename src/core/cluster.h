@@ -169,10 +169,11 @@ void core_cluster_free(struct core_cluster *c);
 void core_cluster_set_seed(struct core_cluster *c, uint64_t seed);
 
 /* Adds a node, or replaces the spec of the node with that name (hash lookup)
- * while keeping its allocations. Validates the spec (field named in *e).
- * Replacing fails with -GS_ECONFLICT and no change if an existing allocation
- * would no longer fit (a GPU it holds disappeared or shrank): unreserve those
- * pods first. Returns 0 or a negative GS_E* code. */
+ * while keeping its allocations on the same GPUs, found by UUID. Validates
+ * the spec (field named in *e). An allocation whose GPU or MIG instance is
+ * gone is removed (as core_unreserve); the others stay even where the node
+ * now has less than they hold: its free amounts go below zero and nothing
+ * more fits until they leave. Returns 0 or a negative GS_E* code. */
 int core_cluster_upsert_node(struct core_cluster *c, const struct core_node_spec *spec,
                              struct gs_err *e);
 

@@ -133,8 +133,8 @@ int ext_annot_parse(const struct core_cluster *c, const json_t *annotations, con
         memcpy(u, p, len);
         u[len] = '\0';
         if ((pos = core_node_gpu_by_uuid(n, u, &mig)) < 0)
-            return gs_errf(e, GS_EINVAL, "%sgpu-uuids: %s is not a GPU of node %s", prefix, u,
-                           node);
+            return gs_errf(e, GS_ENOENT, "%sgpu-uuids: %s is not a GPU of node %s (gone, or "
+                           "not reported yet)", prefix, u, node);
         if ((k == CORE_REQ_MIG) != (mig >= 0))
             return gs_errf(e, GS_EINVAL, "%sgpu-uuids: %s is %sa MIG instance", prefix, u,
                            mig >= 0 ? "" : "not ");

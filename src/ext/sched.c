@@ -1010,11 +1010,39 @@ int sched_upsert_locked(struct ext_sched *s, const json_t *node, struct gs_err *
         return rc;
     }
     int before = core_cluster_node_count(s->c);
+    /* the pods that hold GPUs here: the update drops those whose GPU (or
+     * MIG instance) is gone */
+    const struct core_node *was = core_cluster_find(s->c, spec.name);
+    int n_held = 0;
+    char (*held)[sizeof ((struct core_alloc *)0)->pod_uid] = NULL;
+    for (const struct core_alloc *a = was ? core_node_alloc_next(was, NULL) : NULL; a;
+         a = core_node_alloc_next(was, a))
+        n_held++;
+    if (n_held && !(held = malloc((size_t)n_held * sizeof *held)))
+        n_held = 0;
+    n_held = 0;
+    for (const struct core_alloc *a = held ? core_node_alloc_next(was, NULL) : NULL; a;
+         a = core_node_alloc_next(was, a))
+        memcpy(held[n_held++], a->pod_uid, sizeof *held);
     /* the node's stamp moves with every upsert, so kept verdicts see a
      * change of its device counts too */
     rc = core_cluster_upsert_node(s->c, &spec, e);
     if (core_cluster_node_count(s->c) != before)
         s->node_gen++;
+    for (int i = 0; rc == 0 && i < n_held; i++) {
+        struct pod *p;
+        if (core_alloc_find(s->c, held[i]))
+            continue;
+        /* its pod waits for them to come back (restore_pod: need_restore) */
+        p = sched_smap_get(&s->pods, held[i]);
+        log_warn("extender", "node %s: a GPU or MIG instance that pod %s%s%s holds is gone; %s",
+                 spec.name, p ? p->ns : "uid ", p ? "/" : "", p ? p->name : held[i],
+                 p ? "its GPUs are taken again when the GPU comes back"
+                   : "its GPUs are no longer counted");
+        if (p)
+            restore_pod(s, p);
+    }
+    free(held);
     if (rc == 0) {
         sched_usage_push(s, spec.name); /* a new node: its pods may have come first */
         struct node_info *t = sched_smap_get(&s->inv, spec.name);

@@ -533,13 +533,35 @@ static void test_reserve(void)
     }
     ASSERT_EQ(core_cluster_alloc_count(c), 0);
 
-    /* node update keeps allocations, refuses to drop a held GPU */
+    /* node update keeps allocations; one whose GPU is gone leaves */
     ASSERT_EQ(core_reserve(c, &a, &e), 0);
     ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
     n = core_cluster_find(c, "n");
     ASSERT_EQ(n->gpus[1].free_milli, 0);
-    ASSERT_EQ(tc_node(c, "n", 16000, 64, 1, "A100", 40960), -GS_ECONFLICT);
-    ASSERT_EQ(core_cluster_find(c, "n")->n_gpus, 4);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 1, "A100", 40960), 0);
+    n = core_cluster_find(c, "n");
+    ASSERT_EQ(n->n_gpus, 1);
+    ASSERT_TRUE(core_alloc_find(c, "w") == NULL);
+    ASSERT_EQ(n->free_cpu_milli, 16000);
+    ASSERT_EQ(n->gpus[0].free_milli, 1000);
+    check_invariants(c);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    /* less than its pods hold (smaller GPUs, CPU taken for the system):
+     * they stay, the node is overcommitted, and nothing more fits */
+    ASSERT_EQ(tc_node(c, "n", 1000, 64, 4, "A100", 20480), 0);
+    n = core_cluster_find(c, "n");
+    ASSERT_EQ(core_alloc_find(c, "w")->mem_mib[1], 20480); /* still the whole GPU */
+    ASSERT_EQ(n->gpus[1].free_mem_mib, 0);
+    ASSERT_EQ(n->free_cpu_milli, 1000 - 4000);
+    struct core_pod tiny = tc_pod("tiny", CORE_REQ_WHOLE, 1, 0, 0, 100);
+    ASSERT_EQ(tc_place(c, "n", &tiny, "binpack"), -GS_ENOFIT);
+    ASSERT_EQ(core_unreserve(c, "w", &e), 0);
+    ASSERT_EQ(n->free_cpu_milli, 1000);
+    ASSERT_EQ(n->gpus[1].free_mem_mib, 20480);
+    ASSERT_EQ(tc_node(c, "n", 16000, 64, 4, "A100", 40960), 0);
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    n = core_cluster_find(c, "n");
     /* the updated node lists what the old one held; a node of its own
      * keeps its own list through the removal of another */
     ASSERT_EQ(core_reserve(c, &s1, &e), 0);
@@ -805,13 +827,16 @@ static void test_node_gpus_change(void)
     ASSERT_STREQ(n->gpus[core_alloc_find(c, "next")->gpu[0]].uuid, "GPU-r-0");
     ASSERT_EQ(core_unreserve(c, "next", &e), 0);
 
-    /* a GPU a pod holds gone: refused, nothing changed */
+    /* a GPU a pod holds gone: that pod's allocation leaves, the rest stay */
     s = tc_spec("r", 64000, 64, 2, "A100", 40960);
     snprintf(s->gpus[1].uuid, sizeof s->gpus[1].uuid, "GPU-r-3");
-    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), -GS_ECONFLICT);
-    ASSERT_CONTAINS(e.msg, "update would break allocation of pod default/held: a GPU or MIG "
-                           "instance it holds is gone");
-    ASSERT_EQ(core_cluster_find(c, "r")->n_gpus, 3);
+    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), 0);
+    n = core_cluster_find(c, "r");
+    ASSERT_EQ(n->n_gpus, 2);
+    ASSERT_TRUE(core_alloc_find(c, "held") == NULL);
+    ASSERT_EQ(core_alloc_find(c, "shr")->gpu[0], 1);
+    ASSERT_EQ(n->gpus[1].free_milli, 700);
+    ASSERT_EQ(n->gpus[0].free_milli, 1000);
     check_invariants(c);
     core_cluster_free(c);
 }

@@ -476,6 +476,57 @@ static void test_observe_moved_assignment(void)
     ext_sched_free(s);
 }
 
+static void upsert_gpus(struct ext_sched *s, const char *gpus)
+{
+    struct gs_err e = GS_ERR_INIT;
+    char inv[400];
+    snprintf(inv, sizeof inv, "{\"version\":1,\"gpus\":[%s]}", gpus);
+    json_t *n = node_json("n0", inv);
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+}
+
+/* A GPU a pod holds leaves the node's inventory (off the bus) and comes
+ * back: the update is taken (the node stays fresh), the pod's GPUs wait
+ * for it and are held again when it is back; a GPU that shrinks under a
+ * pod keeps it. */
+static void test_node_loses_a_held_gpu(void)
+{
+    struct ext_sched *s;
+    struct gs_err e = GS_ERR_INIT;
+    char got[64];
+    const char *g0 = "{\"index\":0,\"uuid\":\"G0-0\",\"model\":\"A\",\"memory_mib\":1000}";
+    const char *g1 = "{\"index\":1,\"uuid\":\"G0-1\",\"model\":\"A\",\"memory_mib\":1000}";
+    const char *g1s = "{\"index\":1,\"uuid\":\"G0-1\",\"model\":\"A\",\"memory_mib\":500}";
+    char both[300], small[300];
+    snprintf(both, sizeof both, "%s,%s", g0, g1);
+    snprintf(small, sizeof small, "%s,%s", g0, g1s);
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    upsert_gpus(s, both);
+    json_t *pod = json_pack(
+        "{s:{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}}, s:{s:s, s:[{s:s, s:{s:{s:s}}}]},"
+        " s:{s:s}}",
+        "metadata", "name", "x", "namespace", "d", "uid", "u3", "annotations",
+        "gpusched.io/node", "n0", "gpusched.io/request-kind", "whole", "gpusched.io/gpu-uuids",
+        "G0-1", "gpusched.io/gpu-indices", "1", "spec", "nodeName", "n0", "containers", "name",
+        "c", "resources", "limits", "nvidia.com/gpu", "1", "status", "phase", "Running");
+    ext_sched_observe_pod(s, pod, 0);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-1");
+    upsert_gpus(s, small); /* less memory than the pod holds: kept */
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-1");
+    upsert_gpus(s, g0);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, ":");
+    ASSERT_EQ(ext_sched_check_inventory(s, 1e12, 10), 0);
+    upsert_gpus(s, both);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-1");
+    json_decref(pod);
+    ext_sched_free(s);
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -1017,6 +1068,7 @@ int test_ext(void)
     test_config(dir);
     test_sched();
     test_observe_moved_assignment();
+    test_node_loses_a_held_gpu();
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
