@@ -286,6 +286,14 @@ static int may_bind(void *ud)
     return !cl->leader || kube_leader_is_leader(cl->leader);
 }
 
+/* Whether binds and preemptions may act here: leading, and knowing the
+ * cluster. A leader restarted in place renews its lease at once, before
+ * its pod list is in: every GPU would look free. */
+static int may_act(void *ud)
+{
+    return may_bind(ud) && ext_cluster_ready(ud);
+}
+
 static int commit_bind(void *ud, const char *ns, const char *name, const char *uid,
                        const struct core_alloc *a, const json_t *annotations, struct gs_err *e)
 {
@@ -657,7 +665,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
             return rc;
         }
     }
-    ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_bind,
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_act,
                                                   .preempt = commit_preempt, .ud = cl});
     ext_sched_pdbs_pending(s); /* until pdbs_start's watch has listed them */
     if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,

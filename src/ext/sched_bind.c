@@ -57,7 +57,8 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         pthread_mutex_lock(&s->mu);
         sched_bind_arrived(s, b.pod_uid);
         pthread_mutex_unlock(&s->mu);
-        *reply = ext_error("this replica is not the leader; retry");
+        *reply = ext_error("this replica is not the leader, or has not listed the cluster's "
+                           "nodes and pods yet; retry");
         ext_bind_clear(&b);
         sched_decision(s, "bind", "not_leader");
         return 503;

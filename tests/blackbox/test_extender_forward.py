@@ -489,3 +489,46 @@ def test_a_bind_running_when_the_lease_is_lost_is_answered_not_forwarded(
     finally:
         a.stop()
         leader.stop()
+
+
+def test_a_leader_restarted_in_place_binds_only_once_it_knows_the_pods(gpusched_bin, api,
+                                                                       tmp_path):
+    # its container restarts (OOM, liveness): the same identity renews the
+    # Lease at once, before the pod list is in, when every GPU looks free
+    add_gpu_pod(api, "first", "2")
+    add_gpu_pod(api, "second", "1")
+    port = test_extender.free_port()
+    kc = api.write_kubeconfig(tmp_path / "kc")
+    args = ["--kubeconfig", kc, "--inventory-ttl", "0", *ARGS, "--identity",
+            f"a@127.0.0.1:{port}"]
+
+    def launch():
+        orig = test_extender.free_port
+        test_extender.free_port = lambda: port
+        try:
+            return test_extender.Extender(gpusched_bin, args)
+        finally:
+            test_extender.free_port = orig
+    a = launch()
+    try:
+        a.wait_ready(path="/readyz")
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        p = api.get("pods", "first", "default")
+        assert a.filter(p, ["g1"])["NodeNames"] == ["g1"]
+        assert test_extender.bound(a.bind(p, "g1"))
+    finally:
+        a.stop(signal.SIGKILL)
+    api.delay("GET", r"/api/v1/pods\?(?!.*watch=1)", 6.0)
+    a = launch()
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads again")
+        assert requests.get(a.url + "/readyz", timeout=5).status_code == 503
+        q = api.get("pods", "second", "default")
+        a.filter(q, ["g1"])
+        refused(a.bind(q, "g1"), "has not listed the cluster's nodes and pods")
+        ann = api.get("pods", "second", "default")["metadata"].get("annotations") or {}
+        assert PREFIX + "node" not in ann, "bound on a GPU the first pod holds"
+        a.wait_ready(path="/readyz")
+        assert a.filter(q, ["g1"])["NodeNames"] == [], "g1 is full"
+    finally:
+        a.stop()
