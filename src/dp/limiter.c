@@ -43,14 +43,18 @@ FILE *dp_limiter_fopen(const char *path)
     return f;
 }
 
-/* Writes a file through <path>.tmp and a rename. */
+/* Writes a file through <path>.tmp and a rename. The ledger directory is
+ * the container's to write: a <path>.tmp it left (a link to a file of the
+ * host's) is removed, never followed, and one it makes meanwhile fails
+ * the create (O_EXCL). */
 static int put_file(const char *path, int src_fd, const char *text, mode_t mode, struct gs_err *e)
 {
     char tmp[800];
     char buf[65536];
     int rc = 0;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
         return gs_errf(e, GS_EIO, "%s: %s", tmp, strerror(errno));
     if (text) {

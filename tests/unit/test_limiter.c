@@ -300,6 +300,35 @@ static void test_prune(void)
     ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
     ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, NULL, m, &e), -GS_EINVAL);
     ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, NULL, m, &e), -GS_EINVAL);
+    /* the container's directory is the container's: an owner.tmp it made a
+     * link to a host file is replaced, the host file left as it was */
+    {
+        char victim[320], planted[320], text[64] = {0};
+        make_ctr(root, "lnk_main", 0);
+        snprintf(victim, sizeof victim, "%s/victim", root);
+        FILE *f = fopen(victim, "w");
+        ASSERT_TRUE(f != NULL);
+        fputs("host file\n", f);
+        fclose(f);
+        snprintf(planted, sizeof planted, "%s/containers/lnk_main/owner.tmp", root);
+        ASSERT_EQ(symlink(victim, planted), 0);
+        make_ctr(root, "lnk_main", 0);
+        f = fopen(victim, "r");
+        ASSERT_TRUE(f && fgets(text, sizeof text, f));
+        if (f)
+            fclose(f);
+        ASSERT_STREQ(text, "host file\n");
+        unlink(victim);
+        snprintf(planted, sizeof planted, "%s/containers/lnk_main/owner", root);
+        f = dp_limiter_fopen(planted);
+        ASSERT_TRUE(f && fgets(text, sizeof text, f));
+        if (f)
+            fclose(f);
+        ASSERT_STREQ(text, "ns/pod/main\n");
+        unlink(planted);
+        snprintf(planted, sizeof planted, "%s/containers/lnk_main", root);
+        ASSERT_EQ(rmdir(planted), 0);
+    }
 
     make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
     make_ctr(root, "here_main", 1);   /* pod still here */
