@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef LIM_OLD_GLIBC_ABI
@@ -159,6 +160,31 @@ static int map_checked(struct lim_ledger *l, const char *path, int prot, char *e
     return 0;
 }
 
+/* Opens the container's ledger, making it if it is not there. An existing
+ * one is opened without O_CREAT: in a sticky world-writable directory the
+ * kernel refuses O_CREAT on a file another user made (fs.protected_regular,
+ * systemd's default), and the process would fall back to a ledger of its
+ * own with the whole limit. A new one is made 0666 at once (the umask took
+ * bits off); a user that opens it in between is refused a moment. */
+static int open_shared(const char *path)
+{
+    for (int tries = 0;; tries++) {
+        int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT) {
+            fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+            if (fd >= 0)
+                (void)fchmod(fd, 0666);
+            else if (errno == EEXIST && tries < 100)
+                continue; /* made by another meanwhile */
+        }
+        if (fd < 0 && errno == EACCES && tries < 100) {
+            nanosleep(&(struct timespec){0, 2 * 1000000L}, NULL); /* before its fchmod */
+            continue;
+        }
+        return fd;
+    }
+}
+
 int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limits, char *err,
                     size_t errlen)
 {
@@ -171,7 +197,7 @@ int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limit
         (void)chmod(dir, 01777); /* any user of the container may share it */
     snprintf(l->path, sizeof l->path, "%s", path);
     l->opened_by = getpid();
-    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    l->fd = open_shared(path);
     if (l->fd < 0)
         return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
     l->writable = 1;

@@ -509,10 +509,50 @@ static void test_busy(void)
     ASSERT_EQ(system(cmd), 0);
 }
 
+/* A ledger another user of the container made, in the sticky world-
+ * writable ledger directory: with fs.protected_regular (systemd's default)
+ * the kernel refuses an O_CREAT open of it, to root too, so the second user
+ * fell back to a ledger of its own with the whole limit. Shows the bug only
+ * where the sysctl is set (say so otherwise); needs root for the chown. */
+static void test_ledger_of_another_user(void)
+{
+    char dir[] = "/tmp/gs-ledger-XXXXXX", path[200], err[300], pr[8] = "0";
+    uint64_t lim[LIM_MAX_DEV] = {100, 100};
+    struct lim_ledger a;
+    FILE *f = fopen("/proc/sys/fs/protected_regular", "r");
+    if (f) {
+        if (!fgets(pr, sizeof pr, f))
+            pr[0] = '0';
+        fclose(f);
+    }
+    if (geteuid() != 0) {
+        printf("ledger of another user: skipped (not root: cannot chown)\n");
+        return;
+    }
+    if (pr[0] == '0')
+        printf("ledger of another user: fs.protected_regular is 0 here, the refusal it "
+               "guards against cannot happen\n");
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    ASSERT_EQ(chmod(dir, 01777), 0);
+    snprintf(path, sizeof path, "%s/ledger", dir);
+    ASSERT_EQ(lim_ledger_open(&a, dir, lim, err, sizeof err), 0);
+    lim_ledger_close(&a);
+    ASSERT_EQ(chown(path, 4242, 4242), 0);
+    struct stat st;
+    ASSERT_EQ(stat(path, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0666);
+    ASSERT_EQ(lim_ledger_open(&a, dir, lim, err, sizeof err), 0);
+    ASSERT_EQ(lim_ledger_reserve(&a, 0, 60, 100), 0);
+    lim_ledger_close(&a);
+    unlink(path);
+    rmdir(dir);
+}
+
 int test_limiter(void)
 {
     test_env();
     test_ledger();
+    test_ledger_of_another_user();
     test_prune();
     test_busy();
     return test_failures;
