@@ -250,15 +250,19 @@ void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags)
     for (int i = 0; i < LIM_N_HOOKS; i++)
         if (!g_hooks[i].nvml && __atomic_load_n(&g_real[i], __ATOMIC_ACQUIRE) == p)
             return wanted(i) ? (void *)g_hooks[i].wrapper : p;
-    /* not seen before: by name, the newest variant this version maps to */
+    /* not seen before: by name, the newest variant this version maps to;
+     * asked with the per-thread stream flag, a function that has no such
+     * variant (cuMemAlloc: no stream) is given as it is, the plain one */
     int best = -1;
-    for (int i = 0; i < LIM_N_HOOKS; i++) {
-        const struct hook *k = &g_hooks[i];
-        if (k->nvml || strcmp(k->base, sym) != 0 || ver < k->ver || k->ptsz != ptsz)
-            continue;
-        if (best < 0 || k->ver > g_hooks[best].ver)
-            best = i;
-    }
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (int i = 0; i < LIM_N_HOOKS; i++) {
+            const struct hook *k = &g_hooks[i];
+            if (k->nvml || strcmp(k->base, sym) != 0 || ver < k->ver ||
+                k->ptsz != (pass ? 0 : ptsz))
+                continue;
+            if (best < 0 || k->ver > g_hooks[best].ver)
+                best = i;
+        }
     if (best >= 0 && wanted(best) && bind(best, p))
         return (void *)g_hooks[best].wrapper;
     return p;

@@ -175,6 +175,17 @@ def test_vmm_memory_lives_until_its_last_mapping_and_handle_go(mode, order, ledg
     assert out[8 + n] == "card 60"
 
 
+@pytest.mark.parametrize("mode", ["linked", "dlsym"])
+def test_per_thread_stream_lookup_of_a_function_without_such_a_variant(mode, ledger_dir):
+    # nvcc --default-stream per-thread asks cuGetProcAddress for every entry
+    # point with the per-thread flag; cuMemAlloc has no _ptsz variant, the
+    # driver gives the plain one, and it must be counted even when nothing
+    # called the wrapper before (a linked program)
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="100m")
+    r = probe(mode, "ctx:0", "ptszalloc:60", "ptszalloc:60", "card:0", env=env)
+    assert lines(r) == ["ctx 0", "ptszalloc 0", "ptszalloc 2", "card 60"]
+
+
 def test_per_device_limits(ledger_dir):
     env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="512m", CUDA_DEVICE_MEMORY_LIMIT_1="64m")
     r = probe("runtime", "ctx:0", "alloc:400", "info", "ctx:1", "alloc:100", "alloc:60", "info",

@@ -69,6 +69,7 @@ FNS(X)
 #undef X
 uint64_t fake_cuda_used(int dev);
 uint64_t fake_cuda_peak(int dev);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 extern int early_rc;
 #endif
 
@@ -265,6 +266,24 @@ static int op(char *o, char **rest, char **argv)
         if (!rc)
             keep_n(2, h, mib(a));
         printf("create %d\n", rc);
+    } else if (!strcmp(o, "ptszalloc")) {
+        /* cuMemAlloc looked up with the per-thread default stream flag, as
+         * a program built with --default-stream per-thread asks for every
+         * entry point; the first use of it */
+        gpa_fn g;
+#ifdef PROBE_LINKED
+        g = cuGetProcAddress_v2;
+#else
+        g = (gpa_fn)dlsym(cuda, "cuGetProcAddress_v2");
+#endif
+        CUresult (*f)(CUdeviceptr *, size_t) = NULL;
+        CUdeviceptr p = 0;
+        rc = g ? g("cuMemAlloc", (void **)&f, 12040, 2, NULL) : 1;
+        if (!rc)
+            rc = f(&p, mib(a));
+        if (!rc)
+            keep(1, p);
+        printf("ptszalloc %d\n", rc);
     } else if (!strcmp(o, "map")) {
         /* the newest live handle, whole, at an address of its own */
         int i = n_live - 1;
@@ -455,7 +474,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: lim_probe runtime|runtime-ptsz|dlsym|linked OP...\n"
                         "ops: ctx:D init alloc:M managed:M async:M pool:M pitch:W:H "
-                        "create:M:devD|host|hostnuma map unmap retain tcreate:M:D array:W:H array3d:W:H:D "
+                        "create:M:devD|host|hostnuma map unmap retain ptszalloc:M tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready sleep:S fork:M exec launch:N:B launchex:N:B "
                         "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
