@@ -32,8 +32,6 @@ enum {
     NVML_ERROR_TIMEOUT = 10,
 };
 
-#define NVML_EVENT_SINGLE_BIT_ECC 0x1ULL
-#define NVML_EVENT_DOUBLE_BIT_ECC 0x2ULL
 #define NVML_EVENT_XID_CRITICAL 0x8ULL
 #define NVML_NVLINK_MAX_LINKS 36
 #define NVML_DEVICE_BUF 96
@@ -158,8 +156,10 @@ static int numa_of(const char *bus_id)
 static nvmlReturn_t events_register(struct nvml *v, int i)
 {
     unsigned long long sup = 0;
-    unsigned long long want =
-        NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC | NVML_EVENT_SINGLE_BIT_ECC;
+    /* XIDs only, as NVIDIA's plugin: an uncorrectable ECC error comes as
+     * its own XID too (48 before Ampere; 94 contained, 95 not, after), and
+     * a double-bit ECC event would mark a contained one fatal */
+    unsigned long long want = NVML_EVENT_XID_CRITICAL;
     nvmlReturn_t r = v->nvmlDeviceGetSupportedEventTypes(v->dev[i], &sup);
     if (r == NVML_SUCCESS && (sup & want))
         r = v->nvmlDeviceRegisterEvents(v->dev[i], sup & want, v->events);
@@ -206,8 +206,17 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
 {
     unsigned cur = 0, pend = 0, max = 0;
 
-    if (!v->nvmlDeviceGetMigMode || v->nvmlDeviceGetMigMode(d, &cur, &pend) != NVML_SUCCESS)
-        return; /* NOT_SUPPORTED: no MIG on this GPU */
+    nvmlReturn_t r = v->nvmlDeviceGetMigMode ? v->nvmlDeviceGetMigMode(d, &cur, &pend)
+                                             : NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        return; /* no MIG on this GPU */
+    if (r != NVML_SUCCESS) {
+        /* in MIG mode or not, nobody knows: a whole GPU CUDA cannot use
+         * whole must not be handed out as one */
+        g->healthy = 0;
+        snprintf(g->reason, sizeof g->reason, "NVML MIG mode query failed: %s", errstr(v, r));
+        return;
+    }
     g->mig_enabled = cur == 1;
     if (!g->mig_enabled || !v->nvmlDeviceGetMaxMigDeviceCount ||
         !v->nvmlDeviceGetMigDeviceHandleByIndex ||
@@ -404,12 +413,9 @@ static int nvml_wait(struct dp_backend *b, int timeout_ms, struct dp_event *ev, 
                     errstr(v, r), e2.msg);
         return 1;
     }
-    if (d.eventType == NVML_EVENT_XID_CRITICAL)
-        ev->xid = d.eventData;
-    else if (d.eventType == NVML_EVENT_DOUBLE_BIT_ECC)
-        ev->xid = 48; /* the XID the driver logs for a double-bit ECC error */
-    else
-        return 0;     /* single-bit ECC: corrected, not a health problem */
+    if (d.eventType != NVML_EVENT_XID_CRITICAL)
+        return 0;
+    ev->xid = d.eventData;
     for (int i = 0; i < v->n; i++)
         if (v->dev[i] == d.device)
             snprintf(ev->uuid, sizeof ev->uuid, "%s", v->uuid[i]);

@@ -44,13 +44,17 @@ def env(fake_nvml):
     shutil.rmtree(kdir, ignore_errors=True)
 
 
-def start(bin_, kdir, lib, *extra):
+def start(bin_, kdir, lib, *extra, files=()):
+    """The plugin on the stand-in NVML; `files`: control files there from its start."""
     ctl = tempfile.mkdtemp(prefix="dpctl", dir="/tmp")
+    for f in files:
+        open(os.path.join(ctl, f), "w").close()
     os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
     os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
     os.environ["FAKE_NVML_CREATE_FAIL"] = os.path.join(ctl, "createfail")
     os.environ["FAKE_NVML_HANG"] = os.path.join(ctl, "hang")
+    os.environ["FAKE_NVML_MIG_FAIL"] = os.path.join(ctl, "migfail")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
@@ -90,6 +94,24 @@ def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
     assert code == 0
 
 
+def test_a_gpu_whose_mig_mode_is_unknown_is_not_handed_out_whole(gpusched_bin, env,
+                                                                  fake_nvml):
+    # GPU 2 is in MIG mode; its query fails: it may not go out as a whole GPU
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, files=["migfail"])
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        devs = p.wait(lambda d: len(d) == 3)
+        assert health(devs)[G[2]] == "Unhealthy"
+        gpu = pl.get("/inventory").json()["gpus"][2]
+        assert gpu["healthy"] is False
+        assert "MIG mode query failed" in gpu["reason"]
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
 def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
     kdir, k = env
     pl, ctl = start(gpusched_bin, kdir, fake_nvml, "--reprobe-transient", "1")
@@ -101,6 +123,14 @@ def test_nvml_xid_event_and_reprobe(gpusched_bin, env, fake_nvml):
         wait_gone = time.monotonic() + 5
         while os.path.exists(os.path.join(ctl, "xid")):  # the library took it
             assert time.monotonic() < wait_gone
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert all(h == "Healthy" for h in health(p.devices()).values())
+        # a double-bit ECC event is not watched: the error's own XID decides
+        # (94, contained, is transient; the event would have made it fatal)
+        put(os.path.join(ctl, "xid"), "0 dbe\n")
+        while os.path.exists(os.path.join(ctl, "xid")):
+            assert time.monotonic() < wait_gone + 5
             time.sleep(0.05)
         time.sleep(0.3)
         assert all(h == "Healthy" for h in health(p.devices()).values())

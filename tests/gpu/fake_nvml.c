@@ -16,12 +16,16 @@
  *                   instance of those GPU / compute instance ids, as NVML
  *                   names one: the GPU's handle and the ids), then the file
  *                   is removed. The MIG instances have GPU instance ids 7
- *                   and 9, compute instance id 0;
+ *                   and 9, compute instance id 0; "<gpu index> dbe": a
+ *                   double-bit ECC event instead, if the GPU was registered
+ *                   for those;
  *   FAKE_NVML_LOST  while it exists, GPU 1 answers GPU_IS_LOST, cannot be
  *                   registered for events, and an event set holding it
  *                   fails every wait;
  *   FAKE_NVML_WAIT_FAIL  while it exists, nvmlEventSetWait_v2 fails;
  *   FAKE_NVML_CREATE_FAIL  while it exists, nvmlEventSetCreate fails;
+ *   FAKE_NVML_MIG_FAIL  while it exists, GPU 2's MIG mode query fails
+ *                   (NVML_ERROR_UNKNOWN);
  *   FAKE_NVML_HANG  while it exists, nvmlDeviceGetMemoryInfo of GPU 1 does
  *                   not return (a GPU whose queries hang);
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
@@ -77,7 +81,7 @@ static struct dev mig0 = {2, 2, 1, 0};
  * NVIDIA's plugin leaves it out, and so must ours */
 static struct dev mig1 = {2, 2, 1, 1};
 static int inited;
-static int registered[3];
+static unsigned long long registered[3]; /* the event types asked for */
 
 static int lost(const struct dev *d)
 {
@@ -211,8 +215,11 @@ ret_t nvmlDeviceGetPciInfo_v3(handle_t h, pci_t *p)
 ret_t nvmlDeviceGetIndex(handle_t h, unsigned *i) { *i = (unsigned)h->idx; return OK; }
 ret_t nvmlDeviceGetMigMode(handle_t h, unsigned *cur, unsigned *pend)
 {
+    const char *mf = getenv("FAKE_NVML_MIG_FAIL");
     if (h->idx != 2)
         return NOT_SUPPORTED;
+    if (mf && access(mf, F_OK) == 0)
+        return 999; /* NVML_ERROR_UNKNOWN */
     *cur = *pend = 1;
     return OK;
 }
@@ -283,7 +290,7 @@ ret_t nvmlDeviceRegisterEvents(handle_t h, unsigned long long mask, void *set)
         return INVALID_ARG;
     if (lost(h))
         return GPU_LOST;
-    registered[h->idx] = 1;
+    registered[h->idx] = mask;
     return OK;
 }
 ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
@@ -306,7 +313,20 @@ ret_t nvmlEventSetWait_v2(void *set, event_t *ev, unsigned timeout_ms)
     if (!fp && registered[1] && lost(&gpus[1]))
         return GPU_LOST;
     if (fp) {
+        char kind[8] = "";
         n = fscanf(fp, "%d %llu %u %u", &idx, &xid, &gi, &ci);
+        if (n == 1 && fscanf(fp, "%7s", kind) == 1 && strcmp(kind, "dbe") == 0 && idx >= 0 &&
+            idx < 3) {
+            fclose(fp);
+            unlink(f);
+            if (!(registered[idx] & 0x2))
+                return TIMEOUT; /* not asked for: the driver keeps it */
+            memset(ev, 0, sizeof *ev);
+            ev->device = &gpus[idx];
+            ev->type = 0x2; /* nvmlEventTypeDoubleBitEccError */
+            ev->gi = ev->ci = 0xFFFFFFFFu;
+            return OK;
+        }
         fclose(fp);
         unlink(f);
         if ((n == 2 || n == 4) && idx >= 0 && idx < 3 && registered[idx]) {
