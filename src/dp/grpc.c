@@ -118,9 +118,13 @@ void dp_grpc_shutdown(void)
     grpc_shutdown();
 }
 
+/* What a call of ours may receive: PodResources lists every pod of the
+ * node, more than a device plugin message. */
+#define CLIENT_MAX_MSG (16 << 20)
+
 /* Copies a received byte buffer into one malloc'd block; refuses more than
- * DP_GRPC_MAX_MSG (grpc's own limit stops larger ones earlier). */
-static int read_payload(grpc_byte_buffer *bb, uint8_t **out, size_t *len)
+ * max (the channel's own limit stops larger ones earlier). */
+static int read_payload(grpc_byte_buffer *bb, size_t max, uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
@@ -133,7 +137,7 @@ static int read_payload(grpc_byte_buffer *bb, uint8_t **out, size_t *len)
     grpc_byte_buffer_reader_destroy(&rd);
     size_t n = GRPC_SLICE_LENGTH(all);
     int rc = 0;
-    if (n > DP_GRPC_MAX_MSG) {
+    if (n > max) {
         rc = -1;
     } else if (n) {
         *out = malloc(n);
@@ -268,7 +272,7 @@ static void start_unary(struct slot *sl)
     u->done.kind = TAG_UNARY_DONE;
     u->done.obj = u;
     u->details = grpc_empty_slice();
-    if (read_payload(sl->payload, &u->req, &u->req_len) != 0)
+    if (read_payload(sl->payload, DP_GRPC_MAX_MSG, &u->req, &u->req_len) != 0)
         u->too_big = 1;
     pthread_mutex_lock(&s->mu);
     s->active++;
@@ -630,7 +634,7 @@ int dp_grpc_call(const char *sock_path, const char *method, const uint8_t *req, 
     grpc_arg arg;
     arg.type = GRPC_ARG_INTEGER;
     arg.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    arg.value.integer = 16 << 20; /* PodResources lists every pod of the node */
+    arg.value.integer = CLIENT_MAX_MSG;
     grpc_channel_args cargs = {1, &arg};
     grpc_channel *ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
@@ -678,7 +682,7 @@ int dp_grpc_call(const char *sock_path, const char *method, const uint8_t *req, 
                              : GS_EPROTO,
                          "%s on %s: status %d: %s", method, sock_path, (int)status, d);
             gpr_free(d);
-        } else if (read_payload(recv, resp, resp_len) != 0) {
+        } else if (read_payload(recv, CLIENT_MAX_MSG, resp, resp_len) != 0) {
             rc = gs_errf(e, GS_ETOOBIG, "%s: reply is unreadable or too large", method);
         }
     }

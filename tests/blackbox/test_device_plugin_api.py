@@ -282,6 +282,23 @@ def test_refuses_rather_than_guess(world):
     assert "assigned GPU %s is unhealthy: XID 48 (fatal)" % GPU[1] in ei.value.details()
 
 
+def test_pod_resources_of_a_full_node_past_4_mib_is_read(world):
+    # kubelet lists every pod of the node: past the 4 MiB of a device plugin
+    # message its answer was refused, and the containers kubelet had already
+    # served were unknown
+    world.start()
+    p = world.kubelet.wait_plugin("nvidia.com/gpu")
+    assigned_pod(world.api, "running-already", [GPU[2]], "2026-11-22T15:20:00.000000000Z")
+    assigned_pod(world.api, "a", [GPU[0]], "2026-11-22T15:20:01.000000000Z")
+    pad = "x" * 200
+    world.podres.pods = [("default", "running-already", "main", "nvidia.com/gpu",
+                          [GPU[3] + "::0"])]
+    world.podres.pods += [("busy", "p%05d-%s" % (i, pad), "main", "example.com/dev",
+                           ["d%05d-%s" % (i, pad)]) for i in range(12000)]
+    ra = p.allocate([GPU[3] + "::1"])
+    assert ra.envs["GPUSCHED_POD"] == "default/a"
+
+
 def test_pod_resources_skips_admitted_containers_and_prestart_catches_a_swap(world):
     world.start()
     p = world.kubelet.wait_plugin("nvidia.com/gpu")
