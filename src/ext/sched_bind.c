@@ -33,6 +33,37 @@ static int status_for(int rc)
     }
 }
 
+/* A pod that asks for no GPU (nvidia.com/gpu: "0" from a chart's template
+ * still makes kube-scheduler send it here): bound as kube-scheduler would
+ * bind it, nothing reserved. */
+static int bind_plain(struct ext_sched *s, struct ext_bind *b, const char *ns, const char *name,
+                      const char *uid, json_t **reply)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct core_alloc a;
+    memset(&a, 0, sizeof a);
+    snprintf(a.node, sizeof a.node, "%s", b->node);
+    snprintf(a.pod_uid, sizeof a.pod_uid, "%s", uid);
+    snprintf(a.pod_name, sizeof a.pod_name, "%s/%s", ns, name);
+    json_t *none = json_object();
+    int rc = !none            ? gs_errf(&e, GS_ENOMEM, "out of memory")
+             : s->commit.bind ? s->commit.bind(s->commit.ud, ns, name, uid, &a, none, &e)
+                              : 0;
+    json_decref(none);
+    if (rc == EXT_COMMIT_UNKNOWN)
+        rc = -GS_EUNAVAIL;
+    if (rc < 0) {
+        *reply = ext_error("binding pod %s/%s to %s: %s", ns, name, b->node, e.msg);
+        sched_decision(s, "bind", "commit_failed");
+    } else {
+        log_info("extender", "bound %s/%s to %s (no GPU)", ns, name, b->node);
+        *reply = json_pack("{s:s}", "Error", "");
+        sched_decision(s, "bind", "bound");
+    }
+    ext_bind_clear(b);
+    return rc < 0 ? (status_for(rc) == 400 ? 500 : status_for(rc)) : 200;
+}
+
 int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext_reply *out)
 {
     json_t **reply = &out->json;
@@ -110,6 +141,16 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     snprintf(uid, sizeof uid, "%s", p->uid);
     snprintf(ns, sizeof ns, "%s", p->ns);
     snprintf(name, sizeof name, "%s", p->name);
+    struct core_pod asked;
+    if (core_pod_parse(obj, s->opts.names, &asked, NULL) == 0) {
+        int plain = asked.req.kind == CORE_REQ_NONE;
+        core_pod_clear(&asked);
+        if (plain) {
+            pthread_mutex_unlock(&s->mu);
+            json_decref(obj);
+            return bind_plain(s, &b, ns, name, uid, reply);
+        }
+    }
     /* the lock is for kubelet's Allocate: a Node no kubelet registered (one
      * written through the API alone) never calls it */
     const struct node_info *ni = s->lock ? sched_smap_get(&s->inv, b.node) : NULL;

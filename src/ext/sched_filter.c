@@ -316,6 +316,8 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         goto done;
     }
     struct pod *p = gpu ? sched_remember(s, a->pod, 0) : NULL;
+    if (!gpu) /* no GPU asked (nvidia.com/gpu: "0"): its /bind comes here too */
+        sched_remember(s, a->pod, 0);
     sched_drop_orphan(s, p, "filter"); /* its GPUs are the pod's to take again */
     /* per-request checks, never kept: quotas and the GPUs of pods nominated
      * to a node by a preemption (sched_nominated.c) */

@@ -96,6 +96,26 @@ def test_bind_writes_annotations_then_binding(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_a_pod_asking_for_zero_gpus_is_bound(gpusched_bin, api, tmp_path):
+    # nvidia.com/gpu: "0" (a chart's templated count): kube-scheduler sends it
+    # to the extender, which passes every node and must bind it too
+    add_gpu_pod(api, "cpu-only", "0")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        p = api.get("pods", "cpu-only", "default")
+        assert e.filter(p, ["g1", "g2"])["NodeNames"] == ["g1", "g2"]
+        r = e.bind(p, "g2")
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        got = api.get("pods", "cpu-only", "default")
+        assert got["spec"]["nodeName"] == "g2"
+        assert PREFIX + "node" not in (got["metadata"].get("annotations") or {})
+        assert requests.get(e.url + "/allocations/default/cpu-only", timeout=5).status_code \
+            in (404, 405)
+        assert e.metric("gpusched_allocations") == 0
+    finally:
+        e.stop()
+
+
 def test_restart_rebuilds_from_annotations(gpusched_bin, api, tmp_path):
     for i in range(2):
         add_gpu_pod(api, f"p{i}", "2")
