@@ -74,6 +74,9 @@ struct core_policy {
 const struct core_policy *core_policy_find(const char *name);
 int core_policy_count(void);
 const struct core_policy *core_policy_at(int i);
+/* find, or NULL and -GS_EINVAL in *e naming `field` and listing the known
+ * policies. */
+const struct core_policy *core_policy_need(const char *name, const char *field, struct gs_err *e);
 /* Adds a policy at start-up (not thread-safe). -GS_ECONFLICT on a duplicate
  * name, -GS_EINVAL without name or score, -GS_ETOOBIG when full. */
 int core_policy_register(const struct core_policy *p, struct gs_err *e);

@@ -4,6 +4,7 @@
  * The built-in rows come first, in the order --list-policies prints them;
  * core_policy_register() appends more at start-up. Names are unique.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/builtin.h"
@@ -37,6 +38,21 @@ const struct core_policy *core_policy_find(const char *name)
     for (int i = 0; name && i < core_policy_count(); i++)
         if (strcmp(core_policy_at(i)->name, name) == 0)
             return core_policy_at(i);
+    return NULL;
+}
+
+const struct core_policy *core_policy_need(const char *name, const char *field, struct gs_err *e)
+{
+    const struct core_policy *p = core_policy_find(name);
+    char known[400] = "";
+    size_t at = 0;
+    if (p)
+        return p;
+    for (int i = 0; i < core_policy_count() && at < sizeof known; i++)
+        at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "",
+                               core_policy_at(i)->name);
+    gs_errf(e, GS_EINVAL, "%s: '%.64s' is not a known policy (%s)", field, name ? name : "",
+            known);
     return NULL;
 }
 

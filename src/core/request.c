@@ -18,6 +18,7 @@
 #include "core/request.h"
 
 #include "core/cluster.h"
+#include "core/policy.h"
 
 #define MIB (1024 * 1024)
 #define QTY_MAX_LEN 64
@@ -800,6 +801,8 @@ static int parse_annotations(json_t *meta, const struct core_names *nm, struct c
                 if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '-')
                     return gs_errf(e, GS_EINVAL, "%s: '%s' is not a policy name (lowercase "
                                                  "letters, digits, '-')", field, v);
+            if (!core_policy_need(v, field, e))
+                return -GS_EINVAL;
             memcpy(pod->policy, v, len + 1);
         }
     }

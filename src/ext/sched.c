@@ -147,9 +147,9 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         return gs_errf(e, GS_EINVAL, "hard_pod_affinity_weight: %d is not 0..%d", w,
                        CORE_HARD_POD_AFFINITY_WEIGHT_MAX);
     }
-    if (!(s->policy = core_policy_find(pname))) {
+    if (!(s->policy = core_policy_need(pname, "policy", e))) {
         free(s);
-        return gs_errf(e, GS_EINVAL, "policy: '%s' is not a known policy", pname);
+        return -GS_EINVAL;
     }
     if (smap_reserve(&s->pods, s->opts.max_pods) < 0 || !(s->c = core_cluster_new()) ||
         !(s->quotas = core_quotas_new()) || !(s->pdbs = ext_pdbs_new()) ||

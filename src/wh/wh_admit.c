@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/policy.h"
 #include "ext/annot.h"
 #include "ext/nodes.h"
 #include "kube/client.h"
@@ -155,6 +156,8 @@ int wh_parse_defaults(const char *spec, struct wh_config *c, struct gs_err *e)
             if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-'))
                 return gs_errf(e, GS_EINVAL, "--default-policy: '%s' is not a policy name",
                                d->policy);
+        if (!core_policy_need(d->policy, "--default-policy", e))
+            return -GS_EINVAL;
         c->n_defaults++;
         p = end ? end + 1 : NULL;
     }

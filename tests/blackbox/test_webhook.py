@@ -574,6 +574,23 @@ def test_mutate_applies_namespace_default_policy(env):
     assert "gpusched.io/policy" not in out["metadata"]["annotations"]
 
 
+def test_unknown_policy_names_are_refused(gpusched_bin, env):
+    # a misspelt policy passed the webhook and then failed every /filter:
+    # the pod stayed Pending for good
+    certs = env["certs"]
+    r = run(gpusched_bin, "webhook", "--default-policy", "ml=binpak", "--listen",
+            f"127.0.0.1:{free_port()}", "--tls-cert", str(certs / "tls.crt"), "--tls-key",
+            str(certs / "tls.key"), timeout=10)
+    assert r.returncode == 2, r.stderr
+    assert "--default-policy: 'binpak' is not a known policy (" in r.stderr
+    assert "binpack" in r.stderr and "cpufrag" in r.stderr
+    resp = validate(env, pod({"nvidia.com/gpu": "1"},
+                             annotations={"gpusched.io/policy": "binpak"}))
+    assert resp["allowed"] is False
+    assert "metadata.annotations[gpusched.io/policy]: 'binpak' is not a known policy" in \
+        resp["status"]["message"]
+
+
 def test_mutate_leaves_cpu_pods_and_broken_pods_alone(env):
     _, patch = mutate(env, pod({"cpu": "1"}))
     assert patch == []

@@ -679,6 +679,9 @@ static void selection_tests(void)
         {"{\"metadata\":{\"annotations\":{\"gpusched.io/policy\":\"Bin Pack\"}},"
          "\"spec\":{\"containers\":[{}]}}",
          "metadata.annotations[gpusched.io/policy]: 'Bin Pack' is not a policy name"},
+        {"{\"metadata\":{\"annotations\":{\"gpusched.io/policy\":\"binpak\"}},"
+         "\"spec\":{\"containers\":[{}]}}",
+         "metadata.annotations[gpusched.io/policy]: 'binpak' is not a known policy (random, "},
         {"{\"metadata\":{\"annotations\":{\"gpusched.io/gpu-type\":\"a,b,c,d,e,f,g,h,i\"}},"
          "\"spec\":{\"containers\":[{}]}}",
          "metadata.annotations[gpusched.io/gpu-type]: more than 8 GPU types"},
