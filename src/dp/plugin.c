@@ -493,8 +493,9 @@ static void publish_usage(struct dp_plugin *p)
 }
 
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
- * created) or one of our sockets was removed. */
-static int kubelet_restarted(struct dp_plugin *p, int fd)
+ * created) or one of our sockets was removed. *lost: the watch went with
+ * its directory (removed, to be made again). */
+static int kubelet_restarted(struct dp_plugin *p, int fd, int *lost)
 {
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     int hit = 0;
@@ -504,6 +505,7 @@ static int kubelet_restarted(struct dp_plugin *p, int fd)
         for (char *q = buf; q < buf + n;) {
             struct inotify_event *ev = (struct inotify_event *)q;
             q += sizeof *ev + ev->len;
+            *lost |= (ev->mask & IN_IGNORED) != 0;
             if (!ev->len)
                 continue;
             if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(ev->name, "kubelet.sock") == 0) {
@@ -536,6 +538,20 @@ static int kubelet_restarted(struct dp_plugin *p, int fd)
     return hit;
 }
 
+/* A socket of ours gone without an event to say so: its directory was
+ * removed and made again (the watch went with it), or the events
+ * overflowed. Kubelet cannot dial it: serve again. */
+static int socket_gone(struct dp_plugin *p)
+{
+    struct stat st;
+    for (int i = 0; i < p->n_srv; i++)
+        if (p->srv[i].srv && lstat(p->srv[i].sock, &st) != 0) {
+            log_info("dp", "%s is gone: serving and registering again", p->srv[i].sock);
+            return 1;
+        }
+    return 0;
+}
+
 int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_err *e)
 {
     struct stat st;
@@ -548,11 +564,13 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
 
     if (stat(p->cfg.kubelet_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return gs_errf(e, GS_ENOENT, "--kubelet-dir %s: not a directory", p->cfg.kubelet_dir);
+    const uint32_t watch = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM;
+    int64_t next_check = 0;
+    int lost = 0;
     int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (ino < 0)
         return gs_errf(e, GS_EIO, "inotify_init1: %s", strerror(errno));
-    if (inotify_add_watch(ino, p->cfg.kubelet_dir, IN_CREATE | IN_DELETE | IN_MOVED_TO |
-                                                        IN_MOVED_FROM) < 0) {
+    if (inotify_add_watch(ino, p->cfg.kubelet_dir, watch) < 0) {
         int rc = gs_errf(e, GS_EIO, "inotify on %s: %s", p->cfg.kubelet_dir, strerror(errno));
         close(ino);
         return rc;
@@ -575,7 +593,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
 
         if (poll(fds, 2, 100) > 0) {
             if (fds[0].revents & POLLIN)
-                restart = kubelet_restarted(p, ino);
+                restart = kubelet_restarted(p, ino, &lost);
             if (fds[1].revents & POLLIN) {
                 uint64_t v;
                 if (read(p->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
@@ -588,6 +606,16 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         restart |= p->restart_needed;
         int pub = p->publish_needed;
         pthread_mutex_unlock(&p->mu);
+        t = dp_now_ms();
+        if (t >= next_check) { /* what the events may not have said */
+            next_check = t + 1000;
+            if (lost && inotify_add_watch(ino, p->cfg.kubelet_dir, watch) >= 0) {
+                log_info("dp", "%s made again: watching it again", p->cfg.kubelet_dir);
+                lost = 0;
+                restart = 1;
+            }
+            restart |= socket_gone(p);
+        }
         if (restart) {
             stop_servers(p);
             start_servers(p);

@@ -474,6 +474,27 @@ def test_reregisters_within_a_second_after_kubelet_restarts(kubelet, plugin_fact
     assert os.path.exists(os.path.join(kdir, "DEPRECATION"))  # left alone
 
 
+def test_a_directory_made_again_is_served_again(kubelet, plugin_factory, gpus_file, kdir):
+    # node maintenance removes the device-plugins directory and makes it
+    # again: the inotify watch went with the old one, and the plugin's
+    # socket too; no event says so, and kubelet could not dial it
+    plugin_factory(gpus_file)
+    kubelet.wait_plugin("nvidia.com/gpu")
+    kubelet.stop()
+    shutil.rmtree(kdir)
+    os.mkdir(kdir)
+    t0 = time.monotonic()
+    kubelet.start()
+    kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
+    p = kubelet.plugins["nvidia.com/gpu"]
+    assert len(p.wait(lambda d: len(d) == 4)) == 4
+    assert p.allocate([GPU[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == GPU[1]
+    t1 = time.monotonic()
+    kubelet.restart()  # and the new directory is watched: within a second again
+    kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t1)
+    assert min(t for t, _, _ in kubelet.registrations if t >= t1) - t1 < 1.5
+
+
 def test_registers_when_kubelet_comes_up_later(plugin_factory, gpus_file, kdir):
     plugin_factory(gpus_file)
     time.sleep(0.5)
