@@ -30,6 +30,7 @@ struct wh_server {
     struct wh_nodes *nodes;       /* the Nodes watch, with an API server */
     struct metrics *m;
     struct metric *m_requests, *m_tls;
+    int nodes_listed;             /* the Nodes watch has listed once (under lock) */
 };
 
 /* The quota source hands over a new set (on its own thread). */
@@ -62,6 +63,7 @@ static void set_cluster(void *ud, const struct wh_cluster *learned)
         c->models_overflow = learned->models_overflow;
         memcpy(c->models, learned->models, sizeof c->models);
     }
+    s->nodes_listed = 1;
     pthread_rwlock_unlock(&s->lock);
 }
 
@@ -161,6 +163,17 @@ static void handle(void *ud, const struct http_request *req, struct http_respons
         http_resp_text(resp, 200, "text/plain", "ok\n");
         return;
     }
+    if (strcmp(req->path, "/readyz") == 0) {
+        /* before the first Node list the oldest kubelet is unknown, and a
+         * pod that needs a new one (a GPU share in an init container) would
+         * be refused */
+        pthread_rwlock_rdlock(&s->lock);
+        int ready = !s->nodes || s->nodes_listed;
+        pthread_rwlock_unlock(&s->lock);
+        http_resp_text(resp, ready ? 200 : 503, "text/plain",
+                       ready ? "ready\n" : "waiting for the first Node list\n");
+        return;
+    }
     if (strcmp(req->path, "/metrics") == 0) {
         metrics(s, resp);
         return;
@@ -170,7 +183,7 @@ static void handle(void *ud, const struct http_request *req, struct http_respons
     else if (strcmp(req->path, "/mutate") == 0)
         ep = EP_MUTATE;
     else {
-        http_resp_error(resp, 404, "no route %s (expected /validate, /mutate, /healthz, /metrics)",
+        http_resp_error(resp, 404, "no route %s (expected /validate, /mutate, /healthz, /readyz, /metrics)",
                         req->path);
         return;
     }

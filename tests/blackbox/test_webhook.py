@@ -872,6 +872,33 @@ def test_quotas_watched_in_a_cluster(gpusched_bin, tmp_path):
             assert wh.stop() == 0
 
 
+def test_ready_once_the_nodes_are_listed(gpusched_bin, tmp_path):
+    # before the first Node list the oldest kubelet is unknown: a GPU share in
+    # an init container would be refused; the Service must not send it there
+    certs = gen_certs(gpusched_bin, tmp_path / "c")
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        api.add_node("a100", labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                                     "nvidia.com/gpu.memory": "40960"},
+                     capacity={"nvidia.com/gpu": "4"})
+        api.delay("GET", r"/api/v1/nodes\?(?!.*watch=1)", 3.0)
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
+        try:
+            r = wh.get("/readyz")
+            assert r.status_code == 503 and "waiting for the first Node list" in r.text
+            assert wh.get("/healthz").status_code == 200  # alive all the same
+            until(lambda: wh.get("/readyz").status_code == 200, wh, "the Node list")
+        finally:
+            assert wh.stop() == 0
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": []}))
+    wh = Webhook(gpusched_bin, str(tmp_path), certs, "--nodes", str(nodes))
+    try:
+        assert wh.get("/readyz").status_code == 200  # nothing to wait for
+    finally:
+        assert wh.stop() == 0
+
+
 def until(pred, wh, what, timeout=10):
     deadline = time.time() + timeout
     while not pred():
