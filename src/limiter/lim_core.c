@@ -61,19 +61,28 @@ const struct lim_state *lim_state(void)
 /* fork while another thread holds the ledger's mutex must not leave the
  * child with a mutex nobody will release */
 static pthread_mutex_t g_track_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Bytes of this process the ledger could not record (no free slot: more
+ * than LIM_LEDGER_SLOTS processes; a forked child that could not open it
+ * again): counted here, so the process is still held to the limit, with
+ * what the ledger shows of the others. */
+static uint64_t g_own[LIM_MAX_DEV];
+static pthread_mutex_t g_own_mu = PTHREAD_MUTEX_INITIALIZER;
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&g_ledger.mu);
     pthread_mutex_lock(&g_track_mu);
+    pthread_mutex_lock(&g_own_mu);
 }
 static void fork_parent(void)
 {
+    pthread_mutex_unlock(&g_own_mu);
     pthread_mutex_unlock(&g_track_mu);
     pthread_mutex_unlock(&g_ledger.mu);
 }
 static void fork_child(void)
 {
     lim_ledger_forked(&g_ledger);
+    memset(g_own, 0, sizeof g_own); /* the parent's, not the child's */
     fork_parent();
 }
 
@@ -112,17 +121,32 @@ int lim_mem_reserve(int dev, uint64_t bytes)
     if (!lim || !(l = ledger()))
         return -1;
     int rc = lim_ledger_reserve(l, dev, bytes, lim);
-    if (rc < 0)
-        lim_warn_once(LIM_W_SLOTS, "no free process slot in the ledger (%d processes); "
-                      "allocations of this process are not counted", LIM_LEDGER_SLOTS);
+    if (rc >= 0)
+        return rc;
+    lim_warn_once(LIM_W_SLOTS, "the shared ledger cannot record this process (no free slot "
+                  "of %d, or it could not be opened again after fork); this process counts "
+                  "its own allocations beside what the ledger shows", LIM_LEDGER_SLOTS);
+    uint64_t others = lim_ledger_used(l, dev);
+    pthread_mutex_lock(&g_own_mu);
+    uint64_t used = others + g_own[dev];
+    rc = bytes > lim || used > lim - bytes || used < others;
+    if (!rc)
+        g_own[dev] += bytes;
+    pthread_mutex_unlock(&g_own_mu);
     return rc;
 }
 
 void lim_mem_undo(int dev, uint64_t bytes)
 {
     struct lim_ledger *l;
-    if (lim_mem_limit(dev) && (l = ledger()))
-        lim_ledger_release(l, dev, bytes);
+    if (!lim_mem_limit(dev) || !(l = ledger()))
+        return;
+    pthread_mutex_lock(&g_own_mu);
+    uint64_t own = g_own[dev] < bytes ? g_own[dev] : bytes;
+    g_own[dev] -= own;
+    pthread_mutex_unlock(&g_own_mu);
+    if (bytes > own)
+        lim_ledger_release(l, dev, bytes - own);
 }
 
 void lim_proc_register(void)
@@ -137,7 +161,10 @@ uint64_t lim_mem_used(int dev)
     struct lim_ledger *l;
     if (!lim_mem_limit(dev) || !(l = ledger()))
         return 0;
-    return lim_ledger_used(l, dev);
+    pthread_mutex_lock(&g_own_mu);
+    uint64_t own = g_own[dev];
+    pthread_mutex_unlock(&g_own_mu);
+    return lim_ledger_used(l, dev) + own;
 }
 
 int lim_cur_dev(CUdevice *dev)

@@ -275,6 +275,18 @@ def test_fork_child_has_its_own_slot_in_the_shared_budget(ledger_dir):
                         "alloc 0", "info 0 6 256"]
 
 
+def test_a_child_the_ledger_cannot_record_is_still_held(ledger_dir):
+    # its re-open of the ledger fails (here: the file is gone): the child is
+    # held to the limit on its own, beside what the ledger shows, not let
+    # through uncounted
+    env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="100m")
+    r = probe("linked", "ctx:0", "alloc:60", "unlinkledger", "fork:60", "fork:30", env=env)
+    out = lines(r)
+    assert out[:3] == ["ctx 0", "alloc 0", "unlinkledger 0"]
+    assert out[3:] == ["child 2", "forked 0", "child 0", "forked 0"], out
+    assert "the shared ledger cannot record this process" in r.stderr
+
+
 def test_exec_starts_with_an_empty_slot(ledger_dir):
     env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="256m")
     r = probe("runtime", "ctx:0", "alloc:200", "exec", "ctx:0", "info", "alloc:200", env=env)

@@ -374,6 +374,12 @@ static int op(char *o, char **rest, char **argv)
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin))
             line[0] = 0;
+    } else if (!strcmp(o, "unlinkledger")) {
+        /* a forked child can no longer open the ledger again */
+        char path[600];
+        const char *d = getenv("GPUSCHED_LIMITER_DIR");
+        snprintf(path, sizeof path, "%s/ledger", d ? d : ".");
+        printf("unlinkledger %d\n", unlink(path));
     } else if (!strcmp(o, "fork")) {
         fflush(stdout);
         pid_t pid = fork();
@@ -474,7 +480,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: lim_probe runtime|runtime-ptsz|dlsym|linked OP...\n"
                         "ops: ctx:D init alloc:M managed:M async:M pool:M pitch:W:H "
-                        "create:M:devD|host|hostnuma map unmap retain ptszalloc:M tcreate:M:D array:W:H array3d:W:H:D "
+                        "create:M:devD|host|hostnuma map unmap retain ptszalloc:M unlinkledger tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready sleep:S fork:M exec launch:N:B launchex:N:B "
                         "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
