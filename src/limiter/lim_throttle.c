@@ -70,10 +70,27 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* fork while another thread holds a bucket (it launches) or the watcher's
+ * lock must not leave the child a lock nobody will release: they are all
+ * taken around fork (none is held while another is taken) */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_watcher_mu);
+    for (int i = 0; i < LIM_MAX_DEV; i++)
+        pthread_mutex_lock(&g_b[i].mu);
+}
+static void fork_done(void)
+{
+    for (int i = LIM_MAX_DEV - 1; i >= 0; i--)
+        pthread_mutex_unlock(&g_b[i].mu);
+    pthread_mutex_unlock(&g_watcher_mu);
+}
+
 static void buckets_init(void)
 {
     for (int i = 0; i < LIM_MAX_DEV; i++)
         pthread_mutex_init(&g_b[i].mu, NULL);
+    pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
 /* The busy percent to steer by on device d, and the seconds it covers, in

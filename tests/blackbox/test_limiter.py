@@ -422,6 +422,17 @@ def bench(ledger_dir, secs, **extra):
     return float(out[2])
 
 
+def test_a_child_forked_beside_launches_can_launch(ledger_dir):
+    # the compute share's locks are taken around fork: a child forked while
+    # another thread of its parent held one waited for it for ever
+    env = env_for(ledger_dir, FAKE_CUDA_BUSY=os.path.join(os.path.dirname(ledger_dir), "busy"),
+                  FAKE_CUDA_BLOCK_US=0, CUDA_DEVICE_SM_LIMIT=30)
+    # about one fork in 1,500 lands while the other thread holds its bucket
+    # (each hang costs the child's 1 s alarm): 10,000 forks caught it every time
+    r = probe("linked", "ctx:0", "forklaunch:10000", env=env, timeout=120)
+    assert lines(r) == ["ctx 0", "forklaunch 0 hung"]
+
+
 def test_compute_share_throttles_launches(ledger_dir):
     full = bench(ledger_dir, 3)
     limited = bench(ledger_dir, 4, CUDA_DEVICE_SM_LIMIT=30)

@@ -182,6 +182,17 @@ static void *hammer(void *arg)
     return NULL;
 }
 
+static volatile int spin_stop;
+static void *spin_launch(void *arg)
+{
+    void *ctx;
+    (void)arg;
+    if (api.cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && api.cuCtxSetCurrent(ctx) == 0)
+        while (!spin_stop)
+            api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    return NULL;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -374,6 +385,28 @@ static int op(char *o, char **rest, char **argv)
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin))
             line[0] = 0;
+    } else if (!strcmp(o, "forklaunch")) {
+        /* N forks while another thread launches kernels: a child's first
+         * launch must not wait for a lock that thread held at the fork */
+        pthread_t th;
+        int hung = 0, n = atoi(a);
+        spin_stop = 0;
+        pthread_create(&th, NULL, spin_launch, NULL);
+        for (int i = 0; i < n; i++) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                alarm(1);
+                api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                _exit(0);
+            }
+            int st = 0;
+            waitpid(pid, &st, 0);
+            hung += !WIFEXITED(st);
+        }
+        spin_stop = 1;
+        pthread_join(th, NULL);
+        printf("forklaunch %d hung\n", hung);
     } else if (!strcmp(o, "unlinkledger")) {
         /* a forked child can no longer open the ledger again */
         char path[600];
@@ -480,7 +513,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: lim_probe runtime|runtime-ptsz|dlsym|linked OP...\n"
                         "ops: ctx:D init alloc:M managed:M async:M pool:M pitch:W:H "
-                        "create:M:devD|host|hostnuma map unmap retain ptszalloc:M unlinkledger tcreate:M:D array:W:H array3d:W:H:D "
+                        "create:M:devD|host|hostnuma map unmap retain ptszalloc:M unlinkledger forklaunch:N tcreate:M:D array:W:H array3d:W:H:D "
                         "mipmap:W:H:L free info total:D card:D nvml:I nvml2:I "
                         "who:alloc|launch|info ready sleep:S fork:M exec launch:N:B launchex:N:B "
                         "coop:N:B graph:N bench:S:B allocfree:N:BYTES infoloop:N threads:T:N:M early\n");
