@@ -548,7 +548,7 @@ static void mig_devspecs(struct kvs *k, const struct dp_alloc_opts *o, const str
 /* The in-container limiter for a container holding a GPU share: the
  * library, /etc/ld.so.preload naming it, and the container's ledger. */
 static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp_assign *a,
-                   struct gs_err *e)
+                   char *uuids, struct gs_err *e)
 {
     int shares = a->mem_mib > 0 || (a->milli > 0 && a->milli < 1000);
     if (!o->limiter_dir || a->limiter_off || !shares || strcmp(a->kind, "shared") || !a->uid[0])
@@ -560,6 +560,9 @@ static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp
     for (int i = 0; i < DP_LIM_MOUNTS; i++)
         mount(k, k->lm[i].host, k->lm[i].container, k->lm[i].read_only);
     env(k, "GPUSCHED_LIMITER_DIR", (char *)DP_LIM_CTR_LEDGER);
+    /* the GPUs by the numbering of the ledger and the util file, whatever a
+     * process of the container sets CUDA_VISIBLE_DEVICES to */
+    env(k, "GPUSCHED_GPU_UUIDS", uuids);
     return 0;
 }
 
@@ -597,7 +600,7 @@ static int fill(const struct dp_inventory *inv, const struct dp_assign *a,
         env(k, "GPUSCHED_GPU_MILLI", keep_i(k, a->milli, ""));
         env(k, "CUDA_DEVICE_SM_LIMIT", keep_i(k, (a->milli + 9) / 10, ""));
     }
-    int lrc = limiter(k, o, a, e);
+    int lrc = limiter(k, o, a, l, e);
     if (lrc)
         return lrc;
     if (a->pod[0]) {

@@ -91,7 +91,15 @@ void *lim_sym(const char *name, int nvml);
  * it is a hooked function (and limits are on). */
 void *lim_map_proc(const char *sym, void *p, int ver, cuuint64_t flags);
 
-/* The device of the calling thread's current context: 0 or -1. */
+/* Devices are counted by the container's numbering: the position of the
+ * GPU in GPUSCHED_GPU_UUIDS (Allocate's order), so that every process of
+ * the container agrees whatever CUDA_VISIBLE_DEVICES it set for itself;
+ * without the list, CUDA's ordinal. lim_dev_index maps CUDA ordinal ord
+ * (-1 past LIM_MAX_DEV); lim_uuid_index a UUID (-1: not the container's);
+ * lim_cur_dev sets *dev to the index of the calling thread's current
+ * context's device: 0 or -1. */
+int lim_dev_index(CUdevice ord);
+int lim_uuid_index(const char *uuid);
 int lim_cur_dev(CUdevice *dev);
 
 /* Memory accounting: reserve before the real allocation (0 = go ahead,
@@ -115,15 +123,15 @@ int lim_track_take(int kind, uint64_t key, int *dev, uint64_t *bytes, uint64_t *
  * referenced, 1 = none left (the entry is removed; *dev and *bytes set). */
 int lim_track_ref(int kind, uint64_t key, int delta, int *dev, uint64_t *bytes);
 
-/* The NVML device of CUDA device `cuda_dev` (through CUDA_VISIBLE_DEVICES,
- * as in lim_nvml.c): 0 or -1. */
-int lim_nvml_handle(int cuda_dev, nvmlDevice_t *out);
+/* The NVML device of device index d (lim.h: through GPUSCHED_GPU_UUIDS, or
+ * CUDA_VISIBLE_DEVICES as in lim_nvml.c): 0 or -1. */
+int lim_nvml_handle(int d, nvmlDevice_t *out);
 
 /* Compute: wait as the share requires before a launch of `cost` blocks. */
 void lim_throttle(uint64_t cost);
 
 /* Prints "gpusched-limiter: <msg>" on stderr once per distinct key. */
 void lim_warn_once(int key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-enum { LIM_W_ENV, LIM_W_LEDGER, LIM_W_SLOTS, LIM_W_NVML, LIM_W_TRACK, LIM_W_NREAL, LIM_W_MAX };
+enum { LIM_W_ENV, LIM_W_LEDGER, LIM_W_SLOTS, LIM_W_NVML, LIM_W_TRACK, LIM_W_NREAL, LIM_W_UUID, LIM_W_MAX };
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "limiter/lim.h"
@@ -167,11 +168,69 @@ uint64_t lim_mem_used(int dev)
     return lim_ledger_used(l, dev) + own;
 }
 
+/* ---- devices: the container's numbering ------------------------------- */
+
+/* The UUID CUDA gives device ord, as NVML and Allocate write it
+ * ("GPU-8-4-4-4-12" in lowercase hex), or "". */
+static void cuda_uuid(CUdevice ord, char *out, size_t cap)
+{
+    typedef CUresult (*uuid_fn)(unsigned char *, CUdevice);
+    uuid_fn f = (uuid_fn)lim_sym("cuDeviceGetUuid_v2", 0);
+    unsigned char u[16];
+    out[0] = '\0';
+    if (!f)
+        f = (uuid_fn)lim_sym("cuDeviceGetUuid", 0);
+    if (!f || f(u, ord) != CUDA_SUCCESS)
+        return;
+    snprintf(out, cap,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+int lim_uuid_index(const char *uuid)
+{
+    const struct lim_state *s = lim_state();
+    for (int i = 0; uuid && *uuid && i < s->cfg.n_uuids; i++)
+        if (strcasecmp(uuid, s->cfg.uuids[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Per CUDA ordinal of this process, its device index + 1 (0: not known
+ * yet): a process's ordinals are fixed once CUDA has started. */
+static int g_index[LIM_MAX_DEV];
+
+int lim_dev_index(CUdevice ord)
+{
+    if (ord < 0 || ord >= LIM_MAX_DEV)
+        return -1;
+    int i = __atomic_load_n(&g_index[ord], __ATOMIC_ACQUIRE);
+    if (i)
+        return i - 1;
+    if (!lim_state()->cfg.n_uuids) {
+        i = ord; /* no list (an older plugin): CUDA's numbering */
+    } else {
+        char u[80];
+        cuda_uuid(ord, u, sizeof u);
+        i = lim_uuid_index(u);
+        if (i < 0) {
+            lim_warn_once(LIM_W_UUID, "CUDA device %d (%s) is not one of the container's GPUs "
+                          "(GPUSCHED_GPU_UUIDS); counted as device %d", ord,
+                          u[0] ? u : "no UUID", ord);
+            i = ord;
+        }
+    }
+    __atomic_store_n(&g_index[ord], i + 1, __ATOMIC_RELEASE);
+    return i;
+}
+
 int lim_cur_dev(CUdevice *dev)
 {
     CUresult (*get)(CUdevice *) = (CUresult(*)(CUdevice *))lim_helper(LIM_H_cuCtxGetDevice);
+    CUdevice ord = -1;
     *dev = -1;
-    if (!get || get(dev) != CUDA_SUCCESS || *dev < 0 || *dev >= LIM_MAX_DEV)
+    if (!get || get(&ord) != CUDA_SUCCESS || (*dev = lim_dev_index(ord)) < 0)
         return -1;
     return 0;
 }

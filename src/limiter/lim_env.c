@@ -107,6 +107,23 @@ int lim_env_parse(struct lim_cfg *c, lim_getenv_fn get, void *arg, char *err, si
         milli = pct * 10;
     c->milli = milli >= 1000 ? 0 : milli;
 
+    v = get("GPUSCHED_GPU_UUIDS", arg);
+    for (const char *q = v; q && *q;) {
+        size_t len = strcspn(q, ",");
+        int ok = len > 0 && len < LIM_UUID_LEN && c->n_uuids < LIM_MAX_DEV;
+        for (size_t k = 0; ok && k < len; k++)
+            ok = (q[k] >= '0' && q[k] <= '9') || (q[k] >= 'a' && q[k] <= 'z') ||
+                 (q[k] >= 'A' && q[k] <= 'Z') || q[k] == '-';
+        if (!ok)
+            return bad(c, err, errlen, "GPUSCHED_GPU_UUIDS", v,
+                       "is not at most 16 comma-separated GPU UUIDs");
+        memcpy(c->uuids[c->n_uuids], q, len);
+        c->uuids[c->n_uuids++][len] = '\0';
+        q += len + (q[len] == ',');
+        if (q[-1] == ',' && !*q)
+            return bad(c, err, errlen, "GPUSCHED_GPU_UUIDS", v, "ends with ','");
+    }
+
     v = get("GPUSCHED_LIMITER_DIR", arg);
     if (!v)
         v = LIM_DEFAULT_DIR;

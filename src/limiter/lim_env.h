@@ -11,9 +11,16 @@
  *
  *   CUDA_DEVICE_MEMORY_LIMIT     memory per GPU: digits with an optional
  *                                k/m/g suffix (KiB/MiB/GiB), e.g. 8192m
- *   CUDA_DEVICE_MEMORY_LIMIT_<i> the same for CUDA device i (0..15), wins
+ *   CUDA_DEVICE_MEMORY_LIMIT_<i> the same for device i (0..15), wins
  *   CUDA_DEVICE_SM_LIMIT         compute percent 0..100 (0 and 100 = off)
  *   GPUSCHED_GPU_MILLI           compute thousandths 1..1000, wins over it
+ *   GPUSCHED_GPU_UUIDS           the container's GPUs in Allocate's order
+ *                                (comma-separated UUIDs): device i of the
+ *                                limits, the ledger and the plugin's
+ *                                utilisation file is the i-th, whatever a
+ *                                process numbers it (it may set its own
+ *                                CUDA_VISIBLE_DEVICES); without it, device
+ *                                i is CUDA's ordinal i
  *   GPUSCHED_LIMITER_DIR         directory of the shared ledger (absolute)
  *   GPUSCHED_LIMITER             "off" disables the limiter
  */
@@ -27,9 +34,12 @@
 #define LIM_DIR_MAX 200
 #define LIM_DEFAULT_DIR "/tmp/gpusched-limiter"
 #define LIM_MAX_BYTES (1ULL << 50) /* 1 PiB: anything larger is a typo */
+#define LIM_UUID_LEN 64              /* "GPU-" and 36 characters, with room */
 
 struct lim_cfg {
-    uint64_t mem_limit[LIM_MAX_DEV]; /* bytes per CUDA device; 0 = none */
+    uint64_t mem_limit[LIM_MAX_DEV]; /* bytes per device; 0 = none */
+    char uuids[LIM_MAX_DEV][LIM_UUID_LEN]; /* GPUSCHED_GPU_UUIDS */
+    int n_uuids;
     int milli;                       /* compute thousandths; 0 = off */
     char dir[LIM_DIR_MAX + 1];       /* ledger directory */
     int mem_on;                      /* some device has a memory limit */

@@ -4,8 +4,9 @@
  * container would pass its limit; the matching frees give it back; the
  * calls that report memory report the share.
  *
- * The device an allocation counts against is that of the calling thread's
- * current context, except for cuMemCreate, which names its location: a
+ * The device an allocation counts against (in the container's numbering,
+ * lim.h) is that of the calling thread's current context, except for
+ * cuMemCreate, which names its location: a
  * worker thread with no current context (HAMi-core #169/#172) uses that,
  * and host or host-NUMA locations (HAMi-core #187, llama.cpp) are not device
  * memory and are not counted. A call the limiter cannot attribute (no
@@ -188,10 +189,10 @@ LIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
     /* the location says where the memory is, whatever thread asks */
+    int dev;
     if (!mem_on() || !h || !prop || prop->location.type != LIM_CU_LOC_DEVICE ||
-        prop->location.id < 0 || prop->location.id >= LIM_MAX_DEV)
+        (dev = lim_dev_index(prop->location.id)) < 0)
         return f(h, n, prop, flags);
-    int dev = prop->location.id;
     int r = lim_mem_reserve(dev, n);
     if (r == 1)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -464,7 +465,8 @@ LIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = f(bytes, dev);
     uint64_t lim;
-    if (rc == CUDA_SUCCESS && bytes && mem_on() && (lim = lim_mem_limit(dev)) && lim < *bytes)
+    if (rc == CUDA_SUCCESS && bytes && mem_on() && (lim = lim_mem_limit(lim_dev_index(dev))) &&
+        lim < *bytes)
         *bytes = (size_t)lim;
     return rc;
 }

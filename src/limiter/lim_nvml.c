@@ -3,11 +3,13 @@
  * inside the container show the container's memory: total = the limit (at
  * most the card), used = the container's ledger, free = the rest.
  *
- * NVML names GPUs by index; the limiter counts by CUDA device ordinal.
- * CUDA's ordinals follow CUDA_VISIBLE_DEVICES, which Allocate sets to the
- * GPUs' UUIDs in assignment order, while NVML enumerates by PCI bus: the
- * ordinal of an NVML device is its position in CUDA_VISIBLE_DEVICES (by UUID,
- * or by index for numeric entries), else its NVML index.
+ * NVML names GPUs by index; the limiter counts by the container's device
+ * index (lim.h): an NVML device's position in GPUSCHED_GPU_UUIDS, found by
+ * its UUID. Without that list, by CUDA device ordinal: CUDA's ordinals
+ * follow CUDA_VISIBLE_DEVICES, which Allocate sets to the GPUs' UUIDs in
+ * assignment order, while NVML enumerates by PCI bus: the ordinal of an
+ * NVML device is its position in CUDA_VISIBLE_DEVICES (by UUID, or by index
+ * for numeric entries), else its NVML index.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,8 +38,9 @@ static void vis_init(void)
     }
 }
 
-/* The CUDA ordinal of NVML device `dev` (NVML index `idx`). */
-static int cuda_ordinal(nvmlDevice_t dev, unsigned idx)
+/* The device index (lim.h) of NVML device `dev` (NVML index `idx`), -1
+ * when it is not one of the container's. */
+static int dev_index(nvmlDevice_t dev, unsigned idx)
 {
     static nvmlReturn_t (*uuid_fn)(nvmlDevice_t, char *, unsigned);
     char uuid[VIS_LEN] = "";
@@ -47,6 +50,8 @@ static int cuda_ordinal(nvmlDevice_t dev, unsigned idx)
                              "nvmlDeviceGetUUID", 1), __ATOMIC_RELEASE);
     if (uuid_fn && uuid_fn(dev, uuid, sizeof uuid) != 0)
         uuid[0] = '\0';
+    if (lim_state()->cfg.n_uuids) /* Allocate's list, whatever this process sees */
+        return lim_uuid_index(uuid);
     for (int k = 0; k < g_n_vis; k++) {
         const char *e = g_vis[k];
         if (!e[0])
@@ -63,8 +68,10 @@ static int cuda_ordinal(nvmlDevice_t dev, unsigned idx)
     return g_n_vis ? -1 : (int)idx;
 }
 
-int lim_nvml_handle(int cuda_dev, nvmlDevice_t *out)
+int lim_nvml_handle(int d, nvmlDevice_t *out)
 {
+    const struct lim_state *st = lim_state();
+    int cuda_dev = d;
     static nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
     static nvmlReturn_t (*by_index)(unsigned, nvmlDevice_t *);
     pthread_once(&g_vis_once, vis_init);
@@ -76,6 +83,8 @@ int lim_nvml_handle(int cuda_dev, nvmlDevice_t *out)
     }
     if (!by_index || cuda_dev < 0)
         return -1;
+    if (st->cfg.n_uuids)
+        return d < st->cfg.n_uuids && by_uuid && by_uuid(st->cfg.uuids[d], out) == 0 ? 0 : -1;
     if (cuda_dev >= g_n_vis)
         return g_n_vis ? -1 : (by_index((unsigned)cuda_dev, out) == 0 ? 0 : -1);
     const char *e = g_vis[cuda_dev];
@@ -92,7 +101,7 @@ static int share(nvmlDevice_t dev, unsigned long long *total, unsigned long long
     int d;
     uint64_t lim;
     if (!lim_state()->cfg.mem_on || !idx || idx(dev, &i) != 0 ||
-        (d = cuda_ordinal(dev, i)) < 0 || d >= LIM_MAX_DEV || !(lim = lim_mem_limit(d)))
+        (d = dev_index(dev, i)) < 0 || d >= LIM_MAX_DEV || !(lim = lim_mem_limit(d)))
         return 0;
     if (lim < *total)
         *total = lim;

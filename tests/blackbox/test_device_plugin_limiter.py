@@ -62,6 +62,7 @@ def test_shared_container_gets_the_limiter(world, limdir, gpusched_bin,
                  "/etc/ld.so.preload": (os.path.join(limdir, "ld.so.preload"), True),
                  "/usr/local/gpusched/ledger": (cdir, False)}
     assert r.envs["GPUSCHED_LIMITER_DIR"] == "/usr/local/gpusched/ledger"
+    assert r.envs["GPUSCHED_GPU_UUIDS"] == GPU[0]  # the ledger's numbering
     assert r.envs["CUDA_DEVICE_MEMORY_LIMIT"] == "8192m"
     # what the mounts point at is there: the library the plugin was given,
     # the preload line, a ledger directory any user can write, its owner

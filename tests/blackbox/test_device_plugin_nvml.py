@@ -18,8 +18,8 @@ from conftest import ROOT
 from test_device_plugin import PluginProc, health
 from fake_kubelet import FakeKubelet
 
-G = ["GPU-fake0000-0000-4000-8000-00000000000%d" % i for i in range(3)]
-MIG = "MIG-fake0000-0000-4000-8000-000000000002"
+G = ["GPU-fa4e0000-0000-4000-8000-00000000000%d" % i for i in range(3)]
+MIG = "MIG-fa4e0000-0000-4000-8000-000000000002"
 
 
 @pytest.fixture(scope="module")

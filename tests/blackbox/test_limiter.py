@@ -209,7 +209,7 @@ def test_nvml_reports_the_share(ledger_dir):
 
 
 @pytest.mark.parametrize("visible", [
-    "GPU-fake0000-0000-4000-8000-000000000001,GPU-fake0000-0000-4000-8000-000000000000",
+    "GPU-fa4e0000-0000-4000-8000-000000000001,GPU-fa4e0000-0000-4000-8000-000000000000",
     "1,0"])
 def test_nvml_maps_its_gpus_to_cuda_ordinals(visible, ledger_dir):
     # Allocate lists UUIDs in assignment order; NVML enumerates by bus: CUDA
@@ -242,6 +242,31 @@ def test_two_processes_share_one_budget_and_a_killed_one_gives_back(ledger_dir):
         if a.poll() is None:
             a.kill()
             a.wait()
+
+
+def test_processes_that_number_the_gpus_their_own_way_share_one_count(ledger_dir):
+    # a container of two shared GPUs, in Allocate's order GPU 0, GPU 1
+    # (GPUSCHED_GPU_UUIDS); a process may set its own CUDA_VISIBLE_DEVICES
+    # (Ray gives each worker one GPU): its device 0 may be GPU 1, and its
+    # memory must count on GPU 1, not on whatever the others call device 0
+    g = ["GPU-fa4e0000-0000-4000-8000-00000000000%d" % i for i in range(2)]
+    base = {"CUDA_DEVICE_MEMORY_LIMIT": "100m", "GPUSCHED_GPU_UUIDS": ",".join(g)}
+    a = subprocess.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", "alloc:60",
+                          "ready"], env=env_for(ledger_dir, CUDA_VISIBLE_DEVICES=g[0], **base),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert [a.stdout.readline() for _ in range(3)] == ["ctx 0\n", "alloc 0\n", "ready\n"]
+        r = probe("runtime", "ctx:0", "alloc:60", "alloc:50", "info", "nvml:0", "nvml:1",
+                  env=env_for(ledger_dir, CUDA_VISIBLE_DEVICES=g[1], **base))
+        assert lines(r) == ["ctx 0", "alloc 0", "alloc 2", "info 0 40 100",
+                            "nvml 0 100 60 40", "nvml 0 100 60 40"]
+        # by index, the other way round: its device 1 is GPU 0, where a holds 60
+        r = probe("linked", "ctx:1", "alloc:50", "info", "ctx:0", "alloc:90",
+                  env=env_for(ledger_dir, CUDA_VISIBLE_DEVICES="1,0", **base))
+        assert lines(r) == ["ctx 0", "alloc 2", "info 0 40 100", "ctx 0", "alloc 0"]
+    finally:
+        a.kill()
+        a.wait()
 
 
 def test_concurrent_threads_and_processes_keep_the_ledger_exact(ledger_dir):
@@ -460,7 +485,7 @@ def test_a_stale_first_reading_does_not_let_the_start_run_free(ledger_dir):
 def test_throttle_watches_the_containers_gpu(ledger_dir):
     # CUDA device 0 is NVML's GPU 1 (CUDA_VISIBLE_DEVICES in assignment
     # order): its utilisation, not GPU 0's, drives the throttle
-    extra = {"CUDA_VISIBLE_DEVICES": "GPU-fake0000-0000-4000-8000-000000000001",
+    extra = {"CUDA_VISIBLE_DEVICES": "GPU-fa4e0000-0000-4000-8000-000000000001",
              "FAKE_NVML_BUSY_GPU": 1}
     full = bench(ledger_dir, 2, **extra)
     limited = bench(ledger_dir, 3, CUDA_DEVICE_SM_LIMIT=30, **extra)

@@ -17,6 +17,8 @@ GPUSCHED_LIMITER_DIR):
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API:
   cuMemCreate) and with backend:cudaMallocAsync (stream-ordered pools:
   cuMemAllocAsync, cuMemAllocFromPoolAsync);
+- GPUSCHED_GPU_UUIDS: the UUID CUDA gives device 0, as the limiter writes
+  it, is the one NVML names (else it warns and counts by ordinal);
 - the VMM API through ctypes: 12 GiB created, mapped and released at
   once stays counted until cuMemUnmap (12 GiB more is refused till then);
 - two processes share the 20 GiB: while one holds 12 GiB the other cannot
@@ -193,6 +195,27 @@ def memory(lib, ledger, alloc_conf=None):
         SHARE_GIB * 1024, tag))
 
 
+def gpu_uuid():
+    r = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                       capture_output=True, text=True, timeout=60)
+    return r.stdout.strip()
+
+
+def numbering(lib, ledger):
+    """GPUSCHED_GPU_UUIDS as Allocate sets it: the UUID CUDA gives device 0
+    (cuDeviceGetUuid_v2, formatted by the limiter) must be NVML's, or the
+    limiter warns and counts by ordinal."""
+    uuid = gpu_uuid()
+    env = env_for(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB, GPUSCHED_GPU_UUIDS=uuid)
+    r = subprocess.run([sys.executable, "-c", "import torch; x = torch.empty(1 << 20, "
+                        "device='cuda'); print('ok')"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    print("  GPUSCHED_GPU_UUIDS=%s -> %s %s" % (uuid, r.stdout.strip(), r.stderr.strip()[-300:]))
+    check(uuid.startswith("GPU-") and "ok" in r.stdout and
+          "not one of the container's GPUs" not in r.stderr,
+          "CUDA's UUID of device 0 is the one NVML and Allocate name")
+
+
 def vmm(lib, ledger):
     env = env_for(lib, ledger, CUDA_DEVICE_MEMORY_LIMIT="%dg" % SHARE_GIB)
     out = py(VMM, env)
@@ -362,6 +385,7 @@ def main():
         memory(lib, os.path.join(d, "b"), "expandable_segments:True")
         memory(lib, os.path.join(d, "b2"), "backend:cudaMallocAsync")
         vmm(lib, os.path.join(d, "v"))
+        numbering(lib, os.path.join(d, "u"))
         print("== two processes, one budget")
         shared_budget(lib, os.path.join(d, "c"))
         print("== compute")

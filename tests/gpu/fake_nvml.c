@@ -113,9 +113,9 @@ ret_t nvmlDeviceGetUUID(handle_t h, char *buf, unsigned len)
     if (lost(h))
         return GPU_LOST;
     if (h->is_mig)
-        snprintf(buf, len, "MIG-fake0000-0000-4000-8000-0000000000%02d", h->idx + 10 * h->slot);
+        snprintf(buf, len, "MIG-fa4e0000-0000-4000-8000-0000000000%02d", h->idx + 10 * h->slot);
     else
-        snprintf(buf, len, "GPU-fake0000-0000-4000-8000-00000000000%d", h->idx);
+        snprintf(buf, len, "GPU-fa4e0000-0000-4000-8000-00000000000%d", h->idx);
     return OK;
 }
 ret_t nvmlDeviceGetHandleByUUID(const char *uuid, handle_t *h)

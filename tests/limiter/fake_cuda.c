@@ -4,7 +4,8 @@
  *
  * Written from the driver API reference, independently of src/limiter/: a
  * process sees FAKE_CUDA_DEVICES devices (default 2) of FAKE_CUDA_MEM_MIB
- * MiB each (default 1024), contexts are current per thread, every
+ * MiB each (default 1024), numbered through CUDA_VISIBLE_DEVICES as the
+ * driver does (their UUIDs are the stand-in NVML's), contexts are current per thread, every
  * allocation is tracked (fake_cuda_used() tells a test what the "card"
  * holds), and an allocation past the card fails with OUT_OF_MEMORY as the
  * real driver does. cuGetProcAddress(_v2) maps names as the driver does:
@@ -42,11 +43,67 @@ static __thread struct ctx *cur;
 static int inited;
 static uint64_t *busy;
 
-static int n_dev(void)
+/* The physical devices: FAKE_CUDA_DEVICES, default 2. */
+static int n_phys(void)
 {
     const char *s = getenv("FAKE_CUDA_DEVICES");
     int n = s ? atoi(s) : 2;
     return n < 1 ? 1 : n > MAX_DEV ? MAX_DEV : n;
+}
+
+/* Physical device p's UUID, as NVML writes it (tests/gpu/fake_nvml.c names
+ * the same GPUs): GPU-fa4e0000-0000-4000-8000-00000000000<p>. */
+static void phys_uuid(int p, unsigned char u[16])
+{
+    static const unsigned char base[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0, 0x80, 0};
+    memcpy(u, base, 16);
+    u[15] = (unsigned char)p;
+}
+
+/* The ordinals, as the driver reads CUDA_VISIBLE_DEVICES: indices or UUIDs
+ * (a unique prefix will do) of physical devices, in the order given; an
+ * entry that names none ends the list. phys[ordinal] = physical device. */
+static int phys[MAX_DEV], n_ord = -1;
+static pthread_once_t vis_once = PTHREAD_ONCE_INIT;
+static void vis_init(void)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    n_ord = 0;
+    if (!v) {
+        for (; n_ord < n_phys(); n_ord++)
+            phys[n_ord] = n_ord;
+        return;
+    }
+    while (*v && n_ord < MAX_DEV) {
+        size_t len = strcspn(v, ",");
+        char e[80];
+        int p = -1;
+        snprintf(e, sizeof e, "%.*s", (int)(len < sizeof e ? len : sizeof e - 1), v);
+        if (e[0] >= '0' && e[0] <= '9') {
+            p = atoi(e) < n_phys() ? atoi(e) : -1;
+        } else {
+            for (int i = 0; i < n_phys() && p < 0; i++) {
+                unsigned char u[16];
+                char s[48];
+                phys_uuid(i, u);
+                snprintf(s, sizeof s,
+                         "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                         u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+                         u[11], u[12], u[13], u[14], u[15]);
+                if (e[0] && strncmp(s, e, strlen(e)) == 0)
+                    p = i;
+            }
+        }
+        if (p < 0)
+            break;
+        phys[n_ord++] = p;
+        v += len + (v[len] == ',');
+    }
+}
+static int n_dev(void)
+{
+    pthread_once(&vis_once, vis_init);
+    return n_ord;
 }
 
 static uint64_t card_bytes(void)
@@ -150,7 +207,7 @@ static CUresult give(uint64_t key, int kind)
 static CUresult on_ctx(uint64_t n, int kind, unsigned long long *key)
 {
     if (!cur) return INVALID_CTX;
-    return take(cur->dev, n, kind, key);
+    return take(phys[cur->dev], n, kind, key);
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return on_ctx(n, 1, p); }
@@ -184,7 +241,7 @@ CUresult cuMemCreate(handle_t *h, size_t n, const prop_t *prop, unsigned long lo
     /* no context needed: the location says where */
     if (prop->location.type == 1) {
         if (prop->location.id < 0 || prop->location.id >= n_dev()) return INVALID_VALUE;
-        return take(prop->location.id, n, 2, h);
+        return take(phys[prop->location.id], n, 2, h);
     }
     if (prop->location.type >= 2 && prop->location.type <= 4)
         return take(-1, n, 2, h);
@@ -321,9 +378,17 @@ CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 {
     if (!cur) return INVALID_CTX;
     *total = card_bytes();
-    *free_b = card_bytes() - used[cur->dev];
+    *free_b = card_bytes() - used[phys[cur->dev]];
     return OK;
 }
+CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev)
+{
+    if (!inited) return NOT_INIT;
+    if (!u || dev < 0 || dev >= n_dev()) return INVALID_VALUE;
+    phys_uuid(phys[dev], u);
+    return OK;
+}
+CUresult cuDeviceGetUuid(unsigned char *u, int dev) { return cuDeviceGetUuid_v2(u, dev); }
 CUresult cuDeviceTotalMem_v2(size_t *b, int dev)
 {
     if (dev < 0 || dev >= n_dev()) return INVALID_VALUE;
@@ -387,6 +452,7 @@ CUresult cuGraphLaunch_ptsz(void *g, void *s) { (void)g; (void)s; return run(100
 static const struct { const char *name; void *fn; } table[] = {
     E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet),
     E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxGetDevice),
+    E(cuDeviceGetUuid), E(cuDeviceGetUuid_v2),
     E(cuMemAlloc_v2), E(cuMemAllocPitch_v2), E(cuMemAllocManaged), E(cuMemAllocAsync),
     E(cuMemAllocAsync_ptsz), E(cuMemAllocFromPoolAsync), E(cuMemAllocFromPoolAsync_ptsz),
     E(cuMemFree_v2), E(cuMemFreeAsync), E(cuMemFreeAsync_ptsz), E(cuMemCreate), E(cuMemRelease),

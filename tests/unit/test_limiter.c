@@ -106,6 +106,27 @@ static void test_env(void)
     ASSERT_CONTAINS(err, "...'");
     ASSERT_TRUE(strlen(err) < 200);
 
+    /* the container's GPUs, in Allocate's order */
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_GPU_UUIDS", "GPU-aa,GPU-bb", NULL, NULL), 0);
+    ASSERT_EQ(c.n_uuids, 2);
+    ASSERT_STREQ(c.uuids[1], "GPU-bb");
+    const char *bad_uuids[] = {"", "GPU-a,", ",GPU-a", "GPU-a,,GPU-b", "GPU a", "GPU-a;b",
+                               "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"};
+    for (size_t i = 0; i < sizeof bad_uuids / sizeof bad_uuids[0]; i++) {
+        int rc = parse(&c, err, "GPUSCHED_GPU_UUIDS", bad_uuids[i], NULL, NULL);
+        if (!bad_uuids[i][0]) { /* set but empty: none */
+            ASSERT_EQ(rc, 0);
+            ASSERT_EQ(c.n_uuids, 0);
+            continue;
+        }
+        ASSERT_EQ(rc, -1);
+        ASSERT_CONTAINS(err, "GPUSCHED_GPU_UUIDS: '");
+        ASSERT_EQ(c.n_uuids, 0);
+    }
+    memset(longv, 'a', 70);
+    longv[70] = '\0';
+    ASSERT_EQ(parse(&c, err, "GPUSCHED_GPU_UUIDS", longv, NULL, NULL), -1);
+
     /* the escape hatch wins over anything, even bad values */
     ASSERT_EQ(parse(&c, err, "GPUSCHED_LIMITER", "off", "CUDA_DEVICE_MEMORY_LIMIT", "junk"), 0);
     ASSERT_EQ(c.mem_on, 0);
