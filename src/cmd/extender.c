@@ -2,7 +2,7 @@
  * cmd/extender.c - `gpusched extender`: the kube-scheduler extender.
  *
  * Standalone (--nodes FILE [--state-dir DIR]) or cluster (--kubeconfig FILE
- * or --in-cluster). `gpusched extender release NS/NAME [--listen ADDR]`
+ * or --in-cluster). `gpusched extender release NS/NAME [UID] [--listen ADDR]`
  * asks a running standalone extender to free a pod's GPUs.
  */
 #include <malloc.h>
@@ -27,9 +27,9 @@
 
 static const char usage[] =
     "gpusched extender (--nodes FILE [--state-dir DIR] | --kubeconfig FILE | --in-cluster) "
-    "[options]\n       gpusched extender release NS/NAME [--listen HOST:PORT]";
+    "[options]\n       gpusched extender release NS/NAME [UID] [--listen HOST:PORT]";
 
-static int release(const struct ext_config *cfg, const char *who)
+static int release(const struct ext_config *cfg, const char *who, const char *uid)
 {
     struct gs_err e = GS_ERR_INIT;
     struct kube_config kc = {0};
@@ -47,7 +47,11 @@ static int release(const struct ext_config *cfg, const char *who)
         host += 7; /* ":PORT" -> 127.0.0.1 below */
     snprintf(server, sizeof server, "%s://%s%s", cfg->tls_cert ? "https" : "http",
              host[0] == ':' ? "127.0.0.1" : "", host);
-    snprintf(path, sizeof path, "/allocations/%s", who);
+    if (uid && (!*uid || strlen(uid) > 63 || strpbrk(uid, "/?&#% "))) {
+        fprintf(stderr, "gpusched extender release: '%s' is not a pod uid\n", uid);
+        return 2;
+    }
+    snprintf(path, sizeof path, "/allocations/%s%s%s", who, uid ? "?uid=" : "", uid ? uid : "");
     kc.server = server;
     kc.insecure = 1; /* our own server on this host; its certificate may be self-signed */
     if (kube_client_new(&kc, NULL, &c, &e) < 0 ||
@@ -130,8 +134,8 @@ int cmd_extender(int argc, char **argv)
         goto out;
     }
     if (npos > 0) {
-        if (strcmp(argv[1], "release") == 0 && npos == 2) {
-            status = release(&cfg, argv[2]);
+        if (strcmp(argv[1], "release") == 0 && (npos == 2 || npos == 3)) {
+            status = release(&cfg, argv[2], npos == 3 ? argv[3] : NULL);
         } else {
             fprintf(stderr, "gpusched extender: unexpected argument '%s'\n", argv[1]);
             status = 2;

@@ -580,6 +580,20 @@ static void retry_restores(struct ext_sched *s)
     }
 }
 
+int ext_sched_release_one(struct ext_sched *s, const char *who, const char *uid,
+                          struct gs_err *e)
+{
+    if (!uid)
+        return ext_sched_release(s, who, e);
+    pthread_mutex_lock(&s->mu);
+    const struct core_alloc *a = core_alloc_find(s->c, uid);
+    int ok = a && strcmp(a->pod_name, who) == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok)
+        return gs_errf(e, GS_ENOENT, "pod %s of uid %.64s holds no GPUs", who, uid);
+    return ext_sched_release(s, uid, e);
+}
+
 int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
 {
     struct pod *p;
@@ -589,16 +603,26 @@ int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e)
     pthread_mutex_lock(&s->mu);
     snprintf(uid, sizeof uid, "%s", who);
     if (!core_alloc_find(s->c, who) && strchr(who, '/')) {
-        char ns[CORE_NAME_MAX];
-        const char *slash = strchr(who, '/');
-        snprintf(ns, sizeof ns, "%.*s", (int)(slash - who), who);
-        p = sched_find_by_name(s, ns, slash + 1);
-        if (p)
-            snprintf(uid, sizeof uid, "%s", p->uid);
-        else /* allocations restored from a journal have no pod object */
-            for (int i = 0; i < core_cluster_alloc_count(s->c); i++)
-                if (strcmp(core_cluster_alloc(s->c, i)->pod_name, who) == 0)
-                    snprintf(uid, sizeof uid, "%s", core_cluster_alloc(s->c, i)->pod_uid);
+        /* by name: the allocation of that name (a pod object may be a newer
+         * pod of the name, still pending; allocations restored from a
+         * journal have none); two pods of one name hold GPUs when the name
+         * was reused before the older one was released: say so */
+        int n = 0;
+        char other[64] = "";
+        for (int i = 0; i < core_cluster_alloc_count(s->c); i++) {
+            const struct core_alloc *a = core_cluster_alloc(s->c, i);
+            if (strcmp(a->pod_name, who) != 0)
+                continue;
+            if (n++)
+                snprintf(other, sizeof other, "%s", uid);
+            snprintf(uid, sizeof uid, "%s", a->pod_uid);
+        }
+        if (n > 1) {
+            pthread_mutex_unlock(&s->mu);
+            return gs_errf(e, GS_ECONFLICT, "%d pods named %s hold GPUs (uids %s, %s%s): "
+                           "release one by its uid (gpusched extender release %s UID)", n, who,
+                           other, uid, n > 2 ? ", ..." : "", who);
+        }
     }
     void *ticket = NULL;
     int lrc = 0;

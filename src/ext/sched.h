@@ -163,6 +163,11 @@ void ext_sched_pdbs_pending(struct ext_sched *s);
 int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e);
 /* Frees a pod's GPUs: by UID, or by "NS/NAME". -GS_ENOENT if it holds none. */
 int ext_sched_release(struct ext_sched *s, const char *who, struct gs_err *e);
+/* The same for "ns/name" alone, or, with uid, the pod of that name and uid
+ * (two pods of one name may hold GPUs: then the name alone is refused,
+ * -GS_ECONFLICT). */
+int ext_sched_release_one(struct ext_sched *s, const char *who, const char *uid,
+                          struct gs_err *e);
 /* Cluster mode: a pod seen by the watch (deleted = 1 for DELETED). Finished
  * and deleted pods free their GPUs; pods with assignment annotations hold
  * them; pending GPU pods are remembered for /bind. Returns 1 when GPUs were

@@ -512,9 +512,11 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         }
         struct gs_err e = GS_ERR_INIT;
         char who[520];
+        const char *uid = http_req_arg(req, "uid"); /* the one of two pods of a name */
         snprintf(who, sizeof who, "%s/%s", ns, name);
-        if (ext_sched_release(s->opts.sched, who, &e) < 0)
-            reply_json(resp, e.code == GS_ENOENT ? 404 : 500, ext_error("%s", e.msg));
+        if (ext_sched_release_one(s->opts.sched, who, uid, &e) < 0)
+            reply_json(resp, e.code == GS_ENOENT ? 404 : e.code == GS_ECONFLICT ? 409 : 500,
+                       ext_error("%s", e.msg));
         else
             reply_json(resp, 200, json_pack("{s:s}", "released", who));
         return "release";

@@ -900,6 +900,36 @@ def test_a_pod_named_like_a_verb_can_be_explained_and_released(ext):
     assert r.status_code == 200 and r.json() == {"released": "default/bind"}, r.text
 
 
+def test_release_by_a_reused_name(gpusched_bin, ext):
+    # a StatefulSet's pod web-0 re-created while the old one still holds its
+    # GPUs (standalone: nothing told the extender it ended): the name alone
+    # does not say which, and freeing the live one would hand its GPUs out twice
+    old = pod("web-0", {"nvidia.com/gpu": "1"}, uid="uid-old")
+    ext.place(old, ["a100-1"])
+    new = pod("web-0", {"nvidia.com/gpu": "1"}, uid="uid-new")
+    ext.filter(new, ["a100-1"])  # pending: by name, the old allocation is the one
+    r = requests.delete(ext.url + "/allocations/default/web-0", timeout=5)
+    assert r.status_code == 200, r.text
+    assert ext.filter(pod("probe", {"nvidia.com/gpu": "4"}), ["a100-1"])["NodeNames"] == \
+        ["a100-1"]
+    ext.place(old, ["a100-1"])
+    ext.place(new, ["a100-1"])
+    r = requests.delete(ext.url + "/allocations/default/web-0", timeout=5)
+    assert r.status_code == 409 and "2 pods named default/web-0 hold GPUs" in r.text, r.text
+    assert "gpusched extender release default/web-0 UID" in r.text
+    r = requests.delete(ext.url + "/allocations/default/web-1?uid=uid-old", timeout=5)
+    assert r.status_code == 404, r.text  # the uid is not that name's
+    r = run(gpusched_bin, "extender", "release", "default/web-0", "uid-old", "--listen",
+            f"127.0.0.1:{ext.port}")
+    assert r.returncode == 0, r.stderr
+    # the live one keeps its GPU, the old one's is free
+    assert ext.filter(pod("probe4", {"nvidia.com/gpu": "4"}), ["a100-1"])["NodeNames"] == []
+    assert ext.filter(pod("probe3", {"nvidia.com/gpu": "3"}), ["a100-1"])["NodeNames"] == \
+        ["a100-1"]
+    r = requests.delete(ext.url + "/allocations/default/web-0", timeout=5)
+    assert r.status_code == 200, r.text
+
+
 def test_bind_is_idempotent_and_refuses_a_second_node(ext):
     p = pod("once", {"nvidia.com/gpu": "1"})
     ext.place(p, ["a100-1"])
