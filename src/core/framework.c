@@ -108,7 +108,11 @@ int core_pod_share(const struct core_cycle *cy, const struct core_gpu *g)
         if (m > share)
             share = m > CORE_MILLI ? CORE_MILLI : (int)m;
     }
-    return share;
+    /* never more than the GPU's free share: a pod asking for compute alone
+     * fits a GPU whose memory is mostly taken (its share is the smaller of
+     * the two), and the rounding of memory to thousandths may go either way */
+    int free = core_gpu_free_share(g);
+    return share < free ? share : free;
 }
 
 int core_gpu_fits(const struct core_cycle *cy, const struct core_gpu *g)

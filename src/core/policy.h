@@ -87,7 +87,7 @@ int core_policy_register(const struct core_policy *p, struct gs_err *e);
  * free_mem / mem)). */
 int core_gpu_free_share(const struct core_gpu *g);
 /* The pod's compute share on GPU g: WHOLE 1000, SHARED max(milli, ceil(1000 *
- * mem_mib / g->mem_mib)), else 0. */
+ * mem_mib / g->mem_mib)) but at most g's free share, else 0. */
 int core_pod_share(const struct core_cycle *cy, const struct core_gpu *g);
 /* Can this GPU take the pod's per-GPU request now (healthy, model allowed,
  * memory and compute fit; WHOLE: entirely free)? */

@@ -9,6 +9,7 @@
 
 #include "core/quota.h"
 #include "ext/quotas.h"
+#include "util/clock.h"
 #include "kube/watch.h"
 #include "kube/yaml.h"
 #include "util/log.h"
@@ -114,10 +115,8 @@ static void *file_main(void *ud)
     struct ext_quotas *x = ud;
     pthread_mutex_lock(&x->mu);
     while (!x->stop) {
-        struct timespec until;
+        struct timespec until = gs_mono_ts(gs_mono_s() + 1);
         struct stat st;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 1;
         pthread_cond_timedwait(&x->cv, &x->mu, &until);
         if (x->stop)
             break;
@@ -145,7 +144,7 @@ static struct ext_quotas *quotas_new(ext_quotas_publish publish, void *ud, struc
     x->publish = publish;
     x->ud = ud;
     pthread_mutex_init(&x->mu, NULL);
-    pthread_cond_init(&x->cv, NULL);
+    gs_cond_init_mono(&x->cv);
     if (add_metrics(x, m, e) < 0) {
         ext_quotas_stop(x);
         return NULL;

@@ -163,11 +163,7 @@ int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, str
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->bind_came, &ca);
-    pthread_condattr_destroy(&ca);
+    gs_cond_init_mono(&s->bind_came);
     s->node_gen = 1;
     if (opts->metrics) {
         struct metrics *m = opts->metrics;
@@ -973,7 +969,7 @@ int sched_await_bind(struct ext_sched *s, const char *uid, int wait)
         }
         if (!wait)
             return 1;
-        struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+        struct timespec ts = gs_mono_ts(until);
         waited = 1;
         pthread_cond_timedwait(&s->bind_came, &s->mu, &ts);
     }

@@ -9,6 +9,7 @@
 #include "kube/client.h"
 #include "kube/client_internal.h"
 #include "util/buf.h"
+#include "util/clock.h"
 
 #define POOL_MAX 8
 #define TOKEN_REFRESH_S 60
@@ -20,7 +21,7 @@ struct kube_client {
     CURL *pool[POOL_MAX];
     int npool;
     char *token;
-    time_t token_read;
+    double token_read; /* gs_mono_s() of the last read of token_file */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -73,7 +74,7 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opts
     c->cfg.insecure = cfg->insecure;
     c->cfg.namespace = strdup(cfg->namespace ? cfg->namespace : "default");
     c->token = dup0(cfg->token);
-    c->token_read = time(NULL);
+    c->token_read = gs_mono_s();
     *out = c;
     return 0;
 }
@@ -101,11 +102,13 @@ static struct curl_slist *auth_header(struct kube_client *c, struct curl_slist *
 {
     char *hdr = NULL;
     pthread_mutex_lock(&c->mu);
-    if (c->cfg.token_file && time(NULL) - c->token_read >= TOKEN_REFRESH_S) {
+    /* a kubeconfig's tokenFile alone (no token): read at the first request */
+    if (c->cfg.token_file &&
+        (!c->token || gs_mono_s() - c->token_read >= TOKEN_REFRESH_S)) {
         FILE *f = fopen(c->cfg.token_file, "rb");
         char buf[16384];
         size_t n;
-        c->token_read = time(NULL);
+        c->token_read = gs_mono_s();
         if (f) {
             n = fread(buf, 1, sizeof buf - 1, f);
             fclose(f);
@@ -158,6 +161,10 @@ CURL *kube_client_handle(struct kube_client *c)
     } else if (c->cfg.ca_file) {
         curl_easy_setopt(h, CURLOPT_CAINFO, c->cfg.ca_file);
     }
+    /* the cluster's CA is the only one trusted, not the system store too
+     * (Debian's libcurl adds /etc/ssl/certs by default) */
+    if (c->cfg.ca_data || c->cfg.ca_file)
+        curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
     if (c->cfg.cert_data) {
         struct curl_blob b = {c->cfg.cert_data, c->cfg.cert_len, CURL_BLOB_COPY};
         curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);

@@ -3,13 +3,13 @@
  */
 #include "util/worker.h"
 
-#include <time.h>
+#include "util/clock.h"
 
 int gs_worker_start(struct gs_worker *w, void *(*fn)(void *), void *arg)
 {
     atomic_init(&w->stop, 0);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    gs_cond_init_mono(&w->cv); /* a wall clock step must not stretch a nap */
     if (pthread_create(&w->thread, NULL, fn, arg) != 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
@@ -20,14 +20,7 @@ int gs_worker_start(struct gs_worker *w, void *(*fn)(void *), void *arg)
 
 int gs_worker_sleep(struct gs_worker *w, double seconds, atomic_int *wake)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)seconds;
-    ts.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = gs_mono_ts(gs_mono_s() + seconds);
     pthread_mutex_lock(&w->mu);
     while (!atomic_load(&w->stop) && !(wake && atomic_load(wake)))
         if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0)

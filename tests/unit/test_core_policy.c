@@ -132,6 +132,33 @@ static void test_fgd(void)
     core_cluster_free(c);
 }
 
+/* A pod's share of a GPU is never more than the GPU has free: a pod asking
+ * for compute alone fits a GPU whose memory is mostly taken (cpufrag read
+ * waste[share - one], before its table, there). */
+static void test_pod_share_at_most_free(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    struct core_alloc a;
+    struct core_decision d;
+    tc_node(c, "M", 64000, 256, 1, "H", 81920);
+    struct core_pod mem = tc_pod("mem", CORE_REQ_SHARED, 1, 0, 61440, 100);
+    ASSERT_EQ(core_pick_gpus(c, core_policy_find("binpack"), core_cluster_find(c, "M"), &mem,
+                             &a, &e), 0);
+    ASSERT_EQ(core_reserve(c, &a, &e), 0);
+    const struct core_gpu *g = &core_cluster_find(c, "M")->gpus[0];
+    ASSERT_EQ(core_gpu_free_share(g), 250);
+    struct core_pod compute = tc_pod("cmp", CORE_REQ_SHARED, 1, 500, 0, 100);
+    struct core_cycle cy = {.cluster = c, .req = &compute.req, .model_mask = ~0ULL};
+    ASSERT_TRUE(core_gpu_fits(&cy, g));
+    ASSERT_EQ(core_pod_share(&cy, g), 250);
+    for (int i = 0; i < core_policy_count(); i++) {
+        ASSERT_EQ(core_schedule_one(c, core_policy_at(i), &compute, &d, &e), 0);
+        ASSERT_STREQ(d.node->name, "M");
+    }
+    core_cluster_free(c);
+}
+
 static void test_k8s_policies(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -226,6 +253,7 @@ int test_core_policy(void)
     test_clustering();
     test_packing();
     test_fgd();
+    test_pod_share_at_most_free();
     test_k8s_policies();
     test_random();
     return 0;
