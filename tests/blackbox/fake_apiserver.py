@@ -216,6 +216,7 @@ class FakeApiServer:
         self.snapshots = {}    # continue token -> (resourceVersion, the items left)
         self.list_pages = 0
         self.requests = []
+        self.require_token = None  # set: requests without this bearer token get 401
         self.watch_gen = 0     # bumped by drop_watches()
         self.drop_gone = False
         self.open_watches = 0
@@ -253,10 +254,13 @@ class FakeApiServer:
     def __exit__(self, *exc):
         self.stop()
 
-    def write_kubeconfig(self, path, namespace="default", token="fake-token", ca_file=None):
+    def write_kubeconfig(self, path, namespace="default", token="fake-token", ca_file=None,
+                         token_file=None):
         """A kubeconfig for this server; ca_file is embedded as
-        certificate-authority-data (HTTPS)."""
+        certificate-authority-data (HTTPS); token_file: the user has a
+        tokenFile and no token."""
         path = str(path)
+        user = f"tokenFile: {token_file}" if token_file else f"token: {token}"
         ca = ""
         if ca_file:
             import base64
@@ -279,7 +283,7 @@ contexts:
 users:
 - name: fake
   user:
-    token: {token}
+    {user}
 """)
         return path
 
@@ -611,6 +615,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(400, _status(400, "BadRequest", "body is not JSON"))
         if url.path.startswith("/_fake/") and method == "POST":
             return self._control(url.path, body or {})
+        if api.require_token and \
+                self.headers.get("Authorization") != "Bearer " + api.require_token:
+            return self._send(401, _status(401, "Unauthorized", "no or a wrong bearer token"))
         with api.lock:
             api.requests.append((method, self.path, body))
         time.sleep(api._take_delay(method, self.path, body))

@@ -247,6 +247,24 @@ def test_cluster_with_renamed_resources_and_annotations(gpusched_bin, tmp_path):
     assert r.returncode == 2 and "annotation prefix 'sched': must be a DNS subdomain" in r.stderr
 
 
+def test_a_kubeconfig_token_file_is_sent_at_once(gpusched_bin, tmp_path):
+    # a user with tokenFile and no token (kube-proxy's style): the file was
+    # read first a minute after start, so a short command went anonymous
+    with FakeApiServer() as api:
+        n = gpu_node("g1", n=2)
+        api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
+                     capacity=n["status"]["allocatable"])
+        api.require_token = "from-the-file"
+        tok = tmp_path / "token"
+        tok.write_text("from-the-file\n")
+        kc = api.write_kubeconfig(tmp_path / "kubeconfig", token_file=str(tok))
+        doc, err = status_json(gpusched_bin, "--kubeconfig", kc)
+        assert [n["name"] for n in doc["nodes"]] == ["g1"], err
+        r = run(gpusched_bin, "status", "--kubeconfig",
+                api.write_kubeconfig(tmp_path / "kc-bad", token="wrong"))
+        assert r.returncode != 0 and "401" in r.stderr + r.stdout, r.stderr
+
+
 def test_cluster_in_container_use(gpusched_bin, tmp_path):
     """What the device plugins publish from their limiters' ledgers
     (gpusched.io/gpu-usage, docs/device-plugin.md) is shown per container; a
