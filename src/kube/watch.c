@@ -8,8 +8,13 @@
 
 #include "kube/client_internal.h"
 #include "kube/watch.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/worker.h"
+
+/* A stream that lived this long, or delivered an event, served: its end is
+ * no reason to back off. */
+#define WATCH_HEALTHY_S 1.0
 
 struct kube_watch {
     struct kube_client *c;
@@ -337,12 +342,26 @@ static void *watch_main(void *arg)
                 continue;
             }
             need_list = 0;
+            backoff = w->opts.backoff_min_s; /* the API server answers again */
         }
         if (!first)
             bump(w, &w->st.restarts);
         first = 0;
+        pthread_mutex_lock(&w->wk.mu);
+        unsigned long events = w->st.events;
+        pthread_mutex_unlock(&w->wk.mu);
+        double t0 = gs_mono_s();
         int rc = do_watch(w);
-        if (rc == 1) {
+        pthread_mutex_lock(&w->wk.mu);
+        int fed = w->st.events != events;
+        pthread_mutex_unlock(&w->wk.mu);
+        if (rc < 0 && (fed || gs_mono_s() - t0 >= WATCH_HEALTHY_S)) {
+            /* a stream cut after it served (a proxy's idle timeout, an API
+             * server restarting): watch again at once, as client-go does;
+             * only streams that fail at once back off */
+            bump(w, &w->st.errors);
+            backoff = w->opts.backoff_min_s;
+        } else if (rc == 1) {
             need_list = 1;
         } else if (rc < 0) {
             bump(w, &w->st.errors);

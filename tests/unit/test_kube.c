@@ -438,6 +438,28 @@ static void test_watch(struct kube_client *c)
     ASSERT_TRUE(kube_watch_start(c, &(struct kube_watch_opts){.path = "pods"}, &ops, &s, &w, &e) <
                 0);
 
+    /* streams cut after they served (a proxy's idle timeout) are opened
+     * again at once: the back-off (here 0.2 s doubling to 30 s) is for
+     * streams that fail at once, and six cuts had grown it to 6.4 s */
+    struct seen s3 = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
+    ASSERT_EQ(kube_watch_start(c, &(struct kube_watch_opts){.path = "/api/v1/namespaces/cut/pods",
+                                                            .timeout_s = 30,
+                                                            .backoff_min_s = 0.2,
+                                                            .backoff_max_s = 30},
+                               &ops, &s3, &w, &e), 0);
+    ASSERT_TRUE(wait_seen(&s3, 0, 1));
+    for (int i = 0; i < 6; i++) {
+        usleep(1200000);
+        fake_control(c, "drop-watches", NULL);
+    }
+    usleep(100000);
+    json_object_set_new(json_object_get(pod, "metadata"), "name", json_string("after-cuts"));
+    kube_create(c, "/api/v1/namespaces/cut/pods", pod, NULL, &e);
+    for (int i = 0; i < 150 && get_seen(&s3, 1) < 1; i++)
+        usleep(10000);
+    ASSERT_EQ(get_seen(&s3, 1), 1);
+    kube_watch_stop(w);
+
     /* a list in pages of 2: five pods in three requests; a continue token
      * that expired (410) is followed by one whole list (limit=0) */
     struct seen s2 = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
