@@ -387,7 +387,7 @@ static int mig_resources(const struct ctx *c, const struct core_names *nm, json_
                 return cerr(c, i ? "requests" : "limits", key,
                             "asks for MIG profile '%s' and also '%s'; one profile per pod",
                             out->mig_profile, prof);
-            if (count_resource(c, lim, req, key, 1, CORE_MAX_GPUS * 7, &n, &r) < 0)
+            if (count_resource(c, lim, req, key, 1, CORE_MAX_GPUS, &n, &r) < 0)
                 return -GS_EINVAL;
             snprintf(out->mig_profile, sizeof out->mig_profile, "%s", prof);
             out->mig_count = n;
@@ -698,10 +698,10 @@ static int parse_containers(json_t *spec, const struct core_names *nm, struct co
         app.num_gpu > CORE_MAX_GPUS)
         return gs_errf(e, GS_EINVAL, "spec.containers: the pod asks for %d GPUs in total; a "
                                      "node has at most %d", app.num_gpu, CORE_MAX_GPUS);
-    if (app.kind == CORE_REQ_MIG && app.mig_count > CORE_MAX_GPUS * 7)
+    if (app.kind == CORE_REQ_MIG && app.mig_count > CORE_MAX_GPUS)
         return gs_errf(e, GS_EINVAL, "spec.containers: the pod asks for %d MIG instances in "
-                                     "total; a node has at most %d", app.mig_count,
-                       CORE_MAX_GPUS * 7);
+                                     "total; a pod holds at most %d", app.mig_count,
+                       CORE_MAX_GPUS);
     to_request(&app, r);
     return 0;
 }

@@ -280,7 +280,10 @@ static void impossible_tests(void)
     bad("{\"nvidia.com/mig-1g.10gb\":\"1\",\"nvidia.com/mig-2g.20gb\":\"1\"}",
         "one profile per pod");
     bad("{\"nvidia.com/mig-big\":\"1\"}", "'big' is not a MIG profile");
-    bad("{\"nvidia.com/mig-1g.10gb\":\"0\"}", "out of range 1..112");
+    bad("{\"nvidia.com/mig-1g.10gb\":\"0\"}", "out of range 1..16");
+    /* a pod holds at most 16 devices: 17 was admitted, then refused by every
+     * /filter (the core's allocation holds 16) */
+    bad("{\"nvidia.com/mig-1g.10gb\":\"17\"}", "out of range 1..16");
     bad("{\"cpu\":\"lots\"}", "containers[0].limits[cpu]: 'lots' is not a quantity");
 
     struct core_pod pod;
@@ -305,6 +308,12 @@ static void impossible_tests(void)
                     &pod, &e),
               -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "asks for 17 GPUs in total");
+    ASSERT_EQ(parse("{\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                    "{\"nvidia.com/mig-1g.10gb\":\"10\"}}},{\"name\":\"b\",\"resources\":{"
+                    "\"limits\":{\"nvidia.com/mig-1g.10gb\":\"10\"}}}]}}",
+                    &pod, &e),
+              -GS_EINVAL);
+    ASSERT_CONTAINS(e.msg, "asks for 20 MIG instances in total; a pod holds at most 16");
     /* structural errors */
     ASSERT_EQ(parse("{\"spec\":{}}", &pod, &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "spec.containers: missing or empty");
