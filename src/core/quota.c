@@ -524,13 +524,24 @@ int core_quota_use_of_alloc(const struct core_cluster *c, const struct core_allo
     return k;
 }
 
+/* Whether GPU g has a MIG instance of that profile (MIG layouts differ
+ * from GPU to GPU: the one that holds the profile says its memory). */
+static int has_profile(const struct core_gpu *g, const char *profile)
+{
+    for (int i = 0; i < g->n_mig; i++)
+        if (strcmp(g->mig[i].profile, profile) == 0)
+            return 1;
+    return 0;
+}
+
 void core_quota_use_on_node(const struct core_request *req, const struct core_node *n,
                             struct core_quota_use *u)
 {
     const struct core_gpu *pick = NULL;
     for (int g = 0; g < n->n_gpus && !pick; g++)
         if (core_request_model_ok(req, n->gpus[g].model) &&
-            (req->kind == CORE_REQ_MIG) == (n->gpus[g].mig_enabled != 0))
+            (req->kind == CORE_REQ_MIG) == (n->gpus[g].mig_enabled != 0) &&
+            (req->kind != CORE_REQ_MIG || has_profile(&n->gpus[g], req->mig_profile)))
             pick = &n->gpus[g];
     if (!pick && n->n_gpus > 0)
         pick = &n->gpus[0];

@@ -369,6 +369,30 @@ static void alloc_tests(void)
     ASSERT_STREQ(on.model, "H100");
     ASSERT_EQ(on.mem_mib, 81920);
     ASSERT_EQ(core_quotas_check(qs, "ml", &on, 1, &e), 0);
+    /* MIG layouts differ from GPU to GPU: the memory of an instance is the
+     * GPU's that has the profile (the first MIG GPU has only 3g.40gb) */
+    struct core_node_spec ms;
+    memset(&ms, 0, sizeof ms);
+    ms.name = "migs";
+    ms.cpu_milli = 8000;
+    ms.mem_bytes = (int64_t)8 << 30;
+    ms.n_gpus = 2;
+    for (int g = 0; g < 2; g++) {
+        ms.gpus[g].index = g;
+        snprintf(ms.gpus[g].model, CORE_MODEL_MAX, "A100");
+        ms.gpus[g].mem_mib = 81920;
+        ms.gpus[g].healthy = 1;
+        ms.gpus[g].mig_enabled = 1;
+        ms.gpus[g].n_mig = 1;
+        snprintf(ms.gpus[g].mig[0].uuid, CORE_UUID_MAX, "MIG-q%d", g);
+        snprintf(ms.gpus[g].mig[0].profile, CORE_MIG_PROFILE_MAX, g ? "1g.10gb" : "3g.40gb");
+        ms.gpus[g].mig[0].mem_mib = g ? 9856 : 40192;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, &ms, &e), 0);
+    struct core_request mr = {.kind = CORE_REQ_MIG, .mig_count = 1};
+    snprintf(mr.mig_profile, sizeof mr.mig_profile, "1g.10gb");
+    core_quota_use_on_node(&mr, core_cluster_find(c, "migs"), &on);
+    ASSERT_EQ(on.mem_mib, 9856);
     core_quotas_free(qs);
     struct core_alloc ghost = whole;
     snprintf(ghost.node, sizeof ghost.node, "gone");
