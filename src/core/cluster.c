@@ -252,6 +252,14 @@ int core_cluster_model_count(const struct core_cluster *c)
 
 /* ---- node state cache ------------------------------------------------- */
 
+int core_gpu_held_whole(const struct core_gpu *g)
+{
+    int used = 0;
+    for (int m = 0; m < g->n_mig; m++)
+        used += g->mig[m].used;
+    return g->n_pods > used;
+}
+
 int core_gpu_free_share(const struct core_gpu *g)
 {
     int64_t m = g->mem_mib > 0 ? g->free_mem_mib * CORE_MILLI / g->mem_mib : g->free_milli;
@@ -577,6 +585,9 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
                 if (g->mig[a->mig[i]].used)
                     return gs_errf(e, GS_ENOFIT, "MIG instance %s on GPU %d is already in use",
                                    g->mig[a->mig[i]].uuid, g->index);
+                if (core_gpu_held_whole(g))
+                    return gs_errf(e, GS_ENOFIT, "GPU %d is in MIG mode but still held by a "
+                                   "pod that took it before", g->index);
                 continue;
             }
             if (g->mig_enabled)

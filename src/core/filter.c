@@ -132,11 +132,12 @@ static enum core_code f_mig(const struct core_cycle *cy, const struct core_node 
         const struct core_gpu *g = &n->gpus[i];
         if (!g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
             continue;
+        int held = core_gpu_held_whole(g);
         for (int m = 0; m < g->n_mig; m++)
             if (strcmp(g->mig[m].profile, r->mig_profile) == 0) {
                 present++;
                 total += g->healthy && !g->mig[m].unhealthy;
-                free_ += g->healthy && !g->mig[m].unhealthy && !g->mig[m].used;
+                free_ += g->healthy && !g->mig[m].unhealthy && !g->mig[m].used && !held;
             }
     }
     if (free_ >= r->mig_count)

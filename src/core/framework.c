@@ -537,7 +537,8 @@ static int pick_mig(const struct core_cycle *cy, const struct core_node *n, stru
     core_alloc_init(cy, n, a);
     for (int i = 0; i < n->n_gpus; i++) {
         const struct core_gpu *g = &n->gpus[i];
-        if (!g->healthy || !g->mig_enabled || !((cy->model_mask >> g->model_id) & 1))
+        if (!g->healthy || !g->mig_enabled || !((cy->model_mask >> g->model_id) & 1) ||
+            core_gpu_held_whole(g))
             continue;
         for (int m = 0; m < g->n_mig; m++)
             free_on[i] += !g->mig[m].used && !g->mig[m].unhealthy &&

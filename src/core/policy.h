@@ -86,6 +86,9 @@ int core_policy_register(const struct core_policy *p, struct gs_err *e);
 /* A GPU's free compute share (see core.h): min(free_milli, floor(1000 *
  * free_mem / mem)). */
 int core_gpu_free_share(const struct core_gpu *g);
+/* Whether a pod that is not a MIG pod holds GPU g (one placed before the
+ * GPU went into MIG mode): its MIG instances are not to be handed out. */
+int core_gpu_held_whole(const struct core_gpu *g);
 /* The pod's compute share on GPU g: WHOLE 1000, SHARED max(milli, ceil(1000 *
  * mem_mib / g->mem_mib)) but at most g's free share, else 0. */
 int core_pod_share(const struct core_cycle *cy, const struct core_gpu *g);

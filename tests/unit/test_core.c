@@ -789,6 +789,47 @@ static void test_mig(void)
 /* A node's GPU list changes under its allocations (a GPU gone from the bus,
  * NVML's indices renumbered): each keeps its GPUs, found by UUID, not its
  * positions, which now name other GPUs. */
+/* A GPU a whole pod holds goes into MIG mode (the update came before the
+ * pod's end): the pod keeps it, and its instances are not handed out until
+ * the pod leaves. */
+static void test_mig_mode_under_a_whole_pod(void)
+{
+    struct core_cluster *c = core_cluster_new();
+    struct gs_err e = GS_ERR_INIT;
+    ASSERT_EQ(tc_node(c, "x", 64000, 64, 1, "A100", 40960), 0);
+    struct core_pod whole = tc_pod("whole", CORE_REQ_WHOLE, 1, 0, 0, 1000);
+    ASSERT_EQ(tc_place(c, "x", &whole, "binpack"), 0);
+    struct core_node_spec *s = tc_spec("x", 64000, 64, 1, "A100", 40960);
+    s->gpus[0].mig_enabled = 1;
+    s->gpus[0].n_mig = 2;
+    for (int m = 0; m < 2; m++) {
+        snprintf(s->gpus[0].mig[m].uuid, CORE_UUID_MAX, "MIG-x-%d", m);
+        snprintf(s->gpus[0].mig[m].profile, CORE_MIG_PROFILE_MAX, "3g.20gb");
+        s->gpus[0].mig[m].mem_mib = 19968;
+    }
+    ASSERT_EQ(core_cluster_upsert_node(c, s, &e), 0);
+    ASSERT_TRUE(core_alloc_find(c, "whole") != NULL);
+    struct core_pod mig = tc_pod("mig", CORE_REQ_MIG, 0, 0, 0, 100);
+    snprintf(mig.req.mig_profile, sizeof mig.req.mig_profile, "3g.20gb");
+    mig.req.mig_count = 1;
+    ASSERT_EQ(tc_place(c, "x", &mig, "binpack"), -GS_ENOFIT);
+    struct core_alloc a;
+    memset(&a, 0, sizeof a);
+    snprintf(a.pod_uid, sizeof a.pod_uid, "mig");
+    snprintf(a.pod_name, sizeof a.pod_name, "default/mig");
+    snprintf(a.node, sizeof a.node, "x");
+    a.kind = CORE_REQ_MIG;
+    a.n = 1;
+    a.gpu[0] = 0;
+    a.mig[0] = 1;
+    a.mem_mib[0] = 19968;
+    ASSERT_EQ(core_reserve(c, &a, &e), -GS_ENOFIT);
+    ASSERT_CONTAINS(e.msg, "still held by a pod that took it before");
+    ASSERT_EQ(core_unreserve(c, "whole", &e), 0);
+    ASSERT_EQ(tc_place(c, "x", &mig, "binpack"), 0);
+    core_cluster_free(c);
+}
+
 static void test_node_gpus_change(void)
 {
     struct core_cluster *c = core_cluster_new();
@@ -1522,6 +1563,7 @@ int test_core(void)
     test_others();
     test_mig();
     test_node_gpus_change();
+    test_mig_mode_under_a_whole_pod();
     test_churn();
     test_topology();
     test_link_tiebreak();
