@@ -52,12 +52,36 @@ static int n_phys(void)
 }
 
 /* Physical device p's UUID, as NVML writes it (tests/gpu/fake_nvml.c names
- * the same GPUs): GPU-fa4e0000-0000-4000-8000-00000000000<p>. */
+ * the same GPUs): GPU-fa4e0000-0000-4000-8000-00000000000<p>, unless
+ * CUDA_VISIBLE_DEVICES named it by another (below). */
+static unsigned char adopted[MAX_DEV][16];
+static int is_adopted[MAX_DEV];
 static void phys_uuid(int p, unsigned char u[16])
 {
     static const unsigned char base[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0, 0x80, 0};
     memcpy(u, base, 16);
     u[15] = (unsigned char)p;
+    if (p >= 0 && p < MAX_DEV && is_adopted[p])
+        memcpy(u, adopted[p], 16);
+}
+
+/* "GPU-" and 32 hex digits (dashes anywhere) into 16 bytes; 0 or -1. */
+static int parse_uuid(const char *e, unsigned char u[16])
+{
+    int n = 0;
+    if (strncmp(e, "GPU-", 4) != 0)
+        return -1;
+    for (e += 4; *e && n < 32; e++) {
+        int v = *e >= '0' && *e <= '9' ? *e - '0' : *e >= 'a' && *e <= 'f' ? *e - 'a' + 10
+              : *e >= 'A' && *e <= 'F' ? *e - 'A' + 10 : *e == '-' ? -2 : -1;
+        if (v == -2)
+            continue;
+        if (v < 0)
+            return -1;
+        u[n / 2] = (unsigned char)(n % 2 ? (u[n / 2] | v) : v << 4);
+        n++;
+    }
+    return n == 32 && !*e ? 0 : -1;
 }
 
 /* The ordinals, as the driver reads CUDA_VISIBLE_DEVICES: indices or UUIDs
@@ -92,6 +116,20 @@ static void vis_init(void)
                          u[11], u[12], u[13], u[14], u[15]);
                 if (e[0] && strncmp(s, e, strlen(e)) == 0)
                     p = i;
+            }
+            /* a GPU the stand-in does not know by that UUID (a container's
+             * GPU as a test cluster named it): the next physical device
+             * not named yet takes it */
+            unsigned char u[16];
+            for (int i = 0; p < 0 && i < n_phys() && parse_uuid(e, u) == 0; i++) {
+                int taken = 0;
+                for (int k = 0; k < n_ord; k++)
+                    taken |= phys[k] == i;
+                if (!taken) {
+                    memcpy(adopted[i], u, 16);
+                    is_adopted[i] = 1;
+                    p = i;
+                }
             }
         }
         if (p < 0)
