@@ -163,8 +163,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         char *end;
         unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
-        if (n > 0 && *end == '\0' && n <= s->opts.max_body && n <= HTTP_PREALLOC &&
-            (ctx->buf = malloc(n + 1)))
+        if (n / 4 > s->opts.max_body && *end == '\0') {
+            /* refused before the body comes: a client announcing gigabytes
+             * must not hold the connection while it sends them (the body is
+             * not read and the connection closes after the answer, which a
+             * client still sending may not see: a body a little too large
+             * is read and thrown away, so that its sender reads the 413) */
+            ctx->too_big = 1;
+            struct http_response resp = {200, NULL, NULL, 0, NULL, NULL};
+            http_resp_error(&resp, 413, "request body larger than %zu bytes", s->opts.max_body);
+            return send_resp(s, c, &resp);
+        }
+        if (n > 0 && *end == '\0' && n <= HTTP_PREALLOC && (ctx->buf = malloc(n + 1)))
             ctx->cap = n + 1;
         return MHD_YES;
     }

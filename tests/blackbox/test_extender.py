@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -711,6 +712,16 @@ def test_bad_input_is_rejected_and_state_untouched(ext):
     huge = b'{"Pod": "' + b"x" * (9 << 20) + b'"}'
     r = requests.post(ext.url + "/filter", data=huge, timeout=30)
     assert r.status_code == 413
+    # a client announcing 10 GB is answered before it sends them, and cut off
+    with socket.create_connection(("127.0.0.1", ext.port), timeout=5) as sk:
+        sk.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: 10737418240\r\n\r\n" + b"x" * 65536)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sk.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 413"), got
     assert requests.get(ext.url + "/healthz", timeout=5).status_code == 200
     assert ext.metric("gpusched_allocations") == before
 
