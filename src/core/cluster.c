@@ -343,9 +343,15 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
             first_model = g->model_id;
         else if (g->model_id != first_model)
             p->homogeneous = 0;
+        int64_t ms = g->mem_mib > 0 ? g->free_mem_mib * CORE_MILLI / g->mem_mib : CORE_MILLI;
+        int fm = g->free_milli;
+        ms = ms < 0 ? 0 : ms > CORE_MILLI ? CORE_MILLI : ms;
+        fm = fm < 0 ? 0 : fm > CORE_MILLI ? CORE_MILLI : fm;
+        k->split[k->n_usable] = fm << 11 | (int)ms;
         k->share[k->n_usable++] = p->share[i];
     }
     qsort(k->share, (size_t)k->n_usable, sizeof k->share[0], cmp_int);
+    qsort(k->split, (size_t)k->n_usable, sizeof k->split[0], cmp_int);
     k->free_cpu = n->free_cpu_milli;
     k->model_mask = p->model_mask;
     for (int i = 0; i < n->n_gpus && !k->gpu_mem; i++)
@@ -358,7 +364,7 @@ void core_node_refresh(struct core_cluster *c, struct core_node *n)
                  core_mix64((uint64_t)k->gpu_mem + 13);
     h = core_mix64(h ^ k->tags ^ ((uint64_t)k->n_usable << 40));
     for (int i = 0; i < k->n_usable; i++)
-        h = core_mix64(h ^ (uint64_t)k->share[i]);
+        h = core_mix64(h ^ (uint64_t)k->share[i] ^ ((uint64_t)k->split[i] << 20));
     p->key_hash = h;
     p->key_serial = p->homogeneous ? key_serial(c, k, h) : 0;
     hot_update(c, n);

@@ -600,7 +600,10 @@ static int raw_score(struct core_cluster *c, const struct core_cycle *cy,
                      const struct core_pod_key *pk, const struct core_node *n, uint64_t serial)
 {
     const struct core_policy *pol = cy->pol;
-    if (!(pol->flags & CORE_POLICY_NODE_STATE) || !serial)
+    /* a pod of several shared GPUs takes them by their places on the links
+     * (core_least_free_fitting), which the key does not say */
+    if (!(pol->flags & CORE_POLICY_NODE_STATE) || !serial ||
+        (cy->req->kind == CORE_REQ_SHARED && cy->req->num_gpu > 1))
         return pol->score(cy, n);
     if (!c->memo) {
         c->memo = calloc(CORE_MEMO_SLOTS, sizeof *c->memo);

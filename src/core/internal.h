@@ -20,6 +20,10 @@ struct core_node_key {
     uint32_t tags;             /* bit t set: the node holds a pod with tag t */
     int n_usable;
     int share[CORE_MAX_GPUS];  /* free shares of usable GPUs, sorted ascending */
+    /* the same GPUs' free compute and memory apart (compute << 11 | memory,
+     * thousandths, sorted): which GPUs a pod asking one and not the other,
+     * or both, fits, which the share (the smaller) does not say */
+    int split[CORE_MAX_GPUS];
 };
 
 /* What the filters need of a node, packed in one cache line and kept in a

@@ -57,6 +57,13 @@ static struct core_pod class_pod(int m, long uid)
         p.req.n_types = 1;
         snprintf(p.req.types[0], sizeof p.req.types[0], "%s", k->gpu_spec);
     }
+    /* some sharing pods ask memory too, or memory alone: a GPU's free
+     * memory and compute then part, which the share alone does not say */
+    if (p.req.kind == CORE_REQ_SHARED && uid % 3) {
+        p.req.mem_mib = (int64_t)16384 * k->milli / 1000 + (uid % 3 == 1 ? 2048 : 0);
+        if (uid % 3 == 2)
+            p.req.milli = 0;
+    }
     return p;
 }
 
