@@ -94,7 +94,9 @@ static enum core_code f_labels(const struct core_cycle *cy, const struct core_no
 {
     if (cy->pod->n_selector == 0 && cy->pod->n_terms == 0)
         return CORE_FIT;
-    if (core_pod_matches_labels(cy->pod, n->n_labels, n->label_keys, n->label_values))
+    /* with the node's name: matchFields on metadata.name pin a node (the
+     * simulator and standalone mode have no kube-scheduler to do it) */
+    if (core_pod_matches_node(cy->pod, n->name, n->n_labels, n->label_keys, n->label_values))
         return CORE_FIT;
     return reject(st, CORE_UNRESOLVABLE, "node labels do not match the pod's %s",
                   cy->pod->n_selector ? "nodeSelector" : "required node affinity");

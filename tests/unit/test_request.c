@@ -3,6 +3,8 @@
 #include <stdlib.h>
 
 #include "core/cluster.h"
+#include "core/core.h"
+#include "core/policy.h"
 #include "core/request.h"
 #include "test.h"
 
@@ -482,6 +484,40 @@ static void selection_tests(void)
     ASSERT_TRUE(core_pod_matches_labels(&pod, 0, NULL, NULL));
     ASSERT_TRUE(core_pod_tolerates(&pod, "anything", "x", "NoExecute"));
     core_pod_clear(&pod);
+    /* and the core's filter pins it (the simulator, standalone mode): a
+     * GPU pod pinned to n2 lands there, not on the emptier n1 */
+    {
+        struct core_cluster *c = core_cluster_new();
+        for (int k = 0; k < 2; k++) {
+            struct core_node_spec ns;
+            memset(&ns, 0, sizeof ns);
+            ns.name = k ? "n2" : "n1";
+            ns.cpu_milli = 8000;
+            ns.mem_bytes = (int64_t)8 << 30;
+            ns.n_gpus = k ? 1 : 4;
+            for (int g = 0; g < ns.n_gpus; g++) {
+                ns.gpus[g].index = g;
+                snprintf(ns.gpus[g].model, CORE_MODEL_MAX, "A100");
+                ns.gpus[g].mem_mib = 40960;
+                ns.gpus[g].healthy = 1;
+            }
+            ASSERT_EQ(core_cluster_upsert_node(c, &ns, &e), 0);
+        }
+        ASSERT_EQ(parse("{\"spec\":{\"affinity\":{\"nodeAffinity\":"
+                        "{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":"
+                        "[{\"matchFields\":[{\"key\":\"metadata.name\",\"operator\":\"In\","
+                        "\"values\":[\"n2\"]}]}]}}},\"containers\":[{\"name\":\"c\","
+                        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}",
+                        &pod, &e),
+                  0);
+        struct core_decision d;
+        for (int i = 0; i < core_policy_count(); i++) {
+            ASSERT_EQ(core_schedule_one(c, core_policy_at(i), &pod, &d, &e), 0);
+            ASSERT_STREQ(d.node->name, "n2");
+        }
+        core_pod_clear(&pod);
+        core_cluster_free(c);
+    }
 
     /* preferred node affinity: each matching term adds its weight (matchFields
      * too); kept apart from the required terms, which it never narrows */
