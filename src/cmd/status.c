@@ -25,6 +25,7 @@
 
 #include "cmd/cmd.h"
 #include "core/cluster.h"
+#include "core/policy.h"
 #include "core/quota.h"
 #include "core/request.h"
 #include "ext/annot.h"
@@ -62,7 +63,9 @@ static void warn(struct status *st, const char *fmt, ...)
 
 static void add_usage(struct status *st, const char *node, const json_t *annotations);
 
-static void add_nodes(struct status *st, const json_t *items)
+/* ttl: the extender's staleness rule in cluster mode (a standalone
+ * extender never applies one: 0) */
+static void add_nodes(struct status *st, const json_t *items, double ttl)
 {
     size_t i;
     const json_t *node;
@@ -75,7 +78,7 @@ static void add_nodes(struct status *st, const json_t *items)
         if (ext_node_spec(node, st->names, &spec, &buf, &updated, &e) < 0 ||
             core_cluster_upsert_node(st->c, &spec, &e) < 0)
             warn(st, "node %zu skipped: %s", i, e.msg);
-        else if (updated > 0 && (double)time(NULL) - updated > STATUS_INVENTORY_TTL)
+        else if (ttl > 0 && updated > 0 && (double)time(NULL) - updated > ttl)
             core_cluster_set_available(st->c, spec.name, 0, &e); /* shown as stale */
         ext_node_buf_clear(&buf);
         const char *name = kube_meta_str(node, "name");
@@ -189,7 +192,7 @@ static int fold_record(void *ud, const json_t *rec, struct gs_err *e)
         json_object_set(jf->live, uid, (json_t *)rec);
     else if (op && uid && strcmp(op, "release") == 0)
         json_object_del(jf->live, uid);
-    else
+    else if (!op || strcmp(op, "workload") != 0) /* the learned workload's: not status's */
         warn(jf->st, "journal record without op/uid skipped");
     return 0;
 }
@@ -256,7 +259,7 @@ static int from_cluster(struct status *st, const char *kubeconfig, int quotas, s
     if ((rc = kube_get(kc, "/api/v1/nodes", &nodes, e)) < 0 ||
         (rc = kube_get(kc, "/api/v1/pods", &pods, e)) < 0)
         goto out;
-    add_nodes(st, json_object_get(nodes, "items"));
+    add_nodes(st, json_object_get(nodes, "items"), STATUS_INVENTORY_TTL);
     add_pods(st, json_object_get(pods, "items"));
     if (quotas) {
         rc = kube_get(kc, "/apis/gpusched.io/v1/gpuquotas", &ql, e);
@@ -290,7 +293,7 @@ static int from_state_dir(struct status *st, const char *dir, const char *nodes_
         json_decref(nodes);
         return gs_errf(e, GS_EINVAL, "%s: not a NodeList (no items array)", nodes_file);
     }
-    add_nodes(st, json_object_get(nodes, "items"));
+    add_nodes(st, json_object_get(nodes, "items"), 0);
     json_decref(nodes);
     if (read_journal(st, dir, e) < 0)
         return -GS_EINVAL;
@@ -359,15 +362,6 @@ static int mig_unhealthy(const struct core_gpu *gpu)
 }
 
 /* MIG GPUs count the memory of their used instances. */
-static int64_t gpu_mem_used(const struct core_gpu *gpu)
-{
-    int64_t m = gpu->mem_mib - gpu->free_mem_mib;
-    if (gpu->mig_enabled)
-        for (int i = 0; i < gpu->n_mig; i++)
-            m += gpu->mig[i].used ? gpu->mig[i].mem_mib : 0;
-    return m;
-}
-
 struct model_total {
     char model[CORE_MODEL_MAX];
     int gpus, free_gpus, unhealthy;
@@ -395,9 +389,9 @@ static int model_totals(struct core_cluster *c, struct model_total *mt, int max)
             }
             mt[k].gpus++;
             mt[k].mem += gpu->mem_mib;
-            mt[k].mem_used += gpu_mem_used(gpu);
-            mt[k].milli_used += 1000 - gpu->free_milli;
-            mt[k].free_gpus += gpu->n_pods == 0 && gpu->healthy;
+            mt[k].mem_used += core_gpu_mem_used(gpu);
+            mt[k].milli_used += core_gpu_milli_used(gpu);
+            mt[k].free_gpus += gpu->n_pods == 0 && gpu->healthy && node->available;
             mt[k].unhealthy += !gpu->healthy;
         }
         if (node->n_gpus > 0) /* a node's fragmentation goes to its first GPU's model */
@@ -420,8 +414,8 @@ static void print_table(struct status *st, int wide, const struct colours *co)
         const struct core_node *n = core_cluster_node(c, i);
         for (int g = 0; g < n->n_gpus; g++) {
             const struct core_gpu *gpu = &n->gpus[g];
-            int used_milli = 1000 - gpu->free_milli;
-            int64_t used_mem = gpu_mem_used(gpu);
+            int used_milli = core_gpu_milli_used(gpu);
+            int64_t used_mem = core_gpu_mem_used(gpu);
             int sick = mig_unhealthy(gpu); /* some MIG instances, the GPU healthy */
             char bad[24];
             snprintf(bad, sizeof bad, "%d/%d bad", sick, gpu->n_mig);
@@ -559,8 +553,8 @@ static void print_json(struct status *st)
             json_t *gj = json_pack("{s:i, s:s, s:s, s:I, s:I, s:i, s:b, s:o}", "index",
                                    gpu->index, "uuid", gpu->uuid, "model", gpu->model,
                                    "memory_mib", (json_int_t)gpu->mem_mib, "memory_used_mib",
-                                   (json_int_t)gpu_mem_used(gpu), "milli_used",
-                                   1000 - gpu->free_milli, "healthy", gpu->healthy, "pods", pl);
+                                   (json_int_t)core_gpu_mem_used(gpu), "milli_used",
+                                   core_gpu_milli_used(gpu), "healthy", gpu->healthy, "pods", pl);
             if (gj && gpu->mig_enabled)
                 json_object_set_new(gj, "mig_unhealthy", json_integer(mig_unhealthy(gpu)));
             json_array_append_new(gpus, gj);
@@ -628,9 +622,14 @@ int cmd_status(int argc, char **argv)
         fprintf(stderr, "gpusched status: --kubeconfig and --state-dir exclude each other\n");
         return 2;
     }
-    if (state_dir && !nodes) {
-        fprintf(stderr, "gpusched status: --state-dir needs --nodes FILE (the extender's node "
-                        "list)\n");
+    if (!!state_dir != !!nodes) {
+        fprintf(stderr, "gpusched status: --state-dir and --nodes FILE go together (a "
+                        "standalone extender's journal and node list)\n");
+        return 2;
+    }
+    if (quota_file && (!quotas || !state_dir)) {
+        fprintf(stderr, "gpusched status: --quota-file needs --quotas and --state-dir (in a "
+                        "cluster the GPUQuota objects are read)\n");
         return 2;
     }
     if (core_names_prefixed(&names, res_prefix, annot_prefix, &e) < 0) {

@@ -252,6 +252,26 @@ int core_cluster_model_count(const struct core_cluster *c)
 
 /* ---- node state cache ------------------------------------------------- */
 
+int64_t core_gpu_mem_used(const struct core_gpu *g)
+{
+    int64_t m = g->mem_mib - g->free_mem_mib;
+    for (int i = 0; g->mig_enabled && i < g->n_mig; i++)
+        m += g->mig[i].used ? g->mig[i].mem_mib : 0;
+    return m;
+}
+
+int core_gpu_milli_used(const struct core_gpu *g)
+{
+    int milli = CORE_MILLI - g->free_milli;
+    if (g->mig_enabled && g->mem_mib > 0) { /* MIG pods take no share: their slices do */
+        int64_t mig = 0;
+        for (int i = 0; i < g->n_mig; i++)
+            mig += g->mig[i].used ? g->mig[i].mem_mib : 0;
+        milli += (int)(mig * CORE_MILLI / g->mem_mib);
+    }
+    return milli;
+}
+
 int core_gpu_held_whole(const struct core_gpu *g)
 {
     int used = 0;

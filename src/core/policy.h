@@ -86,6 +86,11 @@ int core_policy_register(const struct core_policy *p, struct gs_err *e);
 /* A GPU's free compute share (see core.h): min(free_milli, floor(1000 *
  * free_mem / mem)). */
 int core_gpu_free_share(const struct core_gpu *g);
+/* What pods hold of GPU g: memory (MiB) and compute (thousandths), the
+ * used MIG instances' included (an instance's compute counted as its share
+ * of the GPU's memory), for reports and metrics. */
+int64_t core_gpu_mem_used(const struct core_gpu *g);
+int core_gpu_milli_used(const struct core_gpu *g);
 /* Whether a pod that is not a MIG pod holds GPU g (one placed before the
  * GPU went into MIG mode): its MIG instances are not to be handed out. */
 int core_gpu_held_whole(const struct core_gpu *g);

@@ -479,8 +479,8 @@ void ext_sched_collect(struct ext_sched *s, struct metrics *m)
             rows[k].gpus += 1;
             rows[k].used += used;
             rows[k].free += !used && gp->healthy && nd->available;
-            rows[k].mem += (double)(gp->mem_mib - gp->free_mem_mib);
-            rows[k].milli += CORE_MILLI - gp->free_milli;
+            rows[k].mem += (double)core_gpu_mem_used(gp);
+            rows[k].milli += core_gpu_milli_used(gp);
         }
     }
     core_cluster_stats(s->c, &st);

@@ -347,6 +347,11 @@ def test_shared_gpu_memory_and_cores(ext):
                        "nvidia.com/gpu-cores": "30"})
     ext.place(q, ["a100-1"])
     assert ext.metric("gpusched_gpu_compute_allocated_milli") == 600
+    # a MIG pod holds its instances' memory, and their share of compute (was 0)
+    mem = ext.metric('gpusched_gpu_memory_allocated_mib{node="mig-1"')
+    ext.place(pod("slices", {"nvidia.com/mig-1g.10gb": "2"}), ["mig-1"])
+    assert ext.metric('gpusched_gpu_memory_allocated_mib{node="mig-1"') > mem
+    assert ext.metric('gpusched_gpu_compute_allocated_milli{node="mig-1"') > 0
 
 
 def test_vcuda_request(ext):

@@ -68,12 +68,16 @@ def test_standalone_json(gpusched_bin, standalone):
     assert t4 == [dict(t4[0], pods=["ml/inf"], memory_used_mib=8192, milli_used=250)]
     assert g["mig-1"][0]["pods"] == ["cv/mig"]
     assert g["mig-1"][0]["memory_used_mib"] == 2 * 9856
+    # its instances' compute, as their share of the GPU's memory (was 0)
+    mig_milli = 2 * 9856 * 1000 // g["mig-1"][0]["memory_mib"]
+    assert g["mig-1"][0]["milli_used"] == mig_milli > 0
     assert all(not x["pods"] for x in g["a100-2"])  # released
     models = {m["model"]: m for m in doc["models"]}
     assert models["Tesla-T4"]["gpus"] == 2 and models["Tesla-T4"]["free_gpus"] == 1
     assert models["Tesla-T4"]["milli_used"] == 250
     a100 = models["NVIDIA A100-SXM4-80GB"]
-    assert a100["gpus"] == 13 and a100["free_gpus"] == 10 and a100["milli_used"] == 2000
+    assert a100["gpus"] == 13 and a100["free_gpus"] == 10
+    assert a100["milli_used"] == 2000 + mig_milli
     assert "quotas" not in doc
 
 
@@ -136,9 +140,31 @@ def test_torn_journal_tail_is_skipped_read_only(gpusched_bin, standalone):
     assert os.path.getsize(journal) == size  # status never writes
 
 
+def test_standalone_nodes_are_never_stale_and_restarts_warn_of_nothing(gpusched_bin, tmp_path):
+    # a standalone extender applies no inventory TTL: a node list taken long
+    # ago is what it schedules against; its restart records (the learned
+    # workload's) are not status's business
+    nodes = write_nodes(tmp_path / "nodes.json",
+                        [gpu_node("old", n=2, updated_at="2020-01-01T00:00:00Z")])
+    state = tmp_path / "state"
+    for _ in range(2):
+        e = Extender(gpusched_bin, ["--nodes", nodes, "--state-dir", str(state)])
+        e.place(pod(f"p{_}", {"nvidia.com/gpu": "1"}), ["old"])
+        e.stop()
+    doc, err = status_json(gpusched_bin, "--state-dir", str(state), "--nodes", nodes)
+    assert doc["nodes"][0]["available"] is True, doc
+    assert "skipped" not in err, err
+
+
 def test_errors(gpusched_bin, standalone, tmp_path):
     r = run(gpusched_bin, "status", "--state-dir", standalone["state"])
-    assert r.returncode == 2 and "--state-dir needs --nodes" in r.stderr
+    assert r.returncode == 2 and "--state-dir and --nodes FILE go together" in r.stderr
+    # --nodes alone read whatever cluster the kubeconfig named
+    r = run(gpusched_bin, "status", "--nodes", standalone["nodes"])
+    assert r.returncode == 2 and "--state-dir and --nodes FILE go together" in r.stderr
+    r = run(gpusched_bin, "status", "--state-dir", standalone["state"], "--nodes",
+            standalone["nodes"], "--quota-file", standalone["quotas"])
+    assert r.returncode == 2 and "--quota-file needs --quotas" in r.stderr
     r = run(gpusched_bin, "status", "--state-dir", standalone["state"], "--nodes",
             standalone["nodes"], "-o", "yaml")
     assert r.returncode == 2 and "'yaml' is not wide or json" in r.stderr
