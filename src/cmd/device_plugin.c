@@ -169,7 +169,9 @@ int cmd_device_plugin(int argc, char **argv)
                 "CDI kind of the device names, which are the GPU and MIG UUIDs "
                 "(nvidia.com/gpu)"),
         OPT_INT("publish-interval", &publish_s, "SECONDS",
-                "refresh the node's inventory annotation this often", 1, 86400),
+                "refresh the node's inventory annotation this often; keep it below the "
+                "extender's inventory_ttl (300 s), which takes older inventories as stale",
+                1, 86400),
         OPT_INT("healthz-grace", &grace_s, "SECONDS",
                 "/healthz fails once a resource has gone this long without being served "
                 "and registered with kubelet, or the control loop this long without a turn",
@@ -252,6 +254,10 @@ int cmd_device_plugin(int argc, char **argv)
     cfg.alloc.annot_prefix = annot_prefix;
     if (!no_limiter)
         cfg.alloc.limiter_dir = limiter_setup(limiter_dir, limiter_lib);
+    if (publish_s >= 300)
+        log_warn("dp", "--publish-interval %lld s: at or past the extender's default "
+                 "inventory_ttl (300 s), the node goes stale between refreshes unless "
+                 "inventory_ttl is raised", (long long)publish_s);
     cfg.publish_interval_s = (int)publish_s;
     cfg.api_wait_s = (int)api_wait_s;
     cfg.healthz_grace_s = (int)grace_s;

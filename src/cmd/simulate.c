@@ -90,10 +90,12 @@ static int parse_seeds(const char *s, uint64_t *out, int *n, struct gs_err *e)
         }
         if (errno == ERANGE || b < a || (*end && *end != ','))
             return gs_errf(e, GS_EINVAL, "--seeds: '%s' is not a seed list like 42-51", s);
+        if (b > (1ULL << 63) - 1) /* the JSON's integers; and v <= b must end */
+            return gs_errf(e, GS_EINVAL, "--seeds: %llu is past 2^63-1", b);
         if (b - a >= MAX_SEEDS || *n + (int)(b - a) + 1 > MAX_SEEDS)
             return gs_errf(e, GS_EINVAL, "--seeds: more than %d seeds", MAX_SEEDS);
-        for (unsigned long long v = a; v <= b; v++)
-            out[(*n)++] = v;
+        for (unsigned long long k = 0; k <= b - a; k++)
+            out[(*n)++] = a + k;
         p = *end ? end + 1 : end;
     }
     if (*n == 0)
@@ -228,7 +230,7 @@ int cmd_simulate(int argc, char **argv)
 {
     const char *nodes = NULL, *pods = NULL, *policy = NULL, *seeds_s = "42-51";
     const char *json = NULL, *csv = NULL, *plot = NULL, *title = NULL;
-    const char *mode = "arrival", *load_s = "1";
+    const char *mode = "arrival", *load_s = NULL; /* NULL: 1 */
     double tune = 1.3, scale = 1;
     long threads = 0;
     int list = 0, npos = 0, bound = 0, learned = 0;
@@ -277,6 +279,16 @@ int cmd_simulate(int argc, char **argv)
                 "--tune)\n");
         return 2;
     }
+    if (!time_mode && load_s) {
+        fprintf(stderr, "gpusched simulate: --load is for --mode time (arrivals compressed "
+                "in time)\n");
+        return 2;
+    }
+    if (time_mode && tune != 1.3) {
+        fprintf(stderr, "gpusched simulate: --tune is for the arrival mode (--mode time has "
+                "--scale)\n");
+        return 2;
+    }
     if (time_mode && bound) {
         fprintf(stderr, "gpusched simulate: --bound is for the arrival mode\n");
         return 2;
@@ -292,7 +304,7 @@ int cmd_simulate(int argc, char **argv)
     int n_seeds, n_pols, n_loads = 0;
     if (parse_seeds(seeds_s, seeds, &n_seeds, &e) < 0 ||
         parse_policies(policy, pols, &n_pols, &e) < 0 ||
-        (time_mode && parse_loads(load_s, loads, &n_loads, &e) < 0)) {
+        (time_mode && parse_loads(load_s ? load_s : "1", loads, &n_loads, &e) < 0)) {
         fprintf(stderr, "gpusched simulate: %s\n", e.msg);
         return 2;
     }

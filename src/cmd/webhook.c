@@ -270,6 +270,12 @@ int cmd_webhook(int argc, char **argv)
             fprintf(stderr, "gpusched webhook: %s\n", e.msg);
             return 2;
         }
+        if (bytes < (1 << 20)) { /* 0 MiB would switch the check off */
+            fprintf(stderr, "gpusched webhook: --max-gpu-memory: '%s' is less than 1 MiB; "
+                            "plain numbers are bytes (did you mean '%sGi'?)\n", max_mem,
+                    max_mem);
+            return 2;
+        }
         o.config.cluster.max_gpu_mem_mib = bytes >> 20;
     }
     if (max_model)

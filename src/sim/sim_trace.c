@@ -21,6 +21,7 @@ struct csv {
     const char *p, *end, *file;
     int line;
     int nf;
+    int header_nf; /* the header's fields: no row has more */
     const char *f[FIELDS_MAX];
     int flen[FIELDS_MAX];
 };
@@ -89,6 +90,7 @@ static int csv_header(struct csv *c, struct col *cols, int ncols, struct gs_err 
         return rc;
     if (rc == 0)
         return gs_errf(e, GS_EINVAL, "%s: empty file (expected a header line)", c->file);
+    c->header_nf = c->nf;
     for (int k = 0; k < ncols; k++) {
         cols[k].idx = -1;
         for (int i = 0; i < c->nf; i++) {
@@ -170,6 +172,11 @@ static int get_time(const struct csv *c, const struct col *col, int64_t *out, st
 
 static int check_fields(const struct csv *c, const struct col *cols, int ncols, struct gs_err *e)
 {
+    /* a ',' where '|' was meant (gpu_spec "V100M16,V100M32") must not drop
+     * the rest of the row */
+    if (c->nf > c->header_nf)
+        return gs_errf(e, GS_EINVAL, "%s:%d: %d fields, the header has %d (a list in a field "
+                       "is written with '|')", c->file, c->line, c->nf, c->header_nf);
     for (int k = 0; k < ncols; k++)
         if (cols[k].idx >= c->nf)
             return gs_errf(e, GS_EINVAL, "%s:%d: %d fields, column %d (%s) is missing", c->file,
@@ -199,7 +206,7 @@ static int cmp_node_name(const void *a, const void *b)
 int sim_trace_parse_nodes(struct sim_trace *t, const char *buf, size_t len, const char *file,
                           struct gs_err *e)
 {
-    struct csv c = {buf, buf + len, file, 0, 0, {0}, {0}};
+    struct csv c = {buf, buf + len, file, 0, 0, 0, {0}, {0}};
     struct col cols[] = {
         {"sn", "name", 1, -1}, {"cpu_milli", NULL, 1, -1}, {"memory_mib", NULL, 1, -1},
         {"gpu", "num_gpu", 1, -1}, {"model", NULL, 1, -1},
@@ -293,7 +300,7 @@ static int check_spec(const struct csv *c, const struct col *col, const char *sp
 int sim_trace_parse_pods(struct sim_trace *t, const char *buf, size_t len, const char *file,
                          struct gs_err *e)
 {
-    struct csv c = {buf, buf + len, file, 0, 0, {0}, {0}};
+    struct csv c = {buf, buf + len, file, 0, 0, 0, {0}, {0}};
     struct col cols[] = {
         {"name", NULL, 1, -1},      {"cpu_milli", NULL, 1, -1}, {"memory_mib", NULL, 1, -1},
         {"num_gpu", NULL, 1, -1},   {"gpu_milli", NULL, 1, -1}, {"gpu_spec", NULL, 0, -1},

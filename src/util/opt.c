@@ -1,5 +1,6 @@
 /* util/opt.c - see opt.h. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,7 @@ static int set_value(const struct opt *o, const char *v, struct gs_err *e)
     case OPT_T_DBL: {
         errno = 0;
         double x = strtod(v, &end);
-        if (errno || end == v || *end)
+        if (errno || end == v || *end || !isfinite(x)) /* nan meant "unset" downstream */
             return gs_errf(e, GS_EINVAL, "--%s: '%s' is not a number", o->name, v);
         *(double *)o->dst = x;
         return 0;

@@ -41,3 +41,10 @@ def test_bad_flag_and_help(gpusched_bin, cmd):
         "--no-such-flag" in r.stderr, r.stderr
     r = run(gpusched_bin, cmd, "--help")
     assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stdout
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_number_flag_takes_finite_numbers_only(gpusched_bin, value):
+    # the extender read nan as "unset" and kept its default without a word
+    r = run(gpusched_bin, "extender", "--bind-wait", value, "--nodes", "/nonexistent")
+    assert r.returncode == 2 and f"--bind-wait: '{value}' is not a number" in r.stderr, r.stderr

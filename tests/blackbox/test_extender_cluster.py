@@ -1319,8 +1319,10 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         assert not api.get("pods", "high", "default")["status"].get("nominatedNodeName")
         # g1 would cost a 500, g2 two 100s: g2. The deletes are slow; a second
         # /filter meanwhile preempts nothing more, and /preempt offers nothing
-        # (2.5 s each: the second /filter must come while they last, on a busy CI)
-        api.delay("DELETE", "/pods/", 2.5, times=2)
+        # (2.5 s, then 6 s: the second /filter and /preempt must come while they
+        # last, on a busy CI; 2.5 s each was not always enough)
+        api.delay("DELETE", "/pods/", 2.5, times=1)
+        api.delay("DELETE", "/pods/", 6.0, times=1)
         first = threading.Thread(target=lambda: e.filter(api.get("pods", "high", "default"),
                                                          ["g1", "g2"]))
         first.start()

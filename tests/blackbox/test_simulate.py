@@ -119,6 +119,9 @@ POD_HDR = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
      "column 5 (gpu_milli): '5x0' is not an integer"),
     (NODES_OK, POD_HDR + "p1,1000,10,1,500,A100\n", "pods.csv:2",
      "unknown GPU model 'A100'"),
+    # ',' for '|' in gpu_spec: the second model was dropped without a word
+    (NODES_OK, POD_HDR + "p1,1000,10,1,500,T4,T4\n", "pods.csv:2",
+     "7 fields, the header has 6"),
     ("", POD_HDR + "p1,1000,10,1,500,\n", "nodes.csv", "empty file"),
     (NODES_OK, "", "pods.csv", "empty file"),
     (NODES_OK, POD_HDR + "p1,1000,10,1,500,\nbig,200000,10,1,1000,\n", "pods.csv:3",
@@ -142,6 +145,9 @@ def test_bad_input(gpusched_bin, tmp_path, nodes, pods, where, what):
     (["--policy", "fgd,nope"], "unknown policy 'nope' (known: random, dotprod"),
     (["--seeds", "5-1"], "--seeds"),
     (["--seeds", "x"], "--seeds"),
+    # the largest 64-bit seed looped for ever, writing past the seed array
+    (["--seeds", "18446744073709551615"], "--seeds: 18446744073709551615 is past 2^63-1"),
+    (["--seeds", "9223372036854775807-18446744073709551615"], "is past 2^63-1"),
     (["--tune", "0"], "--tune"),
     ([], None),
 ])

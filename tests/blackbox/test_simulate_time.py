@@ -116,6 +116,12 @@ def test_scale_only_in_time_mode(gpusched_bin, tmp_path):
     n, p = write(tmp_path)
     r = run(gpusched_bin, "simulate", "--nodes", n, "--pods", p, "--scale", "2")
     assert r.returncode == 2 and "--scale is for --mode time" in r.stderr, r.stderr
+    # each mode's own knob is refused by the other, not ignored
+    r = run(gpusched_bin, "simulate", "--nodes", n, "--pods", p, "--load", "2")
+    assert r.returncode == 2 and "--load is for --mode time" in r.stderr, r.stderr
+    r = run(gpusched_bin, "simulate", "--mode", "time", "--nodes", n, "--pods", p, "--tune",
+            "2")
+    assert r.returncode == 2 and "--tune is for the arrival mode" in r.stderr, r.stderr
     js = tmp_path / "s.json"
     r = run(gpusched_bin, "simulate", "--mode", "time", "--nodes", n, "--pods", p,
             "--scale", "2", "--policy", "fgd", "--seeds", "1", "--json", str(js))

@@ -780,6 +780,10 @@ def test_start_errors(gpusched_bin, tmp_path):
     b = gen_certs(gpusched_bin, tmp_path / "b")
     r = start_fails(gpusched_bin)
     assert r.returncode == 2 and "--tls-cert and --tls-key are required" in r.stderr
+    # a number without a unit is bytes: 80 bytes were 0 MiB, which turned the check off
+    r = start_fails(gpusched_bin, "--tls-cert", str(a / "tls.crt"), "--tls-key",
+                    str(a / "tls.key"), "--max-gpu-memory", "80")
+    assert r.returncode == 2 and "'80' is less than 1 MiB" in r.stderr, r.stderr
     r = start_fails(gpusched_bin, "--tls-cert", str(tmp_path / "none.crt"), "--tls-key",
                     str(a / "tls.key"))
     assert "none.crt" in r.stderr
