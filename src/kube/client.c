@@ -13,6 +13,7 @@
 
 #define POOL_MAX 8
 #define TOKEN_REFRESH_S 60
+#define KUBE_RETRIES_429 3 /* sends again after a 429, at most */
 
 struct kube_client {
     struct kube_config cfg;     /* deep copy */
@@ -263,29 +264,45 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
         free(payload);
         return gs_errf(e, GS_ENOMEM, "out of memory");
     }
-    if (!(h = kube_client_handle(c))) {
-        free(url);
-        free(payload);
-        return gs_errf(e, GS_ENOMEM, "cannot create a curl handle");
+    /* 429 Too Many Requests (API Priority and Fairness under load): the
+     * request was not served, so it is sent again, after the Retry-After it
+     * names (at most 2 s) or a short wait, as client-go does */
+    for (int attempt = 0;; attempt++) {
+        curl_off_t retry_after = 0;
+        if (!(h = kube_client_handle(c))) {
+            free(url);
+            free(payload);
+            gs_buf_free(&resp.b);
+            return gs_errf(e, GS_ENOMEM, "cannot create a curl handle");
+        }
+        hdrs = kube_client_headers(c, payload ? (content_type ? content_type : "application/json")
+                                              : NULL);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->opts.timeout_ms);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
+        if (payload) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
+        } else if (strcmp(method, "GET") == 0) {
+            curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        }
+        cr = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &retry_after);
+        curl_slist_free_all(hdrs);
+        kube_client_release(c, h);
+        if (cr != CURLE_OK || code != 429 || attempt == KUBE_RETRIES_429)
+            break;
+        gs_buf_free(&resp.b);
+        resp = (struct body){.max = c->opts.max_response};
+        double wait = retry_after > 0 ? (retry_after < 2 ? (double)retry_after : 2.0)
+                                      : 0.25 * (attempt + 1);
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
     }
-    hdrs = kube_client_headers(c, payload ? (content_type ? content_type : "application/json")
-                                          : NULL);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->opts.timeout_ms);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
-    if (payload) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
-    } else if (strcmp(method, "GET") == 0) {
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-    }
-    cr = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_slist_free_all(hdrs);
-    kube_client_release(c, h);
     free(url);
     free(payload);
     if (status)

@@ -370,6 +370,17 @@ static void test_requests(struct kube_client *c)
     ASSERT_EQ(status, 500);
     ASSERT_CONTAINS(e.msg, "injected failure");
     ASSERT_EQ(kube_get(c, "/api/v1/nodes/n1", NULL, &e), 0);
+    /* 429 (API Priority and Fairness): not served, so sent again, three
+     * times at most */
+    fake_control(c, "fail", json_pack("{s:s, s:s, s:i, s:i}", "method", "GET", "pattern",
+                                      "/nodes/n1$", "status", 429, "times", 2));
+    ASSERT_EQ(kube_get(c, "/api/v1/nodes/n1", NULL, &e), 0);
+    fake_control(c, "fail", json_pack("{s:s, s:s, s:i, s:i}", "method", "GET", "pattern",
+                                      "/nodes/n1$", "status", 429, "times", 4));
+    ASSERT_EQ(kube_request(c, "GET", "/api/v1/nodes/n1", NULL, NULL, NULL, &status, &e),
+              -GS_EUNAVAIL);
+    ASSERT_EQ(status, 429);
+    ASSERT_EQ(kube_get(c, "/api/v1/nodes/n1", NULL, &e), 0);
 
     ASSERT_EQ(kube_event(c, "Pod", "default", "p1", "uid-1", "Warning", "FailedScheduling",
                          "no GPU fits", &e), 0);
