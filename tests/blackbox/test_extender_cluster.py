@@ -1328,7 +1328,11 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         first.start()
         wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 1,
                  what="high kept g2 from the start")
-        assert e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"] == []
+        # (g2 itself once the victims are gone: on a busy CI the deletes have
+        # sometimes ended by then, whatever their delays; what matters is that
+        # no other node is offered and nothing more is deleted, checked below)
+        assert set(e.filter(api.get("pods", "high", "default"),
+                            ["g1", "g2"])["NodeNames"]) <= {"g2"}
         r = e.post("preempt", {"Pod": api.get("pods", "high", "default"),
                                "NodeNameToMetaVictims": {
                                    n: {"Pods": [], "NumPDBViolations": 0} for n in ("g1", "g2")}})
