@@ -24,6 +24,11 @@ struct evented {
     double at;
 };
 
+struct preempt_job {
+    struct preempt_job *next;
+    struct ext_preemption *pr;
+};
+
 struct ext_cluster {
     struct kube_client *kc;
     struct ext_sched *s;
@@ -34,6 +39,9 @@ struct ext_cluster {
     double pdbs_tried;         /* when it last tried (house thread) */
     struct kube_leader *leader;
     struct gs_worker wk;       /* housekeeping: nudges, inventory TTL, events */
+    struct gs_worker pw;       /* preemptions chosen by /filter, carried out in turn */
+    struct preempt_job *jobs, **jobs_tail; /* under pw.mu */
+    atomic_int jobs_ready;
     atomic_int freed;          /* GPUs were freed since the last nudge */
     atomic_int pods_synced, nodes_synced;
     struct evented ev[MAX_EVENTED];
@@ -419,8 +427,11 @@ static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
             return gs_errf(e, GS_EINVAL, "victim %s: no namespace", pr->v[i].pod);
         json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "kind", "DeleteOptions", "apiVersion",
                                  "v1", "preconditions", "uid", pr->v[i].uid);
-        int rc = kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL, &status,
-                              &de);
+        /* a stop waits for one delete at most, not one per victim */
+        int rc = gs_worker_stopping(&cl->pw)
+                     ? gs_errf(&de, GS_EUNAVAIL, "the extender is stopping")
+                     : kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL,
+                                    &status, &de);
         json_decref(opts);
         if (rc < 0 && status != 404 && status != 409) {
             /* the first one: nothing done, the preemption is forgotten; a
@@ -461,6 +472,66 @@ static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
                                   pr->v[i].pod, (int)pr->v[i].priority);
     log_info("extender", "%s", msg);
     return 0;
+}
+
+/* commit.later: the preemption goes to the pw thread, in the order chosen. */
+static int preempt_later(void *ud, struct ext_preemption *pr)
+{
+    struct ext_cluster *cl = ud;
+    struct preempt_job *j = malloc(sizeof *j);
+    if (!j)
+        return -1;
+    *j = (struct preempt_job){NULL, pr};
+    pthread_mutex_lock(&cl->pw.mu);
+    int stopping = gs_worker_stopping(&cl->pw);
+    if (!stopping) {
+        *cl->jobs_tail = j;
+        cl->jobs_tail = &j->next;
+        atomic_store(&cl->jobs_ready, 1);
+        pthread_cond_broadcast(&cl->pw.cv);
+    }
+    pthread_mutex_unlock(&cl->pw.mu);
+    if (stopping)
+        free(j);
+    return stopping ? -1 : 0;
+}
+
+/* Takes the oldest job off the queue, or NULL. */
+static struct preempt_job *job_take(struct ext_cluster *cl)
+{
+    pthread_mutex_lock(&cl->pw.mu);
+    struct preempt_job *j = cl->jobs;
+    if (j && !(cl->jobs = j->next))
+        cl->jobs_tail = &cl->jobs;
+    atomic_store(&cl->jobs_ready, cl->jobs != NULL);
+    pthread_mutex_unlock(&cl->pw.mu);
+    return j;
+}
+
+static void *preempt_main(void *arg)
+{
+    struct ext_cluster *cl = arg;
+    while (!gs_worker_sleep(&cl->pw, 3600, &cl->jobs_ready)) {
+        struct preempt_job *j = job_take(cl);
+        if (j)
+            ext_sched_carry_out(cl->s, j->pr);
+        free(j);
+    }
+    return NULL;
+}
+
+/* At a stop: what was not carried out is dropped (the process ends; the
+ * victims stay). */
+static void preempt_stop(struct ext_cluster *cl)
+{
+    gs_worker_stop(&cl->pw);
+    for (struct preempt_job *j; (j = job_take(cl));) {
+        log_warn("extender", "preempting for %s on %s: not carried out, stopping", j->pr->pod,
+                 j->pr->node);
+        free(j->pr);
+        free(j);
+    }
+    gs_worker_destroy(&cl->pw);
 }
 
 int ext_cluster_leader(void *cluster, char *out, size_t cap)
@@ -665,8 +736,15 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
             return rc;
         }
     }
+    cl->jobs_tail = &cl->jobs;
+    if (gs_worker_start(&cl->pw, preempt_main, cl) < 0) {
+        kube_leader_stop(cl->leader);
+        free(cl);
+        return gs_errf(e, GS_ENOMEM, "cannot start a thread");
+    }
     ext_sched_set_commit(s, &(struct ext_commit){.bind = commit_bind, .may_bind = may_act,
-                                                  .preempt = commit_preempt, .ud = cl});
+                                                  .preempt = commit_preempt,
+                                                  .later = preempt_later, .ud = cl});
     ext_sched_pdbs_pending(s); /* until pdbs_start's watch has listed them */
     if ((rc = kube_watch_start(kc, &(struct kube_watch_opts){.path = "/api/v1/nodes"}, &node_ops,
                                cl, &cl->nodes, e)) < 0 ||
@@ -677,6 +755,7 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
         kube_watch_stop(cl->pods);
         kube_leader_stop(cl->leader);
         ext_sched_set_commit(s, &(struct ext_commit){0});
+        preempt_stop(cl);
         free(cl);
         return rc < 0 ? rc : gs_errf(e, GS_ENOMEM, "cannot start a thread");
     }
@@ -689,6 +768,7 @@ void ext_cluster_stop(struct ext_cluster *cl)
     if (!cl)
         return;
     gs_worker_stop(&cl->wk);
+    preempt_stop(cl);
     kube_watch_stop(cl->pods); /* its events wake the stopped worker: harmless */
     kube_watch_stop(cl->nodes);
     kube_watch_stop(atomic_load(&cl->pdbs)); /* the house thread that starts it is gone */

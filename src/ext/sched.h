@@ -85,6 +85,14 @@ struct ext_commit {
      * without the lock. An error: nothing was done. 0 with some victims'
      * `failed` set: the others are going. NULL: /filter never preempts. */
     int (*preempt)(void *ud, struct ext_preemption *pr, struct gs_err *e);
+    /* Has ext_sched_carry_out(pr) run later on a thread of its own, and
+     * takes pr; -1: it cannot (stopping), the caller runs it now. The
+     * deletes wait on the API server, up to its timeout per victim, and an
+     * HTTP worker serves its connections one request at a time: /bind,
+     * /healthz and the next /filter on them would wait too (and a second
+     * /filter of the pod would find the victims gone, its answer changed
+     * by the wait). NULL: carried out before /filter answers. */
+    int (*later)(void *ud, struct ext_preemption *pr);
     void *ud;
 };
 
@@ -115,6 +123,9 @@ struct ext_sched_opts {
 int ext_sched_new(const struct ext_sched_opts *opts, struct ext_sched **out, struct gs_err *e);
 void ext_sched_free(struct ext_sched *s);
 void ext_sched_set_commit(struct ext_sched *s, const struct ext_commit *c);
+/* Carries out a preemption a /filter chose (commit.preempt) and frees pr;
+ * one that failed is forgotten (its node no longer kept for the pod). */
+void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr);
 /* Replaces the GPUQuotas in force (takes ownership of q; core/quota.h).
  * /filter and /bind then refuse a pod that would exceed its namespace's
  * quota, counted from the current allocations; /metrics shows usage per

@@ -246,10 +246,9 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
     return oom ? -1 : changed;
 }
 
-/* Has the preemption /filter chose carried out (commit.preempt). One that
- * failed is forgotten: its victims keep their GPUs, and the node must not
- * stay kept for the pod. */
-static void carry_out(struct ext_sched *s, struct ext_preemption *pr)
+/* One that failed is forgotten: its victims keep their GPUs, and the node
+ * must not stay kept for the pod. */
+void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr)
 {
     struct gs_err e = GS_ERR_INIT;
     int rc = s->commit.preempt(s->commit.ud, pr, &e) != 0 ? -1 : 0;
@@ -439,7 +438,7 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     if (gpu && ok && nfit > 0)
         sched_expect_bind(s, pod->uid);
     /* no node fits: preempt for it (sched_preempt.c), the API calls made
-     * once the lock is let go */
+     * once the lock is let go, on the cluster's thread (commit.later) */
     if (p && ok && en && pos && nfit == 0 && s->opts.filter_preemption &&
         (pr = malloc(sizeof *pr)) &&
         !sched_filter_preempt(s, p, pod, a->pod, pos, en->fit, a->n, pr)) {
@@ -447,8 +446,8 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         pr = NULL;
     }
     pthread_mutex_unlock(&s->mu);
-    if (pr)
-        carry_out(s, pr);
+    if (pr && !(s->commit.later && s->commit.later(s->commit.ud, pr) == 0))
+        ext_sched_carry_out(s, pr);
 done:
     ext_memo_entry_clear(&own);
     free(own_pos);

@@ -1314,31 +1314,32 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         # a failed delete: nothing kept, nothing nominated, tried again next time
         api.fail("DELETE", "/pods/", 403, message="pods is forbidden")
         assert e.filter(api.get("pods", "high", "default"), ["g1", "g2"])["NodeNames"] == []
+        wait_for(lambda: e.metric('gpusched_extender_decisions_total{verb="preempt",'
+                                  'result="from_filter_error"}') == 1, what="the delete failed")
         assert e.metric("gpusched_extender_nominated_pods") == 0
         assert names() == ["a", "b", "c", "d", "high", "late", "never"]
         assert not api.get("pods", "high", "default")["status"].get("nominatedNodeName")
-        # g1 would cost a 500, g2 two 100s: g2. The deletes are slow; a second
-        # /filter meanwhile preempts nothing more, and /preempt offers nothing
-        # (2.5 s, then 6 s: the second /filter and /preempt must come while they
-        # last, on a busy CI; 2.5 s each was not always enough)
-        api.delay("DELETE", "/pods/", 2.5, times=1)
-        api.delay("DELETE", "/pods/", 6.0, times=1)
-        first = threading.Thread(target=lambda: e.filter(api.get("pods", "high", "default"),
-                                                         ["g1", "g2"]))
-        first.start()
-        wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 1,
-                 what="high kept g2 from the start")
-        # (g2 itself once the victims are gone: on a busy CI the deletes have
-        # sometimes ended by then, whatever their delays; what matters is that
-        # no other node is offered and nothing more is deleted, checked below)
-        assert set(e.filter(api.get("pods", "high", "default"),
-                            ["g1", "g2"])["NodeNames"]) <= {"g2"}
+        # g1 would cost a 500, g2 two 100s: g2. The deletes are slow and go on
+        # after /filter answers (off the HTTP worker, whose other connections
+        # would wait behind them: the second /filter below, sent on one of
+        # them, was once answered after the victims were gone). Meanwhile a
+        # second /filter preempts nothing more and gets no node, /preempt
+        # offers nothing
+        api.delay("DELETE", "/pods/", 3.0, times=2)
+        t0 = time.monotonic()
+        f = e.filter(api.get("pods", "high", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [] and time.monotonic() - t0 < 2.5, f
+        assert e.metric("gpusched_extender_nominated_pods") == 1  # kept from the start
+        f = e.filter(api.get("pods", "high", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == [], f
         r = e.post("preempt", {"Pod": api.get("pods", "high", "default"),
                                "NodeNameToMetaVictims": {
                                    n: {"Pods": [], "NumPDBViolations": 0} for n in ("g1", "g2")}})
         assert r.json()["NodeNameToMetaVictims"] == {}, r.text
-        first.join()
-        assert names() == ["a", "b", "high", "late", "never"]
+        assert time.monotonic() - t0 < 3.0, "answered while the first delete is under way"
+        wait_for(lambda: names() == ["a", "b", "high", "late", "never"], what="the victims gone")
+        wait_for(lambda: e.metric('gpusched_extender_decisions_total{verb="preempt",'
+                                  'result="from_filter"}') == 1, what="the preemption done")
         assert api.get("pods", "high", "default")["status"]["nominatedNodeName"] == "g2"
         reasons = [(ev["involvedObject"]["name"], ev["reason"], ev["message"])
                    for ev in api.list("events") if ev["reason"] == "Preempted"]
