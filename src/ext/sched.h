@@ -86,7 +86,7 @@ struct ext_commit {
      * `failed` set: the others are going. NULL: /filter never preempts. */
     int (*preempt)(void *ud, struct ext_preemption *pr, struct gs_err *e);
     /* Has ext_sched_carry_out(pr) run later on a thread of its own, and
-     * takes pr; -1: it cannot (stopping), the caller runs it now. The
+     * takes pr; -1: it cannot (stopping), the preemption is forgotten. The
      * deletes wait on the API server, up to its timeout per victim, and an
      * HTTP worker serves its connections one request at a time: /bind,
      * /healthz and the next /filter on them would wait too (and a second

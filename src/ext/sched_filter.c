@@ -248,12 +248,8 @@ static int memo_decide(struct ext_sched *s, struct ext_memo_entry *en, const str
 
 /* One that failed is forgotten: its victims keep their GPUs, and the node
  * must not stay kept for the pod. */
-void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr)
+static void preempt_ended(struct ext_sched *s, struct ext_preemption *pr, int rc)
 {
-    struct gs_err e = GS_ERR_INIT;
-    int rc = s->commit.preempt(s->commit.ud, pr, &e) != 0 ? -1 : 0;
-    if (rc < 0)
-        log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);
     pthread_mutex_lock(&s->mu);
     struct pod *p = sched_smap_get(&s->pods, pr->uid);
     if (p && sched_preempting(p) && strcmp(sched_preempting(p), pr->node) == 0) {
@@ -267,6 +263,15 @@ void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr)
     pthread_mutex_unlock(&s->mu);
     sched_decision(s, "preempt", rc < 0 ? "from_filter_error" : "from_filter");
     free(pr);
+}
+
+void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr)
+{
+    struct gs_err e = GS_ERR_INIT;
+    int rc = s->commit.preempt(s->commit.ud, pr, &e) != 0 ? -1 : 0;
+    if (rc < 0)
+        log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);
+    preempt_ended(s, pr, rc);
 }
 
 /* wait: -1 never waits; 0 answers EXT_FILTER_WAIT when it would; 1 waits
@@ -446,8 +451,13 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
         pr = NULL;
     }
     pthread_mutex_unlock(&s->mu);
-    if (pr && !(s->commit.later && s->commit.later(s->commit.ud, pr) == 0))
+    if (pr && !s->commit.later) {
         ext_sched_carry_out(s, pr);
+    } else if (pr && s->commit.later(s->commit.ud, pr) != 0) {
+        log_warn("extender", "preempting for %s on %s: not carried out (stopping, or out of "
+                 "memory)", pr->pod, pr->node);
+        preempt_ended(s, pr, -1); /* forgotten: not on this worker (commit.later) */
+    }
 done:
     ext_memo_entry_clear(&own);
     free(own_pos);

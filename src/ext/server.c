@@ -105,31 +105,6 @@ static int bind_busy(struct ext_server *s, const struct http_request *req,
     return -1;
 }
 
-/* /bind on the HTTP worker, when the bind threads take no more (stopping)
- * or there is no memory for its clock c: with the node lock, a bind to a
- * node another GPU pod still holds is parked until the node is released or
- * c's deadline, then tried again. Returns 1 when parked (no answer yet). */
-static int bind_or_wait(struct ext_server *s, const struct http_request *req,
-                        struct ext_reply *reply, int *status, const struct bind_clock *c)
-{
-    double now = wall_now(), deadline = c->deadline, started = c->waited ? c->started : now;
-    for (;;) {
-        *status = ext_sched_bind(s->opts.sched, req->body, req->body_len, reply);
-        if (*status != EXT_BIND_BUSY || !s->opts.lock)
-            break;
-        int w = bind_busy(s, req, reply, status, deadline, started, now);
-        if (w == 1) {
-            http_req_park(req);
-            return 1;
-        }
-        if (w < 0)
-            break;
-    }
-    if (now > started)
-        metric_observe(s->m_wait, NULL, now - started);
-    return 0;
-}
-
 static int run_bind(void *sched, const char *body, size_t len, struct ext_reply *r)
 {
     return ext_sched_bind(sched, body, len, r);
@@ -251,7 +226,14 @@ submit:
             return 1;
         clock_take(s, tok, &c);
     }
-    return bind_or_wait(s, req, reply, status, &c); /* stopping: on the worker */
+    /* the bind threads take no more (the extender is stopping) or there is
+     * no memory for the clock: refused, and kube-scheduler tries the pod
+     * again (with the next leader). Bound here, its API calls would hold
+     * this worker's connections, and the stop, for up to a timeout each */
+    *reply = (struct ext_reply){.json = ext_error("the extender is stopping or out of memory; "
+                                                  "retry")};
+    *status = 503;
+    return 0;
 }
 
 /* A request that parked has ended (http_server_opts.gone). What it left

@@ -7,6 +7,7 @@ the other refuses /bind; freed GPUs nudge pending pods; a stale
 inventory takes a node out; pods that fit nowhere get an Event.
 """
 import json
+import signal
 import threading
 import time
 
@@ -1370,6 +1371,37 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         assert bound(e.bind(api.get("pods", "high", "default"), "g2"))
         wait_for(lambda: e.metric("gpusched_extender_nominated_pods") == 0,
                  what="the nomination ends with the bind")
+    finally:
+        e.stop()
+
+
+def test_a_bind_sent_while_the_extender_stops_is_refused(gpusched_bin, api, tmp_path):
+    """Stopping, the extender lets its bind threads finish the binds they hold and
+    hands them no more: a /bind that arrives meanwhile is refused (kube-scheduler
+    tries the pod again, with the next leader), not carried out on the HTTP worker,
+    where its API calls would hold that worker's other connections and the stop."""
+    add_gpu_pod(api, "a", "1")
+    add_gpu_pod(api, "b", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for name, node in (("a", "g1"), ("b", "g2")):
+            wait_for(lambda: e.filter(api.get("pods", name, "default"), [node])["NodeNames"],
+                     what=f"{name} seen")
+        api.delay("POST", r"/pods/a/binding$", 3.0)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(
+            a=e.bind(api.get("pods", "a", "default"), "g1")))
+        t.start()
+        wait_for(lambda: any(m == "POST" and p.endswith("/pods/a/binding")
+                             for m, p, _ in list(api.requests)), what="a's bind under way")
+        e.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the stop waits for a's bind thread
+        r = e.bind(api.get("pods", "b", "default"), "g2")
+        assert "stopping" in r.json()["Error"], r.text
+        t.join()
+        assert bound(out["a"])
+        assert api.get("pods", "a", "default")["spec"]["nodeName"] == "g1"
+        assert not api.get("pods", "b", "default")["spec"].get("nodeName")
     finally:
         e.stop()
 
