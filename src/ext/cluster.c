@@ -184,6 +184,12 @@ static void pods_replace(void *ud, const json_t *items, const char *rv)
     atomic_store(&cl->freed, 1); /* GPUs may have been freed while we were away */
 }
 
+static void pods_list_begin(void *ud)
+{
+    struct ext_cluster *cl = ud;
+    ext_sched_list_begin(cl->s);
+}
+
 static void pods_event(void *ud, const char *type, const json_t *obj)
 {
     struct ext_cluster *cl = ud;
@@ -220,7 +226,7 @@ static void pdbs_event(void *ud, const char *type, const json_t *obj)
  * (ext_sched_pdbs_pending). House thread. */
 static void pdbs_start(struct ext_cluster *cl)
 {
-    static const struct kube_watch_ops ops = {pdbs_replace, pdbs_event};
+    static const struct kube_watch_ops ops = {pdbs_replace, pdbs_event, NULL};
     struct gs_err e = GS_ERR_INIT;
     struct kube_watch *w = NULL;
     json_t *got = NULL;
@@ -694,8 +700,8 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                       struct metrics *m, struct ext_cluster **out, struct gs_err *e)
 {
     struct ext_cluster *cl = calloc(1, sizeof *cl);
-    static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event};
-    static const struct kube_watch_ops pod_ops = {pods_replace, pods_event};
+    static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event, NULL};
+    static const struct kube_watch_ops pod_ops = {pods_replace, pods_event, pods_list_begin};
     int rc;
 
     if (!cl)

@@ -299,7 +299,7 @@ static void on_event(void *ud, const char *type, const json_t *obj)
 int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publish, void *ud,
                      struct metrics *m, struct ext_quotas **out, struct gs_err *e)
 {
-    static const struct kube_watch_ops ops = {on_replace, on_event};
+    static const struct kube_watch_ops ops = {on_replace, on_event, NULL};
     json_t *probe = NULL;
     int rc;
 

@@ -844,6 +844,13 @@ int ext_sched_bind_retries(struct ext_sched *s, char **out, int max)
  * annotations were written (the watch delivers them next). */
 static int keeps_through_relist(const struct pod *p) { return p && (p->binding || p->bound); }
 
+void ext_sched_list_begin(struct ext_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->list_from = s->n_binds;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
 {
     size_t i;
@@ -893,11 +900,12 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     free(gone);
     /* a kept pod the list does not have was deleted while we were away,
      * unless its bind is still committing (that commit then fails and
-     * undoes itself) */
+     * undoes itself) or committed after the list began: made after its
+     * snapshot, the pod comes with the watch that follows */
     SMAP_FOREACH(&s->pods, it)
     {
         struct pod *p = it->val;
-        if (p->seq <= before && !p->binding) {
+        if (p->seq <= before && !p->binding && !(p->bound && p->bound_no > s->list_from)) {
             core_unreserve(s->c, p->uid, NULL);
             forget(s, p);
         }

@@ -187,6 +187,10 @@ int ext_sched_release_one(struct ext_sched *s, const char *who, const char *uid,
 int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted);
 /* Cluster mode: a full pod list; every allocation is rebuilt from it. */
 void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
+/* The pods' list starts (kube_watch_ops.list_begin): a pod this replica
+ * binds from now on and the list lacks was made after its snapshot, and
+ * keeps its GPUs through ext_sched_replace_pods. */
+void ext_sched_list_begin(struct ext_sched *s);
 /* Pending GPU pods that found no node at their last /filter (for nudging);
  * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);

@@ -247,6 +247,8 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     if (ours) {
         p->binding = 0;
         p->bound = rc == 0;
+        if (p->bound)
+            p->bound_no = ++s->n_binds;
     }
     if (rc < 0 && ours && !unknown) {
         core_unreserve_undo(s->c, uid, NULL);

@@ -67,6 +67,7 @@ struct pod {
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
+    unsigned long bound_no; /* the s->n_binds of its bind (bound) */
     char nominated[CORE_NAME_MAX]; /* the node it is nominated to while it has none ("": none):
                                       its own preemption's (pre), else status.nominatedNodeName */
     struct sched_preempting *pre; /* the preemption /filter started for it, or NULL */
@@ -99,6 +100,8 @@ struct ext_sched {
     int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
     unsigned long seq;
+    unsigned long n_binds, list_from; /* binds committed; and by the start of the pods'
+                                         last list (ext_sched_list_begin) */
     int n_need_restore;
     struct metric *m_kept, *m_redecided; /* kept answers (ext/memo.h) */
     struct metric *m_decisions, *m_gpus, *m_gpus_alloc, *m_gpus_free, *m_mem_alloc,

@@ -197,6 +197,8 @@ static int do_list(struct kube_watch *w)
 
     if (!all)
         return -1;
+    if (w->ops.list_begin)
+        w->ops.list_begin(w->ud);
     for (;;) {
         char esc[2048] = "";
         free(path);
@@ -222,6 +224,8 @@ static int do_list(struct kube_watch *w)
                 pages = 0;
                 whole = 1;
                 e = (struct gs_err)GS_ERR_INIT;
+                if (w->ops.list_begin)
+                    w->ops.list_begin(w->ud);
                 continue;
             }
             if (w->opts.absent_ok && e.code == GS_ENOENT)

@@ -28,6 +28,11 @@
 struct kube_watch_ops {
     void (*replace)(void *ud, const json_t *items, const char *rv);
     void (*event)(void *ud, const char *type, const json_t *obj);
+    /* Optional: a list starts, its snapshot taken by the request that
+     * follows (the first page; a whole list after an expired page again).
+     * What the owner did before it, the list shows; what it did after, the
+     * list or the watch that follows it does. */
+    void (*list_begin)(void *ud);
 };
 
 struct kube_watch_opts {

@@ -599,6 +599,44 @@ def test_relist_during_a_bind_keeps_its_gpus(gpusched_bin, api, tmp_path):
         e.stop()
 
 
+def test_a_pod_bound_while_the_pods_are_listed_keeps_its_gpus(gpusched_bin, api, tmp_path):
+    """A relist's pages all come from the snapshot its first page took: a pod made
+    and bound after it is not in the list, and the watch that follows brings it.
+    Its GPUs stay taken meanwhile (they were freed to the next pod until then)."""
+    for i in range(501):  # two pages of 500
+        api.add_pod("default", f"cpu{i}")
+    add_gpu_pod(api, "y", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "y", "default"), ["g1"])["NodeNames"],
+                 what="y seen")
+        api.delay("GET", r"/api/v1/pods\?.*continue=", 3.0)  # the list's second page
+        api.delay("GET", r"/api/v1/pods\?.*watch=", 3.0)     # and the watch after it
+        rebuilds = e.metric("gpusched_extender_rebuilds_total")
+        n_req = len(api.requests)
+        api.drop_watches(gone=True)
+        wait_for(lambda: any(m == "GET" and "/api/v1/pods?" in p and "continue=" in p
+                             for m, p, _ in list(api.requests)[n_req:]),
+                 what="the first page served")
+        add_gpu_pod(api, "x", "2")
+        assert e.filter(api.get("pods", "x", "default"), ["g1"])["NodeNames"] == ["g1"]
+        assert bound(e.bind(api.get("pods", "x", "default"), "g1"))
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") > rebuilds, what="relist")
+        f = e.filter(api.get("pods", "y", "default"), ["g1"])
+        assert f["NodeNames"] == [], f
+        assert e.metric("gpusched_allocations") == 1
+        # the watch brings x: still one allocation, and y still kept off g1
+        wait_for(lambda: any(m == "GET" and "/api/v1/pods?" in p and "watch=" in p
+                             for m, p, _ in list(api.requests)[n_req:]), what="the watch")
+        time.sleep(3.5)
+        assert e.metric("gpusched_allocations") == 1
+        assert e.filter(api.get("pods", "y", "default"), ["g1"])["NodeNames"] == []
+        api.delete("pods", "x", "default")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="x freed")
+    finally:
+        e.stop()
+
+
 def test_leader_election(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "l", "1")
     args = ["--leader-elect", "--lease-duration", "5", "--lease-namespace", "kube-system"]
