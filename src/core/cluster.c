@@ -585,14 +585,15 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
         int64_t cpu = n->free_cpu_milli + n->others_cpu_milli;
         int64_t mem = n->free_mem_bytes + n->others_mem_bytes;
         int pods = n->n_pods - n->others_pods;
-        if (a->cpu_milli > cpu)
+        int room = check != CORE_CHECK_SHAPE; /* and whether it fits */
+        if (room && a->cpu_milli > cpu)
             return gs_errf(e, GS_ENOFIT, "node %s has %lldm CPU free, pod %s needs %lldm",
                            n->name, (long long)cpu, a->pod_name, (long long)a->cpu_milli);
-        if (a->mem_bytes > mem)
+        if (room && a->mem_bytes > mem)
             return gs_errf(e, GS_ENOFIT, "node %s has %lld MiB memory free, pod %s needs %lld MiB",
                            n->name, (long long)(mem >> 20), a->pod_name,
                            (long long)((a->mem_bytes + (1 << 20) - 1) >> 20));
-        if (n->max_pods && pods >= n->max_pods)
+        if (room && n->max_pods && pods >= n->max_pods)
             return gs_errf(e, GS_ENOFIT, "node %s already runs %d of %d pods", n->name, pods,
                            n->max_pods);
         for (int i = 0; i < a->n; i++) {
@@ -611,12 +612,12 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
                 if (g->mig[a->mig[i]].used)
                     return gs_errf(e, GS_ENOFIT, "MIG instance %s on GPU %d is already in use",
                                    g->mig[a->mig[i]].uuid, g->index);
-                if (core_gpu_held_whole(g))
+                if (room && core_gpu_held_whole(g))
                     return gs_errf(e, GS_ENOFIT, "GPU %d is in MIG mode but still held by a "
                                    "pod that took it before", g->index);
                 continue;
             }
-            if (g->mig_enabled)
+            if (room && g->mig_enabled)
                 return gs_errf(e, GS_ENOFIT, "GPU %d is in MIG mode", g->index);
             if (a->milli[i] < 0 || a->milli[i] > CORE_MILLI || a->mem_mib[i] < 0)
                 return gs_errf(e, GS_EINVAL, "pod %s: GPU %d: bad share (%d thousandths, %lld MiB)",
@@ -626,15 +627,15 @@ int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, 
                     return gs_errf(e, GS_EINVAL, "pod %s: whole GPU %d must hold 1000 thousandths "
                                    "and all %lld MiB", a->pod_name, g->index,
                                    (long long)g->mem_mib);
-                if (g->n_pods)
+                if (room && g->n_pods)
                     return gs_errf(e, GS_ENOFIT, "GPU %d is in use by %d pod(s), pod %s needs it "
                                    "whole", g->index, g->n_pods, a->pod_name);
             }
-            if (a->mem_mib[i] > g->free_mem_mib)
+            if (room && a->mem_mib[i] > g->free_mem_mib)
                 return gs_errf(e, GS_ENOFIT, "GPU %d has %lld MiB free, pod %s needs %lld MiB",
                                g->index, (long long)g->free_mem_mib, a->pod_name,
                                (long long)a->mem_mib[i]);
-            if (a->milli[i] > g->free_milli)
+            if (room && a->milli[i] > g->free_milli)
                 return gs_errf(e, GS_ENOFIT, "GPU %d has %d thousandths of compute free, pod %s "
                                "needs %d", g->index, g->free_milli, a->pod_name, a->milli[i]);
         }
@@ -956,7 +957,7 @@ int core_alloc_tag(const struct core_alloc *a)
     }
 }
 
-static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn,
+static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn, int check,
                    struct gs_err *e)
 {
     if (!memchr(a->pod_uid, 0, sizeof a->pod_uid) || !a->pod_uid[0])
@@ -978,7 +979,7 @@ static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn
     if (!n)
         return gs_errf(e, GS_ENOENT, "allocation %s: node %s: not in the cluster", a->pod_uid,
                        a->node);
-    int rc = core_alloc_apply(n, a, 1, 1, e);
+    int rc = core_alloc_apply(n, a, 1, check, e);
     if (rc < 0)
         return rc;
     struct core_alloc_rec *copy = malloc(sizeof *copy);
@@ -1009,12 +1010,17 @@ static int reserve(struct core_cluster *c, const struct core_alloc *a, int learn
 
 int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
 {
-    return reserve(c, a, 1, e);
+    return reserve(c, a, 1, 1, e);
 }
 
 int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
 {
-    return reserve(c, a, 0, e);
+    return reserve(c, a, 0, 1, e);
+}
+
+int core_reserve_admitted(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e)
+{
+    return reserve(c, a, 1, CORE_CHECK_SHAPE, e);
 }
 
 int core_unreserve_undo(struct core_cluster *c, const char *pod_uid, struct gs_err *e)

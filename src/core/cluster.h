@@ -248,6 +248,14 @@ int core_reserve(struct core_cluster *c, const struct core_alloc *a, struct gs_e
  * counted its pod already and does not count it again. */
 int core_reserve_back(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e);
 
+/* core_reserve for a pod kubelet already runs there: taken as it is, even
+ * where the node or its GPUs then hold more than they have (its allocatable
+ * CPU lowered since, a stale assignment of a pod that never ran taken
+ * first). Nothing more fits there until enough is given back; refused only
+ * for what cannot be recorded (a GPU or MIG instance the node lacks, a used
+ * MIG instance, the UID already held). */
+int core_reserve_admitted(struct core_cluster *c, const struct core_alloc *a, struct gs_err *e);
+
 /* Gives back everything the pod holds. -GS_ENOENT if it holds nothing. */
 int core_unreserve(struct core_cluster *c, const char *pod_uid, struct gs_err *e);
 /* core_unreserve for a reservation whose placement did not happen (its

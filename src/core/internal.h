@@ -270,7 +270,9 @@ int core_choose(const struct core_cycle *cy, struct core_node *const *nodes, con
 int core_pick_order(const struct core_cycle *cy, const struct core_node *n, struct core_alloc *a,
                     int dir);
 /* Takes (sign +1) or gives back (-1) an allocation's resources on a node;
- * with check set only verifies that taking fits (see core_reserve). */
+ * with check set only verifies that taking fits (see core_reserve), or with
+ * CORE_CHECK_SHAPE only that it names what the node has. */
+#define CORE_CHECK_SHAPE 2
 int core_alloc_apply(struct core_node *n, const struct core_alloc *a, int sign, int check,
                      struct gs_err *e);
 

@@ -497,10 +497,11 @@ static int32_t pod_priority(const json_t *pod)
 /* Reserves an allocation from annotations; called with the lock held. req:
  * the pod's request, checked against them (NULL: a journal record, which
  * only binds write). */
+/* admitted: kubelet runs the pod (core_reserve_admitted). */
 static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, const char *name,
                           int32_t priority, int64_t cpu, int64_t mem,
                           const struct core_request *req, const json_t *annotations,
-                          struct gs_err *e)
+                          int admitted, struct gs_err *e)
 {
     struct core_alloc a;
     int rc;
@@ -515,7 +516,7 @@ static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, 
     if ((rc = ext_annot_parse(s->c, annotations, s->opts.names->annot_prefix, &a, e)) < 0 ||
         (req && (rc = ext_annot_fits(req, &a, e)) < 0))
         return rc;
-    return core_reserve(s->c, &a, e);
+    return admitted ? core_reserve_admitted(s->c, &a, e) : core_reserve(s->c, &a, e);
 }
 
 int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
@@ -532,9 +533,23 @@ int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
         prio > INT32_MAX || !json_is_object(ann))
         return gs_errf(e, GS_EINVAL, "allocation record: bad ns, name, priority or annotations");
     pthread_mutex_lock(&s->mu);
-    int rc = restore_locked(s, uid, ns, name, (int32_t)prio, cpu, mem, NULL, ann, e);
+    int rc = restore_locked(s, uid, ns, name, (int32_t)prio, cpu, mem, NULL, ann, 0, e);
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+/* Has kubelet admitted the pod (bound, and the device plugin marked it
+ * allocated or kubelet reported its startTime)? */
+static int admitted(const struct ext_sched *s, const struct pod *p)
+{
+    char key[300];
+    const json_t *md = json_object_get(p->obj, "metadata");
+    const char *node =
+        json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
+    snprintf(key, sizeof key, "%sallocated-at", s->opts.names->annot_prefix);
+    return node && *node &&
+           (json_object_get(json_object_get(md, "annotations"), key) ||
+            json_is_string(json_object_get(json_object_get(p->obj, "status"), "startTime")));
 }
 
 /* Restores the allocation a pod object's annotations record, if any. */
@@ -551,9 +566,12 @@ static void restore_pod(struct ext_sched *s, struct pod *p)
     }
     if (!ext_annot_node(ann, s->opts.names->annot_prefix) || core_alloc_find(s->c, p->uid))
         return;
+    /* one kubelet admitted is taken as it runs: a stale assignment of a pod
+     * that never ran, listed first, or a node whose allocatable shrank
+     * since, left it uncounted (its GPUs offered to the next pod) */
     if ((rc = core_pod_parse(p->obj, s->opts.names, &cp, &e)) == 0) {
         rc = restore_locked(s, p->uid, p->ns, p->name, pod_priority(p->obj), cp.req.cpu_milli,
-                            cp.req.mem_bytes, &cp.req, ann, &e);
+                            cp.req.mem_bytes, &cp.req, ann, admitted(s, p), &e);
         core_pod_clear(&cp);
     }
     if (rc == -GS_ENOENT) {

@@ -98,8 +98,13 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
     /* a /filter waiting for this bind goes on once the lock is released:
      * after the reservation below */
     sched_bind_arrived(s, b.pod_uid);
-    if (!(p = sched_smap_get(&s->pods, b.pod_uid)) &&
-        (!(p = sched_find_by_name(s, b.pod_namespace, b.pod_name)))) {
+    /* by UID; a pod /filter saw without one is kept as NS/NAME. Never
+     * another pod of the name: a StatefulSet's pod made again under it is a
+     * new pod, which /filter has not seen here (an older one of the name
+     * that holds GPUs on the node answered "bound" with no Binding made) */
+    char key[2 * CORE_NAME_MAX + 2];
+    snprintf(key, sizeof key, "%s/%s", b.pod_namespace, b.pod_name);
+    if (!(p = sched_smap_get(&s->pods, b.pod_uid)) && !(p = sched_smap_get(&s->pods, key))) {
         pthread_mutex_unlock(&s->mu);
         *reply = ext_error("pod %s/%s (uid %s) is unknown: the extender has not seen it in "
                            "/filter or /prioritize", b.pod_namespace, b.pod_name, b.pod_uid);

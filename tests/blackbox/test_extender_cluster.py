@@ -1413,6 +1413,26 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         e.stop()
 
 
+def test_a_bind_of_a_new_pod_under_a_bound_pods_name_is_not_taken_for_it(gpusched_bin, api,
+                                                                            tmp_path):
+    """A StatefulSet's pod made again under its name is a new pod (a new UID). Its
+    /bind, reaching a replica that has not seen it in /filter (nor the old one's
+    deletion yet), is refused as unknown; it was taken for the old pod of the name,
+    which holds GPUs on that node, and answered "bound" with no Binding made."""
+    add_gpu_pod(api, "s", "1")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert schedule(e, api, "s", ("g1",))[1].json()["Error"] == ""
+        old = api.get("pods", "s", "default")
+        r = e.post("bind", {"PodName": "s", "PodNamespace": "default",
+                            "PodUID": old["metadata"]["uid"] + "-new", "Node": "g1"})
+        assert "is unknown" in r.json()["Error"], r.text
+        # the old pod's own bind, sent again, is still answered bound
+        assert bound(e.bind(old, "g1"))
+    finally:
+        e.stop()
+
+
 def test_a_bind_sent_while_the_extender_stops_is_refused(gpusched_bin, api, tmp_path):
     """Stopping, the extender lets its bind threads finish the binds they hold and
     hands them no more: a /bind that arrives meanwhile is refused (kube-scheduler

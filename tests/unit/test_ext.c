@@ -476,6 +476,62 @@ static void test_observe_moved_assignment(void)
     ext_sched_free(s);
 }
 
+static json_t *assigned_pod(const char *name, const char *uid, const char *node_name,
+                            const char *cpu, const char *start)
+{
+    json_t *pod = json_pack(
+        "{s:{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}}, s:{s:[{s:s, s:{s:{s:s, s:s}}}]},"
+        " s:{s:s}}",
+        "metadata", "name", name, "namespace", "d", "uid", uid, "annotations", "gpusched.io/node",
+        "n0", "gpusched.io/request-kind", "whole", "gpusched.io/gpu-uuids", "G0-0",
+        "gpusched.io/gpu-indices", "0", "spec", "containers", "name", "c", "resources",
+        "requests", "nvidia.com/gpu", "1", "cpu", cpu, "status", "phase",
+        start ? "Running" : "Pending");
+    if (node_name)
+        json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node_name));
+    if (start)
+        json_object_set_new(json_object_get(pod, "status"), "startTime", json_string(start));
+    return pod;
+}
+
+/* A pod kubelet runs keeps its GPUs when they are rebuilt from its
+ * annotations even where they no longer fit: a stale assignment of a pod
+ * that never ran took the GPU first, and the node's allocatable CPU is now
+ * below the pod's request. It was left uncounted (its GPU offered again). */
+static void test_restore_of_a_running_pod_that_no_longer_fits(void)
+{
+    struct ext_sched *s;
+    struct gs_err e = GS_ERR_INIT;
+    char got[64];
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){0}, &s, &e), 0);
+    json_t *n = node_json("n0", "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0-0\","
+                                "\"model\":\"A\",\"memory_mib\":1000}]}");
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+    json_t *stale = assigned_pod("stale", "u-stale", NULL, "1", NULL);
+    json_t *run = assigned_pod("run", "u-run", "n0", "12", "2026-01-01T00:00:00Z");
+    ext_sched_observe_pod(s, stale, 0);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-0");
+    ext_sched_observe_pod(s, run, 0); /* 12 CPUs on a node of 8, on a GPU taken */
+    ext_sched_observe_pod(s, stale, 1);
+    held(s, got, sizeof got);
+    ASSERT_STREQ(got, "n0:G0-0"); /* run's */
+    json_t *all = ext_sched_allocations(s);
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(all, 0), "uid")), "u-run");
+    json_decref(all);
+    /* a pod that never ran is still refused what does not fit */
+    json_t *late = assigned_pod("late", "u-late", "n0", "1", NULL);
+    ext_sched_observe_pod(s, late, 0);
+    all = ext_sched_allocations(s);
+    ASSERT_EQ(json_array_size(all), 1);
+    json_decref(all);
+    json_decref(late);
+    json_decref(stale);
+    json_decref(run);
+    ext_sched_free(s);
+}
+
 static void upsert_gpus(struct ext_sched *s, const char *gpus)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -1069,6 +1125,7 @@ int test_ext(void)
     test_sched();
     test_observe_moved_assignment();
     test_node_loses_a_held_gpu();
+    test_restore_of_a_running_pod_that_no_longer_fits();
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
