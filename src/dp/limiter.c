@@ -204,6 +204,27 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
     return n;
 }
 
+/* Removes a container's directory and what is in it: the ledger and owner,
+ * the util file the busy thread writes (and its temporary), whatever the
+ * container left there. Links are removed, never followed; a directory the
+ * container made in it keeps the whole in place. 0 when it is gone. */
+static int remove_ctr_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            unlinkat(fd, de->d_name, 0); /* a directory: EISDIR, left */
+    closedir(d);
+    return rmdir(path);
+}
+
 int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s)
 {
     char path[1100], err[300];
@@ -234,11 +255,8 @@ int dp_limiter_prune(const char *dir, char *const *uids, int n, int min_age_s)
             if (live)
                 continue; /* a process outlived its pod's listing: later */
         }
-        unlink(path);
-        snprintf(path, sizeof path, "%s/containers/%.300s/owner", dir, de->d_name);
-        unlink(path);
         snprintf(path, sizeof path, "%s/containers/%.300s", dir, de->d_name);
-        removed += rmdir(path) == 0;
+        removed += remove_ctr_dir(path) == 0;
     }
     closedir(d);
     return removed;

@@ -7,15 +7,23 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int lim_util_read(const char *dir, struct lim_util *u)
 {
     char path[LIM_DIR_MAX + 16];
     snprintf(path, sizeof path, "%s/" LIM_UTIL_FILE, dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* the directory is the container's: a FIFO made there must not block
+     * the reader (the device plugin's control loop, its busy thread) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
     ssize_t n;
     do
         n = read(fd, u, sizeof *u);

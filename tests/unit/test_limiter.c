@@ -352,6 +352,25 @@ static void test_prune(void)
     }
 
     make_ctr(root, "gone_main", 1);   /* pod gone, old: removed */
+    {
+        /* with the util file the busy thread wrote, its temporary, and what
+         * the container left (a file, a link to a host file): all removed,
+         * the link's target kept (the directory stayed for ever before) */
+        char p[400];
+        const char *left[] = {LIM_UTIL_FILE, "." LIM_UTIL_FILE ".77", "junk"};
+        for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
+            snprintf(p, sizeof p, "%s/containers/gone_main/%s", root, left[i]);
+            FILE *g = fopen(p, "w");
+            ASSERT_TRUE(g != NULL);
+            if (g)
+                fclose(g);
+        }
+        snprintf(p, sizeof p, "%s/containers/gone_main/link", root);
+        ASSERT_EQ(symlink(lib, p), 0);
+        snprintf(p, sizeof p, "%s/containers/gone_main", root);
+        struct timeval old_tv[2] = {{1000, 0}, {1000, 0}};
+        ASSERT_EQ(utimes(p, old_tv), 0);
+    }
     make_ctr(root, "here_main", 1);   /* pod still here */
     make_ctr(root, "fresh_main", 0);  /* pod not listed yet */
     make_ctr(root, "busy_main", 1);   /* pod gone, a process still holds it */
@@ -364,6 +383,7 @@ static void test_prune(void)
     char *uids[] = {(char *)"here", (char *)"other"};
     ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1);
     ASSERT_EQ(exists(root, "gone_main"), 0);
+    ASSERT_EQ(access(lib, F_OK), 0);
     ASSERT_EQ(exists(root, "here_main"), 1);
     ASSERT_EQ(exists(root, "fresh_main"), 1);
     ASSERT_EQ(exists(root, "busy_main"), 1);
@@ -478,6 +498,18 @@ static void test_busy(void)
     ASSERT_EQ(lim_util_read(cdir, &u), 0);
     ASSERT_EQ(u.dev[1].avg_ppm, 495000);
     busy_one = 0;
+    /* a FIFO the container made in util's place is refused at once, not
+     * waited on (it hung the plugin's loops; the alarm ends a hang here) */
+    char fifo[400], saved[420];
+    snprintf(fifo, sizeof fifo, "%s/" LIM_UTIL_FILE, cdir);
+    snprintf(saved, sizeof saved, "%s.saved", fifo);
+    ASSERT_EQ(rename(fifo, saved), 0);
+    ASSERT_EQ(mkfifo(fifo, 0666), 0);
+    alarm(10);
+    ASSERT_EQ(lim_util_read(cdir, &u), -1);
+    alarm(0);
+    ASSERT_EQ(unlink(fifo), 0);
+    ASSERT_EQ(rename(saved, fifo), 0);
 
     /* a /proc whose namespace links cannot be read (a plugin without
      * CAP_SYS_PTRACE): the process is found by its pod's UID (cgroup) and its
