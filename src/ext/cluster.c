@@ -319,9 +319,19 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
     /* the UID makes the patch fail on a pod re-created under the name
      * meanwhile (uid is immutable), which must not get this assignment */
-    patch = uid && *uid ? json_pack("{s:{s:s, s:O}}", "metadata", "uid", uid, "annotations",
-                                    annotations)
-                        : json_pack("{s:{s:O}}", "metadata", "annotations", annotations);
+    json_t *ann = json_copy((json_t *)annotations);
+    char done[160];
+    /* a device plugin's mark copied with the pod (kubectl debug --copy-to,
+     * a saved manifest): it would take this pod as served, and Allocate
+     * would find no pod for it (the pod failed admission) */
+    snprintf(done, sizeof done, "%sallocated-at", cl->prefix);
+    if (ann)
+        json_object_set_new(ann, done, json_null());
+    patch = !ann        ? NULL
+            : uid && *uid ? json_pack("{s:{s:s, s:o}}", "metadata", "uid", uid, "annotations", ann)
+                          : json_pack("{s:{s:o}}", "metadata", "annotations", ann);
+    if (!patch)
+        return gs_errf(e, GS_ENOMEM, "out of memory");
     rc = kube_patch(cl->kc, path, KUBE_PATCH_STRATEGIC, patch, NULL, e);
     json_decref(patch);
     if (rc < 0) {

@@ -1413,6 +1413,25 @@ def test_filter_preemption_deletes_the_victims_and_keeps_the_node(gpusched_bin, 
         e.stop()
 
 
+def test_bind_drops_a_copied_allocated_mark(gpusched_bin, api, tmp_path):
+    """A pod copied with its annotations (kubectl debug --copy-to, a saved manifest)
+    can carry the device plugin's allocated-at mark: the device plugin would take the
+    new pod as served and find no pod for kubelet's Allocate (the pod fails
+    admission), and the node lock would not wait for it. The bind removes it."""
+    add_gpu_pod(api, "copy", "1", annotations={PREFIX + "allocated-at": "2026-01-01T00:00:00Z",
+                                               "team": "a"})
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "copy", "default"), ["g1"])["NodeNames"],
+                 what="copy seen")
+        assert bound(e.bind(api.get("pods", "copy", "default"), "g1"))
+        ann = api.get("pods", "copy", "default")["metadata"]["annotations"]
+        assert PREFIX + "allocated-at" not in ann and ann["team"] == "a", ann
+        assert ann[PREFIX + "node"] == "g1"
+    finally:
+        e.stop()
+
+
 def test_a_bind_of_a_new_pod_under_a_bound_pods_name_is_not_taken_for_it(gpusched_bin, api,
                                                                             tmp_path):
     """A StatefulSet's pod made again under its name is a new pod (a new UID). Its
