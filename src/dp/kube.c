@@ -63,6 +63,14 @@ static int list_pods(void *ud, json_t **out, struct gs_err *e)
     return kube_get(k->c, k->pods_path, out, e);
 }
 
+static int list_pods_cached(void *ud, json_t **out, struct gs_err *e)
+{
+    struct dp_kube *k = ud;
+    char path[sizeof k->pods_path + 32];
+    snprintf(path, sizeof path, "%s&resourceVersion=0", k->pods_path);
+    return kube_get(k->c, path, out, e);
+}
+
 static int publish(void *ud, const struct dp_inventory *inv, struct gs_err *e)
 {
     struct dp_kube *k = ud;
@@ -123,6 +131,7 @@ void dp_kube_api(struct dp_kube *k, struct dp_api *api)
 {
     api->ud = k;
     api->list_pods = list_pods;
+    api->list_pods_cached = list_pods_cached;
     api->publish = publish;
     api->mark_allocated = mark_allocated;
     api->publish_usage = publish_usage;

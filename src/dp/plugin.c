@@ -445,12 +445,16 @@ static int publish(struct dp_plugin *p)
     return rc;
 }
 
-/* Ledger directories of pods gone from the node go with them. */
+/* Ledger directories of pods gone from the node go with them. Every node
+ * lists its pods each publish for this: from the API server's cache (a
+ * pod it does not have yet has a directory younger than the 600 s kept). */
 static void prune_ledgers(struct dp_plugin *p)
 {
     struct gs_err e = GS_ERR_INIT;
     json_t *pods = NULL;
-    if (p->cfg.api->list_pods(p->cfg.api->ud, &pods, &e) != 0) {
+    int (*list)(void *, json_t **, struct gs_err *) =
+        p->cfg.api->list_pods_cached ? p->cfg.api->list_pods_cached : p->cfg.api->list_pods;
+    if (list(p->cfg.api->ud, &pods, &e) != 0) {
         log_debug("dp", "limiter: not pruning ledgers: %s", e.msg);
         json_decref(pods); /* the API server's Status, if it sent one */
         return;

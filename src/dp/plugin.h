@@ -38,6 +38,11 @@ struct dp_api {
     void *ud;
     /* Pods on this node: a PodList object or an array; caller decrefs. */
     int (*list_pods)(void *ud, json_t **out, struct gs_err *e);
+    /* The same from the API server's cache (resourceVersion=0: may lag by
+     * the watch's delay); NULL: list_pods. A read of every pod in etcd on
+     * API servers before 1.31, for which a field selector is no help, is
+     * kept for what must be current (Allocate). */
+    int (*list_pods_cached)(void *ud, json_t **out, struct gs_err *e);
     /* Writes the node annotation and the missing labels. */
     int (*publish)(void *ud, const struct dp_inventory *inv, struct gs_err *e);
     /* Marks pod ns/name (uid) <prefix>allocated-at: its last GPU container's

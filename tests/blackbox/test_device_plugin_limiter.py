@@ -107,6 +107,12 @@ def test_shared_container_gets_the_limiter(world, limdir, gpusched_bin,
     # the process is gone: so is its memory
     lbl = '{container="default/shared/main",device="0"}'
     assert f"gpusched_dp_container_gpu_memory_used_bytes{lbl} 0\n" in pl.get("/metrics").text
+    # the ledger pruning after each publish lists the node's pods from the API
+    # server's cache (every node, every minute); Allocate reads a current list
+    lists = [q for m, q, _ in list(world.api.requests)
+             if m == "GET" and q.startswith("/api/v1/pods?")]
+    assert any(q.endswith("&resourceVersion=0") for q in lists), lists
+    assert any("resourceVersion" not in q for q in lists), lists
 
 
 def test_no_limiter_for_whole_gpus_opted_out_pods_or_when_off(world, limdir):  # noqa: F811
