@@ -458,13 +458,29 @@ const char *kube_annotation(const json_t *obj, const char *key)
 
 const char *kube_label(const json_t *obj, const char *key) { return meta_map(obj, "labels", key); }
 
+/* Does a container of the status's list `key` run? */
+static int any_running(const json_t *st, const char *key)
+{
+    const json_t *c;
+    size_t i;
+    json_array_foreach(json_object_get(st, key), i, c) {
+        if (json_object_get(json_object_get(c, "state"), "running"))
+            return 1;
+    }
+    return 0;
+}
+
 int kube_pod_done(const json_t *pod)
 {
     const json_t *st = json_object_get(pod, "status"), *cs, *c;
     const char *phase = json_string_value(json_object_get(st, "phase"));
     size_t i;
+    /* kubelets before 1.27 (kubernetes#108594) write Failed first when they
+     * evict a pod, shut the node down or preempt for a critical pod, and
+     * stop its containers after, within the grace period: until they report
+     * them stopped the pod still holds what it runs on */
     if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
-        return 1;
+        return !any_running(st, "containerStatuses") && !any_running(st, "initContainerStatuses");
     if (!kube_meta_str(pod, "deletionTimestamp"))
         return 0;
     cs = json_object_get(st, "containerStatuses");
@@ -475,11 +491,7 @@ int kube_pod_done(const json_t *pod)
             return 0;
     }
     /* a sidecar (an init container that keeps running) stops after them */
-    json_array_foreach(json_object_get(st, "initContainerStatuses"), i, c) {
-        if (json_object_get(json_object_get(c, "state"), "running"))
-            return 0;
-    }
-    return 1;
+    return !any_running(st, "initContainerStatuses");
 }
 
 int kube_event(struct kube_client *c, const char *kind, const char *ns, const char *name,

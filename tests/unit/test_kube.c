@@ -129,6 +129,14 @@ static void test_pod_done(void)
     static const char *cases[][2] = {
         {"{\"status\":{\"phase\":\"Succeeded\"}}", "1"},
         {"{\"status\":{\"phase\":\"Failed\"}}", "1"},
+        /* evicted by a kubelet before 1.27: Failed, then its containers stop */
+        {"{\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}},{\"state\":{\"running\":{}}}]}}", "0"},
+        {"{\"status\":{\"phase\":\"Failed\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}}],\"initContainerStatuses\":"
+         "[{\"state\":{\"running\":{}}}]}}", "0"},
+        {"{\"status\":{\"phase\":\"Succeeded\",\"containerStatuses\":"
+         "[{\"state\":{\"terminated\":{}}}]}}", "1"},
         {"{\"status\":{\"phase\":\"Running\",\"containerStatuses\":"
          "[{\"state\":{\"terminated\":{}}}]}}", "0"}, /* restarts: not deleted */
         {"{\"metadata\":{\"deletionTimestamp\":\"2026-11-25T10:00:00Z\"},"
