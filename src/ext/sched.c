@@ -902,10 +902,25 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         snprintf(pre[n_pre].uid, sizeof pre[n_pre].uid, "%s", it->key);
         pre[n_pre++].rec = sched_preempt_take(s, it->val);
     }
+    /* and what kube-scheduler was told of pods that wait (its unschedulable
+     * queue, a node held): they are nudged when GPUs or the node free up;
+     * forgotten, they waited for its periodic flush (60 s, or 5 min) */
+    size_t n_wait = 0;
+    struct waiting {
+        char uid[64];
+        int unschedulable, bind_busy;
+    } *wait = calloc(s->pods.n + 1, sizeof *wait);
     SMAP_FOREACH(&s->pods, it)
     {
-        if (!keeps_through_relist(it->val) || !core_alloc_find(s->c, it->key))
-            forget(s, it->val);
+        struct pod *p = it->val;
+        if (keeps_through_relist(p) && core_alloc_find(s->c, it->key))
+            continue;
+        if (wait && (p->unschedulable || p->bind_busy)) {
+            snprintf(wait[n_wait].uid, sizeof wait[n_wait].uid, "%s", p->uid);
+            wait[n_wait].unschedulable = p->unschedulable;
+            wait[n_wait++].bind_busy = p->bind_busy;
+        }
+        forget(s, p);
     }
     sched_usage_clear(s); /* the list counts them again */
     unsigned long before = s->seq;
@@ -931,6 +946,14 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     for (size_t k = 0; k < n_pre; k++)
         sched_preempt_give(s, sched_smap_get(&s->pods, pre[k].uid), pre[k].rec);
     free(pre);
+    for (size_t k = 0; k < n_wait; k++) {
+        struct pod *p = sched_smap_get(&s->pods, wait[k].uid);
+        if (p && !core_alloc_find(s->c, p->uid)) { /* still pending */
+            p->unschedulable = wait[k].unschedulable;
+            sched_set_bind_busy(s, p, wait[k].bind_busy);
+        }
+    }
+    free(wait);
     int n = core_cluster_alloc_count(s->c);
     pthread_mutex_unlock(&s->mu);
     log_info("extender", "rebuilt the allocation state from %zu pods: %d hold GPUs",

@@ -674,6 +674,32 @@ def fill_both_nodes(e, api, on_g1, on_g2):
         assert bound(e.bind(api.get("pods", n, "default"), node))
 
 
+def test_a_relist_keeps_the_pods_it_must_nudge(gpusched_bin, api, tmp_path):
+    """A pod whose /filter found no node sits in kube-scheduler's unschedulable
+    queue until the extender nudges it. A relist of the pods (410 Gone) keeps that,
+    so the pod is nudged when GPUs free up after it; it was forgotten, and the pod
+    waited for kube-scheduler's periodic flush (60 s, up to 5 min)."""
+    add_gpu_pod(api, "big1", "2")
+    add_gpu_pod(api, "big2", "2")
+    add_gpu_pod(api, "waiting", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        fill_both_nodes(e, api, "big1", "big2")
+        assert e.filter(api.get("pods", "waiting", "default"), ["g1", "g2"])["NodeNames"] == []
+        rebuilds = e.metric("gpusched_extender_rebuilds_total")
+        api.drop_watches(gone=True)
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") > rebuilds, what="relist")
+        time.sleep(1.5)  # a nudge for the relist itself has come by now
+        freed_at = micro_now()
+        api.update("pods", "big1", "default",
+                   fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: api.get("pods", "waiting", "default")["metadata"]["annotations"]
+                 .get(PREFIX + "retry-at", "") >= freed_at, timeout=8,
+                 what="nudge after the free")
+    finally:
+        e.stop()
+
+
 def test_freed_gpus_nudge_pending_pods_and_events(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "big1", "2")
     add_gpu_pod(api, "big2", "2")
