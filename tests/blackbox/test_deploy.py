@@ -161,6 +161,20 @@ def test_webhook_lets_the_extender_write_assignments():
     assert update["failurePolicy"] == create["failurePolicy"] == "Fail"
 
 
+def test_the_webhook_replicas_spread_and_leave_a_lost_node_soon():
+    """While no webhook replica answers, pods are not created in the namespaces it
+    covers and GPU pods are not updated (failurePolicy Fail): the two replicas go to
+    different nodes where they can, and off a lost node after 30 s, not 300 s."""
+    wh = next(d for d in load("webhook.yaml") if d and d["kind"] == "Deployment")
+    spec = wh["spec"]["template"]["spec"]
+    terms = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [(t["podAffinityTerm"]["topologyKey"], t["podAffinityTerm"]["labelSelector"])
+            for t in terms] == [("kubernetes.io/hostname",
+                                 {"matchLabels": wh["spec"]["selector"]["matchLabels"]})]
+    tol = {t["key"]: t["tolerationSeconds"] for t in spec["tolerations"]}
+    assert tol == {"node.kubernetes.io/unreachable": 30, "node.kubernetes.io/not-ready": 30}
+
+
 def test_extender_may_use_its_lease_and_workload_configmap():
     """The Role in rbac-extender.yaml names the Lease and the ConfigMap that
     deploy/extender.yaml's config uses, in the extender's namespace: a rename on
