@@ -44,17 +44,20 @@ static void set_quotas(void *ud, struct core_quotas *set)
 }
 
 /* The Nodes watch hands over the cluster's largest GPU and oldest kubelet
- * (on its own thread); what the flags or the --nodes file set stays. */
+ * (on its own thread); what the flags or the --nodes file set stays. The
+ * largest GPU and node only rise: a node pool scaled to zero (or its one
+ * node replaced) comes back for the pods that ask for it, which the
+ * cluster autoscaler sees only once they are created. */
 static void set_cluster(void *ud, const struct wh_cluster *learned)
 {
     struct wh_server *s = ud;
     struct wh_cluster *c = &s->o.config.cluster;
     pthread_rwlock_wrlock(&s->lock);
-    if (!s->fixed.max_gpu_mem_mib) {
+    if (!s->fixed.max_gpu_mem_mib && learned->max_gpu_mem_mib > c->max_gpu_mem_mib) {
         c->max_gpu_mem_mib = learned->max_gpu_mem_mib;
         memcpy(c->max_gpu_model, learned->max_gpu_model, sizeof c->max_gpu_model);
     }
-    if (!s->fixed.max_gpus_per_node)
+    if (!s->fixed.max_gpus_per_node && learned->max_gpus_per_node > c->max_gpus_per_node)
         c->max_gpus_per_node = learned->max_gpus_per_node;
     if (!s->fixed.kubelet_minor)
         c->kubelet_minor = learned->kubelet_minor;

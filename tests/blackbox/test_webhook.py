@@ -912,9 +912,10 @@ def until(pred, wh, what, timeout=10):
 
 def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
     """With an API server the webhook follows the Nodes: the largest GPU and
-    node rise when a bigger node joins and fall when it leaves; a flag fixes
-    its value whatever the nodes say. So do the models whole GPUs count
-    against a memory quota."""
+    node rise when a bigger node joins and stay when it leaves (a node pool
+    scaled to zero comes back for the pods that ask for it: refused, they never
+    reach the cluster autoscaler); a flag fixes its value whatever the nodes
+    say. The models whole GPUs count against a memory quota follow the nodes."""
     certs = gen_certs(gpusched_bin, tmp_path / "c")
     shared48 = pod({"nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "48Gi"})
     whole6 = pod({"nvidia.com/gpu": "6"})
@@ -940,6 +941,9 @@ def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
             assert "asks for 48Gi per GPU, but the largest GPU in the cluster " \
                    "(NVIDIA-A100-SXM4-40GB) has 40Gi" in msg, msg
             assert not validate(env, whole6)["allowed"]          # 4 GPUs per node
+            # the flag fixed 8 GPUs per node on the other webhook; memory is still learned
+            until(lambda: not validate(envf, shared48)["allowed"], fixed, "the A100 node")
+            assert validate(envf, whole6)["allowed"]
             assert "node broken:" in wh.logs() and "counted without GPUs" in wh.logs()
             # an H100 node with 8 GPUs joins: both limits rise, no restart
             api.add_node("h100", annotations={"gpusched.io/gpu-inventory": json.dumps({
@@ -952,14 +956,12 @@ def test_largest_gpu_learned_from_the_cluster_nodes(gpusched_bin, tmp_path):
             assert not r["allowed"] and "asks for 163118Mi" in r["status"]["message"], r
             assert "largest NVIDIA H100 80GB HBM3 81559 MiB, 8 GPUs per node (3 nodes); " \
                    "oldest kubelet unknown" in wh.logs()
-            # it leaves: back to the A100's limits
+            # it leaves (its pool scaled to zero): the limits stay
             api.delete("nodes", "h100")
-            until(lambda: not validate(env, shared48)["allowed"], wh, "the H100 node to leave")
-            assert not validate(env, whole6)["allowed"]
-            assert validate(env, h100x2, ns="ml")["allowed"]  # no H100 known: not counted
-            # the flag fixed 8 GPUs per node on the other webhook; memory is still learned
-            until(lambda: not validate(envf, shared48)["allowed"], fixed, "the A100 node")
-            assert validate(envf, whole6)["allowed"]
+            until(lambda: validate(env, h100x2, ns="ml")["allowed"], wh,
+                  "the H100 node to leave")  # no H100 known: not counted
+            assert validate(env, shared48)["allowed"]
+            assert validate(env, whole6)["allowed"]
         finally:
             assert wh.stop() == 0
             assert fixed.stop() == 0
