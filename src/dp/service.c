@@ -162,10 +162,21 @@ static void h_preferred(void *ud, const uint8_t *req, size_t len, struct dp_grpc
         cr[i].n_deviceids = rc ? 0 : (size_t)c->allocation_size;
         cr[i].deviceids = (char **)mine;
     }
+    /* a device or resource this plugin no longer serves (its list changed
+     * and kubelet's lags): no preference, kubelet chooses. An error would
+     * fail the pod's admission, and Allocate refuses what it must */
+    if (rc == -GS_ENOENT) {
+        log_warn("dp", "preferred allocation %s: %s; leaving the choice to kubelet", s->name,
+                 e.msg);
+        for (size_t i = 0; i < n; i++) {
+            v1beta1__container_preferred_allocation_response__init(&cr[i]);
+            crp[i] = &cr[i];
+        }
+        rc = 0;
+    }
     if (rc) {
         pthread_mutex_unlock(&p->mu);
-        dp_grpc_fail(out, rc == -GS_ENOENT ? DP_GRPC_NOT_FOUND : DP_GRPC_INVALID_ARGUMENT, "%s",
-                     e.msg);
+        dp_grpc_fail(out, DP_GRPC_INVALID_ARGUMENT, "%s", e.msg);
         goto done;
     }
     resp.n_container_responses = n;

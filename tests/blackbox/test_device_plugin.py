@@ -291,6 +291,12 @@ def test_bad_requests_get_clear_errors_and_the_plugin_keeps_serving(kubelet, plu
             container_requests=[s.pb.ContainerPreferredAllocationRequest(
                 available_deviceIDs=[GPU[0]], allocation_size=3)]), timeout=5)
     assert "allocation_size" in ei.value.details()
+    # a device kubelet still lists that the plugin no longer serves: no
+    # preference (kubelet chooses), not an error, which fails the pod's admission
+    r = p.stub.GetPreferredAllocation(s.pb.PreferredAllocationRequest(
+        container_requests=[s.pb.ContainerPreferredAllocationRequest(
+            available_deviceIDs=[GPU[0], "GPU-gone"], allocation_size=1)]), timeout=5)
+    assert len(r.container_responses) == 1 and list(r.container_responses[0].deviceIDs) == []
     # Bytes that are no protobuf, and a message over the 4 MiB limit.
     raw = p.channel.unary_unary("/v1beta1.DevicePlugin/Allocate",
                                 request_serializer=lambda b: b, response_deserializer=lambda b: b)
