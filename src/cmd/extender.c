@@ -208,6 +208,14 @@ int cmd_extender(int argc, char **argv)
         if (rc == 0)
             rc = kube_client_new(&kcfg, NULL, &kc, &e);
         kube_config_clear(&kcfg);
+        /* the node lock before the watches: their first list registers the
+         * pods bound and not yet admitted as the holders of their nodes */
+        if (rc == 0 && cfg.node_lock_timeout > 0) {
+            rc = ext_nodelock_new(cfg.node_lock_timeout, ext_server_wake, &lock, &e);
+            ext_sched_set_nodelock(s, lock);
+            so.lock = lock;
+            so.bind_wait_s = cfg.bind_wait;
+        }
         if (rc < 0 || ext_cluster_start(kc, s, &cfg, m, &cl, &e) < 0) {
             fprintf(stderr, "gpusched extender: %s\n", e.msg);
             status = 2;
@@ -217,16 +225,6 @@ int cmd_extender(int argc, char **argv)
         so.bind_threads = EXT_BIND_THREADS; /* binds talk to the API server */
         so.ready = ext_cluster_ready;
         so.ready_ud = cl;
-        if (cfg.node_lock_timeout > 0) {
-            if (ext_nodelock_new(cfg.node_lock_timeout, ext_server_wake, &lock, &e) < 0) {
-                fprintf(stderr, "gpusched extender: %s\n", e.msg);
-                status = 2;
-                goto out;
-            }
-            ext_sched_set_nodelock(s, lock);
-            so.lock = lock;
-            so.bind_wait_s = cfg.bind_wait;
-        }
         char host[256] = "";
         gethostname(host, sizeof host - 1);
         if (cfg.leader_elect && (ext_forward_new(ext_cluster_leader, cl, cfg.identity ? cfg.identity

@@ -443,9 +443,12 @@ static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
             return gs_errf(e, GS_EINVAL, "victim %s: no namespace", pr->v[i].pod);
         json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "kind", "DeleteOptions", "apiVersion",
                                  "v1", "preconditions", "uid", pr->v[i].uid);
-        /* a stop waits for one delete at most, not one per victim */
+        /* a stop waits for one delete at most, not one per victim; and
+         * a replica that no longer leads deletes nothing more */
         int rc = gs_worker_stopping(&cl->pw)
                      ? gs_errf(&de, GS_EUNAVAIL, "the extender is stopping")
+                 : !may_act(cl)
+                     ? gs_errf(&de, GS_EUNAVAIL, "this replica no longer leads")
                      : kube_request(cl->kc, "DELETE", path, "application/json", opts, NULL,
                                     &status, &de);
         json_decref(opts);

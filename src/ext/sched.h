@@ -62,6 +62,7 @@ struct ext_preemption {
     char pod[2 * CORE_NAME_MAX]; /* "namespace/name" */
     char uid[64], node[CORE_NAME_MAX];
     int32_t priority;
+    unsigned long gen; /* the record it carries out (one per decision) */
     int n;
     struct {
         char pod[2 * CORE_NAME_MAX], uid[64];

@@ -252,7 +252,7 @@ static void preempt_ended(struct ext_sched *s, struct ext_preemption *pr, int rc
 {
     pthread_mutex_lock(&s->mu);
     struct pod *p = sched_smap_get(&s->pods, pr->uid);
-    if (p && sched_preempting(p) && strcmp(sched_preempting(p), pr->node) == 0) {
+    if (sched_preempting_is(p, pr->gen)) { /* not one decided since */
         if (rc < 0) {
             sched_preempt_drop(s, p);
             sched_track_nomination(s, p);
@@ -268,6 +268,18 @@ static void preempt_ended(struct ext_sched *s, struct ext_preemption *pr, int rc
 void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr)
 {
     struct gs_err e = GS_ERR_INIT;
+    /* still wanted, its turn come (commit.later): the pod not bound,
+     * deleted or given up meanwhile, and this replica still leading */
+    pthread_mutex_lock(&s->mu);
+    int wanted = sched_preempting_is(sched_smap_get(&s->pods, pr->uid), pr->gen) &&
+                 (!s->commit.may_bind || s->commit.may_bind(s->commit.ud));
+    pthread_mutex_unlock(&s->mu);
+    if (!wanted) {
+        log_info("extender", "preempting for %s on %s: over before its turn, nothing deleted",
+                 pr->pod, pr->node);
+        preempt_ended(s, pr, -1);
+        return;
+    }
     int rc = s->commit.preempt(s->commit.ud, pr, &e) != 0 ? -1 : 0;
     if (rc < 0)
         log_warn("extender", "preempting for %s on %s: %s", pr->pod, pr->node, e.msg);

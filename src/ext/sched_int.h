@@ -100,6 +100,7 @@ struct ext_sched {
     int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
     unsigned long seq;
+    unsigned long n_preempts; /* preemptions decided (ext_preemption.gen) */
     unsigned long n_binds, list_from; /* binds committed; and by the start of the pods'
                                          last list (ext_sched_list_begin) */
     int n_need_restore;
@@ -192,6 +193,8 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
 /* The node of the preemption /filter started for p, while it is under
  * way; NULL when none is. */
 const char *sched_preempting(const struct pod *p);
+/* Is p's preemption under way the one of that decision (ext_preemption.gen)? */
+int sched_preempting_is(const struct pod *p, unsigned long gen);
 /* Waits no more for the victims of p's preemption whose delete failed
  * (pr: what commit.preempt carried out). */
 void sched_preempt_unwait(struct pod *p, const struct ext_preemption *pr);

@@ -40,6 +40,7 @@ struct sched_preempting {
     double gone_at;  /* wall clock: when the last victim let go of its GPUs (0: not yet) */
     double deadline; /* wall clock: ends then whatever the victims do (one that never
                         goes: its node lost, a finalizer, a delete that failed) */
+    unsigned long gen; /* ext_preemption.gen */
 };
 
 /* ---- disruption budgets ------------------------------------------------------ */
@@ -290,6 +291,11 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
 
 const char *sched_preempting(const struct pod *p) { return p->pre ? p->pre->node : NULL; }
 
+int sched_preempting_is(const struct pod *p, unsigned long gen)
+{
+    return p && p->pre && p->pre->gen == gen;
+}
+
 void sched_preempt_drop(struct ext_sched *s, struct pod *p) { free(sched_preempt_take(s, p)); }
 
 void sched_preempt_unwait(struct pod *p, const struct ext_preemption *pr)
@@ -494,6 +500,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
         pr->v[k].priority = best[k].priority;
     }
     rec->deadline = sched_wall_now() + grace_of(s, best, nbest) + 2 * EXT_PREEMPT_KEEP_S;
+    rec->gen = pr->gen = ++s->n_preempts;
     p->pre = rec;
     rec = NULL;
     sched_track_nomination(s, p); /* the node is the pod's from now on */

@@ -37,6 +37,9 @@ struct metric {
 
 struct metrics {
     pthread_mutex_t mu;
+    pthread_mutex_t render_mu; /* one collect-and-render at a time: a collect
+                                  resets gauges it then sets again, and a
+                                  second scrape would print them empty */
     struct metric *head, *tail;
     metrics_collect_fn collect;
     void *collect_ud;
@@ -45,8 +48,10 @@ struct metrics {
 struct metrics *metrics_new(void)
 {
     struct metrics *m = calloc(1, sizeof *m);
-    if (m)
+    if (m) {
         pthread_mutex_init(&m->mu, NULL);
+        pthread_mutex_init(&m->render_mu, NULL);
+    }
     return m;
 }
 
@@ -83,6 +88,7 @@ void metrics_free(struct metrics *m)
         metric_free(mt);
     }
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->render_mu);
     free(m);
 }
 
@@ -377,6 +383,7 @@ char *metrics_render(struct metrics *m, size_t *len)
     static const char *const types[] = {"counter", "gauge", "histogram"};
     struct gs_buf o = {0};
 
+    pthread_mutex_lock(&m->render_mu);
     if (m->collect)
         m->collect(m->collect_ud, m);
     pthread_mutex_lock(&m->mu);
@@ -415,6 +422,7 @@ char *metrics_render(struct metrics *m, size_t *len)
         }
     }
     pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->render_mu);
     if (o.oom || !o.buf) {
         free(o.buf);
         o.buf = strdup("");
