@@ -9,7 +9,8 @@
  *
  * Metrics whose values are a view of some other state (GPUs free per node)
  * are best filled at scrape time: register a collect callback, which runs
- * under no lock before rendering and may call metric_reset() + metric_set().
+ * before rendering, one scrape at a time, under no registry lock, and may
+ * call metric_reset() + metric_set().
  *
  * Ownership: the registry owns its metrics; metric pointers stay valid until
  * metrics_free(). Label names and values are copied. metrics_render() returns

@@ -1019,6 +1019,55 @@ static void test_preemption_start_times(void)
     }
 }
 
+static struct ext_preemption *stub_queued; /* stub_later: what /filter handed over */
+
+static int stub_later(void *ud, struct ext_preemption *pr)
+{
+    (void)ud;
+    stub_queued = pr;
+    return 0;
+}
+
+/* A preemption handed to a thread of its own (commit.later) is carried out
+ * only if it is still the pod's when its turn comes: one that ended before
+ * (its deadline passed, the pod bound or deleted) deletes nothing. */
+static void test_queued_preemption_over_before_its_turn(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct ext_sched *s;
+    struct ext_preemption got = {0};
+    char names[64];
+    const char *inv = "{\"version\":1,\"gpus\":[{\"index\":0,\"uuid\":\"G0\",\"model\":\"A\","
+                      "\"memory_mib\":1000}]}";
+    ASSERT_EQ(ext_sched_new(&(struct ext_sched_opts){.filter_preemption = 1}, &s, &e), 0);
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = stub_bind, .preempt = stub_preempt,
+                                                 .later = stub_later, .ud = &got});
+    json_t *n = node_json("n", inv);
+    ASSERT_EQ(ext_sched_upsert_node(s, n, &e), 0);
+    json_decref(n);
+    filter_prio(s, "low", 100, names, sizeof names);
+    bind_to(s, "low", "n");
+    stub_queued = NULL;
+    filter_prio(s, "high", 1000, names, sizeof names);
+    ASSERT_STREQ(names, "");
+    ASSERT_TRUE(stub_queued != NULL);
+    ASSERT_EQ(got.n, 0); /* handed over, not carried out */
+    struct ext_preemption *stale = stub_queued;
+    ASSERT_EQ(ext_sched_expire_preemptions(s, 1e12), 1); /* over before its turn */
+    stub_queued = NULL;
+    filter_prio(s, "high", 1000, names, sizeof names); /* decided again */
+    ASSERT_TRUE(stub_queued != NULL && stub_queued != stale);
+    ext_sched_carry_out(s, stale);
+    ASSERT_EQ(got.n, 0); /* the first: nothing deleted, the second kept */
+    filter_prio(s, "mid", 500, names, sizeof names);
+    ASSERT_STREQ(names, ""); /* n still kept for high */
+    ext_sched_carry_out(s, stub_queued);
+    ASSERT_EQ(got.n, 1);
+    ASSERT_STREQ(got.v[0].pod, "d/low");
+    stub_queued = NULL;
+    ext_sched_free(s);
+}
+
 /* filter_preemption: a pod that no node fits has its victims chosen and
  * carried out (commit.preempt) once; the node is kept for it while they
  * hold their GPUs and EXT_PREEMPT_KEEP_S after they let go, then no more. */
@@ -1129,6 +1178,7 @@ int test_ext(void)
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
+    test_queued_preemption_over_before_its_turn();
     test_preemption_pdbs();
     test_preemption_start_times();
     char cmd[128];

@@ -1,6 +1,9 @@
 /* tests/unit/test_metrics.c - the Prometheus registry: types, labels,
  * escaping, histogram buckets, collect callbacks and bad registrations. */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "test.h"
 #include "util/metrics.h"
@@ -11,6 +14,48 @@ static void collect(void *ud, struct metrics *m)
     (void)m;
     metric_reset(g);
     metric_set(g, (const char *[]){"n1"}, 7);
+}
+
+/* A collect that takes a while between its reset and its set. */
+static void slow_collect(void *ud, struct metrics *m)
+{
+    struct metric *g = ud;
+    (void)m;
+    metric_reset(g);
+    nanosleep(&(struct timespec){0, 200000}, NULL);
+    metric_set(g, (const char *[]){"n1"}, 7);
+}
+
+static void *scrape(void *arg)
+{
+    long missing = 0;
+    for (int i = 0; i < 200; i++) {
+        size_t len;
+        char *text = metrics_render(arg, &len);
+        missing += !strstr(text, "gpus_free{node=\"n1\"} 7");
+        free(text);
+    }
+    return (void *)missing;
+}
+
+/* Two scrapes at once (two Prometheus replicas): neither prints the gauges
+ * the other's collect has just reset. */
+static void test_concurrent_scrapes(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct metrics *m = metrics_new();
+    struct metric *g = metrics_add(m, METRIC_GAUGE, "gpus_free", "Free GPUs.", "node", NULL, 0,
+                                   &e);
+    ASSERT_TRUE(g != NULL);
+    metrics_on_collect(m, slow_collect, g);
+    pthread_t t[2];
+    void *missing[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&t[i], NULL, scrape, m), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], &missing[i]);
+    ASSERT_EQ((long)missing[0] + (long)missing[1], 0);
+    metrics_free(m);
 }
 
 int test_metrics(void)
@@ -86,5 +131,6 @@ int test_metrics(void)
     metric_set(many, (const char *[]){"x", "y"}, 2);
     ASSERT_NEAR(metric_value(many, (const char *[]){"x", "y"}), 2, 0);
     metrics_free(m);
+    test_concurrent_scrapes();
     return test_failures;
 }
