@@ -11,6 +11,13 @@
 #define GPUSCHED_EXT_SCHED_INT_H
 
 #include <jansson.h>
+
+/* Pod objects (pod.obj) and request documents are referenced from the HTTP
+ * workers, the bind threads and the watch threads at once: jansson must
+ * count references atomically (2.11 and later, with atomic builtins). */
+#ifndef JANSSON_THREAD_SAFE_REFCOUNT
+#error "gpusched needs a jansson whose reference counts are thread-safe (2.11 or later)"
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
