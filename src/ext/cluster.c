@@ -478,8 +478,12 @@ static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
     json_t *patch = json_pack("{s:{s:s}}", "status", "nominatedNodeName", pr->node);
     struct gs_err pe = GS_ERR_INIT;
     /* the victims are going: a pod that cannot be nominated (no RBAC for
-     * pods/status, say) still has the node kept by the extender */
-    if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &pe) < 0)
+     * pods/status, say) still has the node kept by the extender; one that
+     * stops or no longer leads writes nothing more */
+    if (gs_worker_stopping(&cl->pw) || !may_act(cl))
+        log_warn("extender", "nominating %s to %s: not done, stopping or no longer leading",
+                 pr->pod, pr->node);
+    else if (kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &pe) < 0)
         log_warn("extender", "nominating %s to %s: %s", pr->pod, pr->node, pe.msg);
     json_decref(patch);
     size_t o = (size_t)snprintf(msg, sizeof msg, "preempted %d pod%s on %s for %s (priority %d):",

@@ -14,15 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef LIM_OLD_GLIBC_ABI
-#include <sys/syscall.h>
-/* fstat is GLIBC_2.33 (an inline over __fxstat before): the system call
- * fills the same struct stat on x86-64 (lim_compat.h) */
-#define lim_fstat(fd, st) ((int)syscall(SYS_fstat, (fd), (st)))
-#else
-#define lim_fstat fstat
-#endif
-
 /* Record-lock bytes live past the data, so they never overlap it. */
 #define LOCK_GLOBAL ((off_t)1 << 30)
 #define LOCK_SLOT(i) (LOCK_GLOBAL + 1 + (off_t)(i))

@@ -37,6 +37,16 @@
 
 #include "limiter/lim_env.h"
 
+#ifdef LIM_OLD_GLIBC_ABI
+#include <sys/syscall.h>
+#include <unistd.h>
+/* fstat is GLIBC_2.33 (an inline over __fxstat before): the system call
+ * fills the same struct stat on x86-64 (lim_compat.h) */
+#define lim_fstat(fd, st) ((int)syscall(SYS_fstat, (fd), (st)))
+#else
+#define lim_fstat fstat
+#endif
+
 #define LIM_LEDGER_MAGIC "GSLEDGER"
 #define LIM_LEDGER_MAJOR 1
 #define LIM_LEDGER_MINOR 1 /* 1: slots carry their pid namespace */

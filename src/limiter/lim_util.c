@@ -2,6 +2,7 @@
  * limiter/lim_util.c - reading and writing <ledger dir>/util (lim_util.h).
  */
 #include "limiter/lim_util.h"
+#include "limiter/lim_ledger.h" /* lim_fstat */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@ int lim_util_read(const char *dir, struct lim_util *u)
     if (fd < 0)
         return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (lim_fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return -1;
     }
