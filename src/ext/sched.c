@@ -496,8 +496,7 @@ static int32_t pod_priority(const json_t *pod)
 
 /* Reserves an allocation from annotations; called with the lock held. req:
  * the pod's request, checked against them (NULL: a journal record, which
- * only binds write). */
-/* admitted: kubelet runs the pod (core_reserve_admitted). */
+ * only binds write). admitted: kubelet runs the pod (core_reserve_admitted). */
 static int restore_locked(struct ext_sched *s, const char *uid, const char *ns, const char *name,
                           int32_t priority, int64_t cpu, int64_t mem,
                           const struct core_request *req, const json_t *annotations,
@@ -538,19 +537,17 @@ int ext_sched_restore(struct ext_sched *s, const json_t *rec, struct gs_err *e)
     return rc;
 }
 
-/* Has kubelet admitted the pod (bound, and the device plugin marked it
- * allocated or kubelet reported its startTime)? */
-static int admitted(const struct ext_sched *s, const struct pod *p)
+/* Has kubelet admitted the pod: the device plugin marked it allocated, or
+ * kubelet reported it (status.startTime)? ann: its annotations. */
+static int kubelet_took(const struct ext_sched *s, const json_t *pod, const json_t *ann)
 {
     char key[300];
-    const json_t *md = json_object_get(p->obj, "metadata");
-    const char *node =
-        json_string_value(json_object_get(json_object_get(p->obj, "spec"), "nodeName"));
     snprintf(key, sizeof key, "%sallocated-at", s->opts.names->annot_prefix);
-    return node && *node &&
-           (json_object_get(json_object_get(md, "annotations"), key) ||
-            json_is_string(json_object_get(json_object_get(p->obj, "status"), "startTime")));
+    return json_object_get(ann, key) ||
+           json_is_string(json_object_get(json_object_get(pod, "status"), "startTime"));
 }
+
+static int has_node_name(const struct pod *p);
 
 /* Restores the allocation a pod object's annotations record, if any. */
 static void restore_pod(struct ext_sched *s, struct pod *p)
@@ -571,7 +568,8 @@ static void restore_pod(struct ext_sched *s, struct pod *p)
      * since, left it uncounted (its GPUs offered to the next pod) */
     if ((rc = core_pod_parse(p->obj, s->opts.names, &cp, &e)) == 0) {
         rc = restore_locked(s, p->uid, p->ns, p->name, pod_priority(p->obj), cp.req.cpu_milli,
-                            cp.req.mem_bytes, &cp.req, ann, admitted(s, p), &e);
+                            cp.req.mem_bytes, &cp.req, ann,
+                            has_node_name(p) && kubelet_took(s, p->obj, ann), &e);
         core_pod_clear(&cp);
     }
     if (rc == -GS_ENOENT) {
@@ -681,9 +679,7 @@ static int waits_for_kubelet(struct ext_sched *s, const json_t *pod, const json_
                              double *since)
 {
     char key[300];
-    const json_t *st = json_object_get(pod, "status");
-    snprintf(key, sizeof key, "%sallocated-at", s->opts.names->annot_prefix);
-    if (json_object_get(ann, key) || json_is_string(json_object_get(st, "startTime")))
+    if (kubelet_took(s, pod, ann))
         return 0;
     snprintf(key, sizeof key, "%sassigned-at", s->opts.names->annot_prefix);
     const json_t *at = json_object_get(ann, key);
