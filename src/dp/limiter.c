@@ -204,24 +204,45 @@ int dp_limiter_scan(const char *dir, void (*fn)(void *ud, const struct dp_limite
     return n;
 }
 
+/* Removes what directory fd holds, and directories in it down to depth
+ * levels (a container can nest them without end; deeper ones stay, and so
+ * does everything above them). Links are removed, never followed. Takes
+ * fd. */
+static void empty_dir(int fd, int depth)
+{
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (unlinkat(fd, de->d_name, 0) == 0 || errno != EISDIR || depth <= 0)
+            continue;
+        int sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+            empty_dir(sub, depth - 1);
+            unlinkat(fd, de->d_name, AT_REMOVEDIR);
+        }
+    }
+    closedir(d);
+}
+
+/* How deep remove_ctr_dir goes into directories a container made. */
+#define CTR_DIR_DEPTH 8
+
 /* Removes a container's directory and what is in it: the ledger and owner,
  * the util file the busy thread writes (and its temporary), whatever the
- * container left there. Links are removed, never followed; a directory the
- * container made in it keeps the whole in place. 0 when it is gone. */
+ * container left there, directories too (CTR_DIR_DEPTH deep). 0 when it
+ * is gone. */
 static int remove_ctr_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (fd < 0)
         return -1;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            unlinkat(fd, de->d_name, 0); /* a directory: EISDIR, left */
-    closedir(d);
+    empty_dir(fd, CTR_DIR_DEPTH);
     return rmdir(path);
 }
 

@@ -367,6 +367,19 @@ static void test_prune(void)
         }
         snprintf(p, sizeof p, "%s/containers/gone_main/link", root);
         ASSERT_EQ(symlink(lib, p), 0);
+        /* directories it made, a file deep in them, a link to a host
+         * directory (removed, the directory and its file kept) */
+        snprintf(p, sizeof p, "%s/containers/gone_main/d", root);
+        ASSERT_EQ(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/containers/gone_main/d/e", root);
+        ASSERT_EQ(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/containers/gone_main/d/e/f", root);
+        FILE *g = fopen(p, "w");
+        ASSERT_TRUE(g != NULL);
+        if (g)
+            fclose(g);
+        snprintf(p, sizeof p, "%s/containers/gone_main/d/hostdir", root);
+        ASSERT_EQ(symlink(root, p), 0);
         snprintf(p, sizeof p, "%s/containers/gone_main", root);
         struct timeval old_tv[2] = {{1000, 0}, {1000, 0}};
         ASSERT_EQ(utimes(p, old_tv), 0);
@@ -384,6 +397,7 @@ static void test_prune(void)
     ASSERT_EQ(dp_limiter_prune(root, uids, 2, 600), 1);
     ASSERT_EQ(exists(root, "gone_main"), 0);
     ASSERT_EQ(access(lib, F_OK), 0);
+    ASSERT_EQ(exists(root, "here_main"), 1); /* the linked host directory */
     ASSERT_EQ(exists(root, "here_main"), 1);
     ASSERT_EQ(exists(root, "fresh_main"), 1);
     ASSERT_EQ(exists(root, "busy_main"), 1);
