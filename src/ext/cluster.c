@@ -174,11 +174,65 @@ static void workload_save(struct ext_cluster *cl)
     cl->workload_saved = text;
 }
 
+/* A pod's "namespace/name" key split into ns and name (each at least
+ * CORE_NAME_MAX), and its API path into path (NULL: not wanted), with
+ * "/sub" when sub is not NULL. -1 when the key has no namespace. */
+static int pod_ref(const char *key, const char *sub, char *ns, char *name, char *path,
+                   size_t cap)
+{
+    const char *slash = strchr(key, '/');
+    if (!slash)
+        return -1;
+    snprintf(ns, CORE_NAME_MAX, "%.*s", (int)(slash - key), key);
+    snprintf(name, CORE_NAME_MAX, "%s", slash + 1);
+    if (path)
+        snprintf(path, cap, "/api/v1/namespaces/%s/pods/%s%s%s", ns, name, sub ? "/" : "",
+                 sub ? sub : "");
+    return 0;
+}
+
+/* How many pods a relist kept without listing them are looked up after it. */
+#define UNLISTED_MAX 64
+
+/* Looks up the pods the relist just made kept without listing them (this
+ * replica bound them after the list began): one deleted before the list's
+ * snapshot gets no DELETED from the watch that follows, and would hold its
+ * GPUs until the next relist. Not found, or a pod of another UID by the
+ * name: freed. An answer that does not come keeps it. Watch thread, before
+ * the watch starts: a deletion after this GET comes with the watch. */
+static void check_unlisted(struct ext_cluster *cl)
+{
+    char *keys[UNLISTED_MAX], path[700], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+    int n = ext_sched_unlisted(cl->s, keys, UNLISTED_MAX);
+    for (int i = 0; i < n; i++) {
+        char *uid = strrchr(keys[i], '/');
+        struct gs_err e = GS_ERR_INIT;
+        json_t *pod = NULL;
+        *uid++ = '\0';
+        pod_ref(keys[i], NULL, ns, name, path, sizeof path);
+        int rc = kube_get(cl->kc, path, &pod, &e);
+        const char *u = rc == 0 ? kube_meta_str(pod, "uid") : NULL;
+        if (rc == -GS_ENOENT || (rc == 0 && (!u || strcmp(u, uid) != 0))) {
+            if (ext_sched_unlisted_gone(cl->s, uid)) {
+                log_info("extender", "pod %s was deleted while the pods were listed: its "
+                         "GPUs are free", keys[i]);
+                atomic_store(&cl->freed, 1);
+            }
+        } else if (rc < 0) {
+            log_warn("extender", "looking up pod %s, bound while the pods were listed: %s; "
+                     "it keeps its GPUs until its deletion or the next list", keys[i], e.msg);
+        }
+        json_decref(pod);
+        free(keys[i]);
+    }
+}
+
 static void pods_replace(void *ud, const json_t *items, const char *rv)
 {
     struct ext_cluster *cl = ud;
     (void)rv;
     ext_sched_replace_pods(cl->s, items);
+    check_unlisted(cl);
     atomic_fetch_add(&cl->rebuilds, 1);
     atomic_store(&cl->pods_synced, 1);
     atomic_store(&cl->freed, 1); /* GPUs may have been freed while we were away */
@@ -414,23 +468,6 @@ static int commit_bind(void *ud, const char *ns, const char *name, const char *u
  * keeps the node's CPU and memory for it) and the extender's watch too. A
  * victim already gone, or replaced by a pod of the same name, counts as
  * deleted. */
-/* A pod's "namespace/name" key split into ns and name (each at least
- * CORE_NAME_MAX), and its API path into path (NULL: not wanted), with
- * "/sub" when sub is not NULL. -1 when the key has no namespace. */
-static int pod_ref(const char *key, const char *sub, char *ns, char *name, char *path,
-                   size_t cap)
-{
-    const char *slash = strchr(key, '/');
-    if (!slash)
-        return -1;
-    snprintf(ns, CORE_NAME_MAX, "%.*s", (int)(slash - key), key);
-    snprintf(name, CORE_NAME_MAX, "%s", slash + 1);
-    if (path)
-        snprintf(path, cap, "/api/v1/namespaces/%s/pods/%s%s%s", ns, name, sub ? "/" : "",
-                 sub ? sub : "");
-    return 0;
-}
-
 static int commit_preempt(void *ud, struct ext_preemption *pr, struct gs_err *e)
 {
     struct ext_cluster *cl = ud;

@@ -757,8 +757,10 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     pod_identity(pod, &uid, &ns, &name);
     if (!uid || !*uid || !name)
         return 0;
-    if ((p = sched_smap_get(&s->pods, uid)))
+    if ((p = sched_smap_get(&s->pods, uid))) {
         p->seq = ++s->seq; /* seen (ext_sched_replace_pods counts on it) */
+        p->unlisted = 0;
+    }
     if (deleted || kube_pod_done(pod)) {
         sched_usage_drop(s, uid);
         freed = core_unreserve(s->c, uid, NULL) == 0;
@@ -930,11 +932,15 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     /* a kept pod the list does not have was deleted while we were away,
      * unless its bind is still committing (that commit then fails and
      * undoes itself) or committed after the list began: made after its
-     * snapshot, the pod comes with the watch that follows */
+     * snapshot, the pod comes with the watch that follows; deleted before
+     * it, it never does (ext_sched_unlisted) */
     SMAP_FOREACH(&s->pods, it)
     {
         struct pod *p = it->val;
-        if (p->seq <= before && !p->binding && !(p->bound && p->bound_no > s->list_from)) {
+        if (p->seq > before || p->binding) {
+        } else if (p->bound && p->bound_no > s->list_from) {
+            p->unlisted = 1;
+        } else {
             core_unreserve(s->c, p->uid, NULL);
             forget(s, p);
         }
@@ -954,6 +960,34 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     pthread_mutex_unlock(&s->mu);
     log_info("extender", "rebuilt the allocation state from %zu pods: %d hold GPUs",
              json_array_size(items), n);
+}
+
+int ext_sched_unlisted(struct ext_sched *s, char **out, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    SMAP_FOREACH(&s->pods, it)
+    {
+        const struct pod *p = it->val;
+        if (n < max && p->unlisted && asprintf(&out[n], "%s/%s/%s", p->ns, p->name, p->uid) >= 0)
+            n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid)
+{
+    int freed = 0;
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = sched_smap_get(&s->pods, uid);
+    if (p && p->unlisted && !p->binding) {
+        sched_usage_drop(s, uid);
+        freed = core_unreserve(s->c, uid, NULL) == 0;
+        forget(s, p);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return freed;
 }
 
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)

@@ -192,6 +192,14 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
  * binds from now on and the list lacks was made after its snapshot, and
  * keeps its GPUs through ext_sched_replace_pods. */
 void ext_sched_list_begin(struct ext_sched *s);
+/* Pods such a list lacked, not seen since: made after its snapshot (the
+ * watch brings them), or deleted before it (nothing ever will). Fills up
+ * to max "NS/NAME/UID" strings (malloc'd) for the caller to look up, and
+ * returns the count. */
+int ext_sched_unlisted(struct ext_sched *s, char **out, int max);
+/* Pod uid, one of those, is not on the API server: its GPUs are freed
+ * (returns 1) unless it has been seen since. */
+int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid);
 /* Pending GPU pods that found no node at their last /filter (for nudging);
  * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);

@@ -75,6 +75,8 @@ struct pod {
                              it has not bound since: kube-scheduler parked it */
     unsigned long seq;    /* last touched */
     unsigned long bound_no; /* the s->n_binds of its bind (bound) */
+    int unlisted;         /* a relist kept it (bound_no) without listing it, and it has
+                             not been seen since (ext_sched_unlisted) */
     char nominated[CORE_NAME_MAX]; /* the node it is nominated to while it has none ("": none):
                                       its own preemption's (pre), else status.nominatedNodeName */
     struct sched_preempting *pre; /* the preemption /filter started for it, or NULL */

@@ -637,6 +637,37 @@ def test_a_pod_bound_while_the_pods_are_listed_keeps_its_gpus(gpusched_bin, api,
         e.stop()
 
 
+def test_a_pod_bound_and_deleted_before_the_list_snapshot_frees_its_gpus(gpusched_bin, api,
+                                                                        tmp_path):
+    """A pod bound after a relist began and deleted before the list's snapshot
+    is not in the list, and the watch that follows (from the snapshot) never
+    brings its deletion: the extender looks such pods up after the list, and
+    frees their GPUs (they stayed taken until the next relist)."""
+    add_gpu_pod(api, "y", "2")
+    add_gpu_pod(api, "x", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        for n in ("x", "y"):
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
+                     what="pods seen")
+        api.delay("GET", r"/api/v1/pods\?(?!.*watch=)", 3.0)  # the list, before its snapshot
+        rebuilds = e.metric("gpusched_extender_rebuilds_total")
+        n_req = len(api.requests)
+        api.drop_watches(gone=True)
+        wait_for(lambda: any(m == "GET" and "/api/v1/pods?" in p and "watch=" not in p
+                             for m, p, _ in list(api.requests)[n_req:]), what="the list asked")
+        assert bound(e.bind(api.get("pods", "x", "default"), "g1"))
+        api.delete("pods", "x", "default")
+        wait_for(lambda: e.metric("gpusched_extender_rebuilds_total") > rebuilds, what="relist")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="x freed")
+        assert any(m == "GET" and p == "/api/v1/namespaces/default/pods/x"
+                   for m, p, _ in list(api.requests)[n_req:])
+        f = e.filter(api.get("pods", "y", "default"), ["g1"])
+        assert f["NodeNames"] == ["g1"], f
+    finally:
+        e.stop()
+
+
 def test_leader_election(gpusched_bin, api, tmp_path):
     add_gpu_pod(api, "l", "1")
     args = ["--leader-elect", "--lease-duration", "5", "--lease-namespace", "kube-system"]
