@@ -1,4 +1,5 @@
 /* ext/forward.c - see forward.h. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -138,12 +139,29 @@ int ext_forward_addr(const char *identity, char *out, size_t cap, struct gs_err 
     if (!colon || (addr[0] == '[' && colon < strchr(addr, ']')))
         return gs_errf(e, GS_EINVAL, "leader identity %.80s: address after '@' has no :PORT",
                        identity);
-    if (!host_ok(addr, (size_t)(colon - addr)))
+    /* an IPv6 address without brackets (POD_NAME@$(POD_IP):PORT on an
+     * IPv6 cluster): the port is after the last ':' */
+    char v6[INET6_ADDRSTRLEN + 1];
+    struct in6_addr a6;
+    size_t hn = (size_t)(colon - addr);
+    int bare6 = addr[0] != '[' && memchr(addr, ':', hn) && hn < sizeof v6;
+    if (bare6) {
+        memcpy(v6, addr, hn);
+        v6[hn] = '\0';
+        bare6 = inet_pton(AF_INET6, v6, &a6) == 1;
+    }
+    if (!bare6 && !host_ok(addr, hn))
         return gs_errf(e, GS_EINVAL, "leader identity %.80s: bad host before the port",
                        identity);
     if (!port_ok(colon + 1))
         return gs_errf(e, GS_EINVAL, "leader identity %.80s: port is not 1..65535", identity);
-    snprintf(out, cap, "%s", addr);
+    if (bare6 && strlen(addr) + 2 >= cap)
+        return gs_errf(e, GS_EINVAL, "leader identity %.80s: address after '@' too long",
+                       identity);
+    if (bare6)
+        snprintf(out, cap, "[%s]%s", v6, colon);
+    else
+        snprintf(out, cap, "%s", addr);
     return 0;
 }
 

@@ -544,7 +544,8 @@ int http_server_start(const struct http_server_opts *opts, struct http_server **
         a6->sin6_port = htons((uint16_t)opts->port);
         if (inet_pton(AF_INET6, addr, &a6->sin6_addr) != 1)
             goto bad_addr;
-        s->flags |= MHD_USE_IPv6;
+        /* the IPv6 wildcard takes IPv4 too (IPV6_V6ONLY off) */
+        s->flags |= IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
     } else {
         struct sockaddr_in *a4 = (struct sockaddr_in *)&s->ss;
         a4->sin_family = AF_INET;

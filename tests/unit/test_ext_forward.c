@@ -1,5 +1,6 @@
 /* tests/unit/test_ext_forward.c - the leader's address in a Lease holderIdentity
- * (ext/forward.h): "NAME@HOST:PORT" gives HOST:PORT, an identity without '@'
+ * (ext/forward.h): "NAME@HOST:PORT" gives HOST:PORT (a bare IPv6 HOST
+ * bracketed), an identity without '@'
  * is not forwarded to, and every malformed address is refused naming the
  * part that is wrong; a replica that leads (or knows no leader) answers
  * every verb itself; a leader that does not answer gets /bind refused (503)
@@ -24,6 +25,11 @@ static void test_addr(void)
     ASSERT_STREQ(out, "gpusched-1.gpusched.svc:80");
     ASSERT_EQ(ext_forward_addr("x@[fd00::1]:8888", out, sizeof out, &e), 0);
     ASSERT_STREQ(out, "[fd00::1]:8888");
+    /* POD_NAME@$(POD_IP):PORT on an IPv6 cluster: the address bracketed */
+    ASSERT_EQ(ext_forward_addr("x@fd00::5:8888", out, sizeof out, &e), 0);
+    ASSERT_STREQ(out, "[fd00::5]:8888");
+    ASSERT_EQ(ext_forward_addr("x@2001:db8:0:1:2:3:4:5:80", out, sizeof out, &e), 0);
+    ASSERT_STREQ(out, "[2001:db8:0:1:2:3:4:5]:80");
     ASSERT_EQ(ext_forward_addr("extender-7d9f", out, sizeof out, &e), 1);
 
     struct {
@@ -34,6 +40,8 @@ static void test_addr(void)
         {"a@10.1.2.3:65536", "port"},       {"a@10.1.2.3:88a8", "port"},
         {"a@h/x:80", "bad host"},           {"a@[fd00::1]", "no :PORT"},
         {"a@[zz::1]:80", "bad host"},       {"a@h st:80", "bad host"},
+        {"a@1:2:3:4:5:6:7:8:9:80", "bad host"}, {"a@fd00::zz:80", "bad host"},
+        {"a@::1:", "port"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct gs_err e2 = GS_ERR_INIT;

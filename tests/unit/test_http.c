@@ -325,11 +325,11 @@ static void *parked_now(void)
     return t;
 }
 
-static long get_path(int port, const char *path, long timeout_ms, CURLcode *rc)
+static long get_at(const char *host, int port, const char *path, long timeout_ms, CURLcode *rc)
 {
     char url[96];
     long code = 0;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    snprintf(url, sizeof url, "http://%s:%d%s", host, port, path);
     CURL *h = curl_easy_init();
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -339,6 +339,11 @@ static long get_path(int port, const char *path, long timeout_ms, CURLcode *rc)
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
     return code;
+}
+
+static long get_path(int port, const char *path, long timeout_ms, CURLcode *rc)
+{
+    return get_at("127.0.0.1", port, path, timeout_ms, rc);
 }
 
 struct waiter {
@@ -404,9 +409,28 @@ static void test_gone(void)
     http_server_stop(s);
 }
 
+/* "::" (listen [::]:PORT, an IPv6 cluster) takes IPv4 connections too: one
+ * manifest for single- and dual-stack clusters. */
+static void test_dual_stack(void)
+{
+    struct gs_err e = GS_ERR_INIT;
+    struct http_server *s = NULL;
+    CURLcode rc;
+    struct http_server_opts o = {.addr = "::", .threads = 1, .handler = park_handler};
+    if (http_server_start(&o, &s, &e) < 0) {
+        printf("SKIP: test_dual_stack: no IPv6 here (%s)\n", e.msg);
+        return;
+    }
+    int port = http_server_port(s);
+    ASSERT_EQ(get_at("[::1]", port, "/plain", 5000, &rc), 200);
+    ASSERT_EQ(get_at("127.0.0.1", port, "/plain", 5000, &rc), 200);
+    http_server_stop(s);
+}
+
 int test_http(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    test_dual_stack();
     test_gone();
     test_reloads_under_load();
     test_rotation();
