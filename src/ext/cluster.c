@@ -48,7 +48,8 @@ struct ext_cluster {
     int nev;
     struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges, *m_saves;
     atomic_ulong rebuilds;
-    int workload_loaded;       /* the saved workload was read (house thread) */
+    int workload_loaded;       /* the saved workload was read (1) or its read refused (2;
+                                  house thread) */
     char *workload_saved;      /* what this replica last saved */
     double workload_at;        /* when it last tried */
 };
@@ -104,8 +105,10 @@ static void workload_path(const struct ext_cluster *cl, char *buf, size_t cap, i
              item ? "/" : "", item ? cl->cfg->workload_configmap : "");
 }
 
-/* 0 when done (read, absent, refused or unusable: warned), -1 to try again
- * (the API server did not answer). */
+/* 0 when done (read, absent or unusable: warned), 1 when refused (RBAC:
+ * nothing is saved then, which would replace what could not be read), -1
+ * to try again (the API server did not answer, or took the token while it
+ * is being rotated). */
 static int workload_load(struct ext_cluster *cl)
 {
     char path[600];
@@ -121,8 +124,8 @@ static int workload_load(struct ext_cluster *cl)
     else if (rc == -GS_EUNAVAIL)
         log_warn("extender", "reading the saved workload: %s; trying again", e.msg);
     else if (rc < 0) /* refused (RBAC): saying it every 5 s would help no one */
-        log_warn("extender", "reading the saved workload: %s; learning from the live pods",
-                 e.msg);
+        log_warn("extender", "reading the saved workload: %s; learning from the live pods, "
+                 "and not saving (that would replace what could not be read)", e.msg);
     else if (!text)
         log_warn("extender", "%s: no data.%s; learning from the live pods", path, WORKLOAD_KEY);
     else if (strlen(text) > WORKLOAD_MAX_BYTES)
@@ -138,7 +141,7 @@ static int workload_load(struct ext_cluster *cl)
                  (long long)json_integer_value(json_object_get(saved, "pods")), path);
     json_decref(saved);
     json_decref(cm);
-    return rc == -GS_EUNAVAIL ? -1 : 0;
+    return rc == -GS_EUNAVAIL ? -1 : rc < 0 && rc != -GS_ENOENT ? 1 : 0;
 }
 
 /* Saves the ended pods' classes when they changed since the last save. */
@@ -731,8 +734,9 @@ static void *house_main(void *arg)
             ext_cluster_ready(cl)) {
             if (!cl->workload_loaded && now_real() - cl->workload_at >= 5.0) {
                 cl->workload_at = now_real();
-                cl->workload_loaded = workload_load(cl) == 0;
-            } else if (cl->workload_loaded && leading &&
+                int rc = workload_load(cl);
+                cl->workload_loaded = rc < 0 ? 0 : rc == 0 ? 1 : 2;
+            } else if (cl->workload_loaded == 1 && leading &&
                        now_real() - cl->workload_at >= cl->cfg->workload_save) {
                 cl->workload_at = now_real();
                 workload_save(cl);
@@ -834,7 +838,7 @@ void ext_cluster_stop(struct ext_cluster *cl)
     kube_watch_stop(atomic_load(&cl->pdbs)); /* the house thread that starts it is gone */
     gs_worker_destroy(&cl->wk);
     /* what ended since the last save, for the replica that leads next */
-    if (cl->workload_loaded && may_bind(cl))
+    if (cl->workload_loaded == 1 && may_bind(cl))
         workload_save(cl);
     free(cl->workload_saved);
     kube_leader_stop(cl->leader);

@@ -98,6 +98,21 @@ const char *kube_client_server(const struct kube_client *c) { return c->cfg.serv
 
 long kube_client_timeout_ms(const struct kube_client *c) { return c->opts.timeout_ms; }
 
+/* After a 401: the token file is read again at the next request, unless
+ * it was read in the last second (the token it holds is the one refused).
+ * 1 when it will be. */
+static int token_reread(struct kube_client *c)
+{
+    int again = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->cfg.token_file && gs_mono_s() - c->token_read >= 1.0) {
+        c->token_read = gs_mono_s() - TOKEN_REFRESH_S;
+        again = 1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return again;
+}
+
 /* The bearer header, re-reading a token file every TOKEN_REFRESH_S. */
 static struct curl_slist *auth_header(struct kube_client *c, struct curl_slist *h)
 {
@@ -232,8 +247,8 @@ int kube_status_error(long status, const char *method, const char *path, const j
         code = GS_ENOENT;
     else if (status == 409 || status == 410)
         code = GS_ECONFLICT;
-    else if (status == 429 || status >= 500 || status == 0)
-        code = GS_EUNAVAIL;
+    else if (status == 401 || status == 429 || status >= 500 || status == 0)
+        code = GS_EUNAVAIL; /* 401: a token being rotated, or a Secret's being replaced */
     else
         code = GS_EINVAL;
     return gs_errf(e, code, "%s %s: HTTP %ld%s%s", method, path, status, *msg ? ": " : "", msg);
@@ -266,8 +281,11 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
     }
     /* 429 Too Many Requests (API Priority and Fairness under load): the
      * request was not served, so it is sent again, after the Retry-After it
-     * names (at most 2 s) or a short wait, as client-go does */
-    for (int attempt = 0;; attempt++) {
+     * names (at most 2 s) or a short wait, as client-go does. A 401 is sent
+     * again once with the token file read again: kubelet rotates a bound
+     * service account token, and a Secret's token changes with its Secret
+     * (nothing was served either) */
+    for (int attempt = 0, reread = 0;; attempt++) {
         curl_off_t retry_after = 0;
         if (!(h = kube_client_handle(c))) {
             free(url);
@@ -294,6 +312,12 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &retry_after);
         curl_slist_free_all(hdrs);
         kube_client_release(c, h);
+        if (cr == CURLE_OK && code == 401 && !reread++ && token_reread(c)) {
+            gs_buf_free(&resp.b);
+            resp = (struct body){.max = c->opts.max_response};
+            attempt--;
+            continue;
+        }
         if (cr != CURLE_OK || code != 429 || attempt == KUBE_RETRIES_429)
             break;
         gs_buf_free(&resp.b);

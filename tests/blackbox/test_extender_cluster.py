@@ -206,6 +206,54 @@ def test_learned_workload_survives_a_restart(gpusched_bin, api, tmp_path):
     assert saved_workload(api)["pods"] == 0
 
 
+def test_a_refused_read_of_the_saved_workload_saves_nothing(gpusched_bin, api, tmp_path):
+    """A replica that may not read the saved workload (403) learns from the live
+    pods and never saves: a save would replace the history it could not read."""
+    api.create("/api/v1/namespaces/default/configmaps", {
+        "metadata": {"name": "gpusched-workload", "namespace": "default"},
+        "data": {"workload.json": json.dumps({"pods": 7, "classes": []})}})
+    add_gpu_pod(api, "r0", "1")
+    api.fail("GET", r"/configmaps/gpusched-workload", 403)
+    e = start(gpusched_bin, api, tmp_path, "--workload-save", "1")
+    try:
+        wait_for(lambda: e.filter(api.get("pods", "r0", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        assert bound(schedule(e, api, "r0", ("g1",))[1])
+        api.delete("pods", "r0", "default")
+        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="r0 released")
+        time.sleep(2.5)  # two save intervals
+    finally:
+        e.stop()
+    assert "not saving" in e.proc_err, e.proc_err[-2000:]
+    assert not [m for m, path, _ in api.requests
+                if m in ("PUT", "POST") and "gpusched-workload" in path]
+    assert saved_workload(api)["pods"] == 7
+
+
+def test_a_rotated_token_file_is_read_again_at_a_401(gpusched_bin, api, tmp_path):
+    """kubelet rotates a bound service account token, and a Secret's token
+    changes with its Secret: a request that gets 401 reads the token file
+    again and is sent once more (it was read only every 60 s: binds failed)."""
+    add_gpu_pod(api, "t0", "1")
+    tok = tmp_path / "token"
+    tok.write_text("first\n")
+    api.require_token = "first"
+    kc = api.write_kubeconfig(tmp_path / "kc-tok", token_file=str(tok))
+    e = Extender(gpusched_bin, ["--kubeconfig", kc, "--inventory-ttl", "0"])
+    try:
+        e.wait_ready(path="/readyz")
+        wait_for(lambda: e.filter(api.get("pods", "t0", "default"), ["g1"])["NodeNames"],
+                 what="pod cached")
+        time.sleep(1.1)  # the file was read more than a second ago
+        tok.write_text("second\n")
+        api.require_token = "second"
+        r = e.bind(api.get("pods", "t0", "default"), "g1")
+        assert bound(r), r.text
+        assert api.get("pods", "t0", "default")["spec"]["nodeName"] == "g1"
+    finally:
+        e.stop()
+
+
 def test_leader_saves_the_learned_workload_when_it_stops(gpusched_bin, api, tmp_path):
     """A rolling update stops the leader between two saves: what ended since the
     last one is saved at the clean stop, for the replica that leads next."""
