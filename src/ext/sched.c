@@ -447,7 +447,12 @@ struct pod *sched_remember(struct ext_sched *s, const json_t *obj, int watched)
             return NULL;
         }
     }
-    if (p->obj != obj) {
+    /* a verb's body never replaces what the watch brought: kube-scheduler
+     * may send a copy from before the pod was bound (its queue's, after a
+     * failed bind), and that copy, without nodeName, would make a bound
+     * pod's GPUs look orphaned (sched_drop_orphan) */
+    if (p->obj != obj && (watched || !p->watched)) {
+        p->watched |= watched;
         /* pod terms pick placed pods by their labels (sched_podaff.c) */
         s->labels_gen += p->obj && !sched_labels_same(p->obj, obj);
         json_decref(p->obj);

@@ -64,6 +64,8 @@ struct sched_preempting; /* ext/sched_preempt.c */
 struct pod {
     char uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
     json_t *obj;          /* the Pod object (for /bind and rebuilds) */
+    int watched;          /* obj came from the watch (cluster mode): verbs' bodies no
+                             longer replace it */
     double start;         /* its status.startTime (wall clock; 0: not started), read
                              once per object: preemption orders victims by it */
     int unschedulable;    /* its last /filter found no node */

@@ -426,12 +426,29 @@ static double grace_of(struct ext_sched *s, const struct core_alloc *v, int n)
     return g;
 }
 
+/* Whether the pod a /filter names is one the watch brought, at the
+ * priority the watch says (spec.priority cannot change): /filter's body is
+ * whatever its caller sent, and a preemption deletes other pods. A pod not
+ * seen yet is preempted for at a later /filter. */
+static int watched_as_sent(const struct pod *p, const struct core_pod *pod)
+{
+    if (!p->watched)
+        return 0;
+    const json_t *pr = json_object_get(json_object_get(p->obj, "spec"), "priority");
+    if ((json_is_integer(pr) ? json_integer_value(pr) : 0) == pod->priority)
+        return 1;
+    log_warn("extender", "/filter of pod %s/%s says priority %d, its object %lld: no "
+             "preemption for it", p->ns, p->name, (int)pod->priority,
+             (long long)json_integer_value(pr));
+    return 0;
+}
+
 int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_pod *pod,
                          const json_t *obj, const int *pos, const unsigned char *fit, int n,
                          struct ext_preemption *pr)
 {
     if (!s->opts.filter_preemption || !s->commit.preempt || !p ||
-        pod->req.kind == CORE_REQ_NONE ||
+        pod->req.kind == CORE_REQ_NONE || !watched_as_sent(p, pod) ||
         (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) || s->pdbs_pending ||
         still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj, pos, fit, n))
         return 0;

@@ -237,3 +237,26 @@ def test_the_namespace_is_its_own_file_and_admits_critical_pods():
                     spec.get("priorityClassName", "").startswith("system-"):
                 asked.add(spec["priorityClassName"])
     assert asked and asked <= covered, (asked, covered)
+
+
+def test_extender_network_policy_lets_in_its_callers_only():
+    """deploy/extender-networkpolicy.yaml selects the extender's pods and lets
+    in, on the port it listens on, the gpu-scheduler's pods and the replicas
+    (a follower forwards to the leader): the labels the Deployments give
+    their pods, so a renamed label cannot silently cut kube-scheduler off."""
+    (np,) = load("extender-networkpolicy.yaml")
+    ext = {d["kind"]: d for d in load("extender.yaml") if d}
+    sched = {d["kind"]: d for d in load("scheduler-deployment.yaml") if d}
+    ext_labels = ext["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    sched_labels = sched["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert np["metadata"]["namespace"] == ext["Deployment"]["metadata"]["namespace"]
+    sel = np["spec"]["podSelector"]["matchLabels"]
+    assert sel.items() <= ext_labels.items()
+    (rule,) = np["spec"]["ingress"]
+    froms = [f["podSelector"]["matchLabels"] for f in rule["from"]]
+    assert any(f.items() <= sched_labels.items() for f in froms)
+    assert any(f.items() <= ext_labels.items() for f in froms)
+    listen = yaml.safe_load(ext["ConfigMap"]["data"]["extender.yaml"])["listen"]
+    assert [p["port"] for p in rule["ports"]] == [int(listen.rsplit(":", 1)[1])]
+    # the URL kube-scheduler calls goes to that port
+    assert ":%d" % rule["ports"][0]["port"] in yaml.safe_dump(configs()[-1][1])

@@ -320,6 +320,29 @@ def test_assignment_without_binding_is_nudged_and_replaced(gpusched_bin, api, tm
     assert "left without a Binding" in e.stop()
 
 
+def test_a_stale_filter_body_does_not_free_a_bound_pods_gpus(gpusched_bin, api, tmp_path):
+    """kube-scheduler may /filter a copy of a pod from before its bind (1.20
+    requeues its queue's copy after a bind it saw fail, though the Binding
+    was made). The watch saw the pod bound with its assignment: that copy,
+    without nodeName and annotations, must not make its GPUs look orphaned
+    and free them to the next pod (a GPU given twice)."""
+    add_gpu_pod(api, "x", "2", node="g1",
+                annotations=assignment("g1", ["GPU-g1-0", "GPU-g1-1"]))
+    add_gpu_pod(api, "y", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+        stale = api.get("pods", "x", "default")
+        stale["spec"].pop("nodeName")
+        stale["metadata"]["annotations"] = {}
+        e.filter(stale, ["g1", "g2"])
+        assert e.metric('gpusched_gpus_allocated{node="g1"') == 2
+        f = e.filter(api.get("pods", "y", "default"), ["g1", "g2"])
+        assert f["NodeNames"] == ["g2"], f
+    finally:
+        e.stop()
+
+
 def test_assignment_without_binding_is_free_for_its_own_pod(gpusched_bin, api, tmp_path):
     """A pod left with an assignment and no Binding, on a node whose other GPUs are
     taken since, still fits that node: its /filter drops the assignment (kube-scheduler

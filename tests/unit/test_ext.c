@@ -771,6 +771,11 @@ static void filter_started(struct ext_sched *s, const char *name, int prio, cons
              "\"NodeNames\":%s}", name, name, labels ? labels : "{}", prio,
              start ? "\"startTime\":\"" : "", start ? start : "", start ? "\"" : "",
              nodes ? nodes : "[\"n\"]");
+    /* the watch has brought the pod (preemption is made only for such) */
+    json_t *req = json_loads(body, 0, NULL);
+    ASSERT_TRUE(req != NULL);
+    ext_sched_observe_pod(s, json_object_get(req, "Pod"), 0);
+    json_decref(req);
     ASSERT_EQ(ext_sched_filter(s, body, strlen(body), &reply), 200);
     reply_names(&reply, out, cap);
 }
@@ -1092,6 +1097,27 @@ static void test_filter_preemption(void)
     filter_prio(s, "peer", 100, names, sizeof names);
     ASSERT_STREQ(names, "");
     ASSERT_EQ(got.n, 0);
+    /* /filter's body is whatever its caller sent: no preemption for a pod
+     * the watch has not brought, nor at a priority its object does not have */
+    {
+        struct ext_reply reply;
+        size_t rlen;
+        const char *ghost = "{\"Pod\":{\"metadata\":{\"name\":\"ghost\",\"namespace\":"
+                            "\"d\",\"uid\":\"ghost\"},\"spec\":{\"priority\":1000,"
+                            "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
+                            "{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNames\":[\"n\"]}";
+        ASSERT_EQ(ext_sched_filter(s, ghost, strlen(ghost), &reply), 200);
+        free(ext_reply_take(&reply, &rlen));
+        ASSERT_EQ(got.n, 0);
+        json_t *obj = json_loads(ghost, 0, NULL);
+        json_t *pod = json_object_get(obj, "Pod");
+        json_object_set_new(json_object_get(pod, "spec"), "priority", json_integer(0));
+        ext_sched_observe_pod(s, pod, 0); /* its real priority: 0 */
+        json_decref(obj);
+        ASSERT_EQ(ext_sched_filter(s, ghost, strlen(ghost), &reply), 200);
+        free(ext_reply_take(&reply, &rlen));
+        ASSERT_EQ(got.n, 0);
+    }
     filter_prio(s, "high", 1000, names, sizeof names);
     ASSERT_STREQ(names, "");
     ASSERT_EQ(got.n, 1);
