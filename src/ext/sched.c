@@ -813,8 +813,11 @@ static int observe_locked(struct ext_sched *s, const json_t *pod, int deleted)
     /* remember GPU pods for /bind (their request is parsed there) */
     struct core_pod cp;
     if (core_pod_parse(pod, s->opts.names, &cp, NULL) == 0) {
-        if (cp.req.kind != CORE_REQ_NONE)
-            sched_remember(s, pod, 1);
+        if (cp.req.kind != CORE_REQ_NONE && (p = sched_remember(s, pod, 1)) &&
+            p->preempt_unseen) {
+            p->preempt_unseen = 0;
+            freed = 1; /* nudged: its next /filter may preempt */
+        }
         core_pod_clear(&cp);
     }
     return freed;

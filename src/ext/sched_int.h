@@ -66,6 +66,8 @@ struct pod {
     json_t *obj;          /* the Pod object (for /bind and rebuilds) */
     int watched;          /* obj came from the watch (cluster mode): verbs' bodies no
                              longer replace it */
+    int preempt_unseen;   /* a /filter could have preempted for it before the watch
+                             brought it (sched_filter_preempt) */
     double start;         /* its status.startTime (wall clock; 0: not started), read
                              once per object: preemption orders victims by it */
     int unschedulable;    /* its last /filter found no node */

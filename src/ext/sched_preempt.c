@@ -429,11 +429,14 @@ static double grace_of(struct ext_sched *s, const struct core_alloc *v, int n)
 /* Whether the pod a /filter names is one the watch brought, at the
  * priority the watch says (spec.priority cannot change): /filter's body is
  * whatever its caller sent, and a preemption deletes other pods. A pod not
- * seen yet is preempted for at a later /filter. */
-static int watched_as_sent(const struct pod *p, const struct core_pod *pod)
+ * seen yet is preempted for at a later /filter, to which it is nudged
+ * when the watch brings it (observe_locked). */
+static int watched_as_sent(struct pod *p, const struct core_pod *pod)
 {
-    if (!p->watched)
+    if (!p->watched) {
+        p->preempt_unseen = 1; /* nudged when the watch brings it */
         return 0;
+    }
     const json_t *pr = json_object_get(json_object_get(p->obj, "spec"), "priority");
     if ((json_is_integer(pr) ? json_integer_value(pr) : 0) == pod->priority)
         return 1;

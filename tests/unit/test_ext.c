@@ -1112,7 +1112,10 @@ static void test_filter_preemption(void)
         json_t *obj = json_loads(ghost, 0, NULL);
         json_t *pod = json_object_get(obj, "Pod");
         json_object_set_new(json_object_get(pod, "spec"), "priority", json_integer(0));
-        ext_sched_observe_pod(s, pod, 0); /* its real priority: 0 */
+        /* its real priority: 0; the watch brings it after that /filter,
+         * which could have preempted for it: nudged (1) */
+        ASSERT_EQ(ext_sched_observe_pod(s, pod, 0), 1);
+        ASSERT_EQ(ext_sched_observe_pod(s, pod, 0), 0);
         json_decref(obj);
         ASSERT_EQ(ext_sched_filter(s, ghost, strlen(ghost), &reply), 200);
         free(ext_reply_take(&reply, &rlen));
