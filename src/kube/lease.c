@@ -150,11 +150,18 @@ static int renewed_lately(struct kube_leader *l)
 
 static int nap(struct kube_leader *l, double s) { return gs_worker_sleep(&l->wk, s, NULL); }
 
+/* A leader renews every renew_s, counted from the start of the last
+ * round (a slow round does not push the next one back), and tries a renew
+ * that failed again after retry_s (at most renew_s): one failure no longer
+ * leaves it a single try before its deadline (2/3 of lease_s). The others
+ * try every retry_s. */
 static void *leader_main(void *arg)
 {
     struct kube_leader *l = arg;
+    double wait;
     do {
         struct gs_err e = GS_ERR_INIT;
+        double start = gs_mono_s();
         int rc = kube_leader_try(l, &e);
         if (rc < 0) {
             log_warn("leader", "lease %s/%s: %s", l->ns, l->name, e.msg);
@@ -165,7 +172,13 @@ static void *leader_main(void *arg)
         } else {
             set_leading(l, rc);
         }
-    } while (!nap(l, atomic_load(&l->leading) ? l->opts.renew_s : l->opts.retry_s));
+        if (!atomic_load(&l->leading))
+            wait = l->opts.retry_s;
+        else if (rc < 0)
+            wait = l->opts.retry_s < l->opts.renew_s ? l->opts.retry_s : l->opts.renew_s;
+        else
+            wait = l->opts.renew_s - (gs_mono_s() - start);
+    } while (!nap(l, wait > 0.05 ? wait : 0.05));
     return NULL;
 }
 

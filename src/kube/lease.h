@@ -27,7 +27,7 @@ struct kube_leader_opts {
     const char *identity;  /* this replica, e.g. the pod name */
     double lease_s;        /* leaseDurationSeconds; 0 = 15 */
     double renew_s;        /* renew period; 0 = lease_s / 3 */
-    double retry_s;        /* candidate retry period; 0 = 2 */
+    double retry_s;        /* candidate retry period, and a failed renew's; 0 = 2 */
     void (*on_change)(void *ud, int leading);
     void *ud;
 };

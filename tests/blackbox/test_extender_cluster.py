@@ -762,6 +762,27 @@ def test_leader_election(gpusched_bin, api, tmp_path):
         b.stop()
 
 
+def test_a_failed_lease_renew_is_tried_again_soon(gpusched_bin, api, tmp_path):
+    """A leader whose renew fails (an API server rolling, a 503) tries again
+    after 2 s, not at the next 5 s renew: two failures in a row left it no
+    try before its deadline (10 s of a 15 s lease), and it stepped down."""
+    args = ["--leader-elect", "--lease-duration", "15", "--lease-namespace", "kube-system"]
+    a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
+    try:
+        wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
+        n = len(api.requests)
+        api.fail("PUT", r"/leases/gpusched-extender$", 503, times=2)
+        deadline = time.time() + 14
+        while time.time() < deadline:
+            assert a.metric("gpusched_extender_leader") == 1, "stepped down"
+            time.sleep(0.2)
+        puts = [m for m, p, _ in list(api.requests)[n:]
+                if m == "PUT" and p.endswith("/leases/gpusched-extender")]
+        assert len(puts) >= 3, puts
+    finally:
+        a.stop()
+
+
 def micro_now():
     """Now as the extender stamps gpusched.io/retry-at (RFC 3339, microseconds)."""
     t = time.time()
