@@ -29,7 +29,13 @@ struct kube_watch {
     struct kube_lines lines;
     int gone;                  /* an ERROR 410 event arrived */
     int bad;                   /* a malformed event arrived */
+    CURL *h;                   /* the stream's handle */
+    long status;               /* its HTTP status, once known (0: not yet) */
+    struct gs_buf refusal;     /* the body of a status other than 200 (a Status) */
 };
+
+/* How much of a refusal's body (a Status) is kept to say why. */
+#define REFUSAL_MAX 4096
 
 /* ---- decoder ------------------------------------------------------------ */
 
@@ -164,6 +170,13 @@ static size_t on_stream(char *p, size_t sz, size_t n, void *ud)
 {
     struct kube_watch *w = ud;
     struct gs_err e = GS_ERR_INIT;
+    if (!w->status)
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
+    if (w->status != 200) { /* a refusal (401, 403, 500...): its Status says why */
+        if (w->refusal.len + sz * n <= REFUSAL_MAX)
+            gs_buf_put(&w->refusal, p, sz * n);
+        return sz * n;
+    }
     int rc = kube_lines_feed(&w->lines, p, sz * n, on_line, w, &e);
     if (rc < 0) {
         log_warn("kube", "%s: %s; re-watching", w->path, e.msg);
@@ -277,7 +290,8 @@ out:
 }
 
 /* One watch stream. Returns 0 when it ended normally, 1 for 410 Gone (list
- * again), -1 on an error (back off). */
+ * again), -1 on an error (back off, unless it served a while), -2 when the
+ * API server refused it (401, 403, 5xx: back off). */
 static int do_watch(struct kube_watch *w)
 {
     CURL *h = kube_client_handle(w->c);
@@ -295,6 +309,9 @@ static int do_watch(struct kube_watch *w)
         return -1;
     }
     w->gone = w->bad = 0;
+    w->status = 0;
+    w->refusal.len = 0;
+    w->h = h;
     w->lines.b.len = 0;
     hdrs = kube_client_headers(w->c, NULL);
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -322,6 +339,15 @@ static int do_watch(struct kube_watch *w)
     }
     if (w->bad)
         return -1;
+    if (cr == CURLE_OK && code != 200) {
+        /* refused: say why, and back off however long it took */
+        json_t *st = json_loadb(w->refusal.buf ? w->refusal.buf : "", w->refusal.len, 0, NULL);
+        const char *msg = json_string_value(json_object_get(st, "message"));
+        log_warn("kube", "watch %s: HTTP %ld%s%s", w->path, code, msg ? ": " : "",
+                 msg ? msg : "");
+        json_decref(st);
+        return -2;
+    }
     if (cr != CURLE_OK || code != 200) {
         log_warn("kube", "watch %s: %s (HTTP %ld)", w->path,
                  cr != CURLE_OK ? curl_easy_strerror(cr) : "unexpected status", code);
@@ -359,7 +385,7 @@ static void *watch_main(void *arg)
         pthread_mutex_lock(&w->wk.mu);
         int fed = w->st.events != events;
         pthread_mutex_unlock(&w->wk.mu);
-        if (rc < 0 && (fed || gs_mono_s() - t0 >= WATCH_HEALTHY_S)) {
+        if (rc == -1 && (fed || gs_mono_s() - t0 >= WATCH_HEALTHY_S)) {
             /* a stream cut after it served (a proxy's idle timeout, an API
              * server restarting): watch again at once, as client-go does;
              * only streams that fail at once back off */
@@ -437,6 +463,7 @@ void kube_watch_stop(struct kube_watch *w)
     gs_worker_stop(&w->wk);
     gs_worker_destroy(&w->wk);
     kube_lines_clear(&w->lines);
+    gs_buf_free(&w->refusal);
     free(w->path);
     free(w->query);
     free(w);

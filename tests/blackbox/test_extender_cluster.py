@@ -783,6 +783,26 @@ def test_a_failed_lease_renew_is_tried_again_soon(gpusched_bin, api, tmp_path):
         a.stop()
 
 
+def test_a_refused_watch_says_why(gpusched_bin, api, tmp_path):
+    """A watch the API server refuses (RBAC that grants list but not watch, a
+    token it no longer takes) is logged with its status and the Status'
+    message, and backs off; it was fed to the event decoder and logged as
+    "type: missing or not a string"."""
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        api.fail("GET", r"/api/v1/pods\?.*watch=", 403, times=2,
+                 message='pods is forbidden: cannot watch resource "pods"')
+        n = len(api.requests)
+        api.drop_watches()
+        wait_for(lambda: len([1 for m, p, _ in list(api.requests)[n:]
+                              if m == "GET" and "/api/v1/pods?" in p and "watch=" in p]) >= 3,
+                 what="the watch back after two refusals", timeout=20)
+    finally:
+        e.stop()
+    assert "HTTP 403: pods is forbidden: cannot watch" in e.proc_err, e.proc_err[-2000:]
+    assert "type: missing" not in e.proc_err
+
+
 def micro_now():
     """Now as the extender stamps gpusched.io/retry-at (RFC 3339, microseconds)."""
     t = time.time()
