@@ -139,6 +139,34 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
         return rc;
     }
     us = usname ? named(doc, "users", usname, "user") : NULL;
+    if (usname && *usname && !us) {
+        rc = gs_errf(e, GS_EINVAL, "%s: context '%s': user '%s' not found", path, context,
+                     usname);
+        json_decref(doc);
+        return rc;
+    }
+    /* credentials we cannot use would send every request anonymous: say so */
+    static const char *const creds[] = {"token", "tokenFile", "client-certificate",
+                                        "client-key", "client-certificate-data",
+                                        "client-key-data"};
+    static const char *const unsupported[] = {"exec", "auth-provider", "username", "password"};
+    for (size_t i = 0; us && i < sizeof creds / sizeof creds[0]; i++)
+        if (json_object_get(us, creds[i]) && !json_is_string(json_object_get(us, creds[i]))) {
+            rc = gs_errf(e, GS_EINVAL, "%s: user '%s': %s must be a string (quote it)", path,
+                         usname, creds[i]);
+            json_decref(doc);
+            return rc;
+        }
+    for (size_t i = 0; us && i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (json_object_get(us, unsupported[i]) && !str_at(us, "token") &&
+            !str_at(us, "tokenFile") && !str_at(us, "client-certificate") &&
+            !str_at(us, "client-certificate-data")) {
+            rc = gs_errf(e, GS_EINVAL, "%s: user '%s': %s credentials are not supported; "
+                         "give it a token, tokenFile or client certificate (a service "
+                         "account's: kubectl create token NAME)", path, usname, unsupported[i]);
+            json_decref(doc);
+            return rc;
+        }
     if (!(v = str_at(cl, "server")) || (strncmp(v, "https://", 8) && strncmp(v, "http://", 7))) {
         rc = gs_errf(e, GS_EINVAL, "%s: cluster '%s': server must be an http(s) URL", path, clname);
         json_decref(doc);

@@ -93,6 +93,31 @@ static void test_config(const char *dir)
                      "certificate-authority-data: 'a!b'}\n");
     ASSERT_TRUE(kube_config_load_file(path, NULL, &cfg, &e) < 0);
     ASSERT_CONTAINS(e.msg, "certificate-authority-data");
+    /* credentials that cannot be used are refused, not dropped (every request
+     * went anonymous): an exec plugin (EKS, GKE, AKS), a user not there, a
+     * token YAML reads as a number */
+    const char *users[][2] = {
+        {"users:\n- name: u\n  user:\n    exec: {command: aws}\n",
+         "user 'u': exec credentials are not supported"},
+        {"users:\n- name: v\n  user: {token: t}\n", "user 'u' not found"},
+        {"users:\n- name: u\n  user: {token: 0123}\n", "token must be a string"},
+    };
+    for (size_t i = 0; i < sizeof users / sizeof users[0]; i++) {
+        char text[400];
+        snprintf(text, sizeof text, "current-context: a\ncontexts:\n- name: a\n  context: "
+                 "{cluster: c, user: u}\nclusters:\n- name: c\n  cluster: {server: "
+                 "'https://x'}\n%s", users[i][0]);
+        write_file(path, text);
+        ASSERT_TRUE(kube_config_load_file(path, NULL, &cfg, &e) < 0);
+        ASSERT_CONTAINS(e.msg, users[i][1]);
+    }
+    /* an exec entry beside a token: the token is used */
+    write_file(path, "current-context: a\ncontexts:\n- name: a\n  context: {cluster: c, "
+                     "user: u}\nclusters:\n- name: c\n  cluster: {server: 'https://x'}\n"
+                     "users:\n- name: u\n  user:\n    token: t\n    exec: {command: aws}\n");
+    ASSERT_EQ(kube_config_load_file(path, NULL, &cfg, &e), 0);
+    ASSERT_STREQ(cfg.token, "t");
+    kube_config_clear(&cfg);
     ASSERT_TRUE(kube_config_load_file("/nonexistent/kc", NULL, &cfg, &e) < 0);
     ASSERT_CONTAINS(e.msg, "/nonexistent/kc");
 
