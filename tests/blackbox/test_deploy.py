@@ -260,3 +260,21 @@ def test_extender_network_policy_lets_in_its_callers_only():
     assert [p["port"] for p in rule["ports"]] == [int(listen.rsplit(":", 1)[1])]
     # the URL kube-scheduler calls goes to that port
     assert ":%d" % rule["ports"][0]["port"] in yaml.safe_dump(configs()[-1][1])
+
+
+@pytest.mark.parametrize("manifest", ["extender.yaml", "webhook.yaml",
+                                      "scheduler-deployment.yaml"])
+def test_deployments_meet_pod_security_restricted(manifest):
+    """The control-plane parts run where the Pod Security "restricted"
+    profile is enforced: each container runs as non-root, without privilege
+    escalation or capabilities, under the runtime's default seccomp profile."""
+    (dep,) = [d for d in load(manifest) if d and d["kind"] == "Deployment"]
+    spec = dep["spec"]["template"]["spec"]
+    for c in spec["containers"] + spec.get("initContainers", []):
+        sc = c.get("securityContext") or {}
+        seccomp = sc.get("seccompProfile") or (spec.get("securityContext") or {}).get(
+            "seccompProfile") or {}
+        assert sc.get("runAsNonRoot") is True, c["name"]
+        assert sc.get("allowPrivilegeEscalation") is False, c["name"]
+        assert (sc.get("capabilities") or {}).get("drop") == ["ALL"], c["name"]
+        assert seccomp.get("type") == "RuntimeDefault", c["name"]
