@@ -167,6 +167,12 @@ def test_inventory_and_metrics(kubelet, plugin_factory, gpus_file):
     assert 'gpusched_dp_gpu_healthy{uuid="%s",index="0"' % GPU[0] in m
     assert 'gpusched_dp_devices{resource="nvidia.com/gpu"} 4' in m
     assert pl.get("/healthz").text == "ok\n"
+    # every series it serves is documented
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "metrics.md")) as f:
+        doc = f.read()
+    served = {l.split()[2] for l in m.splitlines() if l.startswith("# TYPE ")}
+    assert served and not {n for n in served if "`%s" % n not in doc}, served
 
 
 # --- admission ----------------------------------------------------------------
