@@ -52,6 +52,15 @@ static void wake(struct dp_plugin *p)
         log_warn("dp", "cannot wake the control loop: %s", strerror(errno));
 }
 
+/* The API thread publishes now (publish_needed is set). */
+static void wake_api(struct dp_plugin *p)
+{
+    if (!p->api_on)
+        return;
+    atomic_store(&p->api_wake, 1);
+    gs_worker_wake(&p->api);
+}
+
 const struct dp_resource *dp_plugin_find_res(const struct dp_plugin *p, const char *name)
 {
     for (int i = 0; i < p->n_res; i++)
@@ -405,9 +414,11 @@ static void *health_thread(void *arg)
             p->publish_needed = 1;
         restart = p->restart_needed;
         pthread_mutex_unlock(&p->mu);
-        if (changed)
+        if (changed) {
             notify_all(p);
-        if (changed || restart)
+            wake_api(p);
+        }
+        if (restart)
             wake(p);
         if (rc == 1 && ev.all) {
             struct timespec ts = {1, 0};
@@ -496,6 +507,45 @@ static void publish_usage(struct dp_plugin *p)
     free(doc);
 }
 
+/* The node's inventory, ledgers and in-container use, on a thread of their
+ * own: an API call takes up to the client's timeout (10 s) when the API
+ * server is slow or gone, and on the control loop it held back the
+ * registration after a kubelet restart. */
+static void *api_thread(void *arg)
+{
+    struct dp_plugin *p = arg;
+    /* after a failed publish, the next one waits 1 s, doubling up to 60 s:
+     * a thousand nodes must not retry at once every 100 ms while the API
+     * server comes back (or while their RBAC forbids the patch) */
+    int64_t backoff = 0, retry_at = 0, next = 0;
+    while (!gs_worker_stopping(&p->api)) {
+        atomic_store(&p->api_wake, 0);
+        int64_t t = dp_now_ms();
+        pthread_mutex_lock(&p->mu);
+        int pub = p->publish_needed;
+        pthread_mutex_unlock(&p->mu);
+        if ((pub && t >= retry_at) || t >= next) {
+            int ok = publish(p) == 0;
+            if (ok && p->cfg.alloc.limiter_dir) {
+                prune_ledgers(p);
+                publish_usage(p);
+            }
+            backoff = ok ? 0 : backoff ? (backoff * 2 > 60000 ? 60000 : backoff * 2) : 1000;
+            retry_at = t + backoff;
+            next = t + (int64_t)p->cfg.publish_interval_s * 1000;
+            if (!ok && next < retry_at)
+                next = retry_at;
+        }
+        pthread_mutex_lock(&p->mu);
+        pub = p->publish_needed;
+        pthread_mutex_unlock(&p->mu);
+        int64_t until = pub && retry_at < next ? retry_at : next;
+        t = dp_now_ms();
+        gs_worker_sleep(&p->api, until > t ? (double)(until - t) / 1000 : 0.01, &p->api_wake);
+    }
+    return NULL;
+}
+
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
  * created) or one of our sockets was removed. *lost: the watch went with
  * its directory (removed, to be made again). */
@@ -559,11 +609,7 @@ static int socket_gone(struct dp_plugin *p)
 int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_err *e)
 {
     struct stat st;
-    int64_t next_register = 0, backoff = 100, next_publish = 0;
-    /* after a failed publish, the next one waits 1 s, doubling up to 60 s:
-     * a thousand nodes must not retry at once every 100 ms while the API
-     * server comes back (or while their RBAC forbids the patch) */
-    int64_t pub_backoff = 0, pub_retry_at = 0;
+    int64_t next_register = 0, backoff = 100;
     int quiet = 0;
 
     if (stat(p->cfg.kubelet_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -580,12 +626,24 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         return rc;
     }
     p->stopping = 0;
+    /* before the health thread, which wakes it */
+    p->api_on = p->cfg.api && gs_worker_start(&p->api, api_thread, p) == 0;
+    if (p->cfg.api && !p->api_on) {
+        close(ino);
+        return gs_errf(e, GS_ENOMEM, "cannot start the thread that publishes the inventory");
+    }
     if (pthread_create(&p->health, NULL, health_thread, p) != 0) {
+        if (p->api_on) {
+            gs_worker_stop(&p->api);
+            gs_worker_destroy(&p->api);
+            p->api_on = 0;
+        }
         close(ino);
         return gs_errf(e, GS_ENOMEM, "cannot start the health thread");
     }
     p->busy_on = p->cfg.alloc.limiter_dir && p->b->proc_util &&
                  pthread_create(&p->busy, NULL, busy_thread, p) == 0;
+
     start_servers(p);
 
     while (!*stop) {
@@ -608,7 +666,6 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
             break;
         pthread_mutex_lock(&p->mu);
         restart |= p->restart_needed;
-        int pub = p->publish_needed;
         pthread_mutex_unlock(&p->mu);
         t = dp_now_ms();
         if (t >= next_check) { /* what the events may not have said */
@@ -642,25 +699,17 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
             }
         }
         note_down(p, t);
-        if (p->cfg.api && ((pub && t >= pub_retry_at) || t >= next_publish)) {
-            int ok = publish(p) == 0;
-            if (ok && p->cfg.alloc.limiter_dir) {
-                prune_ledgers(p);
-                publish_usage(p);
-            }
-            pub_backoff = ok ? 0 : pub_backoff ? (pub_backoff * 2 > 60000 ? 60000 : pub_backoff * 2)
-                                               : 1000;
-            pub_retry_at = t + pub_backoff;
-            next_publish = t + (int64_t)p->cfg.publish_interval_s * 1000;
-            if (!ok && next_publish < pub_retry_at)
-                next_publish = pub_retry_at;
-        }
     }
     log_info("dp", "stopping");
     p->stopping = 1;
     pthread_join(p->health, NULL);
     if (p->busy_on)
         pthread_join(p->busy, NULL);
+    if (p->api_on) { /* after the health thread, which wakes it */
+        gs_worker_stop(&p->api);
+        gs_worker_destroy(&p->api);
+        p->api_on = 0;
+    }
     stop_servers(p);
     close(ino);
     return 0;

@@ -18,6 +18,7 @@
 
 #include "dp/grpc.h"
 #include "dp/plugin.h"
+#include "util/worker.h"
 
 struct dp_server {
     struct dp_plugin *p;
@@ -62,6 +63,9 @@ struct dp_plugin {
     struct dp_server srv[DP_MAX_RESOURCES];
 
     int wake_fd;
+    struct gs_worker api;       /* publishes and prunes (API calls), off the control loop */
+    atomic_int api_wake;        /* set with publish_needed: publish now */
+    int api_on;
     pthread_t health;
     pthread_t busy;             /* dp/busy.h's passes, when busy_on */
     int busy_on;

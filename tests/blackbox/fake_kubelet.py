@@ -165,9 +165,13 @@ class FakeKubelet:
         self.registrations = []  # (time, resource, endpoint)
         self.errors = []
         self.server = None
+        self.register_delay = 0.0  # seconds the next Register is held (a slow kubelet)
 
     # --- Registration service ---
     def Register(self, req, context):
+        with self.cond:
+            delay, self.register_delay = self.register_delay, 0.0
+        time.sleep(delay)
         try:
             if req.version != "v1beta1":
                 raise ValueError("version %r is not supported by kubelet" % req.version)

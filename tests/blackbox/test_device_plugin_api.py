@@ -486,11 +486,10 @@ def test_a_restart_ends_an_allocate_that_began_while_servers_stop(world):
 
 
 def test_a_stuck_control_loop_fails_healthz(world):
-    """A control loop held in a call (here publishing to an API server that takes
-    6 s) registers and publishes nothing meanwhile: /healthz says so after
-    --healthz-grace, and is fine again once the loop turns."""
-    for m in ("GET", "PATCH"):
-        world.api.delay(m, r"/api/v1/nodes/node-a$", 6.0, times=1)
+    """A control loop held in a call (here a Register that kubelet answers after
+    6 s) registers nothing meanwhile: /healthz says so after --healthz-grace,
+    and is fine again once the loop turns."""
+    world.kubelet.register_delay = 6.0
     pl = world.start("--healthz-grace", "1")
     end = time.monotonic() + 6
     while "control loop has not turned" not in pl.get("/healthz").text:
@@ -505,3 +504,25 @@ def test_bad_kubeconfig_is_a_usage_error(gpusched_bin):
     r = run(gpusched_bin, "device-plugin", "--fake-gpus", FAKE, "--kubeconfig",
             "/nonexistent/kubeconfig", timeout=10)
     assert r.returncode == 2 and "/nonexistent/kubeconfig" in r.stderr
+
+
+def test_a_slow_api_server_does_not_hold_back_registration(world):
+    """The inventory is published on a thread of its own: a publish stuck in a
+    slow API server (up to the client's 10 s timeout per call) held the control
+    loop, and a kubelet restart meanwhile waited that long for the plugin to
+    register again, its GPUs unadvertised."""
+    world.start()
+    world.kubelet.wait_plugin("nvidia.com/gpu")
+    wait(lambda: inventory(world.api))
+    n = len(world.api.requests)
+    world.api.delay("GET", r"/api/v1/nodes/node-a$", 6.0)
+    edit(world.gpus, lambda d: d["gpus"][2].update(xids=[79]))  # a publish, held 6 s
+    wait(lambda: any(m == "GET" and p == "/api/v1/nodes/node-a"
+                     for m, p, _ in list(world.api.requests)[n:]), timeout=5)
+    t0 = time.monotonic()
+    world.kubelet.restart()
+    world.kubelet.wait_plugin("nvidia.com/gpu", timeout=5, after=t0)
+    first = min(t for t, _, _ in world.kubelet.registrations if t >= t0)
+    assert first - t0 < 1.5
+    # and the held publish lands
+    wait(lambda: not inventory(world.api)["gpus"][2]["healthy"], timeout=10)
