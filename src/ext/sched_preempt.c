@@ -227,6 +227,16 @@ static int node_victims(struct ext_sched *s, struct core_node *n, const struct c
     return ok ? nmore : -1;
 }
 
+/* Whether pod p holds its GPUs already: bound (or binding) with them, not
+ * an orphaned assignment its /filter drops. kube-scheduler 1.20 schedules
+ * such a pod again after a bind it saw fail though the Binding was made
+ * (fixed by kubernetes#96582 in 1.21): its own GPUs then look taken, and a
+ * preemption for it would delete pods for nothing. */
+static int placed(struct ext_sched *s, const struct pod *p)
+{
+    return core_alloc_find(s->c, p->uid) && !sched_pod_orphaned(s, p);
+}
+
 int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct ext_reply *rep)
 {
     json_t **reply = &rep->json;
@@ -256,7 +266,7 @@ int ext_sched_preempt(struct ext_sched *s, const char *body, size_t len, struct 
     /* a preemption /filter started for it is under way: none on top */
     struct pod *p = pod.uid[0] ? sched_smap_get(&s->pods, pod.uid)
                                : sched_find_by_name(s, pod.ns, pod.name);
-    int busy = p && sched_preempting(p);
+    int busy = p && (sched_preempting(p) || placed(s, p));
     int held = busy ? 0 : sched_nominated_prepare(s, &pod);
     for (int i = 0; more && !busy && i < pa.n; i++) {
         struct ext_victims *v = &pa.nodes[i];
@@ -451,7 +461,7 @@ int sched_filter_preempt(struct ext_sched *s, struct pod *p, const struct core_p
                          struct ext_preemption *pr)
 {
     if (!s->opts.filter_preemption || !s->commit.preempt || !p ||
-        pod->req.kind == CORE_REQ_NONE || !watched_as_sent(p, pod) ||
+        pod->req.kind == CORE_REQ_NONE || placed(s, p) || !watched_as_sent(p, pod) ||
         (s->commit.may_bind && !s->commit.may_bind(s->commit.ud)) || s->pdbs_pending ||
         still_preempting(s, p, pos, fit, n) || !may_preempt(s, p, pod, obj, pos, fit, n))
         return 0;

@@ -1076,6 +1076,39 @@ static void test_queued_preemption_over_before_its_turn(void)
 /* filter_preemption: a pod that no node fits has its victims chosen and
  * carried out (commit.preempt) once; the node is kept for it while they
  * hold their GPUs and EXT_PREEMPT_KEEP_S after they let go, then no more. */
+/* A pod that holds its GPUs already (bound; kube-scheduler 1.20 retries
+ * such a pod after a bind it saw fail though the Binding was made) finds no
+ * node free beside itself: neither /filter nor /preempt preempts for it. */
+static void test_no_preemption_for_a_placed_pod(void)
+{
+    struct ext_preemption got = {0};
+    struct ext_sched *s = preempting_sched(&got, 2);
+    struct ext_reply reply;
+    size_t rlen;
+    char names[64];
+    filter_labeled(s, "low", 100, NULL, "[\"a\"]", names, sizeof names);
+    bind_to(s, "low", "a");
+    filter_labeled(s, "mid", 500, NULL, "[\"b\"]", names, sizeof names);
+    bind_to(s, "mid", "b");
+    filter_labeled(s, "big", 1000, NULL, "[\"a\"]", names, sizeof names);
+    ASSERT_STREQ(names, "a");
+    bind_to(s, "big", "a");
+    const char *pre = "{\"Pod\":{\"metadata\":{\"name\":\"big\",\"namespace\":\"d\","
+                      "\"uid\":\"big\"},\"spec\":{\"priority\":1000,\"containers\":[{"
+                      "\"name\":\"c\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
+                      "\"NodeNameToMetaVictims\":{\"a\":{\"Pods\":[],\"NumPDBViolations\":0}}}";
+    ASSERT_EQ(ext_sched_preempt(s, pre, strlen(pre), &reply), 200);
+    char *txt = ext_reply_take(&reply, &rlen);
+    ASSERT_CONTAINS(txt, "\"NodeNameToMetaVictims\":{}");
+    free(txt);
+    filter_labeled(s, "big", 1000, NULL, "[\"a\",\"b\"]", names, sizeof names);
+    ASSERT_EQ(got.n, 0);
+    /* a pod that holds nothing does preempt there */
+    filter_labeled(s, "new", 1000, NULL, "[\"a\",\"b\"]", names, sizeof names);
+    ASSERT_EQ(got.n, 1);
+    ext_sched_free(s);
+}
+
 static void test_filter_preemption(void)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -1207,6 +1240,7 @@ int test_ext(void)
     test_filter_waits_for_bind();
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
+    test_no_preemption_for_a_placed_pod();
     test_queued_preemption_over_before_its_turn();
     test_preemption_pdbs();
     test_preemption_start_times();
