@@ -553,8 +553,18 @@ static int limiter(struct kvs *k, const struct dp_alloc_opts *o, const struct dp
     int shares = a->mem_mib > 0 || (a->milli > 0 && a->milli < 1000);
     if (!o->limiter_dir || a->limiter_off || !shares || strcmp(a->kind, "shared") || !a->uid[0])
         return 0;
+    /* what the environment says, for processes started without it */
+    char limits[1400];
+    int w = snprintf(limits, sizeof limits, "GPUSCHED_GPU_UUIDS=%s\n", uuids);
+    if (a->mem_mib > 0 && w < (int)sizeof limits)
+        w += snprintf(limits + w, sizeof limits - (size_t)w, "CUDA_DEVICE_MEMORY_LIMIT=%lldm\n",
+                      (long long)a->mem_mib);
+    if (a->milli > 0 && a->milli < 1000 && w < (int)sizeof limits)
+        snprintf(limits + w, sizeof limits - (size_t)w,
+                 "GPUSCHED_GPU_MILLI=%d\nCUDA_DEVICE_SM_LIMIT=%d\n", a->milli,
+                 (a->milli + 9) / 10);
     int rc = dp_limiter_container(o->limiter_dir, a->uid, a->ns, a->pod, a->container, a->n,
-                                  a->uuids, k->lm, e);
+                                  a->uuids, limits, k->lm, e);
     if (rc)
         return rc;
     for (int i = 0; i < DP_LIM_MOUNTS; i++)

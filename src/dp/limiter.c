@@ -109,7 +109,8 @@ static int safe_name(const char *s)
 
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
                          const char *container, int n_gpus, const char (*uuids)[DP_UUID_MAX],
-                         struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e)
+                         const char *limits, struct dp_limiter_mount m[DP_LIM_MOUNTS],
+                         struct gs_err *e)
 {
     char cdir[700], owner[800];
     if (!safe_name(uid) || !safe_name(container) || strlen(uid) > 64)
@@ -130,6 +131,11 @@ int dp_limiter_container(const char *dir, const char *uid, const char *ns, const
     int rc = put_file(owner, -1, who, 0644, e);
     if (rc)
         return rc;
+    if (limits) {
+        snprintf(owner, sizeof owner, "%s/%s", cdir, LIM_LIMITS_FILE);
+        if ((rc = put_file(owner, -1, limits, 0644, e)))
+            return rc;
+    }
     snprintf(m[0].host, sizeof m[0].host, "%s/%s", dir, DP_LIM_LIB);
     snprintf(m[0].container, sizeof m[0].container, "%s", DP_LIM_CTR_LIB);
     m[0].read_only = 1;

@@ -11,8 +11,11 @@
  *                                 a second line its number of GPUs, on a
  *                                 third their UUIDs in CUDA device order
  *                                 (comma-separated); and the "util" file
- *                                 (dp/busy.h); removed once the pod has
- *                                 left the node
+ *                                 (dp/busy.h), and the "limits" file: the
+ *                                 limiter's variables as KEY=VALUE lines,
+ *                                 for processes started with an
+ *                                 environment of their own; removed once
+ *                                 the pod has left the node or finished
  * Allocate mounts the first two read-only at /usr/local/gpusched/ and
  * /etc/ld.so.preload, and the third read-write at /usr/local/gpusched/ledger
  * (GPUSCHED_LIMITER_DIR), so every process of the container loads the
@@ -26,11 +29,12 @@
 #include <stdio.h>
 
 #include "dp/gpu.h"
+#include "limiter/lim_env.h"
 #include "util/err.h"
 
 #define DP_LIM_LIB "libgpusched-cuda.so"
 #define DP_LIM_CTR_LIB "/usr/local/gpusched/" DP_LIM_LIB
-#define DP_LIM_CTR_LEDGER "/usr/local/gpusched/ledger"
+#define DP_LIM_CTR_LEDGER LIM_MOUNT_DIR
 #define DP_LIM_MOUNTS 3
 
 struct dp_limiter_mount {
@@ -43,14 +47,15 @@ struct dp_limiter_mount {
  * <dir>/ld.so.preload. 0 or -GS_E* naming the file. */
 int dp_limiter_install(const char *dir, const char *lib_src, struct gs_err *e);
 
-/* Creates the container's ledger directory and owner file and fills the
- * three mounts. uid and container must be non-empty names of letters,
- * digits, '-', '.', '_'; n_gpus is how many GPUs (CUDA devices) the
- * container gets, uuids (NULL: not known) which, in CUDA device order.
- * 0 or -GS_E*. */
+/* Creates the container's ledger directory, its owner file and its limits
+ * file (the text limits, NULL: none) and fills the three mounts. uid and
+ * container must be non-empty names of letters, digits, '-', '.', '_';
+ * n_gpus is how many GPUs (CUDA devices) the container gets, uuids (NULL:
+ * not known) which, in CUDA device order. 0 or -GS_E*. */
 int dp_limiter_container(const char *dir, const char *uid, const char *ns, const char *pod,
                          const char *container, int n_gpus, const char (*uuids)[DP_UUID_MAX],
-                         struct dp_limiter_mount m[DP_LIM_MOUNTS], struct gs_err *e);
+                         const char *limits, struct dp_limiter_mount m[DP_LIM_MOUNTS],
+                         struct gs_err *e);
 
 /* One device of one container, from its ledger. */
 struct dp_limiter_usage {

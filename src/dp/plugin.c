@@ -456,7 +456,8 @@ static int publish(struct dp_plugin *p)
     return rc;
 }
 
-/* Ledger directories of pods gone from the node go with them. Every node
+/* Ledger directories of pods gone from the node, or finished, go with them
+ * (a process still holding one keeps it: dp_limiter_prune). Every node
  * lists its pods each publish for this: from the API server's cache (a
  * pod it does not have yet has a directory younger than the 600 s kept). */
 static void prune_ledgers(struct dp_plugin *p)
@@ -475,9 +476,13 @@ static void prune_ledgers(struct dp_plugin *p)
     char **uids = calloc(n ? n : 1, sizeof *uids);
     int k = 0;
     for (size_t i = 0; uids && i < n; i++) {
-        const char *u = json_string_value(
-            json_object_get(json_object_get(json_array_get(items, i), "metadata"), "uid"));
-        if (u)
+        const json_t *pod = json_array_get(items, i);
+        const char *u = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+        const char *phase =
+            json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+        /* a finished pod stays listed until deleted (a Job's, maybe never):
+         * its containers are gone */
+        if (u && !(phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
             uids[k++] = (char *)u;
     }
     if (uids && json_is_array(items)) {

@@ -15,14 +15,8 @@
 
 #define MAX_NUDGE 64
 #define EVENT_EVERY_S 60.0
-#define MAX_EVENTED 1024
 #define WORKLOAD_KEY "workload.json"
 #define WORKLOAD_MAX_BYTES (768 * 1024) /* a ConfigMap holds 1 MiB */
-
-struct evented {
-    char key[2 * CORE_NAME_MAX];
-    double at;
-};
 
 struct preempt_job {
     struct preempt_job *next;
@@ -44,8 +38,6 @@ struct ext_cluster {
     atomic_int jobs_ready;
     atomic_int freed;          /* GPUs were freed since the last nudge */
     atomic_int pods_synced, nodes_synced;
-    struct evented ev[MAX_EVENTED];
-    int nev;
     struct metric *m_restarts, *m_relists, *m_rebuilds, *m_leader, *m_nudges, *m_saves;
     atomic_ulong rebuilds;
     int workload_loaded;       /* the saved workload was read (1) or its read refused (2;
@@ -657,27 +649,13 @@ static void nudge(struct ext_cluster *cl, int all)
                  all ? "now leading" : "GPUs or a node freed", n, n == 1 ? "" : "s");
 }
 
+/* A GPUUnschedulable Event for each pod whose /filter found no node, at
+ * most one a minute per pod (the time is kept with the pod). */
 static void post_events(struct ext_cluster *cl)
 {
     char *pods[MAX_NUDGE];
-    int n = ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
-    double t = now_real();
+    int n = ext_sched_unschedulable_due(cl->s, pods, MAX_NUDGE, now_real(), EVENT_EVERY_S);
     for (int i = 0; i < n; i++) {
-        int k;
-        for (k = 0; k < cl->nev && strcmp(cl->ev[k].key, pods[i]) != 0; k++)
-            ;
-        if (k < cl->nev && t - cl->ev[k].at < EVENT_EVERY_S) {
-            free(pods[i]);
-            continue;
-        }
-        if (k == cl->nev) {
-            if (cl->nev == MAX_EVENTED)
-                k = 0; /* full: reuse the first slot */
-            else
-                cl->nev++;
-        }
-        snprintf(cl->ev[k].key, sizeof cl->ev[k].key, "%s", pods[i]);
-        cl->ev[k].at = t;
         char summary[1024], uid[64], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
         struct gs_err e = GS_ERR_INIT;
         if (pod_ref(pods[i], NULL, ns, name, NULL, 0) == 0 &&

@@ -998,7 +998,9 @@ int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid)
     return freed;
 }
 
-int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
+/* The pending pods whose last /filter found no node; with every > 0, only
+ * those not listed in the last `every` seconds, stamped now. */
+static int unschedulable(struct ext_sched *s, char **out, int max, double now, double every)
 {
     int n = 0;
     pthread_mutex_lock(&s->mu);
@@ -1006,11 +1008,26 @@ int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
     {
         struct pod *p = it->val;
         if (n < max && p->unschedulable && !core_alloc_find(s->c, p->uid) &&
-            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0)
+            (every <= 0 || !p->evented_at || now - p->evented_at >= every) &&
+            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0) {
             n++;
+            if (every > 0)
+                p->evented_at = now;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
+{
+    return unschedulable(s, out, max, 0, 0);
+}
+
+int ext_sched_unschedulable_due(struct ext_sched *s, char **out, int max, double now,
+                                double every)
+{
+    return unschedulable(s, out, max, now, every);
 }
 
 /* /filters wait for binds only while binds come: one in the last this many seconds */

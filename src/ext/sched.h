@@ -203,6 +203,10 @@ int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid);
 /* Pending GPU pods that found no node at their last /filter (for nudging);
  * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
 int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
+/* The same, only those not returned in the last `every` seconds (now, on
+ * the caller's clock), for an Event each: the time goes with the pod. */
+int ext_sched_unschedulable_due(struct ext_sched *s, char **out, int max, double now,
+                                double every);
 /* A /bind for pod uid was answered 503: its node stayed held (ext/nodelock.h). */
 void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid);
 /* Pending GPU pods whose /bind was answered 503 for a held node and that

@@ -71,6 +71,7 @@ struct pod {
     double start;         /* its status.startTime (wall clock; 0: not started), read
                              once per object: preemption orders victims by it */
     int unschedulable;    /* its last /filter found no node */
+    double evented_at;    /* when an Event last said so (ext_sched_unschedulable_due) */
     int need_restore;     /* assignment annotations whose node is not known yet */
     int binding;          /* a /bind is committing its allocation right now */
     int bound;            /* this replica's /bind committed its allocation */

@@ -3,12 +3,14 @@
  * shared ledger opened on first use, the table of live allocations, and the
  * one-time warnings (see lim.h).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "limiter/lim.h"
@@ -37,15 +39,62 @@ void lim_warn_once(int key, const char *fmt, ...)
         (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
+/* The limits file Allocate writes in the container's ledger directory
+ * (LIM_LIMITS_FILE: the same KEY=VALUE the environment gets): a process
+ * started with an environment of its own (sshd's for an MPI worker, sudo,
+ * env -i) finds its limits there. A variable the environment sets wins. */
+static char g_file[4096];
+static const char *g_file_kv[16][2];
+static int g_file_n;
+
+static void limits_file_read(void)
+{
+    char path[LIM_DIR_MAX + 32];
+    const char *dir = getenv("GPUSCHED_LIMITER_DIR");
+    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : LIM_MOUNT_DIR, LIM_LIMITS_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
+        return;
+    ssize_t n = lim_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+                    ? read(fd, g_file, sizeof g_file - 1)
+                    : -1;
+    close(fd);
+    if (n <= 0 || (size_t)n == sizeof g_file - 1) /* unreadable, or too long to be ours */
+        return;
+    g_file[n] = '\0';
+    for (char *line = g_file, *next; line && g_file_n < 16; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || eq == line)
+            continue;
+        *eq = '\0';
+        g_file_kv[g_file_n][0] = line;
+        g_file_kv[g_file_n++][1] = eq + 1;
+    }
+    /* found at the mount point: that is the ledger's directory too */
+    if (!(dir && *dir) && g_file_n < 16) {
+        g_file_kv[g_file_n][0] = "GPUSCHED_LIMITER_DIR";
+        g_file_kv[g_file_n++][1] = LIM_MOUNT_DIR;
+    }
+}
+
 static const char *get_env(const char *name, void *arg)
 {
     (void)arg;
-    return getenv(name);
+    const char *v = getenv(name);
+    for (int i = 0; !v && i < g_file_n; i++)
+        if (strcmp(g_file_kv[i][0], name) == 0)
+            v = g_file_kv[i][1];
+    return v;
 }
 
 static void env_init(void)
 {
     char err[200];
+    limits_file_read();
     if (lim_env_parse(&g_state.cfg, get_env, NULL, err, sizeof err) < 0) {
         lim_warn_once(LIM_W_ENV, "%s; limits are off in this process", err);
         return;

@@ -33,6 +33,12 @@
 #define LIM_MAX_DEV 16
 #define LIM_DIR_MAX 200
 #define LIM_DEFAULT_DIR "/tmp/gpusched-limiter"
+/* Where the device plugin mounts the container's ledger directory, and the
+ * file there that holds the variables below as KEY=VALUE lines: read when
+ * the environment lacks them (a process started with an environment of its
+ * own), the environment winning. */
+#define LIM_MOUNT_DIR "/usr/local/gpusched/ledger"
+#define LIM_LIMITS_FILE "limits"
 #define LIM_MAX_BYTES (1ULL << 50) /* 1 PiB: anything larger is a typo */
 #define LIM_UUID_LEN 64              /* "GPU-" and 36 characters, with room */
 

@@ -73,6 +73,11 @@ def test_shared_container_gets_the_limiter(world, limdir, gpusched_bin,
     assert stat.S_IMODE(os.stat(cdir).st_mode) == 0o1777
     with open(os.path.join(cdir, "owner")) as f:
         assert f.read() == f"default/shared/main\n1\n{GPU[0]}\n"
+    # and the limiter's variables, for processes started without them
+    with open(os.path.join(cdir, "limits")) as f:
+        assert f.read() == (f"GPUSCHED_GPU_UUIDS={GPU[0]}\nCUDA_DEVICE_MEMORY_LIMIT=8192m\n"
+                            "GPUSCHED_GPU_MILLI=300\nCUDA_DEVICE_SM_LIMIT=30\n")
+    assert r.envs["GPUSCHED_GPU_MILLI"] == "300" and r.envs["CUDA_DEVICE_SM_LIMIT"] == "30"
 
     # a CUDA process of that container, with its environment and ledger
     env = env_for(cdir, **{k: v for k, v in r.envs.items() if k.startswith("CUDA_DEVICE")})
@@ -147,3 +152,23 @@ def test_injection_off(world, limdir, flags):  # noqa: F811
     r = p.allocate([GPU[0] + "::1"])
     assert r.envs["CUDA_DEVICE_MEMORY_LIMIT"] == "8192m"
     assert list(r.mounts) == [] and "GPUSCHED_LIMITER_DIR" not in r.envs
+
+
+def test_ledgers_of_finished_pods_are_pruned(world, limdir):  # noqa: F811
+    """A pod that has finished (Succeeded, Failed) stays listed until it is
+    deleted, which for a Job's pods without ttlSecondsAfterFinished may be
+    never: its ledger directory goes all the same, with its /metrics rows.
+    A running pod's stays."""
+    os.makedirs(os.path.join(limdir, "containers"))
+    uids = {}
+    for name, phase in (("done", "Succeeded"), ("crashed", "Failed"), ("runs", "Running")):
+        pod = assigned_pod(world.api, name, [GPU[0]], AT, kind="shared", mem=8192, milli=300)
+        world.api.update("pods", name, ns="default",
+                         fn=lambda o, ph=phase: o.setdefault("status", {}).update(phase=ph))
+        uids[name] = pod["metadata"]["uid"]
+        d = os.path.join(limdir, "containers", f"{uids[name]}_main")
+        os.makedirs(d)
+        os.utime(d, (1000, 1000))  # older than the 600 s a new one is kept
+    world.start("--limiter-dir", limdir, "--limiter-lib", LIB, "--publish-interval", "1")
+    left = lambda: sorted(os.listdir(os.path.join(limdir, "containers")))  # noqa: E731
+    wait(lambda: left() == [f"{uids['runs']}_main"], timeout=10)

@@ -79,6 +79,22 @@ def test_memory_limit_each_way_of_loading_the_driver(mode, ledger_dir):
 
 
 @pytest.mark.parametrize("mode", ["runtime", "dlsym"])
+def test_limits_file_for_a_process_started_without_the_environment(mode, ledger_dir):
+    """sshd (an MPI worker), sudo or env -i start a process without the
+    environment Allocate set: the limits file the device plugin writes in
+    the ledger directory holds the same variables, and the environment wins
+    where it has them."""
+    os.makedirs(ledger_dir)
+    with open(os.path.join(ledger_dir, "limits"), "w") as f:
+        f.write("GPUSCHED_GPU_UUIDS=GPU-a\nCUDA_DEVICE_MEMORY_LIMIT=256m\n")
+    r = probe(mode, "ctx:0", "alloc:200", "alloc:100", "info", env=env_for(ledger_dir))
+    assert lines(r) == ["ctx 0", "alloc 0", "alloc 2", "info 0 56 256"], r.stderr
+    r = probe(mode, "ctx:0", "alloc:200", "alloc:100", "info",
+              env=env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="512m"))
+    assert lines(r) == ["ctx 0", "alloc 0", "alloc 0", "info 0 212 512"], r.stderr
+
+
+@pytest.mark.parametrize("mode", ["runtime", "dlsym"])
 def test_only_what_is_limited_is_wrapped(mode, ledger_dir):
     r = probe(mode, "ctx:0", "who:alloc", "who:launch", "who:info",
               env=env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m"))

@@ -36,6 +36,10 @@ IMAGE = "localhost/gslimiter:e2e"
 DONE = "LIMITER-E2E-DONE"
 SCRIPT = ("cat /etc/ld.so.preload 2>/dev/null || echo no-preload; "
           "/probe/lim_probe runtime ctx:0 who:alloc alloc:200 alloc:100 info; "
+          # a process started with an environment of its own (sshd's, sudo's)
+          # finds its limits in the ledger directory's limits file
+          "env -i LD_LIBRARY_PATH=/probe FAKE_CUDA_MEM_MIB=1024 "
+          "/probe/lim_probe runtime ctx:0 alloc:200 alloc:100; "
           "(echo x > /etc/ld.so.preload) 2>/dev/null && echo preload-writable || echo preload-ro; "
           "touch /usr/local/gpusched/ledger/t 2>/dev/null && echo ledger-rw || echo no-ledger; "
           f"echo {DONE}; trap 'exit 0' TERM; sleep 3600 & wait")
@@ -60,7 +64,7 @@ def probe_image(cluster, out):
         root = os.path.join(bundle, "rootfs")
         os.makedirs(os.path.join(root, "bin"))
         shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
-        for a in ("sh", "cat", "echo", "touch", "sleep", "ls"):
+        for a in ("sh", "cat", "echo", "touch", "sleep", "ls", "env"):
             os.symlink("busybox", os.path.join(root, "bin", a))
         os.makedirs(os.path.join(root, "probe"))
         for f in ("lim_probe", "libcuda.so.1", "libnvidia-ml.so.1"):
@@ -135,7 +139,8 @@ def test_real_kubelet_mounts_the_limiter_and_glibc_preloads_it(cluster, limiter_
     out = log_lines(cluster, "limited")
     assert out == ["/usr/local/gpusched/libgpusched-cuda.so",
                    "ctx 0", "who alloc libgpusched-cuda.so", "alloc 0", "alloc 2",
-                   "info 0 56 256", "preload-ro", "ledger-rw"], out
+                   "info 0 56 256", "ctx 0", "alloc 0", "alloc 2", "preload-ro",
+                   "ledger-rw"], out
     uid = p["metadata"]["uid"]
     ledger = limiter_node.host(f"/var/lib/gpusched/limiter/containers/{uid}_main/ledger")
     assert os.path.exists(ledger)

@@ -1109,6 +1109,34 @@ static void test_no_preemption_for_a_placed_pod(void)
     ext_sched_free(s);
 }
 
+/* Unschedulable pods get an Event once a minute each, however many there
+ * are: the time goes with the pod (a table of 1,024 names kept the gone
+ * ones, and once full two new pods took turns in its first slot and got
+ * an Event every second). */
+static void test_unschedulable_events_once_a_minute(void)
+{
+    struct ext_preemption got = {0};
+    struct ext_sched *s = preempting_sched(&got, 1);
+    char names[64], *out[8];
+    filter_labeled(s, "full", 100, NULL, "[\"a\"]", names, sizeof names);
+    bind_to(s, "full", "a");
+    filter_labeled(s, "x", 100, NULL, "[\"a\"]", names, sizeof names);
+    filter_labeled(s, "y", 100, NULL, "[\"a\"]", names, sizeof names);
+    ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1000, 60), 2);
+    free(out[0]);
+    free(out[1]);
+    ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1001, 60), 0);
+    ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1059, 60), 0);
+    ASSERT_EQ(ext_sched_unschedulable(s, out, 8), 2); /* nudges are not limited */
+    free(out[0]);
+    free(out[1]);
+    ASSERT_EQ(ext_sched_unschedulable_due(s, out, 1, 1060, 60), 1); /* one at most */
+    free(out[0]);
+    ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1061, 60), 1); /* the other */
+    free(out[0]);
+    ext_sched_free(s);
+}
+
 static void test_filter_preemption(void)
 {
     struct gs_err e = GS_ERR_INIT;
@@ -1241,6 +1269,7 @@ int test_ext(void)
     test_filter_wait_counts_from_prioritize();
     test_filter_preemption();
     test_no_preemption_for_a_placed_pod();
+    test_unschedulable_events_once_a_minute();
     test_queued_preemption_over_before_its_turn();
     test_preemption_pdbs();
     test_preemption_start_times();

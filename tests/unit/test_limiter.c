@@ -268,7 +268,7 @@ static void make_ctr(const char *root, const char *name, int old)
     char uid[64], ctr[64];
     snprintf(uid, sizeof uid, "%.*s", (int)(strchr(name, '_') - name), name);
     snprintf(ctr, sizeof ctr, "%s", strchr(name, '_') + 1);
-    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, NULL, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "pod", ctr, 1, NULL, NULL, m, &e), 0);
     ASSERT_EQ(m[2].read_only, 0);
     snprintf(p, sizeof p, "%s/containers/%s", root, name);
     ASSERT_STREQ(m[2].host, p);
@@ -319,8 +319,10 @@ static void test_prune(void)
     unlink(odd);
     ASSERT_EQ(dp_limiter_install(root, "/nonexistent/lib.so", &e), -GS_ENOENT);
     ASSERT_CONTAINS(e.msg, "/nonexistent/lib.so");
-    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, NULL, m, &e), -GS_EINVAL);
-    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, NULL, m, &e), -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "a/b", 1, NULL, NULL, m, &e),
+              -GS_EINVAL);
+    ASSERT_EQ(dp_limiter_container(root, "..", "ns", "pod", "main", 1, NULL, NULL, m, &e),
+              -GS_EINVAL);
     /* the container's directory is the container's: an owner.tmp it made a
      * link to a host file is replaced, the host file left as it was */
     {
@@ -473,7 +475,7 @@ static void test_busy(void)
     ASSERT_TRUE(mkdtemp(root) != NULL);
     snprintf(cdir, sizeof cdir, "%s/containers", root);
     ASSERT_EQ(mkdir(cdir, 0755), 0);
-    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "main", 3, uuids, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, "u1", "ns", "pod", "main", 3, uuids, NULL, m, &e), 0);
     snprintf(cdir, sizeof cdir, "%s/containers/u1_main", root);
     ASSERT_EQ(dp_busy_pass(&st, root, &stub, "/proc"), 0); /* no ledger yet */
     ASSERT_EQ(lim_ledger_open(&l, cdir, NULL, err, sizeof err), 0);
@@ -540,7 +542,7 @@ static void test_busy(void)
     ASSERT_EQ(ns, 0);
     ASSERT_EQ(nspid, getpid());
     ASSERT_STREQ(pod, uid);
-    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "main", 3, uuids, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "main", 3, uuids, NULL, m, &e), 0);
     snprintf(f, sizeof f, "%s/containers/%s_main", root, uid);
     struct lim_ledger l2;
     ASSERT_EQ(lim_ledger_open(&l2, f, NULL, err, sizeof err), 0);
@@ -552,7 +554,7 @@ static void test_busy(void)
     ASSERT_EQ(lim_util_read(cdir, &u), 0);
     ASSERT_EQ(u.dev[1].permille, 0);   /* not u1's: another pod */
     /* two containers of that pod with the same pid: neither */
-    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "side", 3, uuids, m, &e), 0);
+    ASSERT_EQ(dp_limiter_container(root, uid, "ns", "tp", "side", 3, uuids, NULL, m, &e), 0);
     snprintf(f, sizeof f, "%s/containers/%s_side", root, uid);
     struct lim_ledger l3;
     ASSERT_EQ(lim_ledger_open(&l3, f, NULL, err, sizeof err), 0);
