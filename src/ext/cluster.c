@@ -193,7 +193,8 @@ static int pod_ref(const char *key, const char *sub, char *ns, char *name, char 
  * replica bound them after the list began): one deleted before the list's
  * snapshot gets no DELETED from the watch that follows, and would hold its
  * GPUs until the next relist. Not found, or a pod of another UID by the
- * name: freed. An answer that does not come keeps it. Watch thread, before
+ * name: freed. An answer that does not come keeps it, and the others too
+ * (the watch, which waits, must not wait 10 s a pod). Watch thread, before
  * the watch starts: a deletion after this GET comes with the watch. */
 static void check_unlisted(struct ext_cluster *cl)
 {
@@ -219,6 +220,10 @@ static void check_unlisted(struct ext_cluster *cl)
         }
         json_decref(pod);
         free(keys[i]);
+        if (rc == -GS_EUNAVAIL) { /* the API server does not answer: the watch waits */
+            while (++i < n)
+                free(keys[i]);
+        }
     }
 }
 

@@ -915,6 +915,7 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     struct waiting {
         char uid[64];
         int unschedulable, bind_busy;
+        double evented_at;
     } *wait = calloc(s->pods.n + 1, sizeof *wait);
     SMAP_FOREACH(&s->pods, it)
     {
@@ -924,6 +925,7 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         if (wait && (p->unschedulable || p->bind_busy)) {
             snprintf(wait[n_wait].uid, sizeof wait[n_wait].uid, "%s", p->uid);
             wait[n_wait].unschedulable = p->unschedulable;
+            wait[n_wait].evented_at = p->evented_at; /* its Event's minute goes on */
             wait[n_wait++].bind_busy = p->bind_busy;
         }
         forget(s, p);
@@ -960,6 +962,7 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         struct pod *p = sched_smap_get(&s->pods, wait[k].uid);
         if (p && !core_alloc_find(s->c, p->uid)) { /* still pending */
             p->unschedulable = wait[k].unschedulable;
+            p->evented_at = wait[k].evented_at;
             sched_set_bind_busy(s, p, wait[k].bind_busy);
         }
     }

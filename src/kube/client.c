@@ -23,6 +23,7 @@ struct kube_client {
     int npool;
     char *token;
     double token_read; /* gs_mono_s() of the last read of token_file */
+    unsigned long token_gen; /* bumped when a read brings another token */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -98,19 +99,35 @@ const char *kube_client_server(const struct kube_client *c) { return c->cfg.serv
 
 long kube_client_timeout_ms(const struct kube_client *c) { return c->opts.timeout_ms; }
 
-/* After a 401: the token file is read again at the next request, unless
- * it was read in the last second (the token it holds is the one refused).
- * 1 when it will be. */
-static int token_reread(struct kube_client *c)
+/* After a 401 to a request sent with token generation gen: 1 when a
+ * request sent again may pass, because another token is loaded since, or
+ * because the token file will be read again at the next request (unless
+ * it was read in the last second: the token it holds is the one refused). */
+static int token_retry(struct kube_client *c, unsigned long gen)
 {
     int again = 0;
     pthread_mutex_lock(&c->mu);
-    if (c->cfg.token_file && gs_mono_s() - c->token_read >= 1.0) {
+    if (c->token_gen != gen) {
+        again = 1;
+    } else if (c->cfg.token_file && gs_mono_s() - c->token_read >= 1.0) {
         c->token_read = gs_mono_s() - TOKEN_REFRESH_S;
         again = 1;
     }
     pthread_mutex_unlock(&c->mu);
     return again;
+}
+
+void kube_client_token_refused(struct kube_client *c, unsigned long gen)
+{
+    (void)token_retry(c, gen);
+}
+
+unsigned long kube_client_token_gen(struct kube_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    unsigned long gen = c->token_gen;
+    pthread_mutex_unlock(&c->mu);
+    return gen;
 }
 
 /* The bearer header, re-reading a token file every TOKEN_REFRESH_S. */
@@ -131,9 +148,10 @@ static struct curl_slist *auth_header(struct kube_client *c, struct curl_slist *
             while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
                 n--;
             buf[n] = '\0';
-            if (n) {
+            if (n && (!c->token || strcmp(c->token, buf) != 0)) {
                 free(c->token);
                 c->token = strdup(buf);
+                c->token_gen++;
             }
         }
     }
@@ -247,8 +265,8 @@ int kube_status_error(long status, const char *method, const char *path, const j
         code = GS_ENOENT;
     else if (status == 409 || status == 410)
         code = GS_ECONFLICT;
-    else if (status == 401 || status == 429 || status >= 500 || status == 0)
-        code = GS_EUNAVAIL; /* 401: a token being rotated, or a Secret's being replaced */
+    else if (status == 429 || status >= 500 || status == 0)
+        code = GS_EUNAVAIL;
     else
         code = GS_EINVAL;
     return gs_errf(e, code, "%s %s: HTTP %ld%s%s", method, path, status, *msg ? ": " : "", msg);
@@ -287,6 +305,7 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
      * (nothing was served either) */
     for (int attempt = 0, reread = 0;; attempt++) {
         curl_off_t retry_after = 0;
+        unsigned long gen = kube_client_token_gen(c); /* what this try is sent with */
         if (!(h = kube_client_handle(c))) {
             free(url);
             free(payload);
@@ -312,7 +331,7 @@ int kube_request(struct kube_client *c, const char *method, const char *path,
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &retry_after);
         curl_slist_free_all(hdrs);
         kube_client_release(c, h);
-        if (cr == CURLE_OK && code == 401 && !reread++ && token_reread(c)) {
+        if (cr == CURLE_OK && code == 401 && !reread++ && token_retry(c, gen)) {
             gs_buf_free(&resp.b);
             resp = (struct body){.max = c->opts.max_response};
             attempt--;

@@ -16,7 +16,8 @@
  *
  * Errors: functions return 0 on a 2xx answer, else a negative code:
  * -GS_ENOENT (404), -GS_ECONFLICT (409, 410), -GS_EUNAVAIL (connection
- * failures, 401, 429, 5xx), -GS_EINVAL (other 4xx), -GS_EPROTO (reply is not
+ * failures, 429, 5xx), -GS_EINVAL (other 4xx; a 401 after the token
+ * file was read again), -GS_EPROTO (reply is not
  * JSON), with e->msg carrying the verb, path, status and the API server's
  * own message. The HTTP status is also returned where asked for.
  *

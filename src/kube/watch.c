@@ -313,6 +313,7 @@ static int do_watch(struct kube_watch *w)
     w->refusal.len = 0;
     w->h = h;
     w->lines.b.len = 0;
+    unsigned long gen = kube_client_token_gen(w->c);
     hdrs = kube_client_headers(w->c, NULL);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
@@ -340,6 +341,8 @@ static int do_watch(struct kube_watch *w)
     if (w->bad)
         return -1;
     if (cr == CURLE_OK && code != 200) {
+        if (code == 401) /* a token rotated: read it again for the next try */
+            kube_client_token_refused(w->c, gen);
         /* refused: say why, and back off however long it took */
         json_t *st = json_loadb(w->refusal.buf ? w->refusal.buf : "", w->refusal.len, 0, NULL);
         const char *msg = json_string_value(json_object_get(st, "message"));

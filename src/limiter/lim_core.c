@@ -42,15 +42,33 @@ void lim_warn_once(int key, const char *fmt, ...)
 /* The limits file Allocate writes in the container's ledger directory
  * (LIM_LIMITS_FILE: the same KEY=VALUE the environment gets): a process
  * started with an environment of its own (sshd's for an MPI worker, sudo,
- * env -i) finds its limits there. A variable the environment sets wins. */
+ * env -i) finds its limits there. An environment that sets any limit, or
+ * the GPUs, is used alone. */
 static char g_file[4096];
 static const char *g_file_kv[16][2];
 static int g_file_n;
+
+extern char **environ;
+
+/* Whether the environment sets a limit or the GPUs: then it says all, and
+ * the file is not read (a mix of the two could say what neither does). */
+static int env_has_limits(void)
+{
+    static const char *const keys[] = {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT=",
+                                       "GPUSCHED_GPU_MILLI=", "GPUSCHED_GPU_UUIDS="};
+    for (char **e = environ; e && *e; e++)
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (strncmp(*e, keys[i], strlen(keys[i])) == 0)
+                return 1;
+    return 0;
+}
 
 static void limits_file_read(void)
 {
     char path[LIM_DIR_MAX + 32];
     const char *dir = getenv("GPUSCHED_LIMITER_DIR");
+    if (env_has_limits())
+        return;
     snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : LIM_MOUNT_DIR, LIM_LIMITS_FILE);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     struct stat st;

@@ -721,7 +721,7 @@ def test_a_pod_bound_and_deleted_before_the_list_snapshot_frees_its_gpus(gpusche
         for n in ("x", "y"):
             wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
                      what="pods seen")
-        api.delay("GET", r"/api/v1/pods\?(?!.*watch=)", 3.0)  # the list, before its snapshot
+        api.delay("GET", r"/api/v1/pods\?(?!.*watch=)", 6.0)  # the list, before its snapshot
         rebuilds = e.metric("gpusched_extender_rebuilds_total")
         n_req = len(api.requests)
         api.drop_watches(gone=True)
@@ -764,15 +764,17 @@ def test_leader_election(gpusched_bin, api, tmp_path):
 
 def test_a_failed_lease_renew_is_tried_again_soon(gpusched_bin, api, tmp_path):
     """A leader whose renew fails (an API server rolling, a 503) tries again
-    after 2 s, not at the next 5 s renew: two failures in a row left it no
-    try before its deadline (10 s of a 15 s lease), and it stepped down."""
-    args = ["--leader-elect", "--lease-duration", "15", "--lease-namespace", "kube-system"]
+    after 2 s, not at the next renew: two failures in a row left it no try
+    before its deadline (2/3 of the lease), and it stepped down. With a 30 s
+    lease: renews at 10 s (fails), 12 s (fails), 14 s, against a deadline at
+    20 s (before, the second try came at 20 s)."""
+    args = ["--leader-elect", "--lease-duration", "30", "--lease-namespace", "kube-system"]
     a = start(gpusched_bin, api, tmp_path, *args, "--identity", "a", name="kc-a")
     try:
         wait_for(lambda: a.metric("gpusched_extender_leader") == 1, what="a leads")
         n = len(api.requests)
         api.fail("PUT", r"/leases/gpusched-extender$", 503, times=2)
-        deadline = time.time() + 14
+        deadline = time.time() + 24
         while time.time() < deadline:
             assert a.metric("gpusched_extender_leader") == 1, "stepped down"
             time.sleep(0.2)
