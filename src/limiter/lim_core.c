@@ -158,7 +158,11 @@ static void ledger_init(void)
 {
     char err[300];
     const struct lim_state *s = lim_state();
-    if (lim_ledger_open(&g_ledger, s->cfg.dir, s->cfg.mem_limit, err, sizeof err) < 0) {
+    int rc = lim_ledger_open(&g_ledger, s->cfg.dir, s->cfg.mem_limit, err, sizeof err);
+    if (rc == 1)
+        lim_warn_once(LIM_W_LEDGER, "shared ledger unusable (%s); moved to ledger.bad, a new "
+                      "one made", err);
+    if (rc < 0) {
         lim_warn_once(LIM_W_LEDGER, "shared ledger unusable (%s); this process is held to the "
                       "limit on its own", err);
         if (lim_ledger_open_private(&g_ledger, s->cfg.mem_limit) < 0)

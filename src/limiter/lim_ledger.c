@@ -176,12 +176,29 @@ static int open_shared(const char *path)
     }
 }
 
+/* A ledger that cannot be used (cut short, another major version, written
+ * over) is moved to ledger.bad, under its global lock, so that the
+ * container's processes share a new one: each held to the whole limit on
+ * its own, N processes could use N limits. Only while the name still is
+ * the file fd holds (another process may have replaced it already). 1 when
+ * moved. */
+static int move_aside(int fd, const char *path)
+{
+    struct stat a, b;
+    char bad[LIM_DIR_MAX + 32];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    return lim_fstat(fd, &a) == 0 && lim_lstat(path, &b) == 0 && a.st_ino == b.st_ino &&
+           a.st_dev == b.st_dev && rename(path, bad) == 0;
+}
+
 int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limits, char *err,
                     size_t errlen)
 {
     char path[LIM_DIR_MAX + 16];
     struct stat st;
+    int moved = 0;
 
+again:
     base_init(l);
     snprintf(path, sizeof path, "%s/%s", dir, LIM_LEDGER_FILE);
     if (mkdir(dir, 01777) == 0)
@@ -212,11 +229,18 @@ int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limit
             goto fail_unlock;
         }
     }
-    if (map_checked(l, path, PROT_READ | PROT_WRITE, err, errlen) < 0)
+    if (map_checked(l, path, PROT_READ | PROT_WRITE, err, errlen) < 0) {
+        if (!moved && move_aside(l->fd, path)) {
+            rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
+            close(l->fd);
+            moved = 1;
+            goto again; /* a new one, shared by every process from now on */
+        }
         goto fail_unlock;
+    }
     set_limits(l, limits);
     rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
-    return 0;
+    return moved; /* 1: err says why the old one was moved */
 fail_unlock:
     rlock(l->fd, F_UNLCK, LOCK_GLOBAL, 0);
 fail:

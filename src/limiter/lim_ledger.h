@@ -43,8 +43,10 @@
 /* fstat is GLIBC_2.33 (an inline over __fxstat before): the system call
  * fills the same struct stat on x86-64 (lim_compat.h) */
 #define lim_fstat(fd, st) ((int)syscall(SYS_fstat, (fd), (st)))
+#define lim_lstat(path, st) ((int)syscall(SYS_lstat, (path), (st)))
 #else
 #define lim_fstat fstat
+#define lim_lstat lstat
 #endif
 
 #define LIM_LEDGER_MAGIC "GSLEDGER"
@@ -86,8 +88,9 @@ struct lim_ledger {
 };
 
 /* Opens (creating it and its directory when missing) <dir>/ledger for
- * reading and writing, and records `limits` in the header. 0, or -1 with a
- * message in err. */
+ * reading and writing, and records `limits` in the header. 0; 1 when an
+ * unusable ledger was moved to ledger.bad and a new one made (err says
+ * what was wrong with it); or -1 with a message in err. */
 int lim_ledger_open(struct lim_ledger *l, const char *dir, const uint64_t *limits, char *err,
                     size_t errlen);
 

@@ -361,11 +361,22 @@ def test_corrupt_ledger_is_an_error_not_a_crash(ledger_dir):
     with open(os.path.join(ledger_dir, "ledger"), "wb") as f:
         f.write(b"GSLEDGER" + b"\xff" * 4000)
     env = env_for(ledger_dir, CUDA_DEVICE_MEMORY_LIMIT="64m")
-    r = probe("runtime", "ctx:0", "alloc:60", "alloc:10", "info", env=env)
-    # held to the limit on its own
-    assert lines(r) == ["ctx 0", "alloc 0", "alloc 2", "info 0 4 64"]
-    assert r.stderr.count("gpusched-limiter:") == 1
-    assert "shared ledger unusable" in r.stderr and "major" in r.stderr
+    # moved aside, a new one made: the next process shares it (each was held
+    # to the whole limit on its own, N processes N limits)
+    a = subprocess.Popen([os.path.join(TDIR, "lim_probe"), "runtime", "ctx:0", "alloc:60",
+                          "ready"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert [a.stdout.readline() for _ in range(3)] == ["ctx 0\n", "alloc 0\n", "ready\n"]
+        r = probe("runtime", "ctx:0", "alloc:10", "info", env=env)
+        assert lines(r) == ["ctx 0", "alloc 2", "info 0 4 64"]
+        assert r.stderr == ""
+    finally:
+        _, err = a.communicate("\n", timeout=30)
+    assert err.count("gpusched-limiter:") == 1, err
+    assert "shared ledger unusable" in err and "major" in err
+    assert "moved to ledger.bad" in err
+    assert os.path.exists(os.path.join(ledger_dir, "ledger.bad"))
 
 
 def test_preloaded_into_every_program(ledger_dir):
