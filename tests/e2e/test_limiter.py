@@ -37,8 +37,11 @@ DONE = "LIMITER-E2E-DONE"
 SCRIPT = ("cat /etc/ld.so.preload 2>/dev/null || echo no-preload; "
           "/probe/lim_probe runtime ctx:0 who:alloc alloc:200 alloc:100 info; "
           # a process started with an environment of its own (sshd's, sudo's)
-          # finds its limits in the ledger directory's limits file
+          # finds its limits in the ledger directory's limits file (the
+          # stand-in driver learns its GPU from CUDA_VISIBLE_DEVICES, where a
+          # real one sees only the device nodes the runtime gave)
           "env -i LD_LIBRARY_PATH=/probe FAKE_CUDA_MEM_MIB=1024 "
+          "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES "
           "/probe/lim_probe runtime ctx:0 alloc:200 alloc:100; "
           "(echo x > /etc/ld.so.preload) 2>/dev/null && echo preload-writable || echo preload-ro; "
           "touch /usr/local/gpusched/ledger/t 2>/dev/null && echo ledger-rw || echo no-ledger; "
