@@ -206,6 +206,16 @@ def test_learned_workload_survives_a_restart(gpusched_bin, api, tmp_path):
     assert saved_workload(api)["pods"] == 0
 
 
+def run_to_the_end(e, api, name):
+    """Binds GPU pod `name` to g1, then deletes it: a pod that has ended, and
+    that the learned workload counts."""
+    wait_for(lambda: e.filter(api.get("pods", name, "default"), ["g1"])["NodeNames"],
+             what="pod cached")
+    assert bound(schedule(e, api, name, ("g1",))[1])
+    api.delete("pods", name, "default")
+    wait_for(lambda: e.metric("gpusched_allocations") == 0, what=f"{name} released")
+
+
 def test_a_refused_read_of_the_saved_workload_saves_nothing(gpusched_bin, api, tmp_path):
     """A replica that may not read the saved workload (403) learns from the live
     pods and never saves: a save would replace the history it could not read."""
@@ -216,11 +226,7 @@ def test_a_refused_read_of_the_saved_workload_saves_nothing(gpusched_bin, api, t
     api.fail("GET", r"/configmaps/gpusched-workload", 403)
     e = start(gpusched_bin, api, tmp_path, "--workload-save", "1")
     try:
-        wait_for(lambda: e.filter(api.get("pods", "r0", "default"), ["g1"])["NodeNames"],
-                 what="pod cached")
-        assert bound(schedule(e, api, "r0", ("g1",))[1])
-        api.delete("pods", "r0", "default")
-        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="r0 released")
+        run_to_the_end(e, api, "r0")
         time.sleep(2.5)  # two save intervals
     finally:
         e.stop()
@@ -260,11 +266,7 @@ def test_leader_saves_the_learned_workload_when_it_stops(gpusched_bin, api, tmp_
     add_gpu_pod(api, "s0", "1")
     e = start(gpusched_bin, api, tmp_path, "--workload-save", "3600")
     try:
-        wait_for(lambda: e.filter(api.get("pods", "s0", "default"), ["g1"])["NodeNames"],
-                 what="pod cached")
-        assert bound(schedule(e, api, "s0", ("g1",))[1])
-        api.delete("pods", "s0", "default")
-        wait_for(lambda: e.metric("gpusched_allocations") == 0, what="s0 released")
+        run_to_the_end(e, api, "s0")
         # it read what was saved (nothing), and no save is due for an hour
         wait_for(lambda: any(m == "GET" and "/configmaps/gpusched-workload" in path
                              for m, path, _ in api.requests), what="the saved workload read")
@@ -714,13 +716,8 @@ def test_a_pod_bound_and_deleted_before_the_list_snapshot_frees_its_gpus(gpusche
     is not in the list, and the watch that follows (from the snapshot) never
     brings its deletion: the extender looks such pods up after the list, and
     frees their GPUs (they stayed taken until the next relist)."""
-    add_gpu_pod(api, "y", "2")
-    add_gpu_pod(api, "x", "2")
-    e = start(gpusched_bin, api, tmp_path)
+    e = two_pods_for_g1(gpusched_bin, api, tmp_path)
     try:
-        for n in ("x", "y"):
-            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1"])["NodeNames"],
-                     what="pods seen")
         api.delay("GET", r"/api/v1/pods\?(?!.*watch=)", 6.0)  # the list, before its snapshot
         rebuilds = e.metric("gpusched_extender_rebuilds_total")
         n_req = len(api.requests)

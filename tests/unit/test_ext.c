@@ -827,13 +827,27 @@ static struct ext_sched *preempting_sched(struct ext_preemption *got, int gpus_a
     return s;
 }
 
+/* kube-scheduler's /preempt for one-GPU pod `name` (priority 1000), node a
+ * offered with no victims of its own: the reply (malloc'd). */
+static char *preempt_on_a(struct ext_sched *s, const char *name)
+{
+    char pre[600];
+    struct ext_reply reply;
+    size_t rlen;
+    snprintf(pre, sizeof pre,
+             "{\"Pod\":{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"%s\"},"
+             "\"spec\":{\"priority\":1000,\"containers\":[{\"name\":\"c\",\"resources\":"
+             "{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},\"NodeNameToMetaVictims\":{\"a\":"
+             "{\"Pods\":[],\"NumPDBViolations\":0}}}", name, name);
+    ASSERT_EQ(ext_sched_preempt(s, pre, strlen(pre), &reply), 200);
+    return ext_reply_take(&reply, &rlen);
+}
+
 static void pdb_case(const char *pdb, int pending, char *node, size_t cap, long *viol_a)
 {
     struct gs_err e = GS_ERR_INIT;
     struct ext_preemption got = {0};
     struct ext_sched *s = preempting_sched(&got, 1);
-    struct ext_reply reply;
-    size_t rlen;
     char names[64];
     filter_labeled(s, "a", 100, "{\"app\":\"db\"}", "[\"a\"]", names, sizeof names);
     bind_to(s, "a", "a");
@@ -856,12 +870,7 @@ static void pdb_case(const char *pdb, int pending, char *node, size_t cap, long 
         ASSERT_EQ(ext_sched_replace_pdbs(s, items), 0);
         json_decref(items);
     }
-    const char *pre = "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
-                      "\"uid\":\"p\"},\"spec\":{\"priority\":1000,\"containers\":[{\"name\":"
-                      "\"c\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
-                      "\"NodeNameToMetaVictims\":{\"a\":{\"Pods\":[],\"NumPDBViolations\":0}}}";
-    ASSERT_EQ(ext_sched_preempt(s, pre, strlen(pre), &reply), 200);
-    char *txt = ext_reply_take(&reply, &rlen);
+    char *txt = preempt_on_a(s, "p");
     json_t *r = json_loads(txt, 0, NULL);
     free(txt);
     *viol_a = (long)json_integer_value(json_object_get(
@@ -1083,8 +1092,6 @@ static void test_no_preemption_for_a_placed_pod(void)
 {
     struct ext_preemption got = {0};
     struct ext_sched *s = preempting_sched(&got, 2);
-    struct ext_reply reply;
-    size_t rlen;
     char names[64];
     filter_labeled(s, "low", 100, NULL, "[\"a\"]", names, sizeof names);
     bind_to(s, "low", "a");
@@ -1093,12 +1100,7 @@ static void test_no_preemption_for_a_placed_pod(void)
     filter_labeled(s, "big", 1000, NULL, "[\"a\"]", names, sizeof names);
     ASSERT_STREQ(names, "a");
     bind_to(s, "big", "a");
-    const char *pre = "{\"Pod\":{\"metadata\":{\"name\":\"big\",\"namespace\":\"d\","
-                      "\"uid\":\"big\"},\"spec\":{\"priority\":1000,\"containers\":[{"
-                      "\"name\":\"c\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}},"
-                      "\"NodeNameToMetaVictims\":{\"a\":{\"Pods\":[],\"NumPDBViolations\":0}}}";
-    ASSERT_EQ(ext_sched_preempt(s, pre, strlen(pre), &reply), 200);
-    char *txt = ext_reply_take(&reply, &rlen);
+    char *txt = preempt_on_a(s, "big");
     ASSERT_CONTAINS(txt, "\"NodeNameToMetaVictims\":{}");
     free(txt);
     filter_labeled(s, "big", 1000, NULL, "[\"a\",\"b\"]", names, sizeof names);

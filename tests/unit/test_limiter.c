@@ -372,9 +372,16 @@ static void test_prune(void)
          * the container left (a file, a link to a host file): all removed,
          * the link's target kept (the directory stayed for ever before) */
         char p[400];
-        const char *left[] = {LIM_UTIL_FILE, "." LIM_UTIL_FILE ".77", "junk"};
+        /* and directories it made, a file deep in them, a link to a host
+         * directory (removed, the directory and its file kept) */
+        const char *left[] = {LIM_UTIL_FILE, "." LIM_UTIL_FILE ".77", "junk", "d/", "d/e/",
+                              "d/e/f"};
         for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
             snprintf(p, sizeof p, "%s/containers/gone_main/%s", root, left[i]);
+            if (p[strlen(p) - 1] == '/') {
+                ASSERT_EQ(mkdir(p, 0755), 0);
+                continue;
+            }
             FILE *g = fopen(p, "w");
             ASSERT_TRUE(g != NULL);
             if (g)
@@ -382,17 +389,6 @@ static void test_prune(void)
         }
         snprintf(p, sizeof p, "%s/containers/gone_main/link", root);
         ASSERT_EQ(symlink(lib, p), 0);
-        /* directories it made, a file deep in them, a link to a host
-         * directory (removed, the directory and its file kept) */
-        snprintf(p, sizeof p, "%s/containers/gone_main/d", root);
-        ASSERT_EQ(mkdir(p, 0755), 0);
-        snprintf(p, sizeof p, "%s/containers/gone_main/d/e", root);
-        ASSERT_EQ(mkdir(p, 0755), 0);
-        snprintf(p, sizeof p, "%s/containers/gone_main/d/e/f", root);
-        FILE *g = fopen(p, "w");
-        ASSERT_TRUE(g != NULL);
-        if (g)
-            fclose(g);
         snprintf(p, sizeof p, "%s/containers/gone_main/d/hostdir", root);
         ASSERT_EQ(symlink(root, p), 0);
         snprintf(p, sizeof p, "%s/containers/gone_main", root);
