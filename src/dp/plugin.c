@@ -551,6 +551,15 @@ static void *api_thread(void *arg)
     return NULL;
 }
 
+static void api_stop(struct dp_plugin *p)
+{
+    if (!p->api_on)
+        return;
+    gs_worker_stop(&p->api);
+    gs_worker_destroy(&p->api);
+    p->api_on = 0;
+}
+
 /* Reads inotify events; returns 1 when kubelet restarted (kubelet.sock
  * created) or one of our sockets was removed. *lost: the watch went with
  * its directory (removed, to be made again). */
@@ -638,11 +647,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
         return gs_errf(e, GS_ENOMEM, "cannot start the thread that publishes the inventory");
     }
     if (pthread_create(&p->health, NULL, health_thread, p) != 0) {
-        if (p->api_on) {
-            gs_worker_stop(&p->api);
-            gs_worker_destroy(&p->api);
-            p->api_on = 0;
-        }
+        api_stop(p);
         close(ino);
         return gs_errf(e, GS_ENOMEM, "cannot start the health thread");
     }
@@ -710,11 +715,7 @@ int dp_plugin_run(struct dp_plugin *p, volatile sig_atomic_t *stop, struct gs_er
     pthread_join(p->health, NULL);
     if (p->busy_on)
         pthread_join(p->busy, NULL);
-    if (p->api_on) { /* after the health thread, which wakes it */
-        gs_worker_stop(&p->api);
-        gs_worker_destroy(&p->api);
-        p->api_on = 0;
-    }
+    api_stop(p); /* after the health thread, which wakes it */
     stop_servers(p);
     close(ino);
     return 0;

@@ -97,10 +97,10 @@ static void workload_path(const struct ext_cluster *cl, char *buf, size_t cap, i
              item ? "/" : "", item ? cl->cfg->workload_configmap : "");
 }
 
-/* 0 when done (read, absent or unusable: warned), 1 when refused (RBAC:
- * nothing is saved then, which would replace what could not be read), -1
- * to try again (the API server did not answer, or took the token while it
- * is being rotated). */
+/* 0 when done (read, absent or unusable: warned), 1 when refused (RBAC, a
+ * 401 that stayed after the token was read again: nothing is saved then,
+ * which would replace what could not be read), -1 to try again (the API
+ * server did not answer). */
 static int workload_load(struct ext_cluster *cl)
 {
     char path[600];
