@@ -305,7 +305,9 @@ static void pdbs_start(struct ext_cluster *cl)
 int ext_cluster_ready(void *ud)
 {
     struct ext_cluster *cl = ud;
-    return atomic_load(&cl->nodes_synced) && atomic_load(&cl->pods_synced);
+    /* a replica that has not read the GPUQuotas yet would place past them */
+    return atomic_load(&cl->nodes_synced) && atomic_load(&cl->pods_synced) &&
+           ext_sched_quotas_known(cl->s);
 }
 
 /* ---- the commit backend ---------------------------------------------------- */

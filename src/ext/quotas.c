@@ -43,7 +43,7 @@ struct ext_quotas {
     int n, cap;
 };
 
-static void publish(struct ext_quotas *x, const struct core_quota *qs, int n, int broken)
+static void publish_set(struct ext_quotas *x, const struct core_quota *qs, int n, int broken)
 {
     struct core_quotas *set = core_quotas_new();
     struct gs_err e = GS_ERR_INIT;
@@ -103,7 +103,7 @@ static int load_file(struct ext_quotas *x, struct gs_err *e)
         gs_err_prefix(e, "%s", x->path);
         return rc;
     }
-    publish(x, qs, n, bad.n);
+    publish_set(x, qs, n, bad.n);
     free(qs);
     log_info("quota", "%s: %d GPUQuota objects in force, %d broken ones ignored", x->path, n,
              bad.n);
@@ -192,7 +192,7 @@ static void republish(struct ext_quotas *x)
             qs[n++] = x->objs[i].q;
         broken += x->objs[i].broken;
     }
-    publish(x, qs, n, broken);
+    publish_set(x, qs, n, broken);
     free(qs);
 }
 
@@ -316,6 +316,8 @@ int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publ
         return -GS_ENOMEM;
     x->kc = kc;
     x->events = events;
+    if (rc == -GS_ENOENT) /* known: no quotas (the caller waits for a first set) */
+        publish_set(x, NULL, 0, 0);
     struct kube_watch_opts wo = {.path = QUOTAS_PATH, .absent_ok = 1,
                                  .backoff_max_s = QUOTAS_RECHECK_S};
     if ((rc = kube_watch_start(kc, &wo, &ops, x, &x->w, e)) < 0) {

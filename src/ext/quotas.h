@@ -20,6 +20,11 @@
  * Metrics (in the caller's registry): gpusched_quota_objects,
  * gpusched_quota_objects_broken, gpusched_quota_reload_errors_total.
  *
+ * The first set comes once the quotas are known: at start from a file, or
+ * when the CRD is not installed (an empty set), else with the first list.
+ * Until then a caller knows no quotas and must not act as if there were
+ * none: the extender and the webhook stay unready (/readyz).
+ *
  * Threads: publish runs on the watch or file thread (and once on the
  * caller's thread at start), one call at a time.
  *

@@ -276,8 +276,11 @@ void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q)
     pthread_mutex_lock(&s->mu);
     core_quotas_free(s->quotas);
     s->quotas = q;
+    atomic_store(&s->quotas_known, 1);
     pthread_mutex_unlock(&s->mu);
 }
+
+int ext_sched_quotas_known(struct ext_sched *s) { return atomic_load(&s->quotas_known); }
 
 /* Brings quota usage up to date for a pod of `ns`; 1 when ns has a quota.
  * Called with the lock held. */

@@ -133,6 +133,9 @@ void ext_sched_carry_out(struct ext_sched *s, struct ext_preemption *pr);
  * namespace and model and each quota's limit and use. */
 struct core_quotas;
 void ext_sched_set_quotas(struct ext_sched *s, struct core_quotas *q);
+/* Has a set of quotas been handed over since the start? A replica that
+ * has not yet read the GPUQuotas would place pods past them. */
+int ext_sched_quotas_known(struct ext_sched *s);
 /* Cluster mode: bind a GPU pod to a node only while no GPU pod bound there
  * earlier waits for kubelet (ext/nodelock.h; borrowed, NULL = off). A bind
  * to a held node answers EXT_BIND_BUSY, which the server turns into a wait. */

@@ -123,6 +123,8 @@ struct ext_sched {
         *m_milli_alloc, *m_frag, *m_allocs, *m_stale, *m_others, *m_nominated,
         *m_owners;
     struct core_quotas *quotas; /* GPUQuotas; usage is recounted from c when read */
+    atomic_int quotas_known;    /* ext_sched_set_quotas has been called (read unlocked:
+                                 * commit.may_bind asks under mu) */
     struct ext_pdbs *pdbs;      /* PodDisruptionBudgets that preemption respects */
     int pdbs_pending;           /* they are not listed yet (ext_sched_pdbs_pending) */
     struct metric *m_ns_usage, *m_quota_limit, *m_quota_used;

@@ -169,12 +169,17 @@ static void handle(void *ud, const struct http_request *req, struct http_respons
     if (strcmp(req->path, "/readyz") == 0) {
         /* before the first Node list the oldest kubelet is unknown, and a
          * pod that needs a new one (a GPU share in an init container) would
-         * be refused */
+         * be refused; before the first GPUQuota list (or the news that the
+         * CRD is not installed) every pod would be let past its quota */
         pthread_rwlock_rdlock(&s->lock);
-        int ready = !s->nodes || s->nodes_listed;
+        const char *wait = s->nodes && !s->nodes_listed ? "the first Node list"
+                           : s->source && !s->quotas  ? "the first GPUQuota list"
+                                                      : NULL;
         pthread_rwlock_unlock(&s->lock);
-        http_resp_text(resp, ready ? 200 : 503, "text/plain",
-                       ready ? "ready\n" : "waiting for the first Node list\n");
+        char text[64] = "ready\n";
+        if (wait)
+            snprintf(text, sizeof text, "waiting for %s\n", wait);
+        http_resp_text(resp, wait ? 503 : 200, "text/plain", text);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {

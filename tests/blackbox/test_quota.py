@@ -175,6 +175,30 @@ def test_cluster_quota_watch_events_and_last_good_version(gpusched_bin, tmp_path
             e.stop()
 
 
+def test_cluster_not_ready_before_the_quotas_are_read(gpusched_bin, tmp_path):
+    # a replica that has not read the GPUQuotas would let every pod past
+    # them: the Service must not send it /filter, and a leader must not bind
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        n = gpu_node("g1", n=4)
+        api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
+                     capacity=n["status"]["allocatable"])
+        api.create(QUOTAS, quota_obj("team", {"total": {"gpus": 1}}))
+        api.add_pod("ml", "p", containers=pod("p", {"nvidia.com/gpu": "2"})["spec"]["containers"])
+        # the list of the watch (the probe at start asks limit=1)
+        api.delay("GET", r"/apis/gpusched.io/v1/gpuquotas\?limit=(?!1\b)", 3.0)
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        e = Extender(gpusched_bin, ["--kubeconfig", kc, "--inventory-ttl", "0"])
+        try:
+            wait_for(lambda: e.metric("gpusched_gpus") == 4, what="nodes and pods listed")
+            assert requests.get(e.url + "/readyz", timeout=5).status_code == 503
+            e.wait_ready(path="/readyz")
+            assert e.metric("gpusched_quota_objects") == 1  # ready: the quota is in force
+            f = e.filter(api.get("pods", "p", "ml"), ["g1"])
+            assert f["NodeNames"] == [] and "GPUQuota ml/team" in f["FailedNodes"]["g1"]
+        finally:
+            e.stop()
+
+
 def test_cluster_without_the_crd(gpusched_bin, tmp_path):
     with FakeApiServer() as api:
         n = label_node("t", 1, "Tesla-T4", 15360)

@@ -876,7 +876,7 @@ def test_quotas_watched_in_a_cluster(gpusched_bin, tmp_path):
             assert wh.stop() == 0
 
 
-def test_ready_once_the_nodes_are_listed(gpusched_bin, tmp_path):
+def test_ready_once_the_nodes_and_quotas_are_listed(gpusched_bin, tmp_path):
     # before the first Node list the oldest kubelet is unknown: a GPU share in
     # an init container would be refused; the Service must not send it there
     certs = gen_certs(gpusched_bin, tmp_path / "c")
@@ -892,6 +892,29 @@ def test_ready_once_the_nodes_are_listed(gpusched_bin, tmp_path):
             assert r.status_code == 503 and "waiting for the first Node list" in r.text
             assert wh.get("/healthz").status_code == 200  # alive all the same
             until(lambda: wh.get("/readyz").status_code == 200, wh, "the Node list")
+        finally:
+            assert wh.stop() == 0
+    # before the first GPUQuota list every pod would be let past its quota
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        api.create("/apis/gpusched.io/v1/namespaces/ml/gpuquotas",
+                   {"apiVersion": "gpusched.io/v1", "kind": "GPUQuota",
+                    "metadata": {"name": "q"}, "spec": {"total": {"gpus": 1}}})
+        api.delay("GET", r"/apis/gpusched.io/v1/gpuquotas\?limit=(?!1\b)", 3.0)
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
+        try:
+            until(lambda: "waiting for the first GPUQuota list" in wh.get("/readyz").text, wh,
+                  "the Node list, while the GPUQuota list is held")
+            until(lambda: wh.get("/readyz").status_code == 200, wh, "the GPUQuota list")
+            resp = validate({"wh": wh}, pod({"nvidia.com/gpu": "2"}), ns="ml")
+            assert not resp["allowed"] and "GPUQuota ml/q" in resp["status"]["message"]
+        finally:
+            assert wh.stop() == 0
+        # the CRD not installed: no quotas to wait for
+        api.fail("GET", r"/apis/gpusched.io/v1/gpuquotas", 404, times=1)
+        wh = Webhook(gpusched_bin, str(tmp_path), certs, "--kubeconfig", kc)
+        try:
+            until(lambda: wh.get("/readyz").status_code == 200, wh, "ready without the CRD")
         finally:
             assert wh.stop() == 0
     nodes = tmp_path / "nodes.json"
