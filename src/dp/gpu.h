@@ -55,6 +55,8 @@ struct dp_gpu {
     struct dp_mig mig[DP_MAX_MIG];
     int mig_unnamed;                 /* MIG devices left out: their compute instance
                                         is smaller than their GPU instance */
+    char mig_error[128];             /* the first NVML error met listing its MIG
+                                        devices ("" none): those it hid are not offered */
     uint8_t link[DP_MAX_GPUS];       /* enum core_link to the GPU at that position */
     int nvlinks[DP_MAX_GPUS];        /* NVLink count to that GPU */
     int healthy;                     /* set by dp/health.c */

@@ -27,6 +27,7 @@ typedef struct nvmlEventSet_st *nvmlEventSet_t;
 
 enum {
     NVML_SUCCESS = 0,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_TIMEOUT = 10,
@@ -218,18 +219,34 @@ static void discover_mig(struct nvml *v, nvmlDevice_t d, struct dp_gpu *g)
         return;
     }
     g->mig_enabled = cur == 1;
-    if (!g->mig_enabled || !v->nvmlDeviceGetMaxMigDeviceCount ||
-        !v->nvmlDeviceGetMigDeviceHandleByIndex ||
-        v->nvmlDeviceGetMaxMigDeviceCount(d, &max) != NVML_SUCCESS)
+    if (!g->mig_enabled)
         return;
+    if (!v->nvmlDeviceGetMaxMigDeviceCount || !v->nvmlDeviceGetMigDeviceHandleByIndex) {
+        snprintf(g->mig_error, sizeof g->mig_error, "this NVML cannot list MIG devices");
+        return;
+    }
+    if ((r = v->nvmlDeviceGetMaxMigDeviceCount(d, &max)) != NVML_SUCCESS) {
+        snprintf(g->mig_error, sizeof g->mig_error, "NVML MIG device count failed: %s",
+                 errstr(v, r));
+        return;
+    }
     for (unsigned i = 0; i < max && g->n_mig < DP_MAX_MIG; i++) {
         nvmlDevice_t m;
         nvmlDeviceAttributes_t a;
         struct dp_mig *mi = &g->mig[g->n_mig];
-        if (v->nvmlDeviceGetMigDeviceHandleByIndex(d, i, &m) != NVML_SUCCESS)
-            continue; /* NOT_FOUND / INVALID_ARGUMENT: empty slot */
-        if (v->nvmlDeviceGetUUID(m, mi->uuid, sizeof mi->uuid) != NVML_SUCCESS)
+        if ((r = v->nvmlDeviceGetMigDeviceHandleByIndex(d, i, &m)) != NVML_SUCCESS) {
+            /* NOT_FOUND / INVALID_ARGUMENT: an empty slot */
+            if (r != NVML_ERROR_NOT_FOUND && r != NVML_ERROR_INVALID_ARGUMENT && !g->mig_error[0])
+                snprintf(g->mig_error, sizeof g->mig_error, "NVML MIG device %u: %s", i,
+                         errstr(v, r));
             continue;
+        }
+        if ((r = v->nvmlDeviceGetUUID(m, mi->uuid, sizeof mi->uuid)) != NVML_SUCCESS) {
+            if (!g->mig_error[0])
+                snprintf(g->mig_error, sizeof g->mig_error, "NVML MIG device %u: UUID: %s", i,
+                         errstr(v, r));
+            continue;
+        }
         memset(&a, 0, sizeof a);
         if (v->nvmlDeviceGetAttributes_v2 && v->nvmlDeviceGetAttributes_v2(m, &a) == NVML_SUCCESS) {
             /* a compute instance smaller than its GPU instance ("1c.2g.20gb"):

@@ -33,16 +33,25 @@ static void now_rfc3339(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* MIG devices discovery left out (dp_gpu.mig_unnamed): said, so that an
- * operator who split a GPU instance into compute instances knows why
- * they are not offered. */
-static void warn_unnamed(const struct dp_inventory *inv)
+/* What of a MIG GPU discovery does not offer, said, so that an operator
+ * knows why: MIG devices left out (a GPU instance split into compute
+ * instances), an NVML error while listing them, or none at all (a GPU in
+ * MIG mode is never offered whole). */
+static void warn_mig(const struct dp_inventory *inv)
 {
-    for (int i = 0; i < inv->n; i++)
-        if (inv->gpu[i].mig_unnamed)
+    for (int i = 0; i < inv->n; i++) {
+        const struct dp_gpu *g = &inv->gpu[i];
+        if (g->mig_unnamed)
             log_warn("dp", "GPU %s: %d MIG devices not advertised: their compute instance is "
                      "smaller than their GPU instance (use one compute instance per GPU "
-                     "instance)", inv->gpu[i].uuid, inv->gpu[i].mig_unnamed);
+                     "instance)", g->uuid, g->mig_unnamed);
+        if (g->mig_error[0])
+            log_warn("dp", "GPU %s: MIG devices not listed: %s", g->uuid, g->mig_error);
+        else if (g->mig_enabled && !g->n_mig && !g->mig_unnamed)
+            log_warn("dp", "GPU %s is in MIG mode and has no MIG devices: nothing of it is "
+                     "offered (create GPU and compute instances, or turn MIG mode off)",
+                     g->uuid);
+    }
 }
 
 static void wake(struct dp_plugin *p)
@@ -305,7 +314,7 @@ static void rediscover_locked(struct dp_plugin *p)
                   e.msg[0] ? e.msg : "out of memory");
         goto out;
     }
-    warn_unnamed(inv);
+    warn_mig(inv);
     dp_health_carry(&p->inv, &p->hs, inv, hs);
     int n = dp_devices_build(inv, &p->cfg.devices, res, DP_MAX_RESOURCES);
     if (!same_names(p->res, p->n_res, res, n))
@@ -751,7 +760,7 @@ int dp_plugin_new(const struct dp_plugin_cfg *cfg, struct dp_backend *b, struct 
         dp_plugin_free(p);
         return rc;
     }
-    warn_unnamed(&p->inv);
+    warn_mig(&p->inv);
     p->n_res = dp_devices_build(&p->inv, &p->cfg.devices, p->res, DP_MAX_RESOURCES);
     p->publish_needed = 1;
     *out = p;

@@ -47,14 +47,17 @@ def env(fake_nvml):
 def start(bin_, kdir, lib, *extra, files=()):
     """The plugin on the stand-in NVML; `files`: control files there from its start."""
     ctl = tempfile.mkdtemp(prefix="dpctl", dir="/tmp")
-    for f in files:
-        open(os.path.join(ctl, f), "w").close()
+    for f in files:  # a name, or (name, text)
+        name, text = f if isinstance(f, tuple) else (f, "")
+        with open(os.path.join(ctl, name), "w") as fp:
+            fp.write(text)
     os.environ["FAKE_NVML_XID"] = os.path.join(ctl, "xid")
     os.environ["FAKE_NVML_LOST"] = os.path.join(ctl, "lost")
     os.environ["FAKE_NVML_WAIT_FAIL"] = os.path.join(ctl, "waitfail")
     os.environ["FAKE_NVML_CREATE_FAIL"] = os.path.join(ctl, "createfail")
     os.environ["FAKE_NVML_HANG"] = os.path.join(ctl, "hang")
     os.environ["FAKE_NVML_MIG_FAIL"] = os.path.join(ctl, "migfail")
+    os.environ["FAKE_NVML_MIG_LIST"] = os.path.join(ctl, "miglist")
     return PluginProc(bin_, kdir, None, "--nvml-lib", lib, *extra), ctl
 
 
@@ -88,6 +91,32 @@ def test_nvml_discovery_topology_and_allocate(gpusched_bin, env, fake_nvml):
         assert "1 MIG devices not advertised" in pl.output()
         r = p.allocate([G[1]])
         assert r.envs["NVIDIA_VISIBLE_DEVICES"] == G[1]
+    finally:
+        code = pl.stop()
+        shutil.rmtree(ctl)
+    assert code == 0
+
+
+@pytest.mark.parametrize("fault,said", [
+    ("count", "MIG devices not listed: NVML MIG device count failed"),
+    ("uuid", "MIG devices not listed: NVML MIG device 0: UUID"),
+    ("empty", "is in MIG mode and has no MIG devices: nothing of it is offered"),
+])
+def test_a_mig_gpu_that_offers_nothing_says_why(gpusched_bin, env, fake_nvml, fault, said):
+    # GPU 2 is in MIG mode; what stops its MIG devices from being offered is
+    # in the log, not silence (it is never offered whole either)
+    kdir, k = env
+    pl, ctl = start(gpusched_bin, kdir, fake_nvml, files=[("miglist", fault)])
+    try:
+        p = k.wait_plugin("nvidia.com/gpu")
+        assert sorted(d.ID for d in p.wait(lambda d: len(d) == 2)) == G[:2]
+        inv = pl.get("/inventory").json()["gpus"][2]
+        assert inv["mig_enabled"] is True and inv["mig"] == []
+        assert sorted(k.plugins) == ["nvidia.com/gpu"], k.plugins
+        deadline = time.time() + 5
+        while f"GPU {G[2]}" not in pl.output() or said not in pl.output():
+            assert time.time() < deadline, pl.output()
+            time.sleep(0.1)
     finally:
         code = pl.stop()
         shutil.rmtree(ctl)

@@ -26,6 +26,9 @@
  *   FAKE_NVML_CREATE_FAIL  while it exists, nvmlEventSetCreate fails;
  *   FAKE_NVML_MIG_FAIL  while it exists, GPU 2's MIG mode query fails
  *                   (NVML_ERROR_UNKNOWN);
+ *   FAKE_NVML_MIG_LIST  "count": GPU 2's MIG device count fails
+ *                   (NVML_ERROR_UNKNOWN); "empty": GPU 2 has no MIG
+ *                   device; "uuid": the UUID of its first one fails;
  *   FAKE_NVML_HANG  while it exists, nvmlDeviceGetMemoryInfo of GPU 1 does
  *                   not return (a GPU whose queries hang);
  *   FAKE_CUDA_BUSY  the busy-time file of the stand-in libcuda.so.1
@@ -51,6 +54,21 @@
 
 typedef int ret_t;
 enum { OK = 0, INVALID_ARG = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6, TIMEOUT = 10, GPU_LOST = 15 };
+
+/* FAKE_NVML_MIG_LIST's word, "" without one */
+static const char *mig_list(char *buf, size_t cap)
+{
+    const char *f = getenv("FAKE_NVML_MIG_LIST");
+    FILE *fp = f ? fopen(f, "r") : NULL;
+    buf[0] = 0;
+    if (fp) {
+        if (!fgets(buf, (int)cap, fp))
+            buf[0] = 0;
+        buf[strcspn(buf, "\n")] = 0;
+        fclose(fp);
+    }
+    return buf;
+}
 
 struct dev {
     int idx, mig_parent, is_mig, slot; /* slot: the MIG device's index on its parent */
@@ -110,8 +128,11 @@ ret_t nvmlDeviceGetHandleByIndex_v2(unsigned i, handle_t *h)
 }
 ret_t nvmlDeviceGetUUID(handle_t h, char *buf, unsigned len)
 {
+    char w[16];
     if (lost(h))
         return GPU_LOST;
+    if (h->is_mig && h->slot == 0 && strcmp(mig_list(w, sizeof w), "uuid") == 0)
+        return 999;
     if (h->is_mig)
         snprintf(buf, len, "MIG-fa4e0000-0000-4000-8000-0000000000%02d", h->idx + 10 * h->slot);
     else
@@ -223,10 +244,18 @@ ret_t nvmlDeviceGetMigMode(handle_t h, unsigned *cur, unsigned *pend)
     *cur = *pend = 1;
     return OK;
 }
-ret_t nvmlDeviceGetMaxMigDeviceCount(handle_t h, unsigned *n) { *n = h->idx == 2 ? 7 : 0; return OK; }
+ret_t nvmlDeviceGetMaxMigDeviceCount(handle_t h, unsigned *n)
+{
+    char w[16];
+    if (h->idx == 2 && strcmp(mig_list(w, sizeof w), "count") == 0)
+        return 999;
+    *n = h->idx == 2 ? 7 : 0;
+    return OK;
+}
 ret_t nvmlDeviceGetMigDeviceHandleByIndex(handle_t h, unsigned i, handle_t *m)
 {
-    if (h->idx != 2 || i > 1)
+    char w[16];
+    if (h->idx != 2 || i > 1 || strcmp(mig_list(w, sizeof w), "empty") == 0)
         return NOT_FOUND;
     *m = i ? &mig1 : &mig0;
     return OK;
