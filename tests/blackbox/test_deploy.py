@@ -175,6 +175,35 @@ def test_the_webhook_replicas_spread_and_leave_a_lost_node_soon():
     assert tol == {"node.kubernetes.io/unreachable": 30, "node.kubernetes.io/not-ready": 30}
 
 
+def tolerates(tolerations, taint):
+    """Kubernetes' rule (v1 Toleration.ToleratesTaint)."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        if t.get("operator", "Equal") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def test_the_device_plugin_runs_on_every_tainted_gpu_node():
+    """A GPU node pool is tainted its cloud's way; a node whose GPUs no plugin
+    advertises serves no GPU pod. Each taint here kept the plugin off before."""
+    ds = next(d for d in load("device-plugin.yaml") if d and d["kind"] == "DaemonSet")
+    tol = ds["spec"]["template"]["spec"]["tolerations"]
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},  # GKE
+              {"key": "sku", "value": "gpu", "effect": "NoSchedule"},  # AKS
+              {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+              {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+              {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"},
+              {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},
+              {"key": "team", "value": "a", "effect": "PreferNoSchedule"}]
+    assert [t for t in taints if not tolerates(tol, t)] == []
+    assert not tolerates([{"key": "sku", "operator": "Equal", "value": "gpu",
+                           "effect": "NoSchedule"}], taints[0])  # the rule can say no
+
+
 def test_extender_may_use_its_lease_and_workload_configmap():
     """The Role in rbac-extender.yaml names the Lease and the ConfigMap that
     deploy/extender.yaml's config uses, in the extender's namespace: a rename on
