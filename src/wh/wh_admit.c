@@ -240,7 +240,11 @@ int wh_node_gpus(const json_t *node, const struct core_names *names, struct wh_c
     int rc = ext_node_spec(node, names, &spec, &buf, &updated, e);
 
     memset(out, 0, sizeof *out);
-    out->kubelet_minor = kubelet_minor(node); /* a node with unreadable GPUs runs pods too */
+    /* only a node a GPU pod can run on says which kubelet starts one: not a
+     * CPU-only node (a Windows or a virtual kubelet's); one whose GPUs
+     * cannot be read may have some */
+    if (rc < 0 || spec.n_gpus > 0)
+        out->kubelet_minor = kubelet_minor(node);
     if (rc == 0) {
         for (int g = 0; g < spec.n_gpus; g++) {
             consider(out, spec.gpus[g].model, spec.gpus[g].mem_mib, 0);
@@ -351,9 +355,9 @@ static int refuse_init_share(const struct wh_config *c, const json_t *lim, const
             key = keys[k], map = "limits";
     }
     if (c->cluster.kubelet_minor > 0)
-        snprintf(oldest, sizeof oldest, "the oldest node runs kubelet 1.%d", c->cluster.kubelet_minor);
+        snprintf(oldest, sizeof oldest, "the oldest GPU node runs kubelet 1.%d", c->cluster.kubelet_minor);
     else
-        snprintf(oldest, sizeof oldest, "no node's kubelet version is known");
+        snprintf(oldest, sizeof oldest, "no GPU node's kubelet version is known");
     return gs_errf(e, GS_EINVAL, "%s[%zu].%s[%s]: a GPU share in an init container fails on "
                                  "kubelets before 1.31, which admit unadvertised resources in "
                                  "app containers only (kubernetes#124255; %s); ask for whole "

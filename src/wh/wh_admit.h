@@ -52,7 +52,7 @@ struct wh_cluster {
     int64_t max_gpu_mem_mib;         /* memory of the largest GPU model */
     char max_gpu_model[CORE_MODEL_MAX];
     int max_gpus_per_node;
-    int kubelet_minor;               /* the oldest node's kubelet 1.x (0: none known) */
+    int kubelet_minor;               /* the oldest GPU node's kubelet 1.x (0: none known) */
     int n_models;                    /* the models seen, for the least memory a whole GPU */
     int models_overflow;             /* more than WH_MAX_MODELS seen: none is used */
     struct wh_model models[WH_MAX_MODELS];

@@ -538,16 +538,21 @@ def test_init_container_share_refused_unless_every_kubelet_takes_it(env, gpusche
         msg = resp["status"]["message"]
         assert f"initContainers[0].{field}: a GPU share in an init container fails on " \
                "kubelets before 1.31" in msg, msg
-        assert "no node's kubelet version is known" in msg and "'warm'" in msg, msg
+        assert "no GPU node's kubelet version is known" in msg and "'warm'" in msg, msg
     whole = pod({"nvidia.com/gpu": "1"}, init=[{"name": "warm", "image": "cuda", "resources": {
         "limits": {"nvidia.com/gpu": "2"}}}])
     assert validate(env, whole)["allowed"]
     certs = env["certs"]
     for version, allowed in (("v1.30.4", False), ("v1.31.0", True)):
         nodes = tmp_path / f"nodes-{version}.json"
+        gpus = {"nvidia.com/gpu": "4"}
         nodes.write_text(json.dumps({"kind": "NodeList", "items": [
-            {"metadata": {"name": "old"}, "status": {"nodeInfo": {"kubeletVersion": version}}},
-            {"metadata": {"name": "new"}, "status": {"nodeInfo": {"kubeletVersion": "v1.33.1"}}}]}))
+            {"metadata": {"name": "old"}, "status": {"capacity": gpus,
+                                                     "nodeInfo": {"kubeletVersion": version}}},
+            {"metadata": {"name": "new"}, "status": {"capacity": gpus,
+                                                     "nodeInfo": {"kubeletVersion": "v1.33.1"}}},
+            # no GPU: never runs the pod, whatever its kubelet (Windows, a virtual kubelet)
+            {"metadata": {"name": "win"}, "status": {"nodeInfo": {"kubeletVersion": "v1.20.2"}}}]}))
         wh = Webhook(gpusched_bin, str(tmp_path), certs, "--nodes", str(nodes))
         try:
             e = {"wh": wh}
@@ -559,7 +564,7 @@ def test_init_container_share_refused_unless_every_kubelet_takes_it(env, gpusche
                     "nvidia.com/gpu": "1", "nvidia.com/gpu-memory": "1024Mi",
                     "nvidia.com/gpu-cores": "20"}
             else:
-                assert "the oldest node runs kubelet 1.30" in resp["status"]["message"]
+                assert "the oldest GPU node runs kubelet 1.30" in resp["status"]["message"]
         finally:
             assert wh.stop() == 0
 

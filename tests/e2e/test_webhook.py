@@ -109,7 +109,7 @@ def test_init_container_share_refused_on_kubelet_1_20(cluster):
         msg = r.json().get("message", "")
         assert "validate.gpusched.io" in msg, msg
         assert "initContainers[0].limits[nvidia.com/gpu-cores]" in msg, msg
-        assert "the oldest node runs kubelet 1.20" in msg and "'warm'" in msg, msg
+        assert "the oldest GPU node runs kubelet 1.20" in msg and "'warm'" in msg, msg
         whole = gpu_pod("init-whole", {"nvidia.com/gpu": "1"})
         whole["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
         whole["spec"]["initContainers"] = [dict(obj["spec"]["initContainers"][0],

@@ -161,11 +161,11 @@ static void admit_tests(void)
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
     ASSERT_CONTAINS(e.msg, "initContainers[0].limits[nvidia.com/gpu-cores]: a GPU share in an "
                            "init container fails on kubelets before 1.31");
-    ASSERT_CONTAINS(e.msg, "no node's kubelet version is known");
+    ASSERT_CONTAINS(e.msg, "no GPU node's kubelet version is known");
     ASSERT_CONTAINS(e.msg, "(container 'warm')");
     c.cluster.kubelet_minor = 30;
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), -GS_EINVAL);
-    ASSERT_CONTAINS(e.msg, "the oldest node runs kubelet 1.30");
+    ASSERT_CONTAINS(e.msg, "the oldest GPU node runs kubelet 1.30");
     c.cluster.kubelet_minor = 31;
     ASSERT_EQ(wh_validate_pod(&c, NULL, p, "ml", &e), 0);
     c.cluster.kubelet_minor = 0;
@@ -494,12 +494,17 @@ static void cluster_tests(void)
     ASSERT_EQ(cl.max_gpus_per_node, 4);
     ASSERT_EQ(cl.kubelet_minor, 0);
     json_decref(nl);
-    /* the oldest kubelet counts; a version that is not 1.x is not known */
-    nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"a\"},\"status\":{\"nodeInfo\":"
+    /* the oldest GPU node's kubelet counts; a version that is not 1.x is not
+     * known; a node without GPUs (a Windows or a virtual kubelet's) runs no
+     * GPU pod, whatever its kubelet */
+#define GPUS "\"capacity\":{\"nvidia.com/gpu\":\"1\"},"
+    nl = pod_json("{\"items\":[{\"metadata\":{\"name\":\"a\"},\"status\":{" GPUS "\"nodeInfo\":"
                   "{\"kubeletVersion\":\"v1.31.2\"}}},{\"metadata\":{\"name\":\"b\"},"
-                  "\"status\":{\"nodeInfo\":{\"kubeletVersion\":\"v1.27.3-eks-a5565ad\"}}},"
-                  "{\"metadata\":{\"name\":\"c\"},\"status\":{\"nodeInfo\":"
-                  "{\"kubeletVersion\":\"v2.0\"}}}]}");
+                  "\"status\":{" GPUS "\"nodeInfo\":{\"kubeletVersion\":\"v1.27.3-eks-a5565ad\"}}},"
+                  "{\"metadata\":{\"name\":\"c\"},\"status\":{" GPUS "\"nodeInfo\":"
+                  "{\"kubeletVersion\":\"v2.0\"}}},{\"metadata\":{\"name\":\"win\"},"
+                  "\"status\":{\"nodeInfo\":{\"kubeletVersion\":\"v1.19.10-vk-1\"}}}]}");
+#undef GPUS
     ASSERT_EQ(wh_cluster_from_nodes(nl, core_names_default(), &cl, &e), 0);
     ASSERT_EQ(cl.kubelet_minor, 27);
     json_decref(nl);
