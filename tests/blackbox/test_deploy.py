@@ -161,6 +161,23 @@ def test_webhook_lets_the_extender_write_assignments():
     assert update["failurePolicy"] == create["failurePolicy"] == "Fail"
 
 
+def test_the_webhook_configurations_can_be_applied_after_the_replicas():
+    """Registered before a replica is ready, the configurations fail every pod
+    creation they cover: the README applies the file without them first, by
+    their label, then whole."""
+    docs = [d for d in load("webhook.yaml") if d]
+    part = {d["kind"]: d["metadata"].get("labels", {}).get("gpusched.io/part") for d in docs}
+    assert part == {"ServiceAccount": None, "ClusterRole": None, "ClusterRoleBinding": None,
+                    "Deployment": None, "Service": None,
+                    "MutatingWebhookConfiguration": "admission",
+                    "ValidatingWebhookConfiguration": "admission"}, part
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    first = readme.index("kubectl apply -l 'gpusched.io/part!=admission' -f webhook.yaml")
+    assert first < readme.index("rollout status deploy/gpusched-webhook") < \
+        readme.index("`kubectl apply -f webhook.yaml`")
+
+
 def test_the_webhook_replicas_spread_and_leave_a_lost_node_soon():
     """While no webhook replica answers, pods are not created in the namespaces it
     covers and GPU pods are not updated (failurePolicy Fail): the two replicas go to
