@@ -10,6 +10,7 @@
 #include "ext/cluster.h"
 #include "kube/lease.h"
 #include "kube/watch.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/worker.h"
 
@@ -628,32 +629,49 @@ static int unique_pods(char **pods, int n)
     return k;
 }
 
+/* Nudges every pending GPU pod (all: a replica that starts leading), or
+ * those ext_sched_to_nudge lists, list after list while it says more wait:
+ * at most NUDGE_LISTS lists now, the rest at the next call (a second
+ * later). A failed patch is tried again at the next call (the API server
+ * may be away: said once per call). */
+#define NUDGE_LISTS 8
 static void nudge(struct ext_cluster *cl, int all)
 {
     char *pods[MAX_NUDGE], now[40], key[160];
-    int n = all ? ext_sched_waiting(cl->s, pods, MAX_NUDGE)
-                : ext_sched_unschedulable(cl->s, pods, MAX_NUDGE);
-    if (!all)
-        n = unique_pods(pods, n + ext_sched_bind_retries(cl->s, pods + n, MAX_NUDGE - n));
-    kube_now_micro(now, sizeof now);
+    int more = 0, done = 0, failed = 0;
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
-    for (int i = 0; i < n; i++) {
-        struct gs_err e = GS_ERR_INIT;
-        char path[700], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
-        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, now);
-        int rc = pod_ref(pods[i], NULL, ns, name, path, sizeof path) < 0
-                     ? gs_errf(&e, GS_EINVAL, "no namespace")
-                     : kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e);
-        if (rc < 0)
-            log_warn("extender", "nudging %s: %s", pods[i], e.msg);
-        else
-            metric_inc(cl->m_nudges, NULL);
-        json_decref(patch);
-        free(pods[i]);
+    for (int k = 0; k < NUDGE_LISTS && !failed && (k == 0 || more); k++) {
+        int n = all ? ext_sched_waiting(cl->s, pods, MAX_NUDGE)
+                    : unique_pods(pods, ext_sched_to_nudge(cl->s, pods, MAX_NUDGE, gs_mono_s(),
+                                                           &more));
+        kube_now_micro(now, sizeof now);
+        for (int i = 0; i < n; i++) {
+            struct gs_err e = GS_ERR_INIT;
+            char path[700], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
+            json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, now);
+            int rc = pod_ref(pods[i], NULL, ns, name, path, sizeof path) < 0
+                         ? gs_errf(&e, GS_EINVAL, "no namespace")
+                         : kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e);
+            if (rc < 0 && rc != -GS_ENOENT) { /* gone: nothing to nudge */
+                if (!failed++)
+                    log_warn("extender", "nudging %s: %s", pods[i], e.msg);
+                if (!all)
+                    ext_sched_nudge_failed(cl->s, pods[i]);
+            } else if (rc == 0) {
+                metric_inc(cl->m_nudges, NULL);
+                done++;
+            }
+            json_decref(patch);
+            free(pods[i]);
+        }
+        if (all)
+            break;
     }
-    if (n)
-        log_info("extender", "%s: nudged %d pending GPU pod%s",
-                 all ? "now leading" : "GPUs or a node freed", n, n == 1 ? "" : "s");
+    if (done)
+        log_info("extender", "%s: nudged %d pending GPU pod%s", all ? "now leading" : "GPUs or a node freed",
+                 done, done == 1 ? "" : "s");
+    if (failed > 1)
+        log_warn("extender", "nudging: %d more failed; tried again in a second", failed - 1);
 }
 
 /* A GPUUnschedulable Event for each pod whose /filter found no node, at
@@ -710,9 +728,14 @@ static void *house_main(void *arg)
         /* a replica that does not lead nudges too: the pods it refused
          * itself, when the leader did not answer a forwarded /filter, are
          * marked here only */
+        /* readiness first: a free seen before the replica was ready is
+         * nudged for once it is */
+        int ready = cl->cfg->nudge && ext_cluster_ready(cl);
+        if (ready && atomic_exchange(&cl->freed, 0))
+            ext_sched_nudge_round(cl->s);
         if (leading && !led && cl->cfg->nudge)
             nudge(cl, 1);
-        else if (atomic_exchange(&cl->freed, 0) && cl->cfg->nudge && ext_cluster_ready(cl))
+        else if (ready) /* this round's, and binds refused a second ago */
             nudge(cl, 0);
         led = leading;
         if (cl->cfg->workload_configmap && cl->cfg->workload_configmap[0] &&

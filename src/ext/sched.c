@@ -844,26 +844,109 @@ void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid)
 {
     pthread_mutex_lock(&s->mu);
     struct pod *p = sched_smap_get(&s->pods, uid);
-    if (p)
+    if (p) {
         sched_set_bind_busy(s, p, 1);
+        p->nudge_round = s->nudge_round; /* nudged once the next free (a release) comes */
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
-int ext_sched_bind_retries(struct ext_sched *s, char **out, int max)
+void ext_sched_bind_refused(struct ext_sched *s, const char *uid)
 {
-    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    struct pod *p = sched_smap_get(&s->pods, uid);
+    /* one whose node stays held waits for its release (bind_busy); a
+     * second's delay: a nudge while kube-scheduler still assumes the pod
+     * is an update it skips */
+    if (p && !p->bind_busy && !core_alloc_find(s->c, uid))
+        p->retry_at = gs_mono_s() + 1.0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ext_sched_nudge_round(struct ext_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->nudge_round++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Binds refused for a held node first, then the least recently nudged. */
+static int by_nudged_no(const void *a, const void *b)
+{
+    const struct pod *x = *(struct pod *const *)a, *y = *(struct pod *const *)b;
+    if (x->bind_busy != y->bind_busy)
+        return y->bind_busy - x->bind_busy;
+    return x->nudged_no < y->nudged_no ? -1 : x->nudged_no > y->nudged_no;
+}
+
+/* Lists p (lock held); 0 when out of memory. */
+static int list_nudge(struct ext_sched *s, struct pod *p, char **out)
+{
+    if (asprintf(out, "%s/%s", p->ns, p->name) < 0)
+        return 0;
+    p->nudge_round = s->nudge_round;
+    p->nudged_no = ++s->n_nudged;
+    return 1;
+}
+
+int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int *more)
+{
+    int n = 0, n_due = 0;
+    *more = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->gave_back) /* pods refused while the bind held them may fit now */
+        s->nudge_round++;
+    s->gave_back = 0;
+    struct pod **due = calloc(s->pods.n + 1, sizeof *due);
+    SMAP_FOREACH(&s->pods, it)
+    {
+        struct pod *p = it->val;
+        if (p->binding || core_alloc_find(s->c, p->uid))
+            continue;
+        int retry = p->retry_at > 0 && now >= p->retry_at;
+        if (retry && n < max && list_nudge(s, p, &out[n])) {
+            n++;
+            sched_set_bind_busy(s, p, 0);
+            p->retry_at = 0;
+        } else if (retry || p->retry_at > 0) {
+            *more = 1;
+        } else if ((p->unschedulable || p->bind_busy) && p->nudge_round != s->nudge_round &&
+                   due) {
+            due[n_due++] = p;
+        }
+    }
+    /* this round's, the least recently nudged first: a round that cannot
+     * list them all goes on with the others, however many rounds begin */
+    qsort(due, (size_t)n_due, sizeof *due, by_nudged_no);
+    for (int k = 0; k < n_due; k++) {
+        if (n >= max || !list_nudge(s, due[k], &out[n])) {
+            *more = 1;
+        } else {
+            n++;
+            sched_set_bind_busy(s, due[k], 0);
+        }
+    }
+    free(due);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void ext_sched_nudge_failed(struct ext_sched *s, const char *ns_name)
+{
     pthread_mutex_lock(&s->mu);
     SMAP_FOREACH(&s->pods, it)
     {
         struct pod *p = it->val;
-        if (n < max && p->bind_busy && !p->binding && !core_alloc_find(s->c, p->uid) &&
-            asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0) {
-            sched_set_bind_busy(s, p, 0);
-            n++;
+        size_t nl = strlen(p->ns);
+        if (strncmp(ns_name, p->ns, nl) == 0 && ns_name[nl] == '/' &&
+            strcmp(ns_name + nl + 1, p->name) == 0) {
+            if (p->unschedulable)
+                p->nudge_round = s->nudge_round - 1;
+            else
+                p->retry_at = gs_mono_s() + 1.0;
         }
     }
     pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 /* A pod whose allocation survives a relist: a bind is committing it, or
@@ -918,16 +1001,17 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     struct waiting {
         char uid[64];
         int unschedulable, bind_busy;
-        double evented_at;
+        double evented_at, retry_at;
     } *wait = calloc(s->pods.n + 1, sizeof *wait);
     SMAP_FOREACH(&s->pods, it)
     {
         struct pod *p = it->val;
         if (keeps_through_relist(p) && core_alloc_find(s->c, it->key))
             continue;
-        if (wait && (p->unschedulable || p->bind_busy)) {
+        if (wait && (p->unschedulable || p->bind_busy || p->retry_at > 0)) {
             snprintf(wait[n_wait].uid, sizeof wait[n_wait].uid, "%s", p->uid);
             wait[n_wait].unschedulable = p->unschedulable;
+            wait[n_wait].retry_at = p->retry_at;
             wait[n_wait].evented_at = p->evented_at; /* its Event's minute goes on */
             wait[n_wait++].bind_busy = p->bind_busy;
         }
@@ -966,6 +1050,7 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
         if (p && !core_alloc_find(s->c, p->uid)) { /* still pending */
             p->unschedulable = wait[k].unschedulable;
             p->evented_at = wait[k].evented_at;
+            p->retry_at = wait[k].retry_at;
             sched_set_bind_busy(s, p, wait[k].bind_busy);
         }
     }
@@ -1004,9 +1089,8 @@ int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid)
     return freed;
 }
 
-/* The pending pods whose last /filter found no node; with every > 0, only
- * those not listed in the last `every` seconds, stamped now. */
-static int unschedulable(struct ext_sched *s, char **out, int max, double now, double every)
+int ext_sched_unschedulable_due(struct ext_sched *s, char **out, int max, double now,
+                                double every)
 {
     int n = 0;
     pthread_mutex_lock(&s->mu);
@@ -1014,26 +1098,14 @@ static int unschedulable(struct ext_sched *s, char **out, int max, double now, d
     {
         struct pod *p = it->val;
         if (n < max && p->unschedulable && !core_alloc_find(s->c, p->uid) &&
-            (every <= 0 || !p->evented_at || now - p->evented_at >= every) &&
+            (!p->evented_at || now - p->evented_at >= every) &&
             asprintf(&out[n], "%s/%s", p->ns, p->name) >= 0) {
             n++;
-            if (every > 0)
-                p->evented_at = now;
+            p->evented_at = now;
         }
     }
     pthread_mutex_unlock(&s->mu);
     return n;
-}
-
-int ext_sched_unschedulable(struct ext_sched *s, char **out, int max)
-{
-    return unschedulable(s, out, max, 0, 0);
-}
-
-int ext_sched_unschedulable_due(struct ext_sched *s, char **out, int max, double now,
-                                double every)
-{
-    return unschedulable(s, out, max, now, every);
 }
 
 /* /filters wait for binds only while binds come: one in the last this many seconds */

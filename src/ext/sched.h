@@ -187,7 +187,7 @@ int ext_sched_release_one(struct ext_sched *s, const char *who, const char *uid,
  * and deleted pods free their GPUs; pods with assignment annotations hold
  * them; pending GPU pods are remembered for /bind. Returns 1 when GPUs were
  * freed, or a node was released while a pod whose bind found it held waits
- * for a retry (ext_sched_bind_retries). */
+ * for a retry (ext_sched_to_nudge). */
 int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted);
 /* Cluster mode: a full pod list; every allocation is rebuilt from it. */
 void ext_sched_replace_pods(struct ext_sched *s, const json_t *items);
@@ -203,20 +203,32 @@ int ext_sched_unlisted(struct ext_sched *s, char **out, int max);
 /* Pod uid, one of those, is not on the API server: its GPUs are freed
  * (returns 1) unless it has been seen since. */
 int ext_sched_unlisted_gone(struct ext_sched *s, const char *uid);
-/* Pending GPU pods that found no node at their last /filter (for nudging);
- * fills up to max "NS/NAME" strings (malloc'd) and returns the count. */
-int ext_sched_unschedulable(struct ext_sched *s, char **out, int max);
-/* The same, only those not returned in the last `every` seconds (now, on
- * the caller's clock), for an Event each: the time goes with the pod. */
+/* Pending GPU pods that found no node at their last /filter, not listed
+ * in the last `every` seconds (now, on the caller's clock), for an Event
+ * each: the time goes with the pod. Fills up to max "NS/NAME" strings
+ * (malloc'd) and returns the count. */
 int ext_sched_unschedulable_due(struct ext_sched *s, char **out, int max, double now,
                                 double every);
 /* A /bind for pod uid was answered 503: its node stayed held (ext/nodelock.h). */
 void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid);
-/* Pending GPU pods whose /bind was answered 503 for a held node and that
- * have not bound since: kube-scheduler keeps them in its unschedulable
- * queue until a cluster event, so they are nudged when a node is released
- * (each once; ext_sched_observe_pod then returns 1). Same form as above. */
-int ext_sched_bind_retries(struct ext_sched *s, char **out, int max);
+/* A /bind for pod uid was refused for another reason (its commit failed,
+ * the leader did not answer a forwarded one, ...): kube-scheduler parks the
+ * pod in its unschedulable queue, and nothing else may come to free it. */
+void ext_sched_bind_refused(struct ext_sched *s, const char *uid);
+/* GPUs or a node were freed: every pending pod whose last /filter found no
+ * node is due one nudge more (ext_sched_to_nudge). */
+void ext_sched_nudge_round(struct ext_sched *s);
+/* The pending GPU pods to nudge now, in the same form, at most max:
+ * those whose /bind was refused, a second after (not for a held node),
+ * then those that this round has not nudged yet and whose /bind found its
+ * node held (a round begins when a node is released too, which
+ * ext_sched_observe_pod reports by returning 1) or whose last /filter
+ * found no node, the least recently nudged first. *more says that others
+ * wait: this round's, or refused binds not due yet; call again (a second
+ * later) for them. */
+int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int *more);
+/* The nudge of pod "NS/NAME" failed: it is due again. */
+void ext_sched_nudge_failed(struct ext_sched *s, const char *ns_name);
 /* Every pending GPU pod this replica knows (no node, no bind under way, no
  * GPUs but those of an assignment whose Binding never came), the same way: a
  * new leader nudges them, since binds refused or cut off during a failover

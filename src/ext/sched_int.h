@@ -78,6 +78,11 @@ struct pod {
     unsigned long bind_gen; /* which /bind reserved its allocation (s->bind_gen) */
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
+    double retry_at;      /* a /bind of it was refused here (not for a held node): nudge
+                             it from then on (mono clock; 0: none), once kube-scheduler
+                             has given up its assumption of the pod */
+    unsigned long nudge_round; /* the nudge round it was last nudged in (ext_sched_to_nudge) */
+    unsigned long nudged_no;   /* and its place in the order of nudges: the least recent go first */
     unsigned long seq;    /* last touched */
     unsigned long bound_no; /* the s->n_binds of its bind (bound) */
     int unlisted;         /* a relist kept it (bound_no) without listing it, and it has
@@ -111,6 +116,8 @@ struct ext_sched {
     struct ext_namelist *base; /* the longest list resolved at node_gen (a reference):
                                   later lists take their positions from it */
     int n_bind_busy;      /* pods with bind_busy set */
+    unsigned long nudge_round, n_nudged; /* rounds begun (ext_sched_nudge_round), nudges listed */
+    int gave_back;        /* a failed bind gave its GPUs back: a nudge round is due */
     int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
     unsigned long seq;

@@ -397,6 +397,25 @@ static void bind_refusal(struct ext_reply *r, int *status)
     *status = 200;
 }
 
+/* A /bind answered with an Error: kube-scheduler parks the pod in its
+ * unschedulable queue, where only a nudge or its 60 s flush reaches it
+ * (the pod is nudged a second later: ext_sched_bind_refused). */
+static void note_refused(struct ext_server *s, const struct http_request *req,
+                         const struct ext_reply *r)
+{
+    json_t *doc = r->json ? json_incref(r->json)
+                  : r->text ? json_loadb(r->text, r->len, 0, NULL)
+                            : NULL;
+    const char *err = json_string_value(json_object_get(doc, "Error"));
+    struct ext_bind b;
+    struct gs_err e = GS_ERR_INIT;
+    if (err && *err && ext_bind_parse(req->body, req->body_len, &b, &e) == 0) {
+        ext_sched_bind_refused(s->opts.sched, b.pod_uid);
+        ext_bind_clear(&b);
+    }
+    json_decref(doc);
+}
+
 /* *before_s: time the request spent parked before this run (its latency). */
 static const char *route(struct ext_server *s, const struct http_request *req,
                          struct http_response *resp, int *parked, double *before_s)
@@ -439,8 +458,10 @@ static const char *route(struct ext_server *s, const struct http_request *req,
         } else {
             resp->status = verbs[i].fn(s->opts.sched, req->body, req->body_len, &reply);
         }
-        if (verbs[i].fn == ext_sched_bind)
+        if (verbs[i].fn == ext_sched_bind) {
             bind_refusal(&reply, &resp->status);
+            note_refused(s, req, &reply);
+        }
         resp->content_type = "application/json";
         if (reply.shared) { /* sent from the kept text, not copied */
             resp->body = reply.shared->buf;

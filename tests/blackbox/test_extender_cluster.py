@@ -6,6 +6,7 @@ lost; a failed Binding leaves no GPU held; two replicas elect one leader and
 the other refuses /bind; freed GPUs nudge pending pods; a stale
 inventory takes a node out; pods that fit nowhere get an Event.
 """
+import calendar
 import json
 import signal
 import threading
@@ -1688,5 +1689,58 @@ def test_pods_keep_their_gpus_when_the_node_changes(gpusched_bin, api, tmp_path)
                      capacity=node_kwargs("g3")["capacity"])
         wait_for(lambda: e.metric("gpusched_allocations") == 2, what="g3's pods restored")
         assert e.filter(api.get("pods", "c", "default"), ["g3"])["NodeNames"] == []
+    finally:
+        e.stop()
+
+
+def nudged_since(api, name, since):
+    return api.get("pods", name, "default")["metadata"]["annotations"].get(
+        PREFIX + "retry-at", "") >= since
+
+
+def test_every_waiting_pod_is_nudged_however_many(gpusched_bin, api, tmp_path):
+    """A free nudges every pod /filter refused, not the first 64 of a fixed
+    order (the rest waited for kube-scheduler's flush, at every free); a nudge
+    that fails is tried again a second later."""
+    add_gpu_pod(api, "big1", "2")
+    add_gpu_pod(api, "big2", "2")
+    names = [f"w{i:02d}" for i in range(70)]
+    for n in names:
+        add_gpu_pod(api, n, "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        fill_both_nodes(e, api, "big1", "big2")
+        for n in names:
+            wait_for(lambda: e.filter(api.get("pods", n, "default"), ["g1", "g2"])[
+                "NodeNames"] == [], what=f"{n} refused")
+        time.sleep(1.5)  # a nudge for the start has come by now
+        freed_at = micro_now()
+        api.fail("PATCH", r"/pods/w07$", 500, times=1)  # its first nudge fails
+        api.update("pods", "big1", "default",
+                   fn=lambda p: p["status"].__setitem__("phase", "Succeeded"))
+        wait_for(lambda: all(nudged_since(api, n, freed_at) for n in names), timeout=10,
+                 what="all 70 nudged")
+    finally:
+        e.stop()
+
+
+def test_a_refused_bind_is_nudged(gpusched_bin, api, tmp_path):
+    """kube-scheduler parks a pod whose /bind was refused (here the Binding
+    failed) in its unschedulable queue, and nothing frees GPUs for it: the
+    extender nudges it a second later, or it waited for the 60 s flush."""
+    add_gpu_pod(api, "p", "2")
+    e = start(gpusched_bin, api, tmp_path)
+    try:
+        pod = api.get("pods", "p", "default")
+        wait_for(lambda: e.filter(pod, ["g1"])["NodeNames"], what="p cached")
+        time.sleep(1.5)  # a nudge for the start has come by now
+        refused_at = micro_now()
+        api.fail("POST", r"/pods/p/binding", 500, times=1)
+        assert not bound(e.bind(pod, "g1"))
+        answered = time.time()
+        wait_for(lambda: nudged_since(api, "p", refused_at), timeout=5, what="p nudged")
+        stamp = api.get("pods", "p", "default")["metadata"]["annotations"][PREFIX + "retry-at"]
+        at = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1])
+        assert at >= answered + 0.8, (at, answered)  # once kube-scheduler has let it go
     finally:
         e.stop()

@@ -1129,13 +1129,115 @@ static void test_unschedulable_events_once_a_minute(void)
     free(out[1]);
     ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1001, 60), 0);
     ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1059, 60), 0);
-    ASSERT_EQ(ext_sched_unschedulable(s, out, 8), 2); /* nudges are not limited */
+    int more;
+    ext_sched_nudge_round(s);
+    ASSERT_EQ(ext_sched_to_nudge(s, out, 8, 0, &more), 2); /* nudges are not limited */
     free(out[0]);
     free(out[1]);
     ASSERT_EQ(ext_sched_unschedulable_due(s, out, 1, 1060, 60), 1); /* one at most */
     free(out[0]);
     ASSERT_EQ(ext_sched_unschedulable_due(s, out, 8, 1061, 60), 1); /* the other */
     free(out[0]);
+    ext_sched_free(s);
+}
+
+static int stub_bind_fails(void *ud, const char *ns, const char *name, const char *uid,
+                           const struct core_alloc *a, const json_t *annotations,
+                           struct gs_err *e)
+{
+    (void)ud, (void)ns, (void)name, (void)uid, (void)a, (void)annotations;
+    return gs_errf(e, GS_EIO, "the API server did not answer");
+}
+
+/* Frees the nudge list out[0..n). */
+static void free_list(char **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(out[i]);
+}
+
+/* Nudges: each round (GPUs freed) reaches every pod refused by /filter
+ * once, the least recently nudged first, however few a list may hold (64
+ * in the same order each time kept the others waiting for kube-scheduler's
+ * flush); a pod whose bind was refused is nudged a second later (parked in
+ * kube-scheduler's unschedulable queue with nothing else to free it); a
+ * failed nudge is tried again; a bind that fails and gives its GPUs back
+ * begins a round. */
+static void test_nudges_reach_every_waiting_pod(void)
+{
+    struct ext_preemption got = {0};
+    struct ext_sched *s = preempting_sched(&got, 1);
+    char names[64], *out[8];
+    int more, n;
+    filter_labeled(s, "full", 100, NULL, "[\"a\"]", names, sizeof names);
+    bind_to(s, "full", "a");
+    static const char *const waiting[] = {"w1", "w2", "w3", "w4", "w5"};
+    for (int i = 0; i < 5; i++)
+        filter_labeled(s, waiting[i], 100, NULL, "[\"a\"]", names, sizeof names);
+    ASSERT_EQ(ext_sched_to_nudge(s, out, 2, 0, &more), 0); /* no round yet */
+    ASSERT_EQ(more, 0);
+    ext_sched_nudge_round(s);
+    char seen[5] = {0}, first[2][16];
+    int total = 0;
+    for (int k = 0; k < 3; k++) { /* 2 + 2 + 1 */
+        n = ext_sched_to_nudge(s, out, 2, 0, &more);
+        ASSERT_EQ(n, k < 2 ? 2 : 1);
+        ASSERT_EQ(more, k < 2);
+        for (int i = 0; i < n; i++) {
+            ASSERT_EQ(strncmp(out[i], "d/w", 3), 0);
+            int w = out[i][3] - '1';
+            ASSERT_TRUE(w >= 0 && w < 5 && !seen[w]);
+            seen[w] = 1;
+            if (total < 2)
+                snprintf(first[total], sizeof first[total], "%s", out[i]);
+            total++;
+        }
+        free_list(out, n);
+    }
+    ASSERT_EQ(ext_sched_to_nudge(s, out, 2, 0, &more), 0); /* the round is done */
+    ASSERT_EQ(more, 0);
+    /* each round starts with the least recently nudged: the first two ... */
+    ext_sched_nudge_round(s);
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 2, 0, &more), 2);
+    for (int i = 0; i < n; i++)
+        ASSERT_TRUE(strcmp(out[i], first[0]) == 0 || strcmp(out[i], first[1]) == 0);
+    free_list(out, n);
+    /* ... and a round that begins before that one ended starts with the
+     * three it had not reached, not with the same two again */
+    ext_sched_nudge_round(s);
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 3, 0, &more), 3);
+    for (int i = 0; i < n; i++)
+        ASSERT_TRUE(strcmp(out[i], first[0]) != 0 && strcmp(out[i], first[1]) != 0);
+    free_list(out, n);
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 8, 0, &more), 2);
+    free_list(out, n);
+    /* a failed nudge is due again, in the same round */
+    ext_sched_nudge_failed(s, "d/w2");
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 8, 0, &more), 1);
+    ASSERT_STREQ(out[0], "d/w2");
+    free_list(out, n);
+    /* a refused bind: nudged a second later, once */
+    filter_labeled(s, "r", 100, NULL, "[\"b\"]", names, sizeof names);
+    ASSERT_STREQ(names, "b");
+    ext_sched_bind_refused(s, "r");
+    double now = mono_s();
+    ASSERT_EQ(ext_sched_to_nudge(s, out, 8, now, &more), 0);
+    ASSERT_EQ(more, 1); /* call again */
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 8, now + 1.1, &more), 1);
+    ASSERT_STREQ(out[0], "d/r");
+    free_list(out, n);
+    ASSERT_EQ(ext_sched_to_nudge(s, out, 8, now + 2.2, &more), 0);
+    ASSERT_EQ(more, 0);
+    /* a bind whose commit fails gives its GPU back: a round for the waiting */
+    ext_sched_set_commit(s, &(struct ext_commit){.bind = stub_bind_fails, .ud = &got});
+    static const char b[] = "{\"PodName\":\"r\",\"PodNamespace\":\"d\",\"PodUID\":\"r\","
+                            "\"Node\":\"b\"}";
+    struct ext_reply reply;
+    size_t rlen;
+    ASSERT_TRUE(ext_sched_bind(s, b, strlen(b), &reply) != 200);
+    free(ext_reply_take(&reply, &rlen));
+    ASSERT_EQ(n = ext_sched_to_nudge(s, out, 8, now + 2.2, &more), 5);
+    free_list(out, n);
     ext_sched_free(s);
 }
 
@@ -1272,6 +1374,7 @@ int test_ext(void)
     test_filter_preemption();
     test_no_preemption_for_a_placed_pod();
     test_unschedulable_events_once_a_minute();
+    test_nudges_reach_every_waiting_pod();
     test_queued_preemption_over_before_its_turn();
     test_preemption_pdbs();
     test_preemption_start_times();
