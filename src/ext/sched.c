@@ -847,6 +847,7 @@ void ext_sched_bind_gave_up(struct ext_sched *s, const char *uid)
     if (p) {
         sched_set_bind_busy(s, p, 1);
         p->nudge_round = s->nudge_round; /* nudged once the next free (a release) comes */
+        p->busy_at = gs_mono_s();
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -910,9 +911,13 @@ int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int
             p->retry_at = 0;
         } else if (retry || p->retry_at > 0) {
             *more = 1;
-        } else if ((p->unschedulable || p->bind_busy) && p->nudge_round != s->nudge_round &&
-                   due) {
-            due[n_due++] = p;
+        } else if ((p->unschedulable || p->bind_busy) && p->nudge_round != s->nudge_round) {
+            /* a bind refused a moment ago: kube-scheduler may still assume
+             * the pod, and skips an update of an assumed pod's annotations */
+            if (!p->unschedulable && now < p->busy_at + 1.0)
+                *more = 1;
+            else if (due)
+                due[n_due++] = p;
         }
     }
     /* this round's, the least recently nudged first: a round that cannot

@@ -78,6 +78,8 @@ struct pod {
     unsigned long bind_gen; /* which /bind reserved its allocation (s->bind_gen) */
     int bind_busy;        /* its /bind was answered 503 for a held node (node lock) and
                              it has not bound since: kube-scheduler parked it */
+    double busy_at;       /* when bind_busy was set (mono clock): its nudge waits a second,
+                             as below */
     double retry_at;      /* a /bind of it was refused here (not for a held node): nudge
                              it from then on (mono clock; 0: none), once kube-scheduler
                              has given up its assumption of the pod */
