@@ -128,15 +128,20 @@ def quota_obj(name, spec):
             "spec": spec}
 
 
+def team_of_one_gpu(api, pods):
+    """Node g1 (4 GPUs), GPUQuota ml/team of 1 GPU, and GPU pods in ml: {name: GPUs}."""
+    n = gpu_node("g1", n=4)
+    api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
+                 capacity=n["status"]["allocatable"])
+    api.create(QUOTAS, quota_obj("team", {"total": {"gpus": 1}}))
+    for name, gpus in pods.items():
+        api.add_pod("ml", name, containers=pod(name, {"nvidia.com/gpu": gpus})["spec"]
+                    ["containers"])
+
+
 def test_cluster_quota_watch_events_and_last_good_version(gpusched_bin, tmp_path):
     with FakeApiServer(bookmark_interval=0.5) as api:
-        n = gpu_node("g1", n=4)
-        api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
-                     capacity=n["status"]["allocatable"])
-        api.create(QUOTAS, quota_obj("team", {"total": {"gpus": 1}}))
-        for name in ("p1", "p2"):
-            api.add_pod("ml", name, containers=pod(name, {"nvidia.com/gpu": "1"})["spec"]
-                        ["containers"])
+        team_of_one_gpu(api, {"p1": "1", "p2": "1"})
         kc = api.write_kubeconfig(tmp_path / "kc")
         e = Extender(gpusched_bin, ["--kubeconfig", kc, "--inventory-ttl", "0"])
         try:
@@ -179,11 +184,7 @@ def test_cluster_not_ready_before_the_quotas_are_read(gpusched_bin, tmp_path):
     # a replica that has not read the GPUQuotas would let every pod past
     # them: the Service must not send it /filter, and a leader must not bind
     with FakeApiServer(bookmark_interval=0.5) as api:
-        n = gpu_node("g1", n=4)
-        api.add_node("g1", labels={}, annotations=n["metadata"]["annotations"],
-                     capacity=n["status"]["allocatable"])
-        api.create(QUOTAS, quota_obj("team", {"total": {"gpus": 1}}))
-        api.add_pod("ml", "p", containers=pod("p", {"nvidia.com/gpu": "2"})["spec"]["containers"])
+        team_of_one_gpu(api, {"p": "2"})
         # the list of the watch (the probe at start asks limit=1)
         api.delay("GET", r"/apis/gpusched.io/v1/gpuquotas\?limit=(?!1\b)", 3.0)
         kc = api.write_kubeconfig(tmp_path / "kc")
