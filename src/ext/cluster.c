@@ -190,6 +190,14 @@ static int pod_ref(const char *key, const char *sub, char *ns, char *name, char 
 /* How many pods a relist kept without listing them are looked up after it. */
 #define UNLISTED_MAX 64
 
+/* GPUs or a node were freed: a nudge round begins (ext_sched_nudge_round),
+ * which the housekeeping thread carries out within a second. */
+static void freed_now(struct ext_cluster *cl)
+{
+    ext_sched_nudge_round(cl->s);
+    atomic_store(&cl->freed, 1);
+}
+
 /* Looks up the pods the relist just made kept without listing them (this
  * replica bound them after the list began): one deleted before the list's
  * snapshot gets no DELETED from the watch that follows, and would hold its
@@ -213,7 +221,7 @@ static void check_unlisted(struct ext_cluster *cl)
             if (ext_sched_unlisted_gone(cl->s, uid)) {
                 log_info("extender", "pod %s was deleted while the pods were listed: its "
                          "GPUs are free", keys[i]);
-                atomic_store(&cl->freed, 1);
+                freed_now(cl);
             }
         } else if (rc < 0) {
             log_warn("extender", "looking up pod %s, bound while the pods were listed: %s; "
@@ -236,7 +244,7 @@ static void pods_replace(void *ud, const json_t *items, const char *rv)
     check_unlisted(cl);
     atomic_fetch_add(&cl->rebuilds, 1);
     atomic_store(&cl->pods_synced, 1);
-    atomic_store(&cl->freed, 1); /* GPUs may have been freed while we were away */
+    freed_now(cl); /* GPUs may have been freed while we were away */
 }
 
 static void pods_list_begin(void *ud)
@@ -248,7 +256,7 @@ static void pods_list_begin(void *ud)
 static void pods_event(void *ud, const char *type, const json_t *obj)
 {
     struct ext_cluster *cl = ud;
-    if (ext_sched_observe_pod(cl->s, obj, strcmp(type, "DELETED") == 0)) {
+    if (ext_sched_observe_pod(cl->s, obj, strcmp(type, "DELETED") == 0)) { /* its round begun */
         atomic_store(&cl->freed, 1);
         gs_worker_wake(&cl->wk);
     }
@@ -281,7 +289,7 @@ static void pdbs_event(void *ud, const char *type, const json_t *obj)
  * (ext_sched_pdbs_pending). House thread. */
 static void pdbs_start(struct ext_cluster *cl)
 {
-    static const struct kube_watch_ops ops = {pdbs_replace, pdbs_event, NULL};
+    static const struct kube_watch_ops ops = {pdbs_replace, pdbs_event, NULL, NULL};
     struct gs_err e = GS_ERR_INIT;
     struct kube_watch *w = NULL;
     json_t *got = NULL;
@@ -645,16 +653,19 @@ static void nudge(struct ext_cluster *cl, int all)
                     : unique_pods(pods, ext_sched_to_nudge(cl->s, pods, MAX_NUDGE, gs_mono_s(),
                                                            &more));
         kube_now_micro(now, sizeof now);
+        int away = 0; /* the API server did not answer: the rest wait for the next call */
         for (int i = 0; i < n; i++) {
             struct gs_err e = GS_ERR_INIT;
             char path[700], ns[CORE_NAME_MAX], name[CORE_NAME_MAX];
             json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", key, now);
-            int rc = pod_ref(pods[i], NULL, ns, name, path, sizeof path) < 0
+            int rc = away                                                 ? -GS_EUNAVAIL
+                     : pod_ref(pods[i], NULL, ns, name, path, sizeof path) < 0
                          ? gs_errf(&e, GS_EINVAL, "no namespace")
                          : kube_patch(cl->kc, path, KUBE_PATCH_MERGE, patch, NULL, &e);
             if (rc < 0 && rc != -GS_ENOENT) { /* gone: nothing to nudge */
                 if (!failed++)
                     log_warn("extender", "nudging %s: %s", pods[i], e.msg);
+                away |= rc == -GS_EUNAVAIL;
                 if (!all)
                     ext_sched_nudge_failed(cl->s, pods[i]);
             } else if (rc == 0) {
@@ -664,7 +675,7 @@ static void nudge(struct ext_cluster *cl, int all)
             json_decref(patch);
             free(pods[i]);
         }
-        if (all)
+        if (all || n == 0)
             break;
     }
     if (done)
@@ -728,14 +739,12 @@ static void *house_main(void *arg)
         /* a replica that does not lead nudges too: the pods it refused
          * itself, when the leader did not answer a forwarded /filter, are
          * marked here only */
-        /* readiness first: a free seen before the replica was ready is
-         * nudged for once it is */
-        int ready = cl->cfg->nudge && ext_cluster_ready(cl);
-        if (ready && atomic_exchange(&cl->freed, 0))
-            ext_sched_nudge_round(cl->s);
+        /* freed only wakes this thread: the round began with the free, and
+         * its pods stay due until a ready replica has nudged them */
+        atomic_store(&cl->freed, 0);
         if (leading && !led && cl->cfg->nudge)
             nudge(cl, 1);
-        else if (ready) /* this round's, and binds refused a second ago */
+        else if (cl->cfg->nudge && ext_cluster_ready(cl)) /* a round's, binds refused */
             nudge(cl, 0);
         led = leading;
         if (cl->cfg->workload_configmap && cl->cfg->workload_configmap[0] &&
@@ -753,7 +762,7 @@ static void *house_main(void *arg)
         if (now_real() - last_inv >= 1.0) {
             last_inv = now_real();
             if (ext_sched_expire_preemptions(cl->s, last_inv) > 0)
-                atomic_store(&cl->freed, 1); /* the pods they kept off: nudged next */
+                freed_now(cl); /* the pods they kept off: nudged next */
             ext_sched_check_inventory(cl->s, last_inv, cl->cfg->inventory_ttl);
             if (cl->cfg->events && leading)
                 post_events(cl);
@@ -766,8 +775,8 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                       struct metrics *m, struct ext_cluster **out, struct gs_err *e)
 {
     struct ext_cluster *cl = calloc(1, sizeof *cl);
-    static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event, NULL};
-    static const struct kube_watch_ops pod_ops = {pods_replace, pods_event, pods_list_begin};
+    static const struct kube_watch_ops node_ops = {nodes_replace, nodes_event, NULL, NULL};
+    static const struct kube_watch_ops pod_ops = {pods_replace, pods_event, pods_list_begin, NULL};
     int rc;
 
     if (!cl)

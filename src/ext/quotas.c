@@ -293,13 +293,22 @@ static void on_event(void *ud, const char *type, const json_t *obj)
     republish(x);
 }
 
+/* The CRD is not served (deleted, or not installed yet): no GPUQuota
+ * exists, and the caller knows it (it may have waited for a first set). */
+static void on_absent(void *ud)
+{
+    struct ext_quotas *x = ud;
+    x->n = 0;
+    republish(x);
+}
+
 #define QUOTAS_PATH "/apis/gpusched.io/v1/gpuquotas"
 #define QUOTAS_RECHECK_S 30 /* at most, between lists of a CRD not installed */
 
 int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publish, void *ud,
                      struct metrics *m, struct ext_quotas **out, struct gs_err *e)
 {
-    static const struct kube_watch_ops ops = {on_replace, on_event, NULL};
+    static const struct kube_watch_ops ops = {on_replace, on_event, NULL, on_absent};
     json_t *probe = NULL;
     int rc;
 

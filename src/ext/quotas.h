@@ -21,7 +21,8 @@
  * gpusched_quota_objects_broken, gpusched_quota_reload_errors_total.
  *
  * The first set comes once the quotas are known: at start from a file, or
- * when the CRD is not installed (an empty set), else with the first list.
+ * when the CRD is not installed (an empty set, as whenever a list finds it
+ * gone), else with the first list.
  * Until then a caller knows no quotas and must not act as if there were
  * none: the extender and the webhook stay unready (/readyz).
  *

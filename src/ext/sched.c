@@ -836,6 +836,8 @@ int ext_sched_observe_pod(struct ext_sched *s, const json_t *pod, int deleted)
     freed |= s->nomination_gone; /* the pods it kept off may fit now */
     s->released = 0;
     s->nomination_gone = 0;
+    if (freed) /* begun here, under the lock: a bind refused after it waits for the next */
+        s->nudge_round++;
     pthread_mutex_unlock(&s->mu);
     return freed;
 }
@@ -895,9 +897,6 @@ int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int
     int n = 0, n_due = 0;
     *more = 0;
     pthread_mutex_lock(&s->mu);
-    if (s->gave_back) /* pods refused while the bind held them may fit now */
-        s->nudge_round++;
-    s->gave_back = 0;
     struct pod **due = calloc(s->pods.n + 1, sizeof *due);
     SMAP_FOREACH(&s->pods, it)
     {
@@ -1006,7 +1005,8 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
     struct waiting {
         char uid[64];
         int unschedulable, bind_busy;
-        double evented_at, retry_at;
+        double evented_at, retry_at, busy_at;
+        unsigned long nudge_round, nudged_no;
     } *wait = calloc(s->pods.n + 1, sizeof *wait);
     SMAP_FOREACH(&s->pods, it)
     {
@@ -1017,6 +1017,9 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
             snprintf(wait[n_wait].uid, sizeof wait[n_wait].uid, "%s", p->uid);
             wait[n_wait].unschedulable = p->unschedulable;
             wait[n_wait].retry_at = p->retry_at;
+            wait[n_wait].busy_at = p->busy_at;
+            wait[n_wait].nudge_round = p->nudge_round;
+            wait[n_wait].nudged_no = p->nudged_no;
             wait[n_wait].evented_at = p->evented_at; /* its Event's minute goes on */
             wait[n_wait++].bind_busy = p->bind_busy;
         }
@@ -1056,6 +1059,9 @@ void ext_sched_replace_pods(struct ext_sched *s, const json_t *items)
             p->unschedulable = wait[k].unschedulable;
             p->evented_at = wait[k].evented_at;
             p->retry_at = wait[k].retry_at;
+            p->busy_at = wait[k].busy_at;
+            p->nudge_round = wait[k].nudge_round;
+            p->nudged_no = wait[k].nudged_no;
             sched_set_bind_busy(s, p, wait[k].bind_busy);
         }
     }

@@ -259,7 +259,6 @@ int ext_sched_bind(struct ext_sched *s, const char *body, size_t len, struct ext
         core_unreserve_undo(s->c, uid, NULL);
         if (s->lock)
             ext_nodelock_clear(s->lock, uid);
-        s->gave_back = 1;
     }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {

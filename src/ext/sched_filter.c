@@ -450,8 +450,12 @@ static int filter_run(struct ext_sched *s, const char *body, size_t len, int wai
     }
     if (ok && !kept && !modified && memo && en->reply)
         kept = ext_text_ref(en->reply); /* per-request checks changed nothing */
-    if (p && ok)
+    if (p && ok) {
+        /* refused now: nudged by the next free, not by one it has seen */
+        if (!p->unschedulable && nfit == 0)
+            p->nudge_round = s->nudge_round;
         p->unschedulable = nfit == 0;
+    }
     if (gpu && ok && nfit > 0)
         sched_expect_bind(s, pod->uid);
     /* no node fits: preempt for it (sched_preempt.c), the API calls made

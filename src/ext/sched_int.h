@@ -119,7 +119,6 @@ struct ext_sched {
                                   later lists take their positions from it */
     int n_bind_busy;      /* pods with bind_busy set */
     unsigned long nudge_round, n_nudged; /* rounds begun (ext_sched_nudge_round), nudges listed */
-    int gave_back;        /* a failed bind gave its GPUs back: a nudge round is due */
     int released;         /* a node lock was released since the last check */
     struct ext_memo *memo;
     unsigned long seq;

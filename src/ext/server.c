@@ -399,21 +399,19 @@ static void bind_refusal(struct ext_reply *r, int *status)
 
 /* A /bind answered with an Error: kube-scheduler parks the pod in its
  * unschedulable queue, where only a nudge or its 60 s flush reaches it
- * (the pod is nudged a second later: ext_sched_bind_refused). */
+ * (the pod is nudged a second later: ext_sched_bind_refused). Not a
+ * leader's own answer to a forwarded one (r->text): the leader noted it,
+ * and a bind it refused for a held node waits for the node's release. */
 static void note_refused(struct ext_server *s, const struct http_request *req,
                          const struct ext_reply *r)
 {
-    json_t *doc = r->json ? json_incref(r->json)
-                  : r->text ? json_loadb(r->text, r->len, 0, NULL)
-                            : NULL;
-    const char *err = json_string_value(json_object_get(doc, "Error"));
+    const char *err = json_string_value(json_object_get(r->json, "Error"));
     struct ext_bind b;
     struct gs_err e = GS_ERR_INIT;
     if (err && *err && ext_bind_parse(req->body, req->body_len, &b, &e) == 0) {
         ext_sched_bind_refused(s->opts.sched, b.pod_uid);
         ext_bind_clear(&b);
     }
-    json_decref(doc);
 }
 
 /* *before_s: time the request spent parked before this run (its latency). */

@@ -241,9 +241,11 @@ static int do_list(struct kube_watch *w)
                     w->ops.list_begin(w->ud);
                 continue;
             }
-            if (w->opts.absent_ok && e.code == GS_ENOENT)
+            if (w->opts.absent_ok && e.code == GS_ENOENT) {
                 log_debug("kube", "list %s: %s", w->path, e.msg);
-            else
+                if (w->ops.absent)
+                    w->ops.absent(w->ud);
+            } else
                 log_warn("kube", "list %s%s: %s", w->path, cont ? " (a later page)" : "", e.msg);
             goto out;
         }

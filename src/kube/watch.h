@@ -33,6 +33,9 @@ struct kube_watch_ops {
      * What the owner did before it, the list shows; what it did after, the
      * list or the watch that follows it does. */
     void (*list_begin)(void *ud);
+    /* Optional, with absent_ok: the collection is not served (404: its
+     * CRD is not installed, or no longer). */
+    void (*absent)(void *ud);
 };
 
 struct kube_watch_opts {

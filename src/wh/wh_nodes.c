@@ -129,7 +129,7 @@ void wh_nodes_event(void *ud, const char *type, const json_t *node)
 int wh_nodes_watch(struct kube_client *kc, const struct core_names *names,
                    wh_nodes_publish pub, void *ud, struct wh_nodes **out, struct gs_err *e)
 {
-    static const struct kube_watch_ops ops = {wh_nodes_replace, wh_nodes_event, NULL};
+    static const struct kube_watch_ops ops = {wh_nodes_replace, wh_nodes_event, NULL, NULL};
     struct wh_nodes *t = wh_nodes_new(names, pub, ud);
     int rc;
     if (!t)

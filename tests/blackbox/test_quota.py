@@ -200,6 +200,23 @@ def test_cluster_not_ready_before_the_quotas_are_read(gpusched_bin, tmp_path):
             e.stop()
 
 
+def test_cluster_ready_when_the_crd_goes_before_the_first_list(gpusched_bin, tmp_path):
+    # the CRD is there at the start's probe and gone at the watch's list: no
+    # quota exists, which the replica knows (it stayed unready for ever)
+    with FakeApiServer(bookmark_interval=0.5) as api:
+        team_of_one_gpu(api, {"p": "2"})
+        api.fail("GET", r"/apis/gpusched.io/v1/gpuquotas\?limit=(?!1\b)", 404, times=1000)
+        kc = api.write_kubeconfig(tmp_path / "kc")
+        e = Extender(gpusched_bin, ["--kubeconfig", kc, "--inventory-ttl", "0"])
+        try:
+            e.wait_ready(path="/readyz")
+            assert e.metric("gpusched_quota_objects") == 0
+            f = e.filter(api.get("pods", "p", "ml"), ["g1"])  # no quota in force
+            assert f["NodeNames"] == ["g1"], f
+        finally:
+            e.stop()
+
+
 def test_cluster_without_the_crd(gpusched_bin, tmp_path):
     with FakeApiServer() as api:
         n = label_node("t", 1, "Tesla-T4", 15360)

@@ -433,7 +433,7 @@ static void test_watch(struct kube_client *c)
 {
     struct gs_err e = GS_ERR_INIT;
     struct seen s = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
-    struct kube_watch_ops ops = {on_replace, on_event, NULL};
+    struct kube_watch_ops ops = {on_replace, on_event, NULL, NULL};
     struct kube_watch_opts wo = {.path = "/api/v1/namespaces/w/pods", .timeout_s = 30,
                                  .backoff_min_s = 0.05, .backoff_max_s = 0.2};
     struct kube_watch *w;
