@@ -8,6 +8,7 @@ inventory takes a node out; pods that fit nowhere get an Event.
 """
 import calendar
 import json
+import os
 import signal
 import threading
 import time
@@ -1742,5 +1743,27 @@ def test_a_refused_bind_is_nudged(gpusched_bin, api, tmp_path):
         stamp = api.get("pods", "p", "default")["metadata"]["annotations"][PREFIX + "retry-at"]
         at = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1])
         assert at >= answered + 0.8, (at, answered)  # once kube-scheduler has let it go
+    finally:
+        e.stop()
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process pid so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("flags", [["--no-nudge"], []])
+def test_an_idle_extender_sleeps(gpusched_bin, api, tmp_path, flags):
+    """The housekeeping thread wakes once a second: a free it does not act on
+    (nudges off) once kept it from sleeping at all, a CPU at 100 %."""
+    add_gpu_pod(api, "p", "1")
+    e = start(gpusched_bin, api, tmp_path, *flags)
+    try:
+        time.sleep(1)
+        before = cpu_seconds(e.proc.pid)
+        time.sleep(3)
+        assert cpu_seconds(e.proc.pid) - before < 0.5
     finally:
         e.stop()
