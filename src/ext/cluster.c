@@ -797,7 +797,8 @@ int ext_cluster_start(struct kube_client *kc, struct ext_sched *s, const struct 
                                "1 when this replica may bind (leader, or no election).", NULL,
                                NULL, 0, e);
     cl->m_nudges = metrics_add(m, METRIC_COUNTER, "gpusched_extender_nudges_total",
-                               "Pending GPU pods nudged (touched) after GPUs or a node freed up, or after a refused /bind.", NULL, NULL, 0, e);
+                               "Pending GPU pods nudged (touched) after GPUs or a node freed "
+                               "up, or after a refused /bind.", NULL, NULL, 0, e);
     cl->m_saves = metrics_add(m, METRIC_COUNTER, "gpusched_extender_workload_saves_total",
                               "Saves of the workload learned from ended pods (the leader, when "
                               "it changed), by result (ok, error).", "result", NULL, 0, e);
