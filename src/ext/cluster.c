@@ -616,27 +616,6 @@ int ext_cluster_leader(void *cluster, char *out, size_t cap)
 
 /* ---- housekeeping: stale inventories, nudges, events, metrics --------------- */
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Drops repeated names from pods[0..n) (freeing them); returns the new count.
- * A pod can be on both lists a nudge reads: its bind found the node held and
- * its next /filter found no node. */
-static int unique_pods(char **pods, int n)
-{
-    int k = 0;
-    qsort(pods, (size_t)n, sizeof *pods, cmp_str);
-    for (int i = 0; i < n; i++) {
-        if (k > 0 && strcmp(pods[k - 1], pods[i]) == 0)
-            free(pods[i]);
-        else
-            pods[k++] = pods[i];
-    }
-    return k;
-}
-
 /* Nudges every pending GPU pod (all: a replica that starts leading), or
  * those ext_sched_to_nudge lists, list after list while it says more wait:
  * at most NUDGE_LISTS lists now, the rest at the next call (a second
@@ -650,8 +629,7 @@ static void nudge(struct ext_cluster *cl, int all)
     snprintf(key, sizeof key, "%sretry-at", cl->prefix);
     for (int k = 0; k < NUDGE_LISTS && !failed && (k == 0 || more); k++) {
         int n = all ? ext_sched_waiting(cl->s, pods, MAX_NUDGE)
-                    : unique_pods(pods, ext_sched_to_nudge(cl->s, pods, MAX_NUDGE, gs_mono_s(),
-                                                           &more));
+                    : ext_sched_to_nudge(cl->s, pods, MAX_NUDGE, gs_mono_s(), &more);
         kube_now_micro(now, sizeof now);
         int away = 0; /* the API server did not answer: the rest wait for the next call */
         for (int i = 0; i < n; i++) {

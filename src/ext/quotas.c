@@ -325,8 +325,6 @@ int ext_quotas_watch(struct kube_client *kc, int events, ext_quotas_publish publ
         return -GS_ENOMEM;
     x->kc = kc;
     x->events = events;
-    if (rc == -GS_ENOENT) /* known: no quotas (the caller waits for a first set) */
-        publish_set(x, NULL, 0, 0);
     struct kube_watch_opts wo = {.path = QUOTAS_PATH, .absent_ok = 1,
                                  .backoff_max_s = QUOTAS_RECHECK_S};
     if ((rc = kube_watch_start(kc, &wo, &ops, x, &x->w, e)) < 0) {

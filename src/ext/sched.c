@@ -908,7 +908,7 @@ int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int
             n++;
             sched_set_bind_busy(s, p, 0);
             p->retry_at = 0;
-        } else if (retry || p->retry_at > 0) {
+        } else if (p->retry_at > 0) { /* not due yet, or no room left */
             *more = 1;
         } else if ((p->unschedulable || p->bind_busy) && p->nudge_round != s->nudge_round) {
             /* a bind refused a moment ago: kube-scheduler may still assume

@@ -225,7 +225,7 @@ void ext_sched_nudge_round(struct ext_sched *s);
  * ext_sched_observe_pod reports by returning 1) or whose last /filter
  * found no node, the least recently nudged first. *more says that others
  * wait: this round's, or refused binds not due yet; call again (a second
- * later) for them. */
+ * later) for them. Each pod is listed once per call. */
 int ext_sched_to_nudge(struct ext_sched *s, char **out, int max, double now, int *more);
 /* The nudge of pod "NS/NAME" failed: it is due again. */
 void ext_sched_nudge_failed(struct ext_sched *s, const char *ns_name);
